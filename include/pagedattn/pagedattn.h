@@ -1,0 +1,66 @@
+// pagedattn — paged attention for every step of speculative decoding at the cost of one KV read.
+//
+//   pagedattn::Params p;            // fill inputs/outputs (see params.h)
+//   pagedattn::forward(p, {pagedattn::Backend::cpu});
+// or, to keep host work out of the hot loop and capture run() in a CUDA graph:
+//   auto plan = pagedattn::plan(p, opts);   // host: validates, builds the work list, sizes the workspace
+//   plan.run(p);                            // device: no host synchronisation
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "pagedattn/params.h"
+#include "pagedattn/types.h"
+
+namespace pagedattn {
+
+enum class Backend : int { cpu = 0, cuda = 1 };
+const char* backend_name(Backend b);
+/// Parses "cpu" / "cuda"; throws ValidationError otherwise.
+Backend parse_backend(const std::string& name);
+/// True when this build has the CUDA backend and a CUDA device is visible.
+bool cuda_available();
+
+struct Options {
+  Backend backend = Backend::cpu;
+  void* stream = nullptr;        // cudaStream_t for the cuda backend; nullptr = default stream
+  bool deterministic = false;    // cuda: fixed KV partition boundaries by absolute position, so results
+                                 // do not depend on batch composition
+  int partition_tokens = 0;      // cuda: force the KV partition size (multiple of 64); 0 = planner decides
+};
+
+namespace detail {
+class PlanImpl;
+}
+
+/// The host half of a call: validated inputs, the work list and the workspace.
+class Plan {
+ public:
+  Plan() = default;
+  explicit Plan(std::shared_ptr<detail::PlanImpl> impl) : impl_(std::move(impl)) {}
+  /// Runs the op. `p` must have the shapes, dtypes and host metadata that were planned; tensors may
+  /// point elsewhere. Throws ValidationError when shapes or dtypes differ from the plan.
+  void run(const Params& p) const;
+  Backend backend() const;
+  /// The planner's decisions in a few lines (also printed at plan time when PAGEDATTN_PRINT_PLAN=1).
+  std::string describe() const;
+  /// Device workspace bytes owned by this plan.
+  std::size_t workspace_bytes() const;
+  bool valid() const { return impl_ != nullptr; }
+
+ private:
+  std::shared_ptr<detail::PlanImpl> impl_;
+};
+
+/// Validates every input (throws ValidationError naming the input and the rule; nothing is written),
+/// then builds the backend's plan.
+Plan plan(const Params& p, const Options& opt = {});
+inline void run(const Plan& pl, const Params& p) { pl.run(p); }
+/// plan() then run().
+void forward(const Params& p, const Options& opt = {});
+
+/// Checks every rule of the op (see params.h); throws ValidationError on the first broken rule.
+void validate(const Params& p);
+
+}  // namespace pagedattn

@@ -1,0 +1,92 @@
+// pagedattn — the op's inputs and outputs in one struct (OpenVINO PagedAttentionExtension semantics).
+//
+// Notation: num_seqs sequences; sequence s has T_s = subsequence_begins[s+1] - subsequence_begins[s]
+// new tokens; num_tokens = sum_s T_s; H query heads, Hk kv heads, G = H / Hk, D head size;
+// ctx_s = past_lens[s] + T_s keys after the write-in.
+//
+// Where each tensor lives: tensors marked (dev) are on the backend's device (host memory for the cpu
+// backend, CUDA memory for the cuda backend); tensors marked (host) are always host memory: plan() reads
+// them to validate the call and build the work list (the cuda backend copies them to the device at plan
+// time; run() uses those copies, so re-plan when they change).
+#pragma once
+
+#include <optional>
+
+#include "pagedattn/types.h"
+
+namespace pagedattn {
+
+/// Precision of the paged KV cache.
+enum class KVPrecision : int { f16 = 0, bf16 = 1, u8 = 2 };
+const char* kv_precision_name(KVPrecision p);
+
+/// The paged KV cache. Block b, kv head h, slot i holds the key (value) of one token.
+///
+/// u8 format (asymmetric, per token and kv head). For one row x[0..D) of a new key (or value):
+///   mn = min_d x[d], mx = max_d x[d]                       (in float)
+///   s  = (mx - mn) / 255;  if s == 0 then s = 1            (float)
+///   scale = f16(s)         (round to nearest even)
+///   zp    = f16(-mn / float(scale))
+///   q[d]  = clamp(rint(x[d] / float(scale) + float(zp)), 0, 255)   (rint: round half to even)
+/// and the row reads back as  x'[d] = (float(q[d]) - float(zp)) * float(scale).
+/// Quantisation uses the f16-rounded scale and zero point, so write-in and read-back agree exactly.
+struct KVCache {
+  TensorView key;               // (dev) [num_blocks, Hk, block_size, D]  f16 | bf16 | u8
+  TensorView value;             // (dev) [num_blocks, Hk, block_size, D]  same dtype as key
+  TensorView key_scale;         // (dev) [num_blocks, Hk, block_size] f16; u8 only, else absent
+  TensorView key_zero_point;    // (dev) [num_blocks, Hk, block_size] f16; u8 only, else absent
+  TensorView value_scale;       // (dev) [num_blocks, Hk, block_size] f16; u8 only, else absent
+  TensorView value_zero_point;  // (dev) [num_blocks, Hk, block_size] f16; u8 only, else absent
+
+  KVPrecision precision() const;  // from key.dtype; throws ValidationError for other dtypes
+  int64_t num_blocks() const { return key.shape[0]; }
+  int64_t num_kv_heads() const { return key.shape[1]; }
+  int64_t block_size() const { return key.shape[2]; }
+  int64_t head_size() const { return key.shape[3]; }
+};
+
+/// Every input and output of one call of the op.
+struct Params {
+  int num_heads = 0;             // H: query heads (= G * Hk)
+
+  // --- new tokens -----------------------------------------------------------------------------
+  TensorView query;              // (dev) [num_tokens, H*D]  f32 | f16 | bf16
+  TensorView key;                // (dev) [num_tokens, Hk*D] same dtype as query; the op WRITES these
+                                 //       rows into the cache at positions past_len .. past_len+T-1
+                                 //       before attending. Absent: those rows are already in the cache.
+  TensorView value;              // (dev) [num_tokens, Hk*D] like key; present iff key is present
+
+  // --- cache and its layout ---------------------------------------------------------------------
+  KVCache cache;                 // (dev) see KVCache
+  TensorView past_lens;          // (host) [num_seqs] i32, >= 0: tokens already cached per sequence
+  TensorView subsequence_begins; // (host) [num_seqs+1] i32: token offsets of each sequence in query;
+                                 //        starts at 0, non-decreasing, ends at num_tokens
+  TensorView block_indices;      // (host) [n] i32: all block tables back to back
+  TensorView block_indices_begins; // (host) [num_seqs+1] i32: sequence s's table is
+                                 //        block_indices[begins[s] .. begins[s+1]); position p of
+                                 //        sequence s lives in block table[p / block_size], slot
+                                 //        p % block_size. The table must cover ctx_s positions.
+
+  // --- attention options ------------------------------------------------------------------------
+  std::optional<float> scale;    // softmax scale; default 1/sqrt(D); finite and > 0
+  int sliding_window = 0;        // 0 = none; else query at position i sees keys j with i - j < window
+  TensorView alibi_slopes;       // (dev) [H] f32 or absent: score += slope[h] * (j - i), i = query pos
+  TensorView sinks;              // (dev) [H] f32 or absent: a per-head logit (same units as the scaled
+                                 //       score) that joins the softmax denominator: exp(sink) is added
+                                 //       to sum_j exp(s_j); it attends to no value
+  int max_context_len = 0;       // sizing hint: must be >= every ctx_s
+  TensorView qq_bias;            // (host) [sum_s T_s^2] u8 or absent: tree mask among a sequence's new
+                                 //        tokens, row-major T_s x T_s per sequence; entry (t, u) = 1 means
+                                 //        new token t may attend new token u. Diagonal must be 1. Applied
+                                 //        on top of causality (u <= t); the cached prefix is always visible.
+  TensorView qq_bias_begins;     // (host) [num_seqs+1] i32 or absent (iff qq_bias absent):
+                                 //        begins[s+1] - begins[s] = T_s^2, begins[0] = 0
+
+  // --- outputs ----------------------------------------------------------------------------------
+  TensorView out;                // (dev) [num_tokens, H*D] same dtype as query
+  TensorView scores;             // (dev) [sum_s ctx_s] f32 or absent: for each sequence (back to back),
+                                 //       for each key position j < ctx_s, the attention weight summed
+                                 //       over all query heads and new tokens of that sequence
+};
+
+}  // namespace pagedattn

@@ -1,0 +1,119 @@
+// Internal: bit-exact f16/bf16 conversions and the u8 quantisation rule, shared by the CPU oracle and
+// the CUDA kernels (host and device), so both produce the same codes.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#if defined(__CUDACC__)
+#define PA_HD __host__ __device__ __forceinline__
+#else
+#define PA_HD inline
+#endif
+
+namespace pagedattn {
+namespace num {
+
+PA_HD uint32_t f32_bits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+#endif
+}
+PA_HD float bits_f32(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+#endif
+}
+
+// f32 -> f16 bits, round to nearest even, with overflow to inf and subnormals.
+PA_HD uint16_t f32_to_f16_bits(float f) {
+  uint32_t x = f32_bits(f);
+  uint32_t sign = (x >> 16) & 0x8000u;
+  uint32_t ax = x & 0x7fffffffu;
+  if (ax >= 0x7f800000u) return static_cast<uint16_t>(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u : 0u));
+  if (ax >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to >= 65520: inf
+  if (ax < 0x38800000u) {                                               // f16 subnormal or zero
+    if (ax < 0x33000000u) return static_cast<uint16_t>(sign);           // < 2^-25: rounds to 0
+    uint32_t e = ax >> 23;
+    uint32_t m = (ax & 0x7fffffu) | 0x800000u;
+    uint32_t shift = 126u - e;  // 14..24
+    uint32_t q = m >> shift;
+    uint32_t rem = m & ((1u << shift) - 1u);
+    uint32_t half = 1u << (shift - 1u);
+    if (rem > half || (rem == half && (q & 1u))) ++q;
+    return static_cast<uint16_t>(sign | q);
+  }
+  uint32_t r = ax + 0xc8000fffu + ((ax >> 13) & 1u);  // rebias exponent (-112 << 23) and round
+  return static_cast<uint16_t>(sign | (r >> 13));
+}
+
+PA_HD float f16_bits_to_f32(uint16_t h) {
+  uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  uint32_t e = (h >> 10) & 0x1fu;
+  uint32_t m = h & 0x3ffu;
+  if (e == 0) {
+    if (m == 0) return bits_f32(sign);
+    float v = static_cast<float>(m) * 5.9604644775390625e-8f;  // m * 2^-24
+    return sign ? -v : v;
+  }
+  if (e == 31) return bits_f32(sign | 0x7f800000u | (m << 13));
+  return bits_f32(sign | ((e + 112u) << 23) | (m << 13));
+}
+
+// f32 -> bf16 bits, round to nearest even; NaN stays NaN.
+PA_HD uint16_t f32_to_bf16_bits(float f) {
+  uint32_t x = f32_bits(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);
+  x += 0x7fffu + ((x >> 16) & 1u);
+  return static_cast<uint16_t>(x >> 16);
+}
+PA_HD float bf16_bits_to_f32(uint16_t h) { return bits_f32(static_cast<uint32_t>(h) << 16); }
+
+PA_HD float round_f16(float f) { return f16_bits_to_f32(f32_to_f16_bits(f)); }
+PA_HD float round_bf16(float f) { return bf16_bits_to_f32(f32_to_bf16_bits(f)); }
+
+// --- u8 KV quantisation (the rule stated in params.h) ----------------------------------------------
+struct U8Params {
+  uint16_t scale_bits, zp_bits;  // f16
+  float scale, zp;               // the same values as float
+};
+
+PA_HD U8Params u8_params(float mn, float mx) {
+  float s = (mx - mn) / 255.0f;
+  if (s == 0.0f) s = 1.0f;
+  U8Params p;
+  p.scale_bits = f32_to_f16_bits(s);
+  p.scale = f16_bits_to_f32(p.scale_bits);
+  if (p.scale == 0.0f) {  // range below f16's smallest subnormal * 255: treat as constant row
+    p.scale_bits = 0x3c00u;
+    p.scale = 1.0f;
+  }
+  p.zp_bits = f32_to_f16_bits(-mn / p.scale);
+  p.zp = f16_bits_to_f32(p.zp_bits);
+  return p;
+}
+
+PA_HD uint8_t u8_quantize(float x, const U8Params& p) {
+  float v = x / p.scale + p.zp;
+#if defined(__CUDA_ARCH__)
+  v = rintf(v);
+#else
+  v = std::nearbyint(v);  // default rounding mode: to nearest even
+#endif
+  v = v < 0.0f ? 0.0f : (v > 255.0f ? 255.0f : v);
+  return static_cast<uint8_t>(v);
+}
+
+PA_HD float u8_dequantize(uint8_t q, float scale, float zp) { return (static_cast<float>(q) - zp) * scale; }
+
+}  // namespace num
+}  // namespace pagedattn

@@ -1,0 +1,83 @@
+// Internal (tests, CLI check and bench): random cases of the op that own their host buffers, and
+// comparison helpers. Shared by tests/, tools/ and the Python tests' C++ side.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "pagedattn/pagedattn.h"
+
+namespace pagedattn {
+namespace testing {
+
+/// Ranges a random case is drawn from. Every field is inclusive; lists are chosen from uniformly.
+struct CaseConfig {
+  int min_seqs = 1, max_seqs = 8;
+  int min_past = 0, max_past = 3000;
+  int min_tokens = 1, max_tokens = 40;       // T per sequence
+  std::vector<int> group_sizes = {1, 2, 4, 8};   // G = H / Hk
+  std::vector<int> kv_heads = {1, 2};
+  std::vector<int> head_sizes = {64, 128, 256};
+  std::vector<int> block_sizes = {16, 32, 64};
+  std::vector<KVPrecision> kv_precisions = {KVPrecision::f16, KVPrecision::bf16, KVPrecision::u8};
+  std::vector<DType> query_dtypes = {DType::f32};
+  double p_window = 0.3, p_alibi = 0.3, p_sinks = 0.3, p_tree = 0.3, p_scores = 0.3;
+  double p_write = 0.9;                      // probability that key/value are given (written in)
+  int extra_blocks = 4;                      // unused blocks in the pool (poisoned with NaN)
+  int max_total_tokens = 1 << 30;            // cap on sum of T (cases are redrawn to fit)
+  int max_total_context = 1 << 30;           // cap on sum of past_len + T
+};
+
+/// One call of the op with all its host buffers. Unused cache blocks, unused slots of partly filled
+/// blocks, and the outputs are poisoned with NaN (0xFF for u8 codes, NaN for their f16 params).
+struct Case {
+  uint64_t seed = 0;
+  int num_seqs = 0, num_tokens = 0;
+  int num_heads = 0, num_kv_heads = 0, head_size = 0, block_size = 0, num_blocks = 0;
+  KVPrecision kv = KVPrecision::f16;
+  DType qdtype = DType::f32;
+  int sliding_window = 0;
+  float scale = 0;                           // the value passed in Params::scale
+  bool write_kv = true;                      // key/value given
+  bool want_scores = false;
+
+  std::vector<int32_t> past_lens, subsequence_begins, block_indices, block_indices_begins;
+  std::vector<uint8_t> qq_bias;              // empty: no tree mask
+  std::vector<int32_t> qq_bias_begins;
+  std::vector<float> alibi_slopes, sinks;    // empty: absent
+
+  // raw bytes in the dtype of the tensor
+  std::vector<uint8_t> query, key, value, out;        // [num_tokens, heads*D] in qdtype
+  std::vector<uint8_t> key_cache, value_cache;        // [num_blocks, Hk, bs, D] in kv dtype
+  std::vector<uint16_t> key_scale, key_zp, value_scale, value_zp;  // u8 only: [num_blocks, Hk, bs] f16
+  std::vector<float> scores;                           // [sum ctx] or empty
+
+  int T(int s) const { return subsequence_begins[s + 1] - subsequence_begins[s]; }
+  int ctx(int s) const { return past_lens[s] + T(s); }
+  /// Views of this case's host buffers (device = cpu).
+  Params params();
+  /// One line: seed, shapes, precisions, options.
+  std::string describe() const;
+};
+
+/// Draws a random valid case (deterministic in `seed`).
+Case make_random_case(uint64_t seed, const CaseConfig& cfg);
+
+/// Reads element i of a raw buffer of dtype `t` as float.
+float load_as_float(const uint8_t* data, DType t, int64_t i);
+
+/// Result of comparing an output with a reference.
+struct Compare {
+  double max_abs_err = 0, max_rel_err = 0;   // rel: |a-b| / (|b| + atol_floor)
+  double rel_l2 = 0;                         // ||a-b|| / ||b||
+  int64_t worst_index = -1;
+  int64_t nan_count = 0;                     // NaN or inf in `a` where `b` is finite
+  bool ok(double tol) const { return nan_count == 0 && rel_l2 <= tol; }
+  std::string describe() const;
+};
+/// Compares `a` (n elements of dtype ta) with reference `b` (n floats).
+Compare compare(const uint8_t* a, DType ta, const float* b, int64_t n);
+
+}  // namespace testing
+}  // namespace pagedattn
