@@ -1,0 +1,351 @@
+"""pagedattn: paged attention for every step of speculative decoding at the cost of one KV-cache read.
+
+Tensors are any DLPack arrays (PyTorch, CuPy, NumPy) and are used in place, with no copy. Notation
+(as in the C++ header ``include/pagedattn/params.h``): ``num_seqs`` sequences; sequence ``s`` has
+``T_s = subsequence_begins[s+1] - subsequence_begins[s]`` new tokens; ``num_tokens = sum_s T_s``; ``H``
+query heads, ``Hk`` kv heads (``H = G * Hk``), head size ``D``; ``ctx_s = past_lens[s] + T_s``.
+
+    out = pagedattn.forward(query=q, key=k, value=v, key_cache=kc, value_cache=vc,
+                            past_lens=past, subsequence_begins=begins, block_indices=table,
+                            block_indices_begins=table_begins, num_heads=H)
+
+or, to keep host work out of the hot loop (and capture ``run`` in a CUDA graph)::
+
+    plan = pagedattn.plan(...same arguments...)
+    plan.run()               # on the tensors given to plan(); or plan.run(query=q2, out=o2, ...)
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Dict, Optional
+
+import numpy as _np
+
+from . import _C
+from ._errors import Error, RuntimeError, UnsupportedError, ValidationError  # noqa: A004
+
+__version__ = "0.1.0"
+__all__ = ["forward", "plan", "Plan", "cuda_available", "built_with_cuda", "Error", "ValidationError",
+           "UnsupportedError"]
+
+#: True when this build has the CUDA backend (the wheel was built with nvcc).
+built_with_cuda: bool = bool(_C.built_with_cuda)
+
+
+def cuda_available() -> bool:
+    """True when this build has the CUDA backend and a CUDA device is visible."""
+    return bool(_C.cuda_available())
+
+
+# --- fields of the op ------------------------------------------------------------------------------
+# Metadata read on the host by plan() (params.h "(host)"): copied to host memory here when given on
+# a device, converted from Python lists.
+_HOST_FIELDS = {"past_lens": _np.int32, "subsequence_begins": _np.int32, "block_indices": _np.int32,
+                "block_indices_begins": _np.int32, "qq_bias": _np.uint8, "qq_bias_begins": _np.int32}
+# Tensors on the backend's device; Plan.run() may replace any of them (same shape/dtype).
+_DEVICE_FIELDS = ("query", "key", "value", "key_cache", "value_cache", "key_scale", "key_zero_point",
+                  "value_scale", "value_zero_point", "alibi_slopes", "sinks", "out", "scores")
+
+_DLPACK_CUDA = (2, 13)  # kDLCUDA, kDLCUDAManaged
+
+
+def _framework(x: Any) -> str:
+    return type(x).__module__.split(".")[0]
+
+
+def _is_cuda(x: Any) -> bool:
+    dev = getattr(x, "__dlpack_device__", None)
+    if dev is None:
+        return False
+    try:
+        return int(dev()[0]) in _DLPACK_CUDA
+    except Exception:  # an object whose __dlpack_device__ fails: let the native converter report it
+        return False
+
+
+def _to_host(x: Any, name: str) -> Any:
+    """Host metadata: lists become NumPy arrays; device arrays are copied to the host (this syncs)."""
+    if x is None:
+        return None
+    if isinstance(x, (list, tuple)):
+        return _np.asarray(x, dtype=_HOST_FIELDS[name])
+    if _is_cuda(x):
+        fw = _framework(x)
+        if fw == "torch":
+            return x.cpu()
+        if fw == "cupy":
+            return x.get()
+        raise ValidationError.of(name, "must be host memory (plan() reads it); pass a host array "
+                                       f"(got a CUDA array of type {type(x).__name__})")
+    return x
+
+
+def _empty_like(query: Any) -> Any:
+    """A new array of query's framework, shape, dtype and device (for `out`)."""
+    fw = _framework(query)
+    if fw == "numpy":
+        return _np.empty(query.shape, dtype=query.dtype)
+    if fw == "torch":
+        import torch
+
+        return torch.empty(query.shape, dtype=query.dtype, device=query.device)
+    if fw == "cupy":
+        import cupy
+
+        with cupy.cuda.Device(query.device.id):
+            return cupy.empty(query.shape, dtype=query.dtype)
+    raise ValidationError.of("out", "is required when query is not a NumPy, PyTorch or CuPy array "
+                                    f"(got {type(query).__name__})")
+
+
+def _resolve_backend(backend: str, query: Any) -> str:
+    if backend == "auto":
+        return "cuda" if _is_cuda(query) else "cpu"
+    if backend not in ("cpu", "cuda"):
+        raise ValidationError.of("backend", f"must be 'auto', 'cpu' or 'cuda', got '{backend}'")
+    return backend
+
+
+def _current_stream(query: Any) -> int:
+    """The caller's current CUDA stream for query's framework (0: the default stream)."""
+    fw = _framework(query)
+    if fw == "torch":
+        import torch
+
+        return int(torch.cuda.current_stream(query.device).cuda_stream)
+    if fw == "cupy":
+        import cupy
+
+        return int(cupy.cuda.get_current_stream().ptr)
+    return 0
+
+
+def _stream_ptr(stream: Any, query: Any, backend: str) -> int:
+    if backend != "cuda":
+        return 0
+    if stream is None:
+        return _current_stream(query)
+    if isinstance(stream, int):
+        return stream
+    for attr in ("cuda_stream", "ptr"):  # torch.cuda.Stream, cupy.cuda.Stream
+        if hasattr(stream, attr):
+            return int(getattr(stream, attr))
+    raise ValidationError.of("stream", "must be None, an int (cudaStream_t), a torch.cuda.Stream or a "
+                                       f"cupy.cuda.Stream, got {type(stream).__name__}")
+
+
+def _device_guard(query: Any):
+    """Makes query's CUDA device current for the call (the backend uses the current device)."""
+    if not _is_cuda(query):
+        return contextlib.nullcontext()
+    fw = _framework(query)
+    if fw == "torch":
+        import torch
+
+        if query.device.index is not None and query.device.index != torch.cuda.current_device():
+            return torch.cuda.device(query.device)
+    elif fw == "cupy":
+        import cupy
+
+        return cupy.cuda.Device(query.device.id)
+    return contextlib.nullcontext()
+
+
+def _opt_float(x: Any) -> Optional[float]:
+    return None if x is None else float(x)
+
+
+def _opt_int(x: Any) -> Optional[int]:
+    return None if x is None else int(x)
+
+
+def _prepare(tensors: Dict[str, Any], backend: str, stream: Any):
+    """Allocates out, moves metadata to the host; returns (tensors, backend, stream pointer)."""
+    query = tensors["query"]
+    backend = _resolve_backend(backend, query)
+    for name in _HOST_FIELDS:
+        tensors[name] = _to_host(tensors[name], name)
+    if tensors["out"] is None and query is not None:
+        tensors["out"] = _empty_like(query)
+    return tensors, backend, _stream_ptr(stream, query, backend)
+
+
+_ARGS_DOC = """
+    Tensors (shapes as in include/pagedattn/params.h; (dev): on the backend's device, (host): host memory,
+    read by plan(): a CUDA tensor given here is copied to the host, which synchronises):
+
+    query                [num_tokens, H*D] float32 | float16 | bfloat16 (dev): new tokens' queries,
+                         sequences back to back.
+    key, value           [num_tokens, Hk*D], query's dtype (dev), or None: new tokens' keys/values; the op
+                         WRITES them into the cache at positions past_lens[s] .. past_lens[s]+T_s-1 first.
+                         None: those rows are already in the cache.
+    key_cache,           [num_blocks, Hk, block_size, D] float16 | bfloat16 | uint8 (dev): the paged cache
+      value_cache        (written when key/value are given).
+    key_scale, key_zero_point, value_scale, value_zero_point
+                         [num_blocks, Hk, block_size] float16 (dev): u8 caches only (x = (q - zp) * scale).
+    past_lens            [num_seqs] int32 (host): tokens already cached per sequence.
+    subsequence_begins   [num_seqs+1] int32 (host): token offsets of each sequence in query.
+    block_indices        [n] int32 (host): all block tables back to back.
+    block_indices_begins [num_seqs+1] int32 (host): sequence s's table is
+                         block_indices[begins[s]:begins[s+1]]; position p lives in block table[p // block_size],
+                         slot p % block_size.
+    alibi_slopes         [H] float32 (dev) or None: score += slope[h] * (j - i).
+    sinks                [H] float32 (dev) or None: per-head logit added to the softmax denominator.
+    qq_bias              [sum_s T_s^2] uint8 or bool (host) or None: tree mask among a sequence's new tokens,
+                         row-major T_s x T_s; (t, u) = 1: token t may attend token u; diagonal 1.
+    qq_bias_begins       [num_seqs+1] int32 (host) or None (iff qq_bias is None).
+    out                  [num_tokens, H*D], query's dtype (dev), or None: allocated with query's framework.
+    scores               [sum_s ctx_s] float32 (dev) or None: attention weight per cached+new position,
+                         summed over heads and new tokens (for cache eviction).
+    Lists of ints are accepted for the (host) metadata.
+
+    Options:
+    num_heads            H (required).
+    scale                softmax scale; None: 1/sqrt(D).
+    sliding_window       0 = none; else query at position i sees keys j with i - j < sliding_window.
+    max_context_len      sizing hint >= every ctx_s; None: computed from past_lens and subsequence_begins.
+    backend              "auto" (cuda when query is on a CUDA device, else cpu), "cpu" or "cuda".
+    deterministic        cuda: KV partition boundaries fixed by absolute position (results do not depend
+                         on batch composition).
+    partition_tokens     cuda: force the KV partition size (multiple of 64); 0 = the planner decides.
+    stream               cuda: None = the caller's current stream (torch.cuda.current_stream() for torch
+                         tensors, cupy's current stream for CuPy, else the default stream); or an int
+                         cudaStream_t, a torch.cuda.Stream or a cupy.cuda.Stream.
+
+    Raises ValidationError (a ValueError) naming the input and the rule, before anything is written;
+    UnsupportedError for a valid call this build or backend does not support.
+"""
+
+
+def forward(*, query: Any, key: Any = None, value: Any = None, key_cache: Any, value_cache: Any,
+            key_scale: Any = None, key_zero_point: Any = None, value_scale: Any = None,
+            value_zero_point: Any = None, past_lens: Any, subsequence_begins: Any, block_indices: Any,
+            block_indices_begins: Any, scale: Optional[float] = None, sliding_window: int = 0,
+            alibi_slopes: Any = None, sinks: Any = None, max_context_len: Optional[int] = None,
+            qq_bias: Any = None, qq_bias_begins: Any = None, out: Any = None, scores: Any = None,
+            num_heads: int, backend: str = "auto", deterministic: bool = False, partition_tokens: int = 0,
+            stream: Any = None) -> Any:
+    tensors = dict(query=query, key=key, value=value, key_cache=key_cache, value_cache=value_cache,
+                   key_scale=key_scale, key_zero_point=key_zero_point, value_scale=value_scale,
+                   value_zero_point=value_zero_point, past_lens=past_lens, subsequence_begins=subsequence_begins,
+                   block_indices=block_indices, block_indices_begins=block_indices_begins,
+                   alibi_slopes=alibi_slopes, sinks=sinks, qq_bias=qq_bias, qq_bias_begins=qq_bias_begins,
+                   out=out, scores=scores)
+    tensors, backend, stream_ptr = _prepare(tensors, backend, stream)
+    with _device_guard(query):
+        _C.forward(tensors, int(num_heads), _opt_float(scale), int(sliding_window), _opt_int(max_context_len), backend,
+                   bool(deterministic), int(partition_tokens), stream_ptr)
+    return tensors["out"]
+
+
+forward.__doc__ = """Runs the op once (plan then run): writes key/value into the cache, attends, returns `out`.
+""" + _ARGS_DOC + """
+    Returns `out` ([num_tokens, H*D], query's dtype); `scores`, when given, is filled in place.
+"""
+
+
+class Plan:
+    """A validated call with its work list and workspace (the host half of the op).
+
+    ``run()`` launches the op with no host synchronisation and can be captured in a CUDA graph. It keeps
+    references to the tensors given to :func:`plan`; ``run(name=array, ...)`` replaces device tensors for
+    this run (same shape, dtype and strides as planned). The host metadata (past_lens, begins, block
+    tables, qq_bias) was read at plan time: when it changes, make a new plan.
+
+    CUDA: kernels go to the stream given at plan time (by default the current stream then). To capture
+    run() in ``torch.cuda.graph``, plan on the capture stream::
+
+        s = torch.cuda.Stream()
+        plan = pagedattn.plan(..., stream=s)
+        with torch.cuda.stream(s):
+            plan.run()                       # warm-up
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, stream=s):
+            plan.run()
+        g.replay()
+    """
+
+    def __init__(self, native: Any, tensors: Dict[str, Any], backend: str, stream_ptr: int,
+                 stream_from_caller: bool):
+        self._native = native
+        self._tensors = tensors
+        self._backend = backend
+        self._stream = stream_ptr
+        self._stream_from_caller = stream_from_caller
+
+    @property
+    def backend(self) -> str:
+        """'cpu' or 'cuda'."""
+        return self._native.backend
+
+    @property
+    def workspace_bytes(self) -> int:
+        """Device workspace bytes owned by this plan."""
+        return int(self._native.workspace_bytes)
+
+    @property
+    def out(self) -> Any:
+        """The planned output tensor (what run() writes when not given another `out`)."""
+        return self._tensors["out"]
+
+    def describe(self) -> str:
+        """The planner's decisions in a few lines."""
+        return self._native.describe()
+
+    def run(self, *, query: Any = None, key: Any = None, value: Any = None, key_cache: Any = None,
+            value_cache: Any = None, key_scale: Any = None, key_zero_point: Any = None,
+            value_scale: Any = None, value_zero_point: Any = None, alibi_slopes: Any = None,
+            sinks: Any = None, out: Any = None, scores: Any = None) -> Any:
+        """Runs the planned op; arguments given replace the planned device tensors for this run.
+
+        Returns `out`. Raises ValidationError when a tensor's shape, dtype or strides differ from the plan.
+        """
+        given = dict(query=query, key=key, value=value, key_cache=key_cache, value_cache=value_cache,
+                     key_scale=key_scale, key_zero_point=key_zero_point, value_scale=value_scale,
+                     value_zero_point=value_zero_point, alibi_slopes=alibi_slopes, sinks=sinks, out=out,
+                     scores=scores)
+        tensors = dict(self._tensors)
+        tensors.update({k: v for k, v in given.items() if v is not None})
+        q = tensors["query"]
+        if self._backend == "cuda" and not self._stream_from_caller:
+            cur = _current_stream(q)
+            if cur != self._stream:
+                raise Error(f"Plan.run(): the current CUDA stream ({cur:#x}) is not the stream this plan "
+                            f"launches on ({self._stream:#x}, the current stream at plan time). Plan on the "
+                            "stream you run on: pagedattn.plan(..., stream=s) (for torch.cuda.graph, pass "
+                            "the same s to torch.cuda.graph(g, stream=s)).")
+        with _device_guard(q):
+            self._native.run(tensors)
+        return tensors["out"]
+
+    def __repr__(self) -> str:
+        return f"<pagedattn.Plan backend={self._backend}>"
+
+
+def plan(*, query: Any, key: Any = None, value: Any = None, key_cache: Any, value_cache: Any,
+         key_scale: Any = None, key_zero_point: Any = None, value_scale: Any = None,
+         value_zero_point: Any = None, past_lens: Any, subsequence_begins: Any, block_indices: Any,
+         block_indices_begins: Any, scale: Optional[float] = None, sliding_window: int = 0,
+         alibi_slopes: Any = None, sinks: Any = None, max_context_len: Optional[int] = None,
+         qq_bias: Any = None, qq_bias_begins: Any = None, out: Any = None, scores: Any = None,
+         num_heads: int, backend: str = "auto", deterministic: bool = False, partition_tokens: int = 0,
+         stream: Any = None) -> Plan:
+    tensors = dict(query=query, key=key, value=value, key_cache=key_cache, value_cache=value_cache,
+                   key_scale=key_scale, key_zero_point=key_zero_point, value_scale=value_scale,
+                   value_zero_point=value_zero_point, past_lens=past_lens, subsequence_begins=subsequence_begins,
+                   block_indices=block_indices, block_indices_begins=block_indices_begins,
+                   alibi_slopes=alibi_slopes, sinks=sinks, qq_bias=qq_bias, qq_bias_begins=qq_bias_begins,
+                   out=out, scores=scores)
+    tensors, backend, stream_ptr = _prepare(tensors, backend, stream)
+    with _device_guard(query):
+        native = _C.plan(tensors, int(num_heads), _opt_float(scale), int(sliding_window), _opt_int(max_context_len), backend,
+                         bool(deterministic), int(partition_tokens), stream_ptr)
+    return Plan(native, tensors, backend, stream_ptr, stream is not None)
+
+
+plan.__doc__ = """Validates the call and builds its plan (host work: reads the metadata, builds the work
+list, sizes the workspace). Nothing is written until Plan.run().
+""" + _ARGS_DOC + """
+    Returns a Plan; Plan.run() runs the op (CUDA-graph capturable) and returns `out`.
+"""
