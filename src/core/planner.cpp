@@ -1,0 +1,107 @@
+#include "core/planner.h"
+
+#include <algorithm>
+#include <sstream>
+#include <stdexcept>
+
+namespace pagedattn {
+namespace planner {
+
+namespace {
+struct Chunk {
+  int seq, t0, nt, lo, hi;  // key range [lo, hi)
+};
+
+int64_t count_parts(const std::vector<Chunk>& chunks, int part) {
+  int64_t n = 0;
+  for (const Chunk& c : chunks) n += (c.hi + part - 1) / part - c.lo / part;
+  return n;
+}
+}  // namespace
+
+Plan make_plan(const Inputs& in) {
+  if (in.group < 1 || in.group > kMaxRows) throw std::invalid_argument("group size must be in [1, 64]");
+  const int max_tokens_per_chunk = kMaxRows / in.group;
+  std::vector<Chunk> chunks;
+  for (size_t s = 0; s < in.past_lens.size(); ++s) {
+    const int T = in.tokens[s], past = in.past_lens[s];
+    if (T == 0) continue;
+    const int nchunks = (T + max_tokens_per_chunk - 1) / max_tokens_per_chunk;
+    const int per = (T + nchunks - 1) / nchunks;  // balanced chunks
+    for (int t0 = 0; t0 < T; t0 += per) {
+      Chunk c;
+      c.seq = static_cast<int>(s);
+      c.t0 = t0;
+      c.nt = std::min(per, T - t0);
+      c.hi = past + t0 + c.nt;  // causal limit of the chunk's last token
+      c.lo = 0;
+      if (in.sliding_window > 0) c.lo = std::max(0, past + t0 - in.sliding_window + 1);
+      c.lo = c.lo / kBlockKV * kBlockKV;
+      chunks.push_back(c);
+    }
+  }
+
+  Plan plan;
+  // --- partition size: the smallest (multiple of kBlockKV, >= kMinPartition) that keeps one wave --
+  const int64_t target = static_cast<int64_t>(in.num_sms) * std::max(1, in.ctas_per_sm);
+  int part;
+  if (in.forced_partition > 0) {
+    part = (in.forced_partition + kBlockKV - 1) / kBlockKV * kBlockKV;
+  } else if (in.deterministic) {
+    part = kDeterministicPartition;
+  } else {
+    int max_hi = kBlockKV;
+    for (const Chunk& c : chunks) max_hi = std::max(max_hi, c.hi);
+    part = kMinPartition;
+    while (part < max_hi && count_parts(chunks, part) * in.num_kv_heads > target) part += kBlockKV;
+    part = std::min(part, (max_hi + kBlockKV - 1) / kBlockKV * kBlockKV);
+    part = std::max(part, kBlockKV);
+  }
+  plan.partition_tokens = part;
+
+  // --- work items and partial slots ---------------------------------------------------------------
+  int slot = 0;
+  for (const Chunk& c : chunks) {
+    const int p0 = c.lo / part, p1 = (c.hi + part - 1) / part;
+    const int nparts = p1 - p0;
+    const int rows = c.nt * in.group;
+    const int rt = rows <= 16 ? 1 : (rows <= 32 ? 2 : 4);  // kernel variants: 1, 2, 4 row tiles
+    for (int p = p0; p < p1; ++p) {
+      WorkItem w;
+      w.seq = c.seq;
+      w.t0 = c.t0;
+      w.nt = c.nt;
+      w.kv_begin = std::max(c.lo, p * part);
+      w.kv_end = std::min(c.hi, (p + 1) * part);
+      w.num_parts = nparts;
+      w.slot = nparts > 1 ? slot + (p - p0) : -1;
+      w.row_tiles = rt;
+      plan.items.push_back(w);
+    }
+    if (nparts > 1) {
+      plan.merges.push_back(MergeItem{c.seq, c.t0, c.nt, slot, nparts});
+      slot += nparts * in.num_kv_heads;
+    }
+    plan.max_row_tiles = std::max(plan.max_row_tiles, rt);
+  }
+  plan.num_slots = slot;
+  plan.ctas = static_cast<int64_t>(plan.items.size()) * in.num_kv_heads;
+  std::stable_sort(plan.items.begin(), plan.items.end(), [](const WorkItem& a, const WorkItem& b) {
+    if (a.row_tiles != b.row_tiles) return a.row_tiles < b.row_tiles;
+    return (a.kv_end - a.kv_begin) > (b.kv_end - b.kv_begin);
+  });
+  return plan;
+}
+
+std::string Plan::describe() const {
+  std::ostringstream os;
+  int counts[5] = {0, 0, 0, 0, 0};  // index: row tiles
+  for (const WorkItem& w : items) counts[w.row_tiles]++;
+  os << "partition_tokens=" << partition_tokens << " items=" << items.size() << " ctas=" << ctas
+     << " (row tiles 1/2/4: " << counts[1] << "/" << counts[2] << "/" << counts[4] << ")"
+     << " merges=" << merges.size() << " partial_slots=" << num_slots;
+  return os.str();
+}
+
+}  // namespace planner
+}  // namespace pagedattn

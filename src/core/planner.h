@@ -1,0 +1,65 @@
+// Internal: the work-list heuristic of the CUDA backend (DeepGEMM-style: heuristics apart from
+// launchers). Pure host code, so it is built and unit-tested without a GPU.
+//
+// Every sequence's new tokens are cut into chunks of at most kMaxRows/G tokens (a chunk's T*G query
+// rows share every K/V byte the CTA reads); each chunk's key range [lo, causal limit of its last token)
+// is cut into partitions aligned to absolute multiples of `partition_tokens`. One CTA runs per
+// (chunk, partition, kv head); chunks with more than one partition leave partials that a merge step
+// combines. Few-query sequences (T <= 16, T*G <= 64) are one chunk: decode, chain and tree verify are
+// the same kernel. Longer sequences (prefill) become several chunks of the same kernel.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace pagedattn {
+namespace planner {
+
+constexpr int kMaxRows = 64;    // query rows (tokens x heads of one kv head) per CTA
+constexpr int kBlockKV = 64;    // keys per pipeline tile
+constexpr int kMinPartition = 256;
+constexpr int kDeterministicPartition = 512;
+
+struct WorkItem {
+  int32_t seq;        // sequence index
+  int32_t t0, nt;     // first new token of the chunk (within its sequence) and token count
+  int32_t kv_begin;   // first key position this CTA reads (multiple of kBlockKV)
+  int32_t kv_end;     // one past the last key position this CTA reads
+  int32_t slot;       // partial slot of (chunk, part) for kv head 0, or -1 when the chunk has one
+                      // partition (the CTA writes `out` directly); kv head h uses slot + h * num_parts
+  int32_t num_parts;  // partitions of this chunk
+  int32_t row_tiles;  // kernel variant: 16-row MMA tiles, 1, 2 or 4 (>= ceil(nt * G / 16))
+};
+
+struct MergeItem {     // one (chunk, query row) whose partitions must be combined, for every kv head
+  int32_t seq, t0, nt;
+  int32_t slot;        // partial slot of partition 0 for kv head 0
+  int32_t num_parts;
+};
+
+struct Inputs {
+  std::vector<int32_t> past_lens, tokens;  // per sequence
+  int group = 1;                           // G = H / Hk
+  int num_kv_heads = 1;
+  int sliding_window = 0;
+  int num_sms = 132;
+  int ctas_per_sm = 1;                     // occupancy of the attention kernel
+  bool deterministic = false;
+  int forced_partition = 0;                // 0: choose
+};
+
+struct Plan {
+  int partition_tokens = 0;
+  int num_slots = 0;                       // partial slots (each kMaxRows rows) for all kv heads
+  int max_row_tiles = 1;
+  int64_t ctas = 0;                        // attention CTAs (items x kv heads)
+  std::vector<WorkItem> items;             // sorted by row_tiles, then longest key range first
+  std::vector<MergeItem> merges;
+  std::string describe() const;
+};
+
+Plan make_plan(const Inputs& in);
+
+}  // namespace planner
+}  // namespace pagedattn

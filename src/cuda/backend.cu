@@ -1,0 +1,309 @@
+// The cuda backend: plan (host: CUDA-specific checks, work list, metadata upload, workspace) and run
+// (device: one attention launch per kernel variant in use, then the merge; no host synchronisation).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <sstream>
+#include <vector>
+
+#include "core/plan_impl.h"
+#include "core/planner.h"
+#include "cuda/bench_util.h"
+#include "cuda/fwd/kernel.cuh"
+#include "cuda/fwd/launch.h"
+
+namespace pagedattn {
+
+bool cuda_available() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+namespace cuda {
+
+#define PA_CUDA_CHECK(expr)                                                                               \
+  do {                                                                                                    \
+    cudaError_t err_ = (expr);                                                                            \
+    if (err_ != cudaSuccess)                                                                              \
+      throw RuntimeError(std::string("CUDA error in ") + #expr + ": " + cudaGetErrorString(err_));        \
+  } while (0)
+
+FwdKernelInfo fwd_kernel_info(int head_size, int kv, int row_tiles) {
+  switch (head_size) {
+    case 64: return fwd_kernel_info_d64(kv, row_tiles);
+    case 128: return fwd_kernel_info_d128(kv, row_tiles);
+    case 256: return fwd_kernel_info_d256(kv, row_tiles);
+    default:
+      throw UnsupportedError("head size " + std::to_string(head_size) +
+                             ": the cuda backend supports 64, 128 and 256");
+  }
+}
+
+void launch_merge(const FwdParams& P, int head_size, int num_rows, cudaStream_t stream, bool pdl) {
+  switch (head_size) {
+    case 64: launch_ex(merge_kernel<64>, dim3(num_rows), dim3(16), 0, stream, pdl, P); break;
+    case 128: launch_ex(merge_kernel<128>, dim3(num_rows), dim3(32), 0, stream, pdl, P); break;
+    default: launch_ex(merge_kernel<256>, dim3(num_rows), dim3(64), 0, stream, pdl, P); break;
+  }
+}
+
+// --- read ceiling: every byte of a buffer read once, 16 bytes per load ------------------------------
+__global__ void read_kernel(const uint4* __restrict__ p, int64_t n, uint32_t* sink) {
+  uint32_t acc = 0;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const uint4 v = __ldcs(p + i);
+    acc ^= v.x ^ v.y ^ v.z ^ v.w;
+  }
+  if (acc == 0x9e3779b9u) sink[0] = acc;  // keeps the loads alive; practically never taken
+}
+
+double measure_read_ceiling_gbs(std::size_t bytes, int iters, void* stream_ptr) {
+  cudaStream_t stream = static_cast<cudaStream_t>(stream_ptr);
+  void* buf = nullptr;
+  uint32_t* sink = nullptr;
+  PA_CUDA_CHECK(cudaMalloc(&buf, bytes));
+  PA_CUDA_CHECK(cudaMalloc(&sink, 4));
+  PA_CUDA_CHECK(cudaMemsetAsync(buf, 0x5a, bytes, stream));
+  int dev = 0, sms = 0;
+  PA_CUDA_CHECK(cudaGetDevice(&dev));
+  PA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  const int64_t n = static_cast<int64_t>(bytes / 16);
+  cudaEvent_t e0, e1;
+  PA_CUDA_CHECK(cudaEventCreate(&e0));
+  PA_CUDA_CHECK(cudaEventCreate(&e1));
+  std::vector<float> ms;
+  for (int i = 0; i < iters + 3; ++i) {
+    PA_CUDA_CHECK(cudaEventRecord(e0, stream));
+    read_kernel<<<sms * 8, 512, 0, stream>>>(static_cast<const uint4*>(buf), n, sink);
+    PA_CUDA_CHECK(cudaEventRecord(e1, stream));
+    PA_CUDA_CHECK(cudaEventSynchronize(e1));
+    float t = 0;
+    PA_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+    if (i >= 3) ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  const double med = ms[ms.size() / 2];
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaFree(buf);
+  cudaFree(sink);
+  return static_cast<double>(bytes) / (med * 1e-3) / 1e9;
+}
+
+namespace {
+
+// A device allocation owned by the plan.
+struct DeviceBuffer {
+  void* ptr = nullptr;
+  std::size_t bytes = 0;
+  DeviceBuffer() = default;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() {
+    if (ptr) cudaFree(ptr);
+  }
+  void alloc(std::size_t n) {
+    bytes = n;
+    if (n) PA_CUDA_CHECK(cudaMalloc(&ptr, n));
+  }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(ptr);
+  }
+};
+
+template <typename T>
+void upload(DeviceBuffer& b, const T* host, std::size_t count, cudaStream_t s) {
+  b.alloc(std::max<std::size_t>(count * sizeof(T), 16));
+  if (count) PA_CUDA_CHECK(cudaMemcpyAsync(b.ptr, host, count * sizeof(T), cudaMemcpyHostToDevice, s));
+}
+
+int kv_kind(KVPrecision p) { return p == KVPrecision::f16 ? kKvF16 : p == KVPrecision::bf16 ? kKvBF16 : kKvU8; }
+int io_type(DType t) { return t == DType::f16 ? kIoF16 : t == DType::bf16 ? kIoBF16 : kIoF32; }
+
+bool aligned16(const TensorView& t) { return !t.present() || (reinterpret_cast<uintptr_t>(t.data) % 16) == 0; }
+
+class CudaPlan final : public detail::PlanImpl {
+ public:
+  CudaPlan(const Params& p, const Options& opt) : planned_(p), stream_(static_cast<cudaStream_t>(opt.stream)) {
+    const KVCache& c = p.cache;
+    D_ = static_cast<int>(c.head_size());
+    Hk_ = static_cast<int>(c.num_kv_heads());
+    H_ = p.num_heads;
+    G_ = H_ / Hk_;
+    kv_ = kv_kind(c.precision());
+    const int bs = static_cast<int>(c.block_size());
+    if (D_ != 64 && D_ != 128 && D_ != 256)
+      throw UnsupportedError("head size " + std::to_string(D_) + ": the cuda backend supports 64, 128 and 256");
+    if (bs < 16 || (bs & (bs - 1)) != 0)
+      throw UnsupportedError("block_size " + std::to_string(bs) + ": the cuda backend needs a power of two >= 16");
+    if (G_ > planner::kMaxRows)
+      throw UnsupportedError("group size H/Hk = " + std::to_string(G_) + ": the cuda backend supports at most 64");
+    if (p.scores.present())
+      throw UnsupportedError("scores output: not supported yet by the cuda backend (use the cpu backend)");
+    bs_log2_ = 0;
+    while ((1 << bs_log2_) < bs) ++bs_log2_;
+
+    // --- work list --------------------------------------------------------------------------------
+    const int num_seqs = static_cast<int>(p.past_lens.numel());
+    const int32_t* past = p.past_lens.ptr<int32_t>();
+    const int32_t* sb = p.subsequence_begins.ptr<int32_t>();
+    planner::Inputs in;
+    for (int s = 0; s < num_seqs; ++s) {
+      in.past_lens.push_back(past[s]);
+      in.tokens.push_back(sb[s + 1] - sb[s]);
+    }
+    in.group = G_;
+    in.num_kv_heads = Hk_;
+    in.sliding_window = p.sliding_window;
+    int dev = 0;
+    PA_CUDA_CHECK(cudaGetDevice(&dev));
+    PA_CUDA_CHECK(cudaDeviceGetAttribute(&in.num_sms, cudaDevAttrMultiProcessorCount, dev));
+    int cc_major = 0;
+    PA_CUDA_CHECK(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, dev));
+    pdl_ = cc_major >= 9;
+    in.ctas_per_sm = fwd_kernel_info(D_, kv_, 1).ctas_per_sm();
+    in.deterministic = opt.deterministic;
+    in.forced_partition = opt.partition_tokens;
+    wl_ = planner::make_plan(in);
+
+    // one launch per kernel variant (items are sorted by row tiles)
+    for (size_t i = 0; i < wl_.items.size();) {
+      size_t j = i;
+      while (j < wl_.items.size() && wl_.items[j].row_tiles == wl_.items[i].row_tiles) ++j;
+      launches_.push_back(Launch{wl_.items[i].row_tiles, static_cast<int>(i), static_cast<int>(j - i)});
+      i = j;
+    }
+    for (const Launch& l : launches_) smem_.push_back(fwd_kernel_info(D_, kv_, l.rt).smem_bytes);
+    std::vector<MergeRow> rows;
+    for (const planner::MergeItem& m : wl_.merges) {
+      for (int r = 0; r < m.nt * G_; ++r) {
+        for (int hk = 0; hk < Hk_; ++hk) {
+          rows.push_back(MergeRow{sb[m.seq] + m.t0 + r / G_, hk * G_ + r % G_, m.slot + hk * m.num_parts, r, m.num_parts});
+        }
+      }
+    }
+    num_merge_rows_ = static_cast<int>(rows.size());
+
+    // --- metadata to the device (read by run) ----------------------------------------------------
+    upload(d_past_, past, num_seqs, stream_);
+    upload(d_sb_, sb, num_seqs + 1, stream_);
+    upload(d_bi_, p.block_indices.ptr<int32_t>(), p.block_indices.numel(), stream_);
+    upload(d_bib_, p.block_indices_begins.ptr<int32_t>(), num_seqs + 1, stream_);
+    if (p.qq_bias.present()) {
+      upload(d_qq_, p.qq_bias.ptr<uint8_t>(), p.qq_bias.numel(), stream_);
+      upload(d_qqb_, p.qq_bias_begins.ptr<int32_t>(), num_seqs + 1, stream_);
+    }
+    upload(d_items_, wl_.items.data(), wl_.items.size(), stream_);
+    upload(d_merge_, rows.data(), rows.size(), stream_);
+    ws_o_.alloc(static_cast<std::size_t>(wl_.num_slots) * planner::kMaxRows * D_ * sizeof(float) + 16);
+    ws_ml_.alloc(static_cast<std::size_t>(wl_.num_slots) * planner::kMaxRows * 2 * sizeof(float) + 16);
+    // NOTE: pageable-memory copies are staged before cudaMemcpyAsync returns, so the caller may free its
+    // host metadata after plan(); the stream orders the copies before every run().
+
+    scale_ = p.scale ? *p.scale : 1.0f / std::sqrt(static_cast<float>(D_));
+  }
+
+  void run(const Params& p) override {
+    detail::check_same_signature(planned_, p);
+    const TensorView* need_align[] = {&p.query, &p.key, &p.value, &p.out, &p.cache.key, &p.cache.value,
+                                      &p.cache.key_scale, &p.cache.key_zero_point, &p.cache.value_scale,
+                                      &p.cache.value_zero_point};
+    const char* names[] = {"query", "key", "value", "out", "key_cache", "value_cache",
+                           "key_scale", "key_zero_point", "value_scale", "value_zero_point"};
+    for (int i = 0; i < 10; ++i)
+      if (!aligned16(*need_align[i]))
+        throw ValidationError(names[i], "the cuda backend needs 16-byte aligned data");
+
+    FwdParams P = {};
+    P.q = p.query.data;
+    P.out = p.out.data;
+    P.k_new = p.key.present() ? p.key.data : nullptr;
+    P.v_new = p.value.present() ? p.value.data : nullptr;
+    P.k_cache = p.cache.key.data;
+    P.v_cache = p.cache.value.data;
+    P.k_scale = static_cast<uint16_t*>(p.cache.key_scale.data);
+    P.k_zp = static_cast<uint16_t*>(p.cache.key_zero_point.data);
+    P.v_scale = static_cast<uint16_t*>(p.cache.value_scale.data);
+    P.v_zp = static_cast<uint16_t*>(p.cache.value_zero_point.data);
+    P.past_lens = d_past_.as<int32_t>();
+    P.subseq_begins = d_sb_.as<int32_t>();
+    P.block_indices = d_bi_.as<int32_t>();
+    P.block_indices_begins = d_bib_.as<int32_t>();
+    P.qq_bias = d_qq_.as<uint8_t>();
+    P.qq_bias_begins = d_qqb_.as<int32_t>();
+    P.alibi = p.alibi_slopes.present() ? p.alibi_slopes.ptr<float>() : nullptr;
+    P.sinks = p.sinks.present() ? p.sinks.ptr<float>() : nullptr;
+    P.items = d_items_.as<planner::WorkItem>();
+    P.merge_rows = d_merge_.as<MergeRow>();
+    P.ws_o = ws_o_.as<float>();
+    P.ws_ml = ws_ml_.as<float>();
+    P.H = H_;
+    P.Hk = Hk_;
+    P.G = G_;
+    P.D = D_;
+    P.block_size_log2 = bs_log2_;
+    P.sliding_window = p.sliding_window;
+    P.scale_log2 = scale_ * kLog2e;
+    P.io_dtype = io_type(p.query.dtype);
+
+    for (const Launch& l : launches_) {
+      fwd_kernel_info(D_, kv_, l.rt).launch(P, l.offset, l.count, stream_, pdl_);
+      PA_CUDA_CHECK(cudaGetLastError());
+    }
+    if (num_merge_rows_ > 0) {
+      launch_merge(P, D_, num_merge_rows_, stream_, pdl_);
+      PA_CUDA_CHECK(cudaGetLastError());
+    }
+  }
+
+  Backend backend() const override { return Backend::cuda; }
+
+  std::string describe() const override {
+    std::ostringstream os;
+    os << "pagedattn plan: backend=cuda D=" << D_ << " H=" << H_ << " Hk=" << Hk_ << " G=" << G_
+       << " kv=" << kv_precision_name(planned_.cache.precision()) << " block_size=" << (1 << bs_log2_) << " "
+       << wl_.describe() << " launches=";
+    for (size_t i = 0; i < launches_.size(); ++i)
+      os << (i ? "," : "") << "[rt=" << launches_[i].rt << " ctas=" << launches_[i].count << "x" << Hk_
+         << " smem=" << smem_[i] / 1024 << "KiB]";
+    os << " merge_rows=" << num_merge_rows_ << " pdl=" << (pdl_ ? "on" : "off")
+       << " workspace=" << workspace_bytes() / 1024 << "KiB";
+    return os.str();
+  }
+
+  std::size_t workspace_bytes() const override {
+    return ws_o_.bytes + ws_ml_.bytes + d_items_.bytes + d_merge_.bytes + d_bi_.bytes + d_qq_.bytes;
+  }
+
+ private:
+  struct Launch {
+    int rt, offset, count;
+  };
+  Params planned_;
+  cudaStream_t stream_;
+  int D_ = 0, H_ = 0, Hk_ = 0, G_ = 1, kv_ = 0, bs_log2_ = 0;
+  bool pdl_ = false;
+  float scale_ = 1.0f;
+  planner::Plan wl_;
+  std::vector<Launch> launches_;
+  std::vector<std::size_t> smem_;
+  int num_merge_rows_ = 0;
+  DeviceBuffer d_past_, d_sb_, d_bi_, d_bib_, d_qq_, d_qqb_, d_items_, d_merge_, ws_o_, ws_ml_;
+};
+
+}  // namespace
+}  // namespace cuda
+
+namespace detail {
+std::shared_ptr<PlanImpl> make_cuda_plan(const Params& p, const Options& opt) {
+  if (!cuda_available()) throw UnsupportedError("backend 'cuda': no CUDA device is visible");
+  return std::make_shared<cuda::CudaPlan>(p, opt);
+}
+}  // namespace detail
+
+}  // namespace pagedattn

@@ -1,0 +1,7 @@
+#include "cuda/fwd/instantiate.cuh"
+
+namespace pagedattn {
+namespace cuda {
+FwdKernelInfo fwd_kernel_info_d128(int kv, int row_tiles) { return fwd_kernel_info_for<128>(kv, row_tiles); }
+}  // namespace cuda
+}  // namespace pagedattn

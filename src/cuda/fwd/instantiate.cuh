@@ -1,0 +1,50 @@
+// Included once per head size by inst_d*.cu: the launchers of every (KV kind, row tiles) variant.
+#pragma once
+
+#include "cuda/fwd/kernel.cuh"
+#include "cuda/fwd/launch.h"
+
+namespace pagedattn {
+namespace cuda {
+
+template <int D, int KV, int RT>
+struct FwdVariant {
+  static constexpr std::size_t kSmem = sizeof(SharedStorage<D, KV, RT>);
+  static_assert(kSmem <= 227 * 1024, "shared memory of one CTA exceeds the sm_90 limit");
+  static void prepare() {
+    static const cudaError_t once =
+        cudaFuncSetAttribute(fwd_kernel<D, KV, RT>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem));
+    (void)once;
+  }
+  static void launch(const FwdParams& P, int item_offset, int num_items, cudaStream_t stream, bool pdl) {
+    prepare();
+    launch_ex(fwd_kernel<D, KV, RT>, dim3(num_items, P.Hk), dim3(kThreads), kSmem, stream, pdl, P, item_offset);
+  }
+  static int ctas_per_sm() {
+    prepare();
+    int n = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fwd_kernel<D, KV, RT>, kThreads, kSmem) != cudaSuccess) n = 1;
+    return n;
+  }
+  static FwdKernelInfo info() { return FwdKernelInfo{&launch, &ctas_per_sm, kSmem}; }
+};
+
+template <int D>
+FwdKernelInfo fwd_kernel_info_for(int kv, int rt) {
+  // Runtime values become template constants here and only here.
+#define PA_RT_CASES(KVK)                                   \
+  switch (rt) {                                            \
+    case 1: return FwdVariant<D, KVK, 1>::info();          \
+    case 2: return FwdVariant<D, KVK, 2>::info();          \
+    default: return FwdVariant<D, KVK, 4>::info();         \
+  }
+  switch (kv) {
+    case kKvF16: PA_RT_CASES(kKvF16)
+    case kKvBF16: PA_RT_CASES(kKvBF16)
+    default: PA_RT_CASES(kKvU8)
+  }
+#undef PA_RT_CASES
+}
+
+}  // namespace cuda
+}  // namespace pagedattn

@@ -1,0 +1,46 @@
+// Host-side entry points of the attention kernels: one launcher per (head size, KV kind, row tiles),
+// instantiated in src/cuda/fwd/inst_d*.cu (one file per head size, so builds run in parallel).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+#include "cuda/fwd/params.h"
+
+namespace pagedattn {
+namespace cuda {
+
+struct FwdKernelInfo {
+  void (*launch)(const FwdParams& P, int item_offset, int num_items, cudaStream_t stream, bool pdl);
+  int (*ctas_per_sm)();  // occupancy with the kernel's shared memory
+  std::size_t smem_bytes;
+};
+
+FwdKernelInfo fwd_kernel_info_d64(int kv, int row_tiles);
+FwdKernelInfo fwd_kernel_info_d128(int kv, int row_tiles);
+FwdKernelInfo fwd_kernel_info_d256(int kv, int row_tiles);
+/// Throws UnsupportedError naming the head size when there is no kernel for it.
+FwdKernelInfo fwd_kernel_info(int head_size, int kv, int row_tiles);
+
+void launch_merge(const FwdParams& P, int head_size, int num_rows, cudaStream_t stream, bool pdl);
+
+// Launches with programmatic stream serialisation (PDL) when `pdl` is set.
+template <typename... KArgs, typename... Args>
+cudaError_t launch_ex(void (*kernel)(KArgs...), dim3 grid, dim3 block, std::size_t smem, cudaStream_t stream,
+                      bool pdl, Args&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
+
+}  // namespace cuda
+}  // namespace pagedattn

@@ -1,0 +1,53 @@
+// The device-side parameters of one launch (plain struct, passed by value as a __grid_constant__).
+#pragma once
+
+#include <cstdint>
+
+#include "core/planner.h"
+
+namespace pagedattn {
+namespace cuda {
+
+enum KvKind : int { kKvF16 = 0, kKvBF16 = 1, kKvU8 = 2 };
+enum IoType : int { kIoF32 = 0, kIoF16 = 1, kIoBF16 = 2 };  // dtype of query / key / value / out
+
+struct MergeRow {       // one query row (token, head) whose partitions the merge kernel combines
+  int32_t token;        // global query row
+  int32_t head;         // query head
+  int32_t slot;         // partial slot of partition 0 of this row's kv head
+  int32_t row;          // row within the slot (0..63)
+  int32_t num_parts;
+};
+
+struct FwdParams {
+  const void* q;              // [num_tokens, H*D]  io dtype
+  void* out;                  // [num_tokens, H*D]  io dtype
+  const void* k_new;          // [num_tokens, Hk*D] io dtype, or nullptr (no write-in)
+  const void* v_new;          // [num_tokens, Hk*D] io dtype, or nullptr
+  void* k_cache;              // [num_blocks, Hk, block_size, D]
+  void* v_cache;              // [num_blocks, Hk, block_size, D]
+  uint16_t* k_scale;          // u8 only: [num_blocks, Hk, block_size] f16 bits
+  uint16_t* k_zp;
+  uint16_t* v_scale;
+  uint16_t* v_zp;
+  const int32_t* past_lens;   // [num_seqs]
+  const int32_t* subseq_begins;      // [num_seqs+1]
+  const int32_t* block_indices;      // [n]
+  const int32_t* block_indices_begins;  // [num_seqs+1]
+  const uint8_t* qq_bias;     // [sum T^2] or nullptr
+  const int32_t* qq_bias_begins;     // [num_seqs+1] or nullptr
+  const float* alibi;         // [H] or nullptr
+  const float* sinks;         // [H] or nullptr
+  const planner::WorkItem* items;
+  const MergeRow* merge_rows;
+  float* ws_o;                // [num_slots, 64, D] partial outputs (unnormalised, relative to ws_ml.m)
+  float* ws_ml;               // [num_slots, 64, 2] partial (max in log2 units, sum)
+  int H, Hk, G, D;
+  int block_size_log2;
+  int sliding_window;
+  float scale_log2;           // softmax scale * log2(e)
+  int io_dtype;               // IoType
+};
+
+}  // namespace cuda
+}  // namespace pagedattn
