@@ -1,0 +1,171 @@
+"""The pagedattn package on the CPU backend with NumPy arrays, against the independent NumPy reference
+(reference_np.py). Every case is seeded; a failure prints the case (seed, shapes, options)."""
+
+import numpy as np
+import pytest
+
+import pagedattn
+import reference_np as ref
+
+NUM_CASES = 160
+BASE_SEED = 20260601
+
+TOL = {np.float32: (2e-5, 2e-5), np.float16: (2e-3, 2e-3)}  # (atol, rtol) on out
+
+
+def _bits(a: np.ndarray) -> np.ndarray:
+    """Bitwise view (NaN == NaN, -0 != +0) for exact comparisons of cache contents."""
+    return a.view(np.uint16) if a.dtype == np.float16 else a
+
+
+def _assert_close(got, want, atol, rtol, what, case):
+    got64 = got.astype(np.float64)
+    assert np.isfinite(got64).all(), f"{what}: {np.count_nonzero(~np.isfinite(got64))} non-finite values; {case.describe()}"
+    err = np.abs(got64 - want)
+    bound = atol + rtol * np.abs(want)
+    worst = np.unravel_index(np.argmax(err - bound), err.shape)
+    assert (err <= bound).all(), (
+        f"{what}: worst at {tuple(int(i) for i in worst)}: got {got64[worst]!r}, want {want[worst]!r} "
+        f"(max abs err {err.max():.3g}); {case.describe()}")
+
+
+def check_case(case: ref.Case, runner) -> None:
+    before = case.snapshot()
+    result = runner(case)
+    assert result is case.out, "forward must write the caller's out in place and return it"
+
+    # 1. the cache: exactly the expected write-in (f16 rounding / this reference's u8 quantisation), and
+    #    nothing else changed (unused blocks and slots keep their poison)
+    exp = ref.expected_cache(case, before)
+    for name, want in exp.items():
+        got = getattr(case, name)
+        diff = np.argwhere(_bits(got) != _bits(want))
+        assert diff.size == 0, (f"{name} differs from the expected write-in at {len(diff)} places, first "
+                                f"{tuple(diff[0])}: got {got[tuple(diff[0])]!r}, want {want[tuple(diff[0])]!r}; "
+                                f"{case.describe()}")
+
+    # 2. attention, reading the cache the op wrote (checked equal to ours above)
+    now = {n: getattr(case, n) for n in exp}
+    want_out, want_scores = ref.attention(case, now)
+    atol, rtol = TOL[case.qdtype]
+    _assert_close(case.out, want_out, atol, rtol, "out", case)
+    if case.scores is not None:
+        scale = max(1.0, float(want_scores.max(initial=0.0)))
+        _assert_close(case.scores, want_scores, 1e-5 * scale, 1e-5, "scores", case)
+
+
+def _forward(case):
+    return pagedattn.forward(**case.kwargs(), backend="cpu")
+
+
+@pytest.mark.parametrize("seed", range(BASE_SEED, BASE_SEED + NUM_CASES))
+def test_forward_matches_numpy_reference(seed):
+    check_case(ref.make_case(seed), _forward)
+
+
+@pytest.mark.parametrize("seed", range(BASE_SEED + 1000, BASE_SEED + 1012))
+def test_plan_run_matches_numpy_reference(seed):
+    def via_plan(case):
+        p = pagedattn.plan(**case.kwargs())
+        assert p.backend == "cpu"
+        assert "cpu" in p.describe()
+        return p.run()
+
+    check_case(ref.make_case(seed), via_plan)
+
+
+def test_case_mix_covers_the_features():
+    """The random cases above do exercise u8 caches, trees, windows, alibi, sinks, scores, f16 queries,
+    read-only calls (no key/value) and block_size 1 (so a feature cannot silently drop out)."""
+    cases = [ref.make_case(s) for s in range(BASE_SEED, BASE_SEED + NUM_CASES)]
+    counts = {
+        "u8": sum(c.kv == "u8" for c in cases),
+        "tree": sum(c.qq_bias is not None for c in cases),
+        "window": sum(c.sliding_window > 0 for c in cases),
+        "alibi": sum(c.alibi_slopes is not None for c in cases),
+        "sinks": sum(c.sinks is not None for c in cases),
+        "scores": sum(c.scores is not None for c in cases),
+        "f16 query": sum(c.qdtype == np.float16 for c in cases),
+        "no write": sum(c.key is None for c in cases),
+        "block_size 1": sum(c.block_size == 1 for c in cases),
+    }
+    print(counts)
+    for k, n in counts.items():
+        assert n >= 10, f"only {n} of {NUM_CASES} cases have {k}"
+
+
+def test_plan_run_with_new_tensors():
+    """run(query=..., out=...) uses the new tensors; results equal a one-shot forward on them."""
+    case = ref.make_case(BASE_SEED + 2000, write=False)
+    p = pagedattn.plan(**case.kwargs())
+    rng = np.random.default_rng(BASE_SEED + 2000)
+    q2 = rng.standard_normal(case.query.shape).astype(case.qdtype)
+    o2 = np.full_like(case.out, np.nan)
+    got = p.run(query=q2, out=o2)
+    assert got is o2
+    kw = case.kwargs()
+    kw.update(query=q2, out=None)
+    want = pagedattn.forward(**kw)
+    np.testing.assert_array_equal(o2, want)
+    assert np.isnan(case.out).all(), "run() with another out must not write the planned out"
+
+
+def test_plan_run_rejects_other_shapes():
+    case = ref.make_case(BASE_SEED + 2001, write=False)
+    p = pagedattn.plan(**case.kwargs())
+    with pytest.raises(pagedattn.ValidationError) as e:
+        p.run(query=np.zeros((case.query.shape[0] + 1, case.query.shape[1]), case.qdtype))
+    assert e.value.input == "query" and "re-plan" in str(e.value)
+
+
+def test_out_is_allocated_like_query():
+    case = ref.make_case(BASE_SEED + 2002)
+    kw = case.kwargs()
+    kw["out"] = None
+    out = pagedattn.forward(**kw)
+    assert isinstance(out, np.ndarray) and out.shape == case.query.shape and out.dtype == case.query.dtype
+    assert np.isfinite(out.astype(np.float64)).all()
+
+
+def test_metadata_as_lists_and_bool_tree_mask():
+    case = ref.make_case(BASE_SEED + 2003, write=False)
+    kw = case.kwargs()
+    for n in ("past_lens", "subsequence_begins", "block_indices", "block_indices_begins"):
+        kw[n] = kw[n].tolist()
+    T = [case.T(s) for s in range(case.num_seqs)]
+    rng = np.random.default_rng(BASE_SEED + 2003)
+    masks = []
+    for t in T:
+        m = rng.random((t, t)) < 0.5
+        np.fill_diagonal(m, True)
+        masks.append(m.reshape(-1))
+    kw["qq_bias"] = np.concatenate(masks)                      # numpy bool
+    kw["qq_bias_begins"] = np.concatenate([[0], np.cumsum(np.array(T) ** 2)]).astype(np.int32).tolist()
+    kw["out"] = None
+    got = pagedattn.forward(**kw)
+    case.qq_bias = kw["qq_bias"].astype(np.uint8)
+    case.qq_bias_begins = np.asarray(kw["qq_bias_begins"], np.int32)
+    want, _ = ref.attention(case, case.snapshot())
+    atol, rtol = TOL[case.qdtype]
+    _assert_close(got, want, atol, rtol, "out", case)
+
+
+def test_max_context_len_default_and_explicit():
+    case = ref.make_case(BASE_SEED + 2004, write=False)
+    need = max(case.ctx(s) for s in range(case.num_seqs))
+    pagedattn.forward(**case.kwargs(), max_context_len=need)           # explicit, exactly enough
+    with pytest.raises(pagedattn.ValidationError) as e:
+        pagedattn.forward(**case.kwargs(), max_context_len=need - 1)
+    assert e.value.input == "max_context_len"
+
+
+def test_u8_quantisation_rule_of_the_reference():
+    """The reference's quantiser reproduces params.h's example properties: codes span 0..255 on
+    non-constant rows, and read-back error is at most half a step (plus f16 rounding of zp)."""
+    rng = np.random.default_rng(BASE_SEED + 2005)
+    x = (rng.standard_normal((64, 32)) * rng.uniform(0.01, 10, (64, 1))).astype(np.float32)
+    codes, scale, zp = ref.quantize_u8_rows(x)
+    back = ref.dequantize_u8(codes, scale, zp)
+    step = scale.astype(np.float64)[:, None]
+    assert (np.abs(back - x) <= 0.5 * step + np.abs(zp.astype(np.float64)[:, None]) * 2**-10 * step + 1e-12).all()
+    assert codes.min() == 0 and codes.max() >= 254
