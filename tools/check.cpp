@@ -1,0 +1,346 @@
+// `pagedattn check`: N seeded random cases of one backend against the CPU oracle.
+//
+// For each case: the oracle runs on one copy of the case, the backend on another (for cuda every (dev)
+// tensor is copied to cudaMalloc'd memory and back). Compared: out (rel_l2 against the oracle), scores
+// when present, and the whole cache afterwards (written rows and the NaN-poisoned rest): byte-identical
+// for f16/bf16; for u8 the codes may differ by at most 1, on at most kMaxU8CodeDiffFraction of the
+// written codes, and the f16 scales / zero points must be identical.
+#include "check.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <sstream>
+#include <vector>
+
+#include "buffer.h"
+#include "common/numeric.h"
+#include "cpu/oracle.h"
+#include "testing/case.h"
+
+namespace pagedattn {
+namespace tools {
+
+namespace {
+
+constexpr double kTolCpu = 1e-5;    // cpu backend: the same code as the oracle
+constexpr double kTolF16 = 2e-3;    // f16 query / f16 KV
+constexpr double kTolBf16 = 1e-2;   // bf16 query or bf16 KV
+constexpr double kTolU8 = 3e-3;     // u8 KV, against the oracle on the same codes
+constexpr double kMaxU8CodeDiffFraction = 1e-4;
+
+double tolerance(Backend b, KVPrecision kv, DType q) {
+  if (b == Backend::cpu) return kTolCpu;
+  double t = kv == KVPrecision::f16 ? kTolF16 : kv == KVPrecision::bf16 ? kTolBf16 : kTolU8;
+  if (q == DType::bf16) t = std::max(t, kTolBf16);
+  return t;
+}
+
+testing::CaseConfig make_check_config(const CheckOptions& opt) {
+  testing::CaseConfig cfg;  // "full": the generator's defaults (the oracle test's ranges)
+  if (opt.config == "small") {
+    cfg.max_seqs = 4;
+    cfg.max_past = 1024;
+    cfg.max_tokens = 16;
+  } else if (opt.config != "full") {
+    throw ValidationError("--config", "must be 'small' or 'full', got '" + opt.config + "'");
+  }
+  if (opt.backend == Backend::cuda) {
+    cfg.query_dtypes = {DType::f16, DType::bf16};  // the CUDA kernels take f16/bf16 queries
+    cfg.block_sizes = {16, 32, 64, 128};
+    if (opt.config == "full") cfg.group_sizes = {1, 2, 4, 8, 16};
+  } else {
+    cfg.query_dtypes = {DType::f32, DType::f16, DType::bf16};
+  }
+  if (opt.max_seqs > 0) cfg.max_seqs = opt.max_seqs;
+  if (opt.max_past >= 0) cfg.max_past = opt.max_past;
+  if (opt.max_tokens > 0) cfg.max_tokens = opt.max_tokens;
+  cfg.min_seqs = std::min(cfg.min_seqs, cfg.max_seqs);
+  cfg.min_past = std::min(cfg.min_past, cfg.max_past);
+  cfg.min_tokens = std::min(cfg.min_tokens, cfg.max_tokens);
+  return cfg;
+}
+
+std::vector<float> to_float(const std::vector<uint8_t>& raw, DType t) {
+  const int64_t n = static_cast<int64_t>(raw.size() / dtype_size(t));
+  std::vector<float> f(static_cast<std::size_t>(n));
+  for (int64_t i = 0; i < n; ++i) f[static_cast<std::size_t>(i)] = testing::load_as_float(raw.data(), t, i);
+  return f;
+}
+
+#ifdef PAGEDATTN_WITH_CUDA
+// Runs the case on the cuda backend: copies every (dev) tensor to the device, runs, copies outputs and
+// the cache back into `c`'s host buffers.
+void run_cuda(testing::Case& c) {
+  Params p = c.params();
+  std::vector<Buffer> dev;                       // device copies of the (dev) tensors
+  std::vector<std::pair<void*, std::size_t>> back;  // (host pointer, index in dev) copied back after the run
+  dev.reserve(16);
+  auto to_device = [&](TensorView& t, bool copy_back) {
+    if (!t.present()) return;
+    const std::size_t bytes = static_cast<std::size_t>(t.numel()) * dtype_size(t.dtype);
+    dev.emplace_back(Device::cuda, bytes);
+    dev.back().upload(t.data, bytes);
+    if (copy_back) back.emplace_back(t.data, dev.size() - 1);
+    t.data = dev.back().data();
+    t.device = Device::cuda;
+  };
+  to_device(p.query, false);
+  to_device(p.key, false);
+  to_device(p.value, false);
+  to_device(p.alibi_slopes, false);
+  to_device(p.sinks, false);
+  to_device(p.cache.key, true);
+  to_device(p.cache.value, true);
+  to_device(p.cache.key_scale, true);
+  to_device(p.cache.key_zero_point, true);
+  to_device(p.cache.value_scale, true);
+  to_device(p.cache.value_zero_point, true);
+  to_device(p.out, true);
+  to_device(p.scores, true);
+
+  PA_CUDA(cudaDeviceSynchronize());  // pageable uploads complete before the op reads them
+  Options o;
+  o.backend = Backend::cuda;
+  forward(p, o);
+  PA_CUDA(cudaDeviceSynchronize());
+  for (const auto& b : back) dev[b.second].download(b.first, dev[b.second].bytes());
+}
+#endif
+
+struct CacheCheck {
+  bool ok = true;
+  std::string msg;
+  int64_t u8_written = 0, u8_diffs = 0;
+};
+
+void compare_bytes(const std::vector<uint8_t>& got, const std::vector<uint8_t>& ref, std::size_t elem,
+                   const char* name, CacheCheck& r) {
+  if (got.size() != ref.size() || std::memcmp(got.data(), ref.data(), got.size()) != 0) {
+    std::size_t n = std::min(got.size(), ref.size()), first = n, count = 0;
+    for (std::size_t i = 0; i < n; i += elem)
+      if (std::memcmp(&got[i], &ref[i], elem) != 0) {
+        if (first == n) first = i;
+        ++count;
+      }
+    r.ok = false;
+    std::ostringstream os;
+    os << name << ": " << count << " elements differ from the oracle (first at element " << first / elem << ")";
+    r.msg += (r.msg.empty() ? "" : "; ") + os.str();
+  }
+}
+
+template <typename T>
+std::vector<uint8_t> as_bytes(const std::vector<T>& v) {
+  std::vector<uint8_t> b(v.size() * sizeof(T));
+  if (!v.empty()) std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+CacheCheck check_cache(const testing::Case& got, const testing::Case& ref) {
+  CacheCheck r;
+  if (got.kv != KVPrecision::u8) {
+    compare_bytes(got.key_cache, ref.key_cache, 2, "key_cache", r);
+    compare_bytes(got.value_cache, ref.value_cache, 2, "value_cache", r);
+    return r;
+  }
+  compare_bytes(as_bytes(got.key_scale), as_bytes(ref.key_scale), 2, "key_scale", r);
+  compare_bytes(as_bytes(got.key_zp), as_bytes(ref.key_zp), 2, "key_zero_point", r);
+  compare_bytes(as_bytes(got.value_scale), as_bytes(ref.value_scale), 2, "value_scale", r);
+  compare_bytes(as_bytes(got.value_zp), as_bytes(ref.value_zp), 2, "value_zero_point", r);
+  // NOTE: a code may differ by 1 where x / scale + zp lands within rounding of a .5 boundary.
+  int max_diff = 0;
+  for (const auto* pair : {&got.key_cache, &got.value_cache}) {
+    const std::vector<uint8_t>& g = *pair;
+    const std::vector<uint8_t>& f = pair == &got.key_cache ? ref.key_cache : ref.value_cache;
+    if (g.size() != f.size()) {
+      r.ok = false;
+      r.msg += "u8 cache sizes differ";
+      return r;
+    }
+    for (std::size_t i = 0; i < g.size(); ++i) {
+      const int d = std::abs(static_cast<int>(g[i]) - static_cast<int>(f[i]));
+      if (d) {
+        ++r.u8_diffs;
+        max_diff = std::max(max_diff, d);
+      }
+    }
+  }
+  if (got.write_kv) r.u8_written = static_cast<int64_t>(got.num_tokens) * got.num_kv_heads * got.head_size * 2;
+  if (max_diff > 1) {
+    r.ok = false;
+    r.msg += (r.msg.empty() ? "" : "; ") + std::string("u8 codes differ from the oracle by up to ") +
+             std::to_string(max_diff) + " (" + std::to_string(r.u8_diffs) + " codes differ; allowed: 1)";
+  }
+  return r;
+}
+
+// Self-test of the checker: adds `delta` to the middle element of the backend's output.
+void perturb_out(testing::Case& c, double delta) {
+  const std::size_t es = dtype_size(c.qdtype);
+  const int64_t i = static_cast<int64_t>(c.out.size() / es / 2);
+  const float x = testing::load_as_float(c.out.data(), c.qdtype, i) + static_cast<float>(delta);
+  uint8_t* at = c.out.data() + static_cast<std::size_t>(i) * es;
+  if (c.qdtype == DType::f32) {
+    std::memcpy(at, &x, 4);
+  } else {
+    const uint16_t h = c.qdtype == DType::f16 ? num::f32_to_f16_bits(x) : num::f32_to_bf16_bits(x);
+    std::memcpy(at, &h, 2);
+  }
+}
+
+struct PrecisionStats {
+  int cases = 0, failed = 0;
+  double worst = 0, tol = 0;
+  uint64_t worst_seed = 0;
+};
+
+}  // namespace
+
+int run_check(const CheckOptions& opt) {
+  if (opt.cases < 1) throw ValidationError("--cases", "must be >= 1, got " + std::to_string(opt.cases));
+  const testing::CaseConfig cfg = make_check_config(opt);
+#ifndef PAGEDATTN_WITH_CUDA
+  if (opt.backend == Backend::cuda)
+    throw UnsupportedError("backend 'cuda': this build of pagedattn has no CUDA backend (build with nvcc present)");
+#else
+  if (opt.backend == Backend::cuda && !cuda_available())
+    throw UnsupportedError("backend 'cuda': no CUDA device is visible");
+#endif
+
+  std::printf("pagedattn check: backend=%s cases=%d seeds=%llu..%llu config=%s (seqs<=%d past<=%d T<=%d)\n",
+              backend_name(opt.backend), opt.cases, static_cast<unsigned long long>(opt.seed),
+              static_cast<unsigned long long>(opt.seed + opt.cases - 1), opt.config.c_str(), cfg.max_seqs,
+              cfg.max_past, cfg.max_tokens);
+  const auto t0 = std::chrono::steady_clock::now();
+
+  std::map<std::string, PrecisionStats> stats;
+  int passed = 0, failed = 0, unsupported = 0, shown = 0;
+  int64_t u8_written = 0, u8_diffs = 0;
+  bool aggregate_failed = false;
+  double worst_ratio = -1;
+  std::string worst_desc, worst_detail;
+
+  for (int i = 0; i < opt.cases; ++i) {
+    const uint64_t seed = opt.seed + static_cast<uint64_t>(i);
+    const testing::Case base = testing::make_random_case(seed, cfg);
+    const std::string key = std::string("kv=") + kv_precision_name(base.kv) + " q=" + dtype_name(base.qdtype);
+    const double tol = tolerance(opt.backend, base.kv, base.qdtype);
+    std::string fail;  // empty: passed
+    std::string detail;
+    double ratio = 0, err = 0;
+
+    testing::Case ref = base;
+    testing::Case got = base;
+    bool skip = false;
+    try {
+      validate(ref.params());
+    } catch (const ValidationError& e) {
+      fail = std::string("the library rejected a generated case: ") + e.what();
+    }
+    if (fail.empty()) {
+      oracle::forward(ref.params());
+      try {
+        if (opt.backend == Backend::cpu) {
+          Options o;
+          o.backend = Backend::cpu;
+          forward(got.params(), o);
+        } else {
+#ifdef PAGEDATTN_WITH_CUDA
+          run_cuda(got);
+#endif
+        }
+      } catch (const UnsupportedError& e) {
+        if (opt.backend != Backend::cuda) throw;
+        skip = true;
+        ++unsupported;
+        if (opt.verbose) std::printf("  seed %llu unsupported: %s\n", static_cast<unsigned long long>(seed), e.what());
+      } catch (const ValidationError& e) {
+        fail = std::string("backend rejected the case: ") + e.what();
+      }
+    }
+    if (skip) continue;
+
+    if (fail.empty() && opt.perturb != 0) perturb_out(got, opt.perturb);
+    if (fail.empty()) {
+      const std::vector<float> ref_out = to_float(ref.out, ref.qdtype);
+      const testing::Compare co =
+          testing::compare(got.out.data(), got.qdtype, ref_out.data(), static_cast<int64_t>(ref_out.size()));
+      err = co.rel_l2;
+      ratio = co.nan_count ? 1e30 : co.rel_l2 / tol;
+      detail = "out: " + co.describe();
+      if (!co.ok(tol)) fail = "out " + co.describe() + " (tol " + std::to_string(tol) + ")";
+      if (!ref.scores.empty()) {
+        const testing::Compare cs =
+            testing::compare(reinterpret_cast<const uint8_t*>(got.scores.data()), DType::f32, ref.scores.data(),
+                             static_cast<int64_t>(ref.scores.size()));
+        err = std::max(err, cs.rel_l2);
+        ratio = std::max(ratio, cs.nan_count ? 1e30 : cs.rel_l2 / tol);
+        detail += "; scores: " + cs.describe();
+        if (!cs.ok(tol)) fail += (fail.empty() ? "" : "; ") + std::string("scores ") + cs.describe();
+      }
+      const CacheCheck cc = check_cache(got, ref);
+      u8_written += cc.u8_written;
+      u8_diffs += cc.u8_diffs;
+      if (!cc.ok) fail += (fail.empty() ? "" : "; ") + cc.msg;
+    } else {
+      ratio = 1e30;
+    }
+
+    PrecisionStats& st = stats[key];
+    ++st.cases;
+    st.tol = tol;
+    if (err >= st.worst) {
+      st.worst = err;
+      st.worst_seed = seed;
+    }
+    if (ratio > worst_ratio) {
+      worst_ratio = ratio;
+      worst_desc = base.describe();
+      worst_detail = fail.empty() ? detail : fail;
+    }
+    if (fail.empty()) {
+      ++passed;
+      if (opt.verbose) std::printf("  ok   %s  %s\n", base.describe().c_str(), detail.c_str());
+    } else {
+      ++failed;
+      ++st.failed;
+      if (shown++ < opt.max_failures_shown || opt.verbose)
+        std::printf("  FAIL %s\n       %s\n", base.describe().c_str(), fail.c_str());
+    }
+  }
+
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("%-16s %6s %6s %14s %10s  %s\n", "precision", "cases", "failed", "worst rel_l2", "tolerance",
+              "worst seed");
+  for (const auto& kv : stats)
+    std::printf("%-16s %6d %6d %14.3e %10.1e  %llu\n", kv.first.c_str(), kv.second.cases, kv.second.failed,
+                kv.second.worst, kv.second.tol, static_cast<unsigned long long>(kv.second.worst_seed));
+  if (u8_written > 0) {
+    const double frac = static_cast<double>(u8_diffs) / static_cast<double>(u8_written);
+    std::printf("u8 cache codes differing from the oracle by 1: %lld of %lld written (%.2e; allowed %.0e)\n",
+                static_cast<long long>(u8_diffs), static_cast<long long>(u8_written), frac, kMaxU8CodeDiffFraction);
+    if (frac > kMaxU8CodeDiffFraction) {
+      std::printf("FAIL: too many u8 codes differ from the oracle (%.2e > %.0e)\n", frac, kMaxU8CodeDiffFraction);
+      aggregate_failed = true;
+    }
+  }
+  if (!worst_desc.empty()) {
+    std::printf("worst case (error / tolerance %.3g): %s\n", worst_ratio >= 1e30 ? INFINITY : worst_ratio,
+                worst_desc.c_str());
+    std::printf("  %s\n", worst_detail.c_str());
+  }
+  if (unsupported) std::printf("%d unsupported by the %s backend (not counted)\n", unsupported, backend_name(opt.backend));
+  std::printf("%d passed, %d failed  (%.1f s)\n", passed, failed, secs);
+  if (passed + failed == 0) {
+    std::printf("pagedattn: error: no case was supported by the %s backend\n", backend_name(opt.backend));
+    return 1;
+  }
+  return failed || aggregate_failed ? 1 : 0;
+}
+
+}  // namespace tools
+}  // namespace pagedattn

@@ -1,0 +1,166 @@
+// pagedattn — command-line tool.
+//   pagedattn check --backend cpu|cuda --cases N --seed S [--config small|full]
+//   pagedattn bench --backend cpu|cuda [--context 8192,32768] [--tokens 1,2,3,4,8] [--kv u8,f16] ...
+// Every error (bad argument, bad input, runtime failure) is one line "pagedattn: error: ..." on stderr
+// and a non-zero exit status.
+#include <cstdio>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "bench.h"
+#include "check.h"
+#include "pagedattn/pagedattn.h"
+
+namespace {
+
+using pagedattn::ValidationError;
+
+std::string one_line(std::string s) {
+  for (char& c : s)
+    if (c == '\n' || c == '\r') c = ' ';
+  while (!s.empty() && s.back() == ' ') s.pop_back();
+  return s;
+}
+
+int fail(const std::string& msg, int code) {
+  std::fprintf(stderr, "pagedattn: error: %s\n", one_line(msg).c_str());
+  return code;
+}
+
+// "8192", "8k" (x1024), "1m" (x1024^2) -> int; throws ValidationError naming the option.
+int parse_count(const std::string& s, const char* option) {
+  std::string t = s;
+  long long mult = 1;
+  if (!t.empty() && (t.back() == 'k' || t.back() == 'K')) mult = 1024, t.pop_back();
+  else if (!t.empty() && (t.back() == 'm' || t.back() == 'M')) mult = 1024 * 1024, t.pop_back();
+  std::size_t used = 0;
+  long long v = 0;
+  try {
+    v = std::stoll(t, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (t.empty() || used != t.size())
+    throw ValidationError(option, "expects integers (e.g. 8192 or 8k), got '" + s + "'");
+  v *= mult;
+  if (v < 1 || v > (1LL << 30)) throw ValidationError(option, "value out of range [1, 2^30]: '" + s + "'");
+  return static_cast<int>(v);
+}
+
+std::vector<int> parse_counts(const std::vector<std::string>& v, const char* option) {
+  std::vector<int> out;
+  for (const std::string& s : v) out.push_back(parse_count(s, option));
+  return out;
+}
+
+pagedattn::KVPrecision parse_kv(const std::string& s) {
+  if (s == "f16") return pagedattn::KVPrecision::f16;
+  if (s == "bf16") return pagedattn::KVPrecision::bf16;
+  if (s == "u8") return pagedattn::KVPrecision::u8;
+  throw ValidationError("--kv", "each value must be u8, f16 or bf16, got '" + s + "'");
+}
+
+pagedattn::DType parse_qdtype(const std::string& s) {
+  if (s == "f16") return pagedattn::DType::f16;
+  if (s == "bf16") return pagedattn::DType::bf16;
+  if (s == "f32") return pagedattn::DType::f32;
+  throw ValidationError("--query", "must be f16, bf16 or f32, got '" + s + "'");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"pagedattn: paged attention for every step of speculative decoding at the cost of one KV read"};
+  app.set_version_flag("--version", "pagedattn 0.1.0");
+  app.require_subcommand(1);
+
+  // --- check ---
+  pagedattn::tools::CheckOptions copt;
+  std::string check_backend = "cpu";
+  CLI::App* check = app.add_subcommand("check", "random seeded cases of a backend against the CPU oracle");
+  check->add_option("--backend", check_backend, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+  check->add_option("--cases", copt.cases, "number of cases")->capture_default_str();
+  check->add_option("--seed", copt.seed, "case i uses seed + i")->capture_default_str();
+  check->add_option("--config", copt.config,
+                    "case ranges: small (<= 4 seqs, past <= 1024, T <= 16) | full (<= 8 seqs, past <= 3000, T <= 40)")
+      ->check(CLI::IsMember({"small", "full"}))
+      ->capture_default_str();
+  check->add_option("--max-seqs", copt.max_seqs, "override the config's largest batch");
+  check->add_option("--max-past", copt.max_past, "override the config's largest past_len");
+  check->add_option("--max-tokens", copt.max_tokens, "override the config's largest T per sequence");
+  check->add_flag("-v,--verbose", copt.verbose, "one line per case");
+  check->add_option("--perturb", copt.perturb,
+                    "self-test of the checker: add this to one output element of the backend (the check must fail)");
+
+  // --- bench ---
+  pagedattn::tools::BenchOptions bopt;
+  std::string bench_backend = "cpu", query = "f16";
+  std::vector<std::string> contexts, tokens, kvs;
+  CLI::App* bench = app.add_subcommand(
+      "bench",
+      "the seed scenario: Qwen3.5-9B attention (H=16, Hk=4, D=256), N layers, T new tokens over an L-token cache.\n"
+      "Defaults on cpu: --context 1024,2048 --layers 2 --repeats 3 --fill random --kv u8,f16 --scenario seed;\n"
+      "on cuda: --context 8192,32768,131072 --layers 8 --repeats 50 --fill op --kv u8,f16 --scenario all.");
+  bench->add_option("--backend", bench_backend, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+  CLI::Option* o_ctx = bench->add_option("--context", contexts, "cached tokens L per sequence, list (8192,32k,...)")->delimiter(',');
+  bench->add_option("--tokens", tokens, "new tokens T per sequence, list (default 1,2,3,4,8); T/T1 is relative to the first")
+      ->delimiter(',');
+  bench->add_option("--kv", kvs, "KV cache precisions, list of u8 | f16 | bf16 (default u8,f16)")->delimiter(',');
+  CLI::Option* o_layers = bench->add_option("--layers", bopt.layers, "layers, each its own cache");
+  bench->add_option("--block-size", bopt.block_size, "tokens per cache block")->capture_default_str();
+  bench->add_option("--batch", bopt.batch, "sequences in the seed scenario, each with the same context")->capture_default_str();
+  CLI::Option* o_fill = bench->add_option("--fill", bopt.fill, "op: fill the cache by running the op on prefill chunks; random: write bytes directly")
+                            ->check(CLI::IsMember({"op", "random"}));
+  bench->add_option("--fill-chunk", bopt.fill_chunk, "tokens per prefill chunk of --fill op")->capture_default_str();
+  CLI::Option* o_rep = bench->add_option("--repeats", bopt.repeats, "timed repeats (median reported)");
+  bench->add_option("--warmup", bopt.warmup, "untimed repeats first")->capture_default_str();
+  CLI::Option* o_scn = bench->add_option("--scenario", bopt.scenario, "seed | batch (32 seqs x 8k x T=4) | all")
+                           ->check(CLI::IsMember({"seed", "batch", "all"}));
+  bench->add_option("--batch-seqs", bopt.batch_seqs, "sequences of the batch scenario")->capture_default_str();
+  bench->add_option("--batch-context", bopt.batch_context, "context of the batch scenario")->capture_default_str();
+  bench->add_option("--batch-tokens", bopt.batch_tokens, "T of the batch scenario")->capture_default_str();
+  bench->add_option("--heads", bopt.heads, "query heads H")->capture_default_str();
+  bench->add_option("--kv-heads", bopt.kv_heads, "kv heads Hk")->capture_default_str();
+  bench->add_option("--head-size", bopt.head_size, "head size D")->capture_default_str();
+  bench->add_option("--query", query, "query/output dtype: f16 | bf16 | f32 (f32: cpu only)")->capture_default_str();
+  bench->add_option("--seed", bopt.seed, "seed of the random contents and block tables")->capture_default_str();
+  bench->add_option("--json", bopt.json, "also write the results (with device, date, commit) to this file");
+  bench->add_flag("-v,--verbose", bopt.verbose, "print each configuration's plan");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    return fail(e.what(), 2);
+  }
+
+  try {
+    if (check->parsed()) {
+      copt.backend = pagedattn::parse_backend(check_backend);
+      return pagedattn::tools::run_check(copt);
+    }
+    const bool cuda = bench_backend == "cuda";
+    bopt.backend = pagedattn::parse_backend(bench_backend);
+    bopt.contexts = contexts.empty() ? (cuda ? std::vector<int>{8192, 32768, 131072} : std::vector<int>{1024, 2048})
+                                     : parse_counts(contexts, "--context");
+    bopt.tokens = tokens.empty() ? std::vector<int>{1, 2, 3, 4, 8} : parse_counts(tokens, "--tokens");
+    if (kvs.empty()) kvs = {"u8", "f16"};
+    for (const std::string& k : kvs) bopt.kvs.push_back(parse_kv(k));
+    bopt.qdtype = parse_qdtype(query);
+    if (o_layers->count() == 0) bopt.layers = cuda ? 8 : 2;
+    if (o_rep->count() == 0) bopt.repeats = cuda ? 50 : 3;
+    if (o_fill->count() == 0) bopt.fill = cuda ? "op" : "random";
+    if (o_scn->count() == 0) bopt.scenario = cuda ? "all" : "seed";
+    (void)o_ctx;
+    return pagedattn::tools::run_bench(bopt);
+  } catch (const pagedattn::Error& e) {
+    return fail(e.what(), 1);
+  } catch (const std::bad_alloc&) {
+    return fail("out of host memory", 1);
+  } catch (const std::exception& e) {
+    return fail(e.what(), 1);
+  }
+}
