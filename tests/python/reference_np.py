@@ -108,7 +108,8 @@ def dequantize_u8(codes: np.ndarray, scale: np.ndarray, zp: np.ndarray) -> np.nd
 
 # --- random cases -----------------------------------------------------------------------------------
 def make_case(seed: int, *, kv: Optional[str] = None, qdtype=None, write: Optional[bool] = None,
-              max_seqs: int = 4, max_T: int = 9, max_past: int = 70) -> Case:
+              max_seqs: int = 4, max_T: int = 9, max_past: int = 70, head_sizes=(8, 16, 32, 64),
+              block_sizes=(1, 4, 8, 16)) -> Case:
     """A random valid case. Unused blocks, unused slots of partly filled blocks, the rows to be written
     and the outputs are poisoned (NaN; u8 codes 0xFF with NaN scale/zero point)."""
     rng = np.random.default_rng(seed)
@@ -116,8 +117,8 @@ def make_case(seed: int, *, kv: Optional[str] = None, qdtype=None, write: Option
     Hk = int(rng.choice([1, 2]))
     G = int(rng.choice([1, 2, 4]))
     H = G * Hk
-    D = int(rng.choice([8, 16, 32, 64]))
-    bs = int(rng.choice([1, 4, 8, 16]))
+    D = int(rng.choice(list(head_sizes)))
+    bs = int(rng.choice(list(block_sizes)))
     kv = kv or str(rng.choice(["f16", "u8"]))
     qdtype = qdtype or (np.float32 if rng.random() < 0.6 else np.float16)
     write = bool(rng.random() < 0.8) if write is None else write

@@ -1,0 +1,120 @@
+"""pagedattn as a PyTorch operator: ``torch.ops.pagedattn.forward``, registered with
+``torch.library.custom_op`` (pure Python; pagedattn has no C++ dependency on PyTorch).
+
+Importing this module imports torch (``import pagedattn`` alone does not). The op works in eager mode and
+inside ``torch.compile`` (a fake implementation describes it to the compiler: it returns nothing and
+mutates ``out``, the caches and ``scores``)::
+
+    import pagedattn.torch as pat
+    out = pat.forward(query, key, value, key_cache, value_cache, past_lens, subsequence_begins,
+                      block_indices, block_indices_begins, num_heads=H)
+
+Shapes and dtypes are those of :func:`pagedattn.forward`. Metadata tensors (past_lens, the begins, block
+tables, qq_bias) are read on the host at every call: give CPU tensors (CUDA ones are copied to the host,
+which synchronises). Each call plans and runs, so it is not capturable in a CUDA graph; to capture, use
+``pagedattn.plan(...)`` once and ``plan.run()`` inside ``torch.cuda.graph`` (see :class:`pagedattn.Plan`).
+Kernels run on ``torch.cuda.current_stream()``.
+"""
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+import pagedattn as _pa
+
+__all__ = ["forward"]
+
+# The tensors the op may write (declared to torch as mutated).
+_MUTATED = ("key_cache", "value_cache", "key_scale", "key_zero_point", "value_scale", "value_zero_point", "out",
+            "scores")
+
+
+@torch.library.custom_op("pagedattn::forward", mutates_args=_MUTATED)
+def _forward_op(
+    query: Tensor,
+    key: Optional[Tensor],
+    value: Optional[Tensor],
+    key_cache: Tensor,
+    value_cache: Tensor,
+    key_scale: Optional[Tensor],
+    key_zero_point: Optional[Tensor],
+    value_scale: Optional[Tensor],
+    value_zero_point: Optional[Tensor],
+    past_lens: Tensor,
+    subsequence_begins: Tensor,
+    block_indices: Tensor,
+    block_indices_begins: Tensor,
+    out: Tensor,
+    scores: Optional[Tensor],
+    alibi_slopes: Optional[Tensor],
+    sinks: Optional[Tensor],
+    qq_bias: Optional[Tensor],
+    qq_bias_begins: Optional[Tensor],
+    num_heads: int,
+    scale: Optional[float],
+    sliding_window: int,
+    max_context_len: Optional[int],
+    deterministic: bool,
+) -> None:
+    _pa.forward(query=query, key=key, value=value, key_cache=key_cache, value_cache=value_cache,
+                key_scale=key_scale, key_zero_point=key_zero_point, value_scale=value_scale,
+                value_zero_point=value_zero_point, past_lens=past_lens, subsequence_begins=subsequence_begins,
+                block_indices=block_indices, block_indices_begins=block_indices_begins, out=out, scores=scores,
+                alibi_slopes=alibi_slopes, sinks=sinks, qq_bias=qq_bias, qq_bias_begins=qq_bias_begins,
+                num_heads=num_heads, scale=scale, sliding_window=sliding_window,
+                max_context_len=max_context_len, deterministic=deterministic)
+
+
+@_forward_op.register_fake
+def _forward_fake(query, key, value, key_cache, value_cache, key_scale, key_zero_point, value_scale,
+                  value_zero_point, past_lens, subsequence_begins, block_indices, block_indices_begins, out,
+                  scores, alibi_slopes, sinks, qq_bias, qq_bias_begins, num_heads, scale, sliding_window,
+                  max_context_len, deterministic) -> None:
+    # Only shapes are known here; the real op validates. Out-of-place results do not exist: the op
+    # writes `out` (and the caches, `scores`) in place.
+    return None
+
+
+def forward(
+    query: Tensor,
+    key: Optional[Tensor],
+    value: Optional[Tensor],
+    key_cache: Tensor,
+    value_cache: Tensor,
+    past_lens: Tensor,
+    subsequence_begins: Tensor,
+    block_indices: Tensor,
+    block_indices_begins: Tensor,
+    *,
+    num_heads: int,
+    key_scale: Optional[Tensor] = None,
+    key_zero_point: Optional[Tensor] = None,
+    value_scale: Optional[Tensor] = None,
+    value_zero_point: Optional[Tensor] = None,
+    scale: Optional[float] = None,
+    sliding_window: int = 0,
+    alibi_slopes: Optional[Tensor] = None,
+    sinks: Optional[Tensor] = None,
+    max_context_len: Optional[int] = None,
+    qq_bias: Optional[Tensor] = None,
+    qq_bias_begins: Optional[Tensor] = None,
+    out: Optional[Tensor] = None,
+    scores: Optional[Tensor] = None,
+    deterministic: bool = False,
+) -> Tensor:
+    """``torch.ops.pagedattn.forward`` with `out` allocated when None; returns `out`.
+
+    query [num_tokens, H*D] (f32/f16/bf16); key, value [num_tokens, Hk*D] or None (written into the cache
+    first); key_cache, value_cache [num_blocks, Hk, block_size, D] (f16/bf16/u8, u8 with
+    key_scale/key_zero_point/value_scale/value_zero_point [num_blocks, Hk, block_size] f16); past_lens
+    [num_seqs], subsequence_begins [num_seqs+1], block_indices [n], block_indices_begins [num_seqs+1] int32
+    (CPU tensors); out [num_tokens, H*D]; scores [sum_s ctx_s] f32 or None. See pagedattn.forward.
+    """
+    if out is None:
+        out = torch.empty_like(query, memory_format=torch.contiguous_format)
+    torch.ops.pagedattn.forward(query, key, value, key_cache, value_cache, key_scale, key_zero_point, value_scale,
+                                value_zero_point, past_lens, subsequence_begins, block_indices,
+                                block_indices_begins, out, scores, alibi_slopes, sinks, qq_bias, qq_bias_begins,
+                                num_heads, scale, sliding_window, max_context_len, deterministic)
+    return out

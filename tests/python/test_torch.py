@@ -1,0 +1,130 @@
+"""The PyTorch side on the CPU: torch tensors through DLPack (no copy), the custom op
+torch.ops.pagedattn.forward (eager, opcheck, torch.compile). Skipped when PyTorch is not installed."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="PyTorch is not installed: the pagedattn.torch layer is not tested")
+
+import pagedattn  # noqa: E402
+import pagedattn.torch as pat  # noqa: E402
+import reference_np as ref  # noqa: E402
+from test_cpu import check_case  # noqa: E402
+
+SEED = 5150000
+_TENSOR_FIELDS = ("query", "key", "value", "key_cache", "value_cache", "key_scale", "key_zero_point", "value_scale",
+                  "value_zero_point", "past_lens", "subsequence_begins", "block_indices", "block_indices_begins",
+                  "alibi_slopes", "sinks", "qq_bias", "qq_bias_begins", "out", "scores")
+
+
+def torch_views(case):
+    """torch tensors sharing memory with the case's NumPy arrays (so check_case sees what the op wrote)."""
+    return {n: (None if getattr(case, n) is None else torch.from_numpy(getattr(case, n))) for n in _TENSOR_FIELDS}
+
+
+def op_args(case, t):
+    return dict(num_heads=case.num_heads, key_scale=t["key_scale"], key_zero_point=t["key_zero_point"],
+                value_scale=t["value_scale"], value_zero_point=t["value_zero_point"], scale=case.scale,
+                sliding_window=case.sliding_window, alibi_slopes=t["alibi_slopes"], sinks=t["sinks"],
+                qq_bias=t["qq_bias"], qq_bias_begins=t["qq_bias_begins"], out=t["out"], scores=t["scores"])
+
+
+def call_torch_op(case, t):
+    return pat.forward(t["query"], t["key"], t["value"], t["key_cache"], t["value_cache"], t["past_lens"],
+                       t["subsequence_begins"], t["block_indices"], t["block_indices_begins"], **op_args(case, t))
+
+
+@pytest.mark.parametrize("seed", range(SEED, SEED + 20))
+def test_package_with_torch_tensors_zero_copy(seed):
+    case = ref.make_case(seed)
+
+    def run(c):
+        t = torch_views(c)
+        kw = {**c.kwargs(), **{n: v for n, v in t.items()}}
+        got = pagedattn.forward(**kw)
+        assert got is t["out"]
+        return c.out
+
+    check_case(case, run)
+
+
+@pytest.mark.parametrize("seed", range(SEED + 100, SEED + 120))
+def test_custom_op_eager(seed):
+    case = ref.make_case(seed)
+
+    def run(c):
+        got = call_torch_op(c, torch_views(c))
+        assert got.data_ptr() == c.out.ctypes.data
+        return c.out
+
+    check_case(case, run)
+
+
+def test_out_allocated_as_torch_tensor():
+    case = ref.make_case(SEED + 200)
+    t = torch_views(case)
+    t["out"] = None
+    kw = {**case.kwargs(), **t}
+    out = pagedattn.forward(**kw)
+    assert isinstance(out, torch.Tensor) and out.shape == t["query"].shape and out.dtype == t["query"].dtype
+    out2 = pat.forward(t["query"], t["key"], t["value"], t["key_cache"], t["value_cache"], t["past_lens"],
+                       t["subsequence_begins"], t["block_indices"], t["block_indices_begins"],
+                       **{**op_args(case, t), "out": None})
+    torch.testing.assert_close(out, out2, rtol=0, atol=0)
+
+
+def test_bfloat16_query():
+    """bf16 (which NumPy lacks) through torch: agrees with the reference on the bf16-rounded inputs."""
+    case = ref.make_case(SEED + 300, kv="f16", qdtype=np.float32)
+    t = torch_views(case)
+    before = case.snapshot()
+    qb, kb, vb = (None if t[n] is None else t[n].to(torch.bfloat16) for n in ("query", "key", "value"))
+    out = pagedattn.forward(**{**case.kwargs(), **t, "query": qb, "key": kb, "value": vb, "out": None})
+    assert out.dtype == torch.bfloat16
+    # the reference on the bf16-rounded query/key/value
+    case.query = qb.float().numpy()
+    if kb is not None:
+        case.key, case.value = kb.float().numpy(), vb.float().numpy()
+    want, _ = ref.attention(case, ref.expected_cache(case, before))
+    err = np.abs(out.double().numpy() - want)
+    assert (err <= 1e-2 + 1e-2 * np.abs(want)).all(), f"max err {err.max():.3g}; {case.describe()}"
+
+
+def test_validation_error_through_custom_op():
+    case = ref.make_case(SEED + 400)
+    t = torch_views(case)
+    t["past_lens"] = t["past_lens"].to(torch.int64)
+    with pytest.raises(pagedattn.ValidationError) as e:
+        call_torch_op(case, t)
+    assert e.value.input == "past_lens"
+
+
+def test_opcheck():
+    """torch.library.opcheck: the schema's mutations, the fake implementation and AOT dispatch agree with
+    the real op."""
+    case = ref.make_case(SEED + 500, kv="u8", write=True)
+    case.scores = np.zeros(sum(case.ctx(s) for s in range(case.num_seqs)), np.float32)
+    t = torch_views(case)
+    args = (t["query"], t["key"], t["value"], t["key_cache"], t["value_cache"], t["key_scale"], t["key_zero_point"],
+            t["value_scale"], t["value_zero_point"], t["past_lens"], t["subsequence_begins"], t["block_indices"],
+            t["block_indices_begins"], t["out"], t["scores"], t["alibi_slopes"], t["sinks"], t["qq_bias"],
+            t["qq_bias_begins"], case.num_heads, case.scale, case.sliding_window, None, False)
+    torch.library.opcheck(torch.ops.pagedattn.forward.default, args,
+                          test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_static"))
+
+
+def test_torch_compile_fullgraph():
+    """The op inside torch.compile (aot_eager: traces through the fake implementation, no C++ codegen)."""
+    case = ref.make_case(SEED + 600, write=False)
+    t = torch_views(case)
+    kw = op_args(case, t)
+    kw.pop("out")
+
+    def step(q):
+        return pat.forward(q * 1.0, None, None, t["key_cache"], t["value_cache"], t["past_lens"],
+                           t["subsequence_begins"], t["block_indices"], t["block_indices_begins"], **kw)
+
+    compiled = torch.compile(step, backend="aot_eager", fullgraph=True)
+    got = compiled(t["query"])
+    want = step(t["query"])
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
