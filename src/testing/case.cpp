@@ -1,0 +1,421 @@
+// Random cases of the op and comparison helpers (see case.h).
+//
+// NOTE: draws use hand-written helpers on top of std::mt19937_64 (whose output is fixed by the
+// standard) instead of std::*_distribution (whose output is not), so a seed gives the same case with
+// every standard library.
+#include "testing/case.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+
+#include "common/numeric.h"
+
+namespace pagedattn {
+namespace testing {
+
+namespace {
+
+constexpr uint16_t kF16NaN = 0x7e00;
+constexpr uint16_t kBF16NaN = 0x7fc0;
+constexpr uint8_t kU8Poison = 0xFF;
+constexpr int kFitTries = 32;  // redraws of one sequence's (past, T) to fit the caps
+constexpr double kSqrt3 = 1.7320508075688772935274463415059;
+
+struct Rng {
+  std::mt19937_64 g;
+  explicit Rng(uint64_t seed) : g(seed) {}
+  int64_t uniform_int(int64_t lo, int64_t hi) {  // inclusive; lo <= hi
+    const uint64_t span = static_cast<uint64_t>(hi - lo) + 1;
+    return lo + static_cast<int64_t>(span == 0 ? g() : g() % span);
+  }
+  double uniform() { return static_cast<double>(g() >> 11) * 0x1.0p-53; }  // [0, 1)
+  double uniform(double lo, double hi) { return lo + (hi - lo) * uniform(); }
+  bool chance(double p) { return uniform() < p; }
+  // Roughly standard normal, cheaply (filling a cache of millions of elements stays fast): the sum of
+  // four 16-bit uniforms from one draw (Irwin-Hall), centred and scaled to unit variance; |x| < 3.47.
+  double normal() {
+    const uint64_t u = g();
+    const double sum = static_cast<double>((u & 0xffff) + ((u >> 16) & 0xffff) + ((u >> 32) & 0xffff) + (u >> 48));
+    return (sum / 65536.0 - 2.0) * kSqrt3;
+  }
+  template <typename T>
+  const T& pick(const std::vector<T>& v) {
+    if (v.empty()) throw std::invalid_argument("CaseConfig: a list of choices is empty");
+    return v[static_cast<size_t>(uniform_int(0, static_cast<int64_t>(v.size()) - 1))];
+  }
+};
+
+DType kv_dtype(KVPrecision p) {
+  switch (p) {
+    case KVPrecision::f16: return DType::f16;
+    case KVPrecision::bf16: return DType::bf16;
+    case KVPrecision::u8: return DType::u8;
+  }
+  return DType::f16;
+}
+
+// Stores x into element i of a raw buffer of float dtype t (f32, f16, bf16), rounding to nearest even.
+void store_float(uint8_t* data, DType t, int64_t i, float x) {
+  switch (t) {
+    case DType::f32: std::memcpy(data + 4 * i, &x, 4); break;
+    case DType::f16: {
+      uint16_t b = num::f32_to_f16_bits(x);
+      std::memcpy(data + 2 * i, &b, 2);
+      break;
+    }
+    case DType::bf16: {
+      uint16_t b = num::f32_to_bf16_bits(x);
+      std::memcpy(data + 2 * i, &b, 2);
+      break;
+    }
+    default: throw std::invalid_argument("store_float: not a float dtype");
+  }
+}
+
+void store_nan(uint8_t* data, DType t, int64_t i) {
+  switch (t) {
+    case DType::f32: store_float(data, t, i, std::numeric_limits<float>::quiet_NaN()); break;
+    case DType::f16: std::memcpy(data + 2 * i, &kF16NaN, 2); break;
+    case DType::bf16: std::memcpy(data + 2 * i, &kBF16NaN, 2); break;
+    case DType::u8: data[i] = kU8Poison; break;
+    default: throw std::invalid_argument("store_nan: unsupported dtype");
+  }
+}
+
+// past_len drawn with extra weight on 0, exact multiples of the block size (+-1) and the maximum.
+int draw_past(Rng& r, int lo, int hi, int bs) {
+  if (hi <= lo) return lo;
+  const double u = r.uniform();
+  int v;
+  if (u < 0.15) {
+    v = 0;
+  } else if (u < 0.35) {
+    v = static_cast<int>(r.uniform_int(0, hi / bs)) * bs;
+  } else if (u < 0.45) {
+    v = static_cast<int>(r.uniform_int(0, hi / bs)) * bs + (r.chance(0.5) ? 1 : -1);
+  } else if (u < 0.50) {
+    v = hi;
+  } else {
+    v = static_cast<int>(r.uniform_int(lo, hi));
+  }
+  return std::clamp(v, lo, hi);
+}
+
+int draw_tokens(Rng& r, int lo, int hi) {
+  if (hi <= lo) return lo;
+  if (r.chance(0.2)) return lo;  // decode-like (T = 1 by default) often
+  return static_cast<int>(r.uniform_int(lo, hi));
+}
+
+}  // namespace
+
+Case make_random_case(uint64_t seed, const CaseConfig& cfg) {
+  if (cfg.min_seqs < 1 || cfg.max_seqs < cfg.min_seqs || cfg.min_past < 0 || cfg.max_past < cfg.min_past ||
+      cfg.min_tokens < 0 || cfg.max_tokens < cfg.min_tokens || cfg.extra_blocks < 0)
+    throw std::invalid_argument("CaseConfig: empty or negative range");
+  Rng r(seed);
+  Case c;
+  c.seed = seed;
+
+  // --- shapes and precisions ----------------------------------------------------------------------
+  const int G = r.pick(cfg.group_sizes);
+  c.num_kv_heads = r.pick(cfg.kv_heads);
+  c.num_heads = G * c.num_kv_heads;
+  c.head_size = r.pick(cfg.head_sizes);
+  c.block_size = r.pick(cfg.block_sizes);
+  c.kv = r.pick(cfg.kv_precisions);
+  c.qdtype = r.pick(cfg.query_dtypes);
+  c.write_kv = r.chance(cfg.p_write);
+  c.want_scores = r.chance(cfg.p_scores);
+  const int H = c.num_heads, Hk = c.num_kv_heads, D = c.head_size, bs = c.block_size;
+
+  // --- the batch: (past_len, T) per sequence within the caps ----------------------------------------
+  const int want_seqs = static_cast<int>(r.uniform_int(cfg.min_seqs, cfg.max_seqs));
+  int64_t tokens_left = cfg.max_total_tokens, context_left = cfg.max_total_context;
+  std::vector<int> T;
+  for (int s = 0; s < want_seqs; ++s) {
+    int past = -1, t = -1;
+    for (int k = 0; k < kFitTries; ++k) {
+      int p0 = draw_past(r, cfg.min_past, cfg.max_past, bs), t0 = draw_tokens(r, cfg.min_tokens, cfg.max_tokens);
+      if (t0 <= tokens_left && p0 + t0 <= context_left) {
+        past = p0;
+        t = t0;
+        break;
+      }
+    }
+    if (past < 0) {  // the smallest sequence the ranges allow, else stop the batch here
+      past = cfg.min_past;
+      t = cfg.min_tokens;
+      if (t > tokens_left || past + t > context_left) {
+        if (s < cfg.min_seqs) throw std::invalid_argument("CaseConfig: caps leave no room for min_seqs sequences");
+        break;
+      }
+    }
+    c.past_lens.push_back(past);
+    T.push_back(t);
+    tokens_left -= t;
+    context_left -= past + t;
+  }
+  c.num_seqs = static_cast<int>(T.size());
+  c.subsequence_begins.assign(1, 0);
+  for (int t : T) c.subsequence_begins.push_back(c.subsequence_begins.back() + t);
+  c.num_tokens = c.subsequence_begins.back();
+  int max_ctx = 0;
+  for (int s = 0; s < c.num_seqs; ++s) max_ctx = std::max(max_ctx, c.ctx(s));
+
+  // --- block tables: a shuffled pool with extra_blocks unused ---------------------------------------
+  std::vector<int> blocks_needed(c.num_seqs);
+  int used_blocks = 0;
+  for (int s = 0; s < c.num_seqs; ++s) {
+    blocks_needed[s] = (c.ctx(s) + bs - 1) / bs;
+    used_blocks += blocks_needed[s];
+  }
+  c.num_blocks = used_blocks + cfg.extra_blocks;
+  std::vector<int32_t> pool(c.num_blocks);
+  std::iota(pool.begin(), pool.end(), 0);
+  for (int i = c.num_blocks - 1; i > 0; --i) std::swap(pool[i], pool[r.uniform_int(0, i)]);  // Fisher-Yates
+  c.block_indices_begins.assign(1, 0);
+  for (int s = 0, next = 0; s < c.num_seqs; ++s) {
+    for (int b = 0; b < blocks_needed[s]; ++b) c.block_indices.push_back(pool[next++]);
+    // A table may be longer than ctx_s needs; entries past the used part are never read and may hold
+    // anything: stale ids of real (poisoned or foreign) blocks, or garbage.
+    if (r.chance(0.3)) {
+      const int n = static_cast<int>(r.uniform_int(1, 3));
+      for (int k = 0; k < n; ++k) {
+        const int kind = static_cast<int>(r.uniform_int(0, 2));
+        c.block_indices.push_back(kind == 0 ? std::numeric_limits<int32_t>::max()
+                                  : kind == 1 ? -1
+                                              : static_cast<int32_t>(r.uniform_int(0, std::max(0, c.num_blocks - 1))));
+      }
+    }
+    c.block_indices_begins.push_back(static_cast<int32_t>(c.block_indices.size()));
+  }
+
+  // --- attention options --------------------------------------------------------------------------
+  c.scale = r.chance(0.5) ? 0.0f : static_cast<float>(r.uniform(0.3, 2.0) / std::sqrt(static_cast<double>(D)));
+  if (max_ctx > 0 && r.chance(cfg.p_window)) {
+    const int small = std::min(max_ctx, 2 * bs);
+    c.sliding_window = static_cast<int>(r.chance(0.4) ? r.uniform_int(1, small) : r.uniform_int(1, max_ctx));
+  }
+  if (r.chance(cfg.p_alibi)) {
+    c.alibi_slopes.resize(H);
+    for (float& v : c.alibi_slopes) v = static_cast<float>(r.uniform(0.0, 0.25));
+  }
+  if (r.chance(cfg.p_sinks)) {
+    c.sinks.resize(H);
+    for (float& v : c.sinks) v = static_cast<float>(r.uniform(-2.0, 4.0));
+  }
+  if (r.chance(cfg.p_tree)) {  // a random tree per sequence: token t > 0 hangs below a parent < t
+    c.qq_bias_begins.assign(1, 0);
+    for (int s = 0; s < c.num_seqs; ++s) {
+      const int n = T[s];
+      const bool chain = r.chance(0.2);
+      std::vector<int> parent(n, -1);
+      for (int t = 1; t < n; ++t) parent[t] = chain ? t - 1 : static_cast<int>(r.uniform_int(0, t - 1));
+      const size_t base = c.qq_bias.size();
+      c.qq_bias.resize(base + static_cast<size_t>(n) * n, 0);
+      for (int t = 0; t < n; ++t)
+        for (int a = t; a >= 0; a = parent[a]) c.qq_bias[base + static_cast<size_t>(t) * n + a] = 1;
+      c.qq_bias_begins.push_back(static_cast<int32_t>(c.qq_bias.size()));
+    }
+  }
+
+  // --- new tokens -----------------------------------------------------------------------------------
+  const size_t qsz = dtype_size(c.qdtype);
+  const double qstd = r.pick(std::vector<double>{0.5, 1.0, 2.0});
+  c.query.resize(static_cast<size_t>(c.num_tokens) * H * D * qsz);
+  for (int64_t i = 0; i < static_cast<int64_t>(c.num_tokens) * H * D; ++i)
+    store_float(c.query.data(), c.qdtype, i, static_cast<float>(qstd * r.normal()));
+  if (c.write_kv) {
+    c.key.resize(static_cast<size_t>(c.num_tokens) * Hk * D * qsz);
+    c.value.resize(c.key.size());
+    for (int64_t i = 0; i < static_cast<int64_t>(c.num_tokens) * Hk * D; ++i) {
+      store_float(c.key.data(), c.qdtype, i, static_cast<float>(r.normal()));
+      store_float(c.value.data(), c.qdtype, i, static_cast<float>(r.normal()));
+    }
+  }
+
+  // --- the cache: random data where filled, poison everywhere else -----------------------------------
+  const DType kvt = kv_dtype(c.kv);
+  const int64_t rows = static_cast<int64_t>(c.num_blocks) * Hk * bs;  // one row = D elements
+  c.key_cache.resize(static_cast<size_t>(rows) * D * dtype_size(kvt));
+  c.value_cache.resize(c.key_cache.size());
+  if (c.kv == KVPrecision::u8) {
+    c.key_scale.assign(rows, kF16NaN);
+    c.key_zp.assign(rows, kF16NaN);
+    c.value_scale.assign(rows, kF16NaN);
+    c.value_zp.assign(rows, kF16NaN);
+  }
+  for (int64_t i = 0; i < rows * D; ++i) {
+    store_nan(c.key_cache.data(), kvt, i);
+    store_nan(c.value_cache.data(), kvt, i);
+  }
+  // Positions [0, filled) of each sequence hold data: the past, plus the new tokens when they are not
+  // written in by this call.
+  auto fill_row = [&](std::vector<uint8_t>& data, std::vector<uint16_t>& scale, std::vector<uint16_t>& zp,
+                      int64_t row) {
+    if (c.kv == KVPrecision::u8) {
+      for (int d = 0; d < D; ++d) data[row * D + d] = static_cast<uint8_t>(r.uniform_int(0, 255));
+      scale[row] = num::f32_to_f16_bits(static_cast<float>(r.uniform(0.004, 0.03)));
+      zp[row] = num::f32_to_f16_bits(static_cast<float>(r.uniform(64.0, 192.0)));
+    } else {
+      for (int d = 0; d < D; ++d) store_float(data.data(), kvt, row * D + d, static_cast<float>(r.normal()));
+    }
+  };
+  for (int s = 0; s < c.num_seqs; ++s) {
+    const int filled = c.write_kv ? c.past_lens[s] : c.ctx(s);
+    for (int pos = 0; pos < filled; ++pos) {
+      const int block = c.block_indices[c.block_indices_begins[s] + pos / bs];
+      for (int kh = 0; kh < Hk; ++kh) {
+        const int64_t row = (static_cast<int64_t>(block) * Hk + kh) * bs + pos % bs;
+        fill_row(c.key_cache, c.key_scale, c.key_zp, row);
+        fill_row(c.value_cache, c.value_scale, c.value_zp, row);
+      }
+    }
+  }
+
+  // --- outputs: poisoned --------------------------------------------------------------------------
+  c.out.resize(static_cast<size_t>(c.num_tokens) * H * D * qsz);
+  for (int64_t i = 0; i < static_cast<int64_t>(c.num_tokens) * H * D; ++i) store_nan(c.out.data(), c.qdtype, i);
+  if (c.want_scores) {
+    int64_t total_ctx = 0;
+    for (int s = 0; s < c.num_seqs; ++s) total_ctx += c.ctx(s);
+    c.scores.assign(total_ctx, std::numeric_limits<float>::quiet_NaN());
+  }
+  return c;
+}
+
+Params Case::params() {
+  auto view = [](void* data, DType t, std::initializer_list<int64_t> shape) {
+    return TensorView::contiguous(data, t, Device::cpu, shape);
+  };
+  const int64_t H = num_heads, Hk = num_kv_heads, D = head_size;
+  Params p;
+  p.num_heads = num_heads;
+  p.query = view(query.data(), qdtype, {num_tokens, H * D});
+  if (write_kv) {
+    p.key = view(key.data(), qdtype, {num_tokens, Hk * D});
+    p.value = view(value.data(), qdtype, {num_tokens, Hk * D});
+  }
+  const DType kvt = kv_dtype(kv);
+  p.cache.key = view(key_cache.data(), kvt, {num_blocks, Hk, block_size, D});
+  p.cache.value = view(value_cache.data(), kvt, {num_blocks, Hk, block_size, D});
+  if (kv == KVPrecision::u8) {
+    p.cache.key_scale = view(key_scale.data(), DType::f16, {num_blocks, Hk, block_size});
+    p.cache.key_zero_point = view(key_zp.data(), DType::f16, {num_blocks, Hk, block_size});
+    p.cache.value_scale = view(value_scale.data(), DType::f16, {num_blocks, Hk, block_size});
+    p.cache.value_zero_point = view(value_zp.data(), DType::f16, {num_blocks, Hk, block_size});
+  }
+  p.past_lens = view(past_lens.data(), DType::i32, {num_seqs});
+  p.subsequence_begins = view(subsequence_begins.data(), DType::i32, {num_seqs + 1});
+  p.block_indices = view(block_indices.data(), DType::i32, {static_cast<int64_t>(block_indices.size())});
+  p.block_indices_begins = view(block_indices_begins.data(), DType::i32, {num_seqs + 1});
+  if (scale > 0.0f) p.scale = scale;  // 0: not given, the op's default 1/sqrt(D)
+  p.sliding_window = sliding_window;
+  if (!alibi_slopes.empty()) p.alibi_slopes = view(alibi_slopes.data(), DType::f32, {H});
+  if (!sinks.empty()) p.sinks = view(sinks.data(), DType::f32, {H});
+  int max_ctx = 0;
+  for (int s = 0; s < num_seqs; ++s) max_ctx = std::max(max_ctx, ctx(s));
+  p.max_context_len = max_ctx;
+  if (!qq_bias_begins.empty()) {
+    p.qq_bias = view(qq_bias.data(), DType::u8, {static_cast<int64_t>(qq_bias.size())});
+    p.qq_bias_begins = view(qq_bias_begins.data(), DType::i32, {num_seqs + 1});
+  }
+  p.out = view(out.data(), qdtype, {num_tokens, H * D});
+  if (want_scores) p.scores = view(scores.data(), DType::f32, {static_cast<int64_t>(scores.size())});
+  return p;
+}
+
+std::string Case::describe() const {
+  std::ostringstream os;
+  os << "seed=" << seed << " seqs=" << num_seqs << " tokens=" << num_tokens << " H=" << num_heads
+     << " Hk=" << num_kv_heads << " D=" << head_size << " bs=" << block_size << " blocks=" << num_blocks
+     << " kv=" << kv_precision_name(kv) << " q=" << dtype_name(qdtype) << " write=" << write_kv;
+  if (scale > 0.0f) os << " scale=" << scale;
+  if (sliding_window > 0) os << " window=" << sliding_window;
+  if (!alibi_slopes.empty()) os << " alibi";
+  if (!sinks.empty()) os << " sinks";
+  if (!qq_bias.empty() || !qq_bias_begins.empty()) os << " tree";
+  if (want_scores) os << " scores";
+  os << " past=[";
+  for (int s = 0; s < num_seqs; ++s) os << (s ? "," : "") << past_lens[s];
+  os << "] T=[";
+  for (int s = 0; s < num_seqs; ++s) os << (s ? "," : "") << T(s);
+  os << "]";
+  return os.str();
+}
+
+float load_as_float(const uint8_t* data, DType t, int64_t i) {
+  switch (t) {
+    case DType::f32: {
+      float f;
+      std::memcpy(&f, data + 4 * i, 4);
+      return f;
+    }
+    case DType::f16: {
+      uint16_t b;
+      std::memcpy(&b, data + 2 * i, 2);
+      return num::f16_bits_to_f32(b);
+    }
+    case DType::bf16: {
+      uint16_t b;
+      std::memcpy(&b, data + 2 * i, 2);
+      return num::bf16_bits_to_f32(b);
+    }
+    case DType::u8: return static_cast<float>(data[i]);
+    case DType::i32: {
+      int32_t v;
+      std::memcpy(&v, data + 4 * i, 4);
+      return static_cast<float>(v);
+    }
+  }
+  return 0.0f;
+}
+
+// NOTE: the relative error's floor is kRelFloor * rms(b), so elements near zero are judged against the
+// output's own scale instead of dividing by ~0.
+Compare compare(const uint8_t* a, DType ta, const float* b, int64_t n) {
+  constexpr double kRelFloor = 1e-3;
+  Compare r;
+  double ss_b = 0.0;
+  for (int64_t i = 0; i < n; ++i) ss_b += static_cast<double>(b[i]) * b[i];
+  const double rms_b = n > 0 ? std::sqrt(ss_b / static_cast<double>(n)) : 0.0;
+  const double floor = kRelFloor * rms_b + std::numeric_limits<double>::min();
+  double ss_diff = 0.0, worst = -1.0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double x = load_as_float(a, ta, i), y = b[i];
+    if (!std::isfinite(x) && std::isfinite(y)) {
+      if (r.nan_count++ == 0) r.worst_index = i;
+      continue;
+    }
+    const double abs_err = std::fabs(x - y);
+    const double rel_err = abs_err / (std::fabs(y) + floor);
+    ss_diff += abs_err * abs_err;
+    r.max_abs_err = std::max(r.max_abs_err, abs_err);
+    if (r.nan_count == 0 && !(rel_err <= worst)) {  // NaN in b: reported as the worst
+      worst = rel_err;
+      r.worst_index = i;
+    }
+    r.max_rel_err = std::max(r.max_rel_err, rel_err);
+    if (std::isnan(rel_err)) r.max_rel_err = rel_err;
+  }
+  r.rel_l2 = ss_b > 0.0 ? std::sqrt(ss_diff / ss_b) : std::sqrt(ss_diff);
+  if (std::isnan(ss_diff)) r.rel_l2 = std::numeric_limits<double>::quiet_NaN();
+  return r;
+}
+
+std::string Compare::describe() const {
+  std::ostringstream os;
+  os << "max_abs_err=" << max_abs_err << " max_rel_err=" << max_rel_err << " rel_l2=" << rel_l2
+     << " worst_index=" << worst_index << " nan_or_inf=" << nan_count;
+  return os.str();
+}
+
+}  // namespace testing
+}  // namespace pagedattn
