@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# One call on the GPU machine: build from source (sm_90a + sm_80), GPU tests, a compute-sanitizer
+# subset, the benchmark. Logs and JSON go under $OUT; a short table is printed last.
+#   usage: bench/gpu.sh [all|test|bench]      (run bench/prepare_deps.sh here first; carry .deps)
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+OUT=${OUT:-$root/gpu-out}
+mkdir -p "$OUT"
+what=${1:-all}
+build=${BUILD_DIR:-/tmp/pagedattn-build}
+log() { echo "== $(date -u +%H:%M:%S) $*"; }
+
+{
+  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "commit: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$root" diff --quiet 2>/dev/null || echo '+dirty')"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader 2>&1
+  nvcc --version | tail -1
+} | tee "$OUT/device.txt"
+
+log "build"
+prefix=()
+[ -d "$root/.deps" ] && prefix=(-DCMAKE_PREFIX_PATH="$root/.deps")
+if ! { cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPAGEDATTN_CUDA=ON \
+         -DCMAKE_CUDA_ARCHITECTURES="90a-real;80-real" "${prefix[@]}" &&
+       ninja -C "$build" -j "$(nproc)"; } > "$OUT/build.log" 2>&1; then
+  tail -40 "$OUT/build.log"
+  exit 1
+fi
+grep -E "spill|local memory" "$OUT/build.log" | grep -v " 0 bytes" | head -5
+
+status=0
+if [ "$what" = all ] || [ "$what" = test ]; then
+  log "GPU tests"
+  "$build/tests/test_cuda" > "$OUT/test_cuda.log" 2>&1 || status=1
+  grep -E "^\[ *(PASSED|FAILED|OK|SKIPPED) |worst|cases$" "$OUT/test_cuda.log" | head -40
+  log "CPU tests (ctest -L cpu)"
+  (cd "$build" && ctest -L cpu -j 8 --timeout 600 > "$OUT/ctest_cpu.log" 2>&1) || status=1
+  tail -3 "$OUT/ctest_cpu.log"
+  log "compute-sanitizer memcheck subset"
+  PAGEDATTN_GPU_CASES=12 compute-sanitizer --tool memcheck --error-exitcode 9 "$build/tests/test_cuda" \
+    --gtest_filter='Cuda.FewQueryRandom:Cuda.TileAndMixedRandom:Cuda.GraphReplayMatchesDirectRun' \
+    > "$OUT/sanitizer.log" 2>&1
+  echo "sanitizer exit code: $? ($(grep -c 'Invalid\|ERROR SUMMARY: [1-9]' "$OUT/sanitizer.log") error lines)"
+  grep -E "ERROR SUMMARY|PASSED|FAILED" "$OUT/sanitizer.log" | head -5
+fi
+
+if [ "$what" = all ] || [ "$what" = bench ]; then
+  log "benchmark"
+  "$build/pagedattn" bench --backend cuda ${BENCH_ARGS:-} --json "$OUT/bench.json" > "$OUT/bench.log" 2>&1 || status=1
+  cat "$OUT/bench.log"
+fi
+exit $status

@@ -1,0 +1,305 @@
+// GPU tests: the cuda backend against the CPU oracle on seeded random cases (label `gpu`).
+// Every test skips with a message when no CUDA device is visible.
+//
+// Tolerances (relative L2 error of `out` vs the oracle): f16 KV 2e-3, bf16 KV 1e-2, u8 KV 3e-3; NaN never.
+// Written cache: f16/bf16 rows bit-identical; u8 codes differ by at most 1 on at most 1e-4 of the
+// elements (division and rounding are IEEE on both sides, so we expect 0), parameters bit-identical.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <future>
+#include <map>
+#include <thread>
+
+#include "cpu/oracle.h"
+#include "testing/case.h"
+#include "testing/device_case.h"
+
+using namespace pagedattn;
+using namespace pagedattn::testing;
+
+namespace {
+
+#define REQUIRE_GPU()                                                              \
+  do {                                                                             \
+    if (!cuda_available()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped"; \
+  } while (0)
+
+uint64_t base_seed() {
+  const char* s = std::getenv("PAGEDATTN_SEED");
+  return s ? std::strtoull(s, nullptr, 10) : 20261129ull;
+}
+
+// PAGEDATTN_GPU_CASES caps each suite's case count (the sanitizer run uses a small subset).
+int case_count(int n) {
+  const char* s = std::getenv("PAGEDATTN_GPU_CASES");
+  return s ? std::min(n, std::max(1, std::atoi(s))) : n;
+}
+
+double tolerance(KVPrecision p) {
+  switch (p) {
+    case KVPrecision::f16: return 2e-3;
+    case KVPrecision::bf16: return 1e-2;
+    default: return 3e-3;
+  }
+}
+
+struct Worst {
+  double err = 0;
+  std::string where;
+  int cases = 0;
+};
+
+std::vector<float> as_floats(const std::vector<uint8_t>& bytes, DType t, int64_t n) {
+  std::vector<float> f(n);
+  for (int64_t i = 0; i < n; ++i) f[i] = load_as_float(bytes.data(), t, i);
+  return f;
+}
+
+// Compares the cache written by the GPU (c) with the oracle's (ref). Returns a failure message or "".
+std::string compare_cache(const Case& c, const Case& ref) {
+  if (c.kv != KVPrecision::u8) {
+    if (c.key_cache != ref.key_cache) return "key cache differs from the oracle's write-in";
+    if (c.value_cache != ref.value_cache) return "value cache differs from the oracle's write-in";
+    return "";
+  }
+  int64_t off_by_one = 0;
+  for (const auto* pair : {&c.key_cache, &c.value_cache}) {
+    const auto& a = *pair;
+    const auto& b = pair == &c.key_cache ? ref.key_cache : ref.value_cache;
+    for (size_t i = 0; i < a.size(); ++i) {
+      const int d = std::abs(static_cast<int>(a[i]) - static_cast<int>(b[i]));
+      if (d > 1) return "u8 code differs by " + std::to_string(d) + " at byte " + std::to_string(i);
+      off_by_one += d;
+    }
+  }
+  const double frac = static_cast<double>(off_by_one) / static_cast<double>(2 * c.key_cache.size());
+  if (frac > 1e-4) return "u8 codes off by one on " + std::to_string(frac) + " of elements";
+  auto same_bits = [](const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
+    for (size_t i = 0; i < a.size(); ++i)
+      if (a[i] != b[i] && !(((a[i] & 0x7c00) == 0x7c00) && ((b[i] & 0x7c00) == 0x7c00))) return false;
+    return true;
+  };
+  if (!same_bits(c.key_scale, ref.key_scale) || !same_bits(c.key_zp, ref.key_zp) ||
+      !same_bits(c.value_scale, ref.value_scale) || !same_bits(c.value_zp, ref.value_zp))
+    return "u8 scale/zero-point differs from the oracle's";
+  return "";
+}
+
+// Runs `n` cases: oracle references in parallel on the host, then each case on the GPU.
+void run_suite(const char* name, const CaseConfig& cfg, uint64_t seed0, int n, const Options& opt = {Backend::cuda}) {
+  n = case_count(n);
+  std::printf("[%s] base seed %llu (override with PAGEDATTN_SEED), %d cases\n", name,
+              static_cast<unsigned long long>(seed0), n);
+  std::vector<Case> cases(n), refs(n);
+  {
+    const unsigned workers = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
+    std::vector<std::future<void>> fut;
+    for (unsigned w = 0; w < workers; ++w)
+      fut.push_back(std::async(std::launch::async, [&, w] {
+        for (int i = static_cast<int>(w); i < n; i += static_cast<int>(workers)) {
+          cases[i] = make_random_case(seed0 + i, cfg);
+          refs[i] = cases[i];
+          oracle::forward(refs[i].params());
+        }
+      }));
+    for (auto& f : fut) f.get();
+  }
+  std::map<KVPrecision, Worst> worst;
+  int failures = 0;
+  for (int i = 0; i < n; ++i) {
+    Case& c = cases[i];
+    const Case& ref = refs[i];
+    {
+      DeviceCase d(c);
+      forward(d.params(), opt);
+      d.download();
+    }
+    const int64_t n_out = static_cast<int64_t>(c.num_tokens) * c.num_heads * c.head_size;
+    const std::vector<float> want = as_floats(ref.out, ref.qdtype, n_out);
+    const Compare cmp = compare(c.out.data(), c.qdtype, want.data(), n_out);
+    const double tol = tolerance(c.kv);
+    Worst& wk = worst[c.kv];
+    wk.cases++;
+    if (cmp.rel_l2 > wk.err || std::isnan(cmp.rel_l2)) {
+      wk.err = cmp.rel_l2;
+      wk.where = c.describe();
+    }
+    const std::string cache_msg = compare_cache(c, ref);
+    if (!cmp.ok(tol) || !cache_msg.empty()) {
+      ++failures;
+      ADD_FAILURE() << "case " << c.describe() << "\n  out: " << cmp.describe() << " (tolerance " << tol << ")"
+                    << (cache_msg.empty() ? "" : "\n  cache: " + cache_msg);
+      if (failures > 10) break;
+    }
+  }
+  for (const auto& [p, wk] : worst)
+    std::printf("[%s] kv %-4s: %4d cases, worst rel_l2 %.3e  (%s)\n", name, kv_precision_name(p), wk.cases, wk.err,
+                wk.where.c_str());
+}
+
+CaseConfig few_query_config() {
+  CaseConfig cfg;
+  cfg.min_seqs = 1;
+  cfg.max_seqs = 6;
+  cfg.max_past = 3000;
+  cfg.min_tokens = 1;
+  cfg.max_tokens = 16;
+  cfg.group_sizes = {1, 2, 4, 8, 16};
+  cfg.kv_heads = {1, 2, 4};
+  cfg.head_sizes = {64, 128, 256};
+  cfg.block_sizes = {16, 32, 64, 128};
+  cfg.query_dtypes = {DType::f16, DType::bf16};
+  cfg.p_scores = 0.0;  // not supported by the cuda backend yet
+  cfg.max_total_context = 12000;
+  return cfg;
+}
+
+}  // namespace
+
+TEST(Cuda, FewQueryRandom) {
+  REQUIRE_GPU();
+  run_suite("few-query", few_query_config(), base_seed(), 320);
+}
+
+TEST(Cuda, DecodeOnlyLongContext) {
+  REQUIRE_GPU();
+  CaseConfig cfg = few_query_config();
+  cfg.min_past = 4000;
+  cfg.max_past = 20000;
+  cfg.max_tokens = 1;
+  cfg.max_seqs = 3;
+  cfg.max_total_context = 40000;
+  run_suite("decode-long", cfg, base_seed() + 100000, 24);
+}
+
+TEST(Cuda, TileAndMixedRandom) {
+  REQUIRE_GPU();
+  CaseConfig cfg = few_query_config();
+  cfg.min_tokens = 1;
+  cfg.max_tokens = 160;
+  cfg.max_past = 2000;
+  cfg.group_sizes = {1, 2, 4, 8};
+  cfg.kv_heads = {1, 2};
+  cfg.max_total_tokens = 400;
+  cfg.max_total_context = 8000;
+  run_suite("tile-mixed", cfg, base_seed() + 200000, 200);
+}
+
+TEST(Cuda, LongPrefillAndChunk) {
+  REQUIRE_GPU();
+  CaseConfig cfg = few_query_config();
+  cfg.min_seqs = cfg.max_seqs = 1;
+  cfg.group_sizes = {2};
+  cfg.kv_heads = {1};
+  cfg.head_sizes = {64};
+  cfg.min_tokens = 1024;
+  cfg.max_tokens = 2048;
+  cfg.min_past = 0;
+  cfg.max_past = 32768;
+  cfg.p_tree = 0.0;
+  run_suite("long-prefill", cfg, base_seed() + 300000, 4);
+}
+
+TEST(Cuda, DeterministicModeIsBatchInvariant) {
+  REQUIRE_GPU();
+  // A sequence's output rows must be bit-identical whether it runs alone or inside a batch.
+  CaseConfig cfg = few_query_config();
+  cfg.min_seqs = cfg.max_seqs = 4;
+  cfg.p_write = 0.0;  // the cache already holds the new rows: both runs see identical caches
+  cfg.p_tree = 0.0;
+  cfg.min_past = 1000;
+  const uint64_t seed = base_seed() + 400000;
+  std::printf("[deterministic] seed %llu\n", static_cast<unsigned long long>(seed));
+  Case batch = make_random_case(seed, cfg);
+  Options opt{Backend::cuda};
+  opt.deterministic = true;
+  {
+    DeviceCase d(batch);
+    forward(d.params(), opt);
+    d.download();
+  }
+  // the last sequence alone: same cache, metadata cut to it
+  Case alone = batch;
+  const int s = batch.num_seqs - 1;
+  const int tb = batch.subsequence_begins[s], T = batch.T(s);
+  const int row = batch.num_heads * batch.head_size;
+  const size_t esz = dtype_size(batch.qdtype);
+  alone.num_seqs = 1;
+  alone.num_tokens = T;
+  alone.past_lens = {batch.past_lens[s]};
+  alone.subsequence_begins = {0, T};
+  alone.block_indices = std::vector<int32_t>(batch.block_indices.begin() + batch.block_indices_begins[s],
+                                             batch.block_indices.begin() + batch.block_indices_begins[s + 1]);
+  alone.block_indices_begins = {0, static_cast<int32_t>(alone.block_indices.size())};
+  alone.query = std::vector<uint8_t>(batch.query.begin() + tb * row * esz, batch.query.begin() + (tb + T) * row * esz);
+  alone.out.assign(T * row * esz, 0xff);
+  alone.alibi_slopes = batch.alibi_slopes;
+  alone.sinks = batch.sinks;
+  alone.scores.clear();
+  alone.want_scores = false;
+  {
+    DeviceCase d(alone);
+    forward(d.params(), opt);
+    d.download();
+  }
+  EXPECT_EQ(0, std::memcmp(alone.out.data(), batch.out.data() + tb * row * esz, T * row * esz))
+      << "deterministic mode: output of sequence " << s << " depends on the batch (" << batch.describe() << ")";
+}
+
+TEST(Cuda, GraphReplayMatchesDirectRun) {
+  REQUIRE_GPU();
+  CaseConfig cfg = few_query_config();
+  cfg.p_write = 1.0;
+  const uint64_t seed = base_seed() + 500000;
+  std::printf("[graph] seed %llu\n", static_cast<unsigned long long>(seed));
+  Case c = make_random_case(seed, cfg);
+  Case ref = c;
+  oracle::forward(ref.params());
+  DeviceCase d(c);
+  cudaStream_t stream;
+  ASSERT_EQ(cudaSuccess, cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  Options opt{Backend::cuda};
+  opt.stream = stream;
+  Plan pl = plan(d.params(), opt);
+  ASSERT_EQ(cudaSuccess, cudaStreamSynchronize(stream));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  ASSERT_EQ(cudaSuccess, cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  pl.run(d.params());
+  ASSERT_EQ(cudaSuccess, cudaStreamEndCapture(stream, &graph));
+  ASSERT_EQ(cudaSuccess, cudaGraphInstantiate(&exec, graph, 0));
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(cudaSuccess, cudaGraphLaunch(exec, stream));
+  ASSERT_EQ(cudaSuccess, cudaStreamSynchronize(stream));
+  d.download();
+  const int64_t n_out = static_cast<int64_t>(c.num_tokens) * c.num_heads * c.head_size;
+  const std::vector<float> want = as_floats(ref.out, ref.qdtype, n_out);
+  const Compare cmp = compare(c.out.data(), c.qdtype, want.data(), n_out);
+  EXPECT_TRUE(cmp.ok(tolerance(c.kv))) << c.describe() << ": " << cmp.describe();
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+TEST(Cuda, BadInputWritesNothing) {
+  REQUIRE_GPU();
+  CaseConfig cfg = few_query_config();
+  cfg.p_write = 1.0;
+  Case c = make_random_case(base_seed() + 600000, cfg);
+  const Case before = c;
+  DeviceCase d(c);
+  Params p = d.params();
+  std::vector<int32_t> bad = c.block_indices;
+  bad[0] = c.num_blocks + 7;  // out of range
+  p.block_indices.data = bad.data();
+  EXPECT_THROW(forward(p, {Backend::cuda}), ValidationError);
+  d.download();
+  EXPECT_EQ(before.out, c.out);
+  EXPECT_EQ(before.key_cache, c.key_cache);
+  EXPECT_EQ(before.value_cache, c.value_cache);
+}
