@@ -37,6 +37,9 @@
 #include "buffer.h"
 #include "common/numeric.h"
 #include "testing/case.h"
+#ifdef PAGEDATTN_WITH_CUDA
+#include "cuda/bench_util.h"
+#endif
 
 namespace pagedattn {
 namespace tools {
@@ -565,33 +568,11 @@ void print_header(const BenchOptions& opt, const char* title) {
 // --- read ceilings --------------------------------------------------------------------------------------------
 double measure_read_ceiling_gbs(void* stream) {
 #ifdef PAGEDATTN_WITH_CUDA
-  cudaStream_t st = static_cast<cudaStream_t>(stream);
   std::size_t free_b = 0, total_b = 0;
   PA_CUDA(cudaMemGetInfo(&free_b, &total_b));
-  std::size_t size = std::size_t{2} << 30;  // 2 GiB
-  while (size > (std::size_t{64} << 20) && 2 * size > free_b / 2) size /= 2;
-  Buffer src(Device::cuda, size), dst(Device::cuda, size);
-  PA_CUDA(cudaMemsetAsync(src.data(), 1, size, st));
-  PA_CUDA(cudaMemcpyAsync(dst.data(), src.data(), size, cudaMemcpyDeviceToDevice, st));  // warm-up
-  cudaEvent_t a, b;
-  PA_CUDA(cudaEventCreate(&a));
-  PA_CUDA(cudaEventCreate(&b));
-  float best_ms = 0;
-  cudaError_t err = cudaSuccess;
-  for (int r = 0; r < 10 && err == cudaSuccess; ++r) {
-    float ms = 0;
-    err = cudaEventRecord(a, st);
-    if (err == cudaSuccess) err = cudaMemcpyAsync(dst.data(), src.data(), size, cudaMemcpyDeviceToDevice, st);
-    if (err == cudaSuccess) err = cudaEventRecord(b, st);
-    if (err == cudaSuccess) err = cudaEventSynchronize(b);
-    if (err == cudaSuccess) err = cudaEventElapsedTime(&ms, a, b);
-    if (err == cudaSuccess && (best_ms == 0 || ms < best_ms)) best_ms = ms;
-  }
-  cudaEventDestroy(a);
-  cudaEventDestroy(b);
-  cuda_check(err, "measuring the read ceiling");
-  // A copy reads `size` bytes and writes `size` bytes; both count against DRAM bandwidth.
-  return 2.0 * static_cast<double>(size) / (best_ms * 1e-3) / 1e9;
+  std::size_t size = std::size_t{2} << 30;  // 2 GiB: far beyond L2
+  while (size > (std::size_t{64} << 20) && size > free_b / 2) size /= 2;
+  return cuda::measure_read_ceiling_gbs(size, 20, stream);
 #else
   (void)stream;
   throw UnsupportedError("measure_read_ceiling_gbs: this build has no CUDA backend");
@@ -673,7 +654,7 @@ int run_bench(const BenchOptions& opt) {
     PA_CUDA(cudaStreamCreateWithFlags(&stream_guard.s, cudaStreamNonBlocking));
     env.stream = stream_guard.s;
     env.ceiling_gbs = measure_read_ceiling_gbs(env.stream);
-    env.ceiling_method = "cudaMemcpyAsync device-to-device, (bytes read + bytes written) / time, best of 10";
+    env.ceiling_method = "read kernel over 2 GiB (16-byte streaming loads), median of 20";
 #else
     throw UnsupportedError("backend 'cuda': this build of pagedattn has no CUDA backend (build with nvcc present)");
 #endif
@@ -705,8 +686,9 @@ int run_bench(const BenchOptions& opt) {
   if (!sl.empty()) {
     std::printf("\nslope per 1k tokens of context:\n");
     for (const Slope& s : sl)
-      std::printf("  kv=%-4s seqs=%d T=%d: %.1f us / 1k tokens (%d -> %d)\n", s.kv.c_str(), s.batch, s.T,
-                  s.us_per_1k, s.from, s.to);
+      std::printf("  kv=%-4s seqs=%d T=%d: slope %.2f %s / 1k tokens (%d -> %d)\n", s.kv.c_str(), s.batch, s.T,
+                  std::fabs(s.us_per_1k) >= 1000 ? s.us_per_1k / 1000 : s.us_per_1k,
+                  std::fabs(s.us_per_1k) >= 1000 ? "ms" : "us", s.from, s.to);
   }
   if (opt.scenario != "seed") {
     print_header(opt, "batch scenario");

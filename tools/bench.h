@@ -35,11 +35,8 @@ struct BenchOptions {
 /// Runs the benchmark and prints the table. Returns the process exit code.
 int run_bench(const BenchOptions& opt);
 
-/// Device read ceiling in GB/s, measured on `stream` (a cudaStream_t).
-/// NOTE: implemented with a cudaMemcpyAsync device-to-device copy of a large buffer (a .cpp cannot hold
-/// a kernel). It reports (bytes read + bytes written) / time: DRAM bandwidth is shared by the two
-/// directions, so a copy's total traffic rate is the closest a copy gets to a pure read stream. A
-/// read-only kernel (pagedattn::detail::measure_read_bandwidth_gbs, by the CUDA backend) can replace it.
+/// Device read ceiling in GB/s, measured on `stream` (a cudaStream_t): the CUDA backend's read-only
+/// kernel (pagedattn::cuda::measure_read_ceiling_gbs) over a 2 GiB buffer (less when memory is short).
 double measure_read_ceiling_gbs(void* stream);
 
 /// Host read ceiling in GB/s: one thread summing a 256 MiB buffer (the cpu backend is single-threaded).

@@ -20,6 +20,9 @@
 #include "common/numeric.h"
 #include "cpu/oracle.h"
 #include "testing/case.h"
+#ifdef PAGEDATTN_WITH_CUDA
+#include "testing/device_case.h"
+#endif
 
 namespace pagedattn {
 namespace tools {
@@ -72,42 +75,15 @@ std::vector<float> to_float(const std::vector<uint8_t>& raw, DType t) {
 }
 
 #ifdef PAGEDATTN_WITH_CUDA
-// Runs the case on the cuda backend: copies every (dev) tensor to the device, runs, copies outputs and
-// the cache back into `c`'s host buffers.
+// Runs the case on the cuda backend: every (dev) tensor copied to the device; outputs and the cache
+// copied back into `c`'s host buffers.
 void run_cuda(testing::Case& c) {
-  Params p = c.params();
-  std::vector<Buffer> dev;                       // device copies of the (dev) tensors
-  std::vector<std::pair<void*, std::size_t>> back;  // (host pointer, index in dev) copied back after the run
-  dev.reserve(16);
-  auto to_device = [&](TensorView& t, bool copy_back) {
-    if (!t.present()) return;
-    const std::size_t bytes = static_cast<std::size_t>(t.numel()) * dtype_size(t.dtype);
-    dev.emplace_back(Device::cuda, bytes);
-    dev.back().upload(t.data, bytes);
-    if (copy_back) back.emplace_back(t.data, dev.size() - 1);
-    t.data = dev.back().data();
-    t.device = Device::cuda;
-  };
-  to_device(p.query, false);
-  to_device(p.key, false);
-  to_device(p.value, false);
-  to_device(p.alibi_slopes, false);
-  to_device(p.sinks, false);
-  to_device(p.cache.key, true);
-  to_device(p.cache.value, true);
-  to_device(p.cache.key_scale, true);
-  to_device(p.cache.key_zero_point, true);
-  to_device(p.cache.value_scale, true);
-  to_device(p.cache.value_zero_point, true);
-  to_device(p.out, true);
-  to_device(p.scores, true);
-
+  testing::DeviceCase d(c);
   PA_CUDA(cudaDeviceSynchronize());  // pageable uploads complete before the op reads them
   Options o;
   o.backend = Backend::cuda;
-  forward(p, o);
-  PA_CUDA(cudaDeviceSynchronize());
-  for (const auto& b : back) dev[b.second].download(b.first, dev[b.second].bytes());
+  forward(d.params(), o);
+  d.download();
 }
 #endif
 
