@@ -21,6 +21,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <fstream>
@@ -84,7 +85,11 @@ std::string git_commit() {
       char buf[128] = {0};
       const bool got = std::fgets(buf, sizeof(buf), f) != nullptr;
       const int rc = pclose(f);
-      if (got && rc == 0 && buf[0]) return trim(buf);
+      if (got && rc == 0 && buf[0]) {
+        // "+dirty": the working tree differs from the commit (the figures are not that commit's)
+        const std::string diff = "git -C '" + d + "' diff --quiet HEAD -- >/dev/null 2>&1";
+        return trim(buf) + (std::system(diff.c_str()) != 0 ? "+dirty" : "");
+      }
     }
   }
   return "unknown";
