@@ -236,6 +236,11 @@ int run_check(const CheckOptions& opt) {
         if (opt.verbose) std::printf("  seed %llu unsupported: %s\n", static_cast<unsigned long long>(seed), e.what());
       } catch (const ValidationError& e) {
         fail = std::string("backend rejected the case: ") + e.what();
+      } catch (const RuntimeError& e) {
+        // A device fault may leave the CUDA context unusable: name the case and stop here.
+        std::printf("  FAIL %s\n       runtime error: %s\n", base.describe().c_str(), e.what());
+        std::printf("%d passed, %d failed before the runtime error; stopped\n", passed, failed + 1);
+        return 1;
       }
     }
     if (skip) continue;
