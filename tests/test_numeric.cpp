@@ -127,7 +127,9 @@ TEST(Numeric, F16DecodeExhaustive) {
     _Float16 hf;
     uint16_t hb = static_cast<uint16_t>(h);
     std::memcpy(&hf, &hb, 2);
-    if (!std::isnan(ref)) ASSERT_EQ(to_bits(f), to_bits(static_cast<float>(hf))) << "bits 0x" << std::hex << h;
+    if (!std::isnan(ref)) {
+      ASSERT_EQ(to_bits(f), to_bits(static_cast<float>(hf))) << "bits 0x" << std::hex << h;
+    }
 #endif
   }
 }

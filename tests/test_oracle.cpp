@@ -477,7 +477,7 @@ TEST(Case, DeterministicInSeed) {
 
 TEST(Case, ValidAndCoversTheRanges) {
   int past0 = 0, past_multiple = 0, shuffled = 0, window = 0, alibi = 0, sinks = 0, tree = 0, scores = 0, no_write = 0,
-      long_tables = 0, past_max = 0, T_max = 0;
+      long_tables = 0, shared = 0, past_max = 0, T_max = 0;
   int kv_seen[3] = {0, 0, 0};
   for (int k = 0; k < 300; ++k) {
     const CaseConfig cfg = sweep_config(k);
@@ -498,6 +498,7 @@ TEST(Case, ValidAndCoversTheRanges) {
     ASSERT_LE(tokens, cfg.max_total_tokens);
     ASSERT_LE(context, cfg.max_total_context);
     shuffled += !std::is_sorted(c.block_indices.begin(), c.block_indices.end());
+    shared += c.describe().find("shared-prefix") != std::string::npos;
     window += c.sliding_window > 0;
     alibi += !c.alibi_slopes.empty();
     sinks += !c.sinks.empty();
@@ -535,11 +536,12 @@ TEST(Case, ValidAndCoversTheRanges) {
   EXPECT_GT(scores, 0);
   EXPECT_GT(no_write, 0);
   EXPECT_GT(long_tables, 0);
+  EXPECT_GT(shared, 0);
   const CaseConfig full;
   EXPECT_EQ(past_max, full.max_past);
   EXPECT_EQ(T_max, full.max_tokens);
   EXPECT_TRUE(kv_seen[0] && kv_seen[1] && kv_seen[2]);
   std::printf("  300 cases: past=0 %d, past=k*bs %d, window %d, alibi %d, sinks %d, tree %d, scores %d, "
-              "no write-in %d, long tables %d\n",
-              past0, past_multiple, window, alibi, sinks, tree, scores, no_write, long_tables);
+              "no write-in %d, long tables %d, shared prefix %d\n",
+              past0, past_multiple, window, alibi, sinks, tree, scores, no_write, long_tables, shared);
 }

@@ -25,6 +25,7 @@ constexpr uint16_t kF16NaN = 0x7e00;
 constexpr uint16_t kBF16NaN = 0x7fc0;
 constexpr uint8_t kU8Poison = 0xFF;
 constexpr int kFitTries = 32;  // redraws of one sequence's (past, T) to fit the caps
+constexpr double kPShare = 0.3;  // chance that a case shares prefix blocks between sequences
 constexpr double kSqrt3 = 1.7320508075688772935274463415059;
 
 struct Rng {
@@ -196,6 +197,19 @@ Case make_random_case(uint64_t seed, const CaseConfig& cfg) {
     }
     c.block_indices_begins.push_back(static_cast<int32_t>(c.block_indices.size()));
   }
+  // Prefix sharing: a sequence may read an earlier sequence's leading blocks where both hold only
+  // cached (not written) positions. The blocks it gave up stay unused, poisoned.
+  if (c.num_seqs > 1 && r.chance(kPShare)) {
+    auto full_blocks = [&](int s) { return (c.write_kv ? c.past_lens[s] : c.ctx(s)) / bs; };
+    for (int s = 1; s < c.num_seqs; ++s) {
+      const int from = static_cast<int>(r.uniform_int(0, s - 1));
+      const int k_max = std::min(full_blocks(s), full_blocks(from));
+      if (k_max == 0 || !r.chance(0.5)) continue;
+      const int k = static_cast<int>(r.uniform_int(1, k_max));
+      for (int b = 0; b < k; ++b)
+        c.block_indices[c.block_indices_begins[s] + b] = c.block_indices[c.block_indices_begins[from] + b];
+    }
+  }
 
   // --- attention options --------------------------------------------------------------------------
   c.scale = r.chance(0.5) ? 0.0f : static_cast<float>(r.uniform(0.3, 2.0) / std::sqrt(static_cast<double>(D)));
@@ -343,6 +357,11 @@ std::string Case::describe() const {
   if (!sinks.empty()) os << " sinks";
   if (!qq_bias.empty() || !qq_bias_begins.empty()) os << " tree";
   if (want_scores) os << " scores";
+  std::vector<int32_t> used;  // the blocks read, to spot prefix sharing
+  for (int s = 0; s < num_seqs; ++s)
+    for (int b = 0; b < (ctx(s) + block_size - 1) / block_size; ++b) used.push_back(block_indices[block_indices_begins[s] + b]);
+  std::sort(used.begin(), used.end());
+  if (std::adjacent_find(used.begin(), used.end()) != used.end()) os << " shared-prefix";
   os << " past=[";
   for (int s = 0; s < num_seqs; ++s) os << (s ? "," : "") << past_lens[s];
   os << "] T=[";
