@@ -114,13 +114,10 @@ void expect_unchanged(const pt::Case& c, const std::vector<std::pair<std::string
         << before[i].first << " was written by a call that failed validation (" << c.describe() << ")";
 }
 
-// Calls `call` (default: forward on the cpu backend), expects a ValidationError naming `input` whose rule
-// contains every fragment, and checks nothing was written.
-void expect_rejected(const pt::Case& c, const Params& p, const std::string& input,
-                     const std::vector<std::string>& fragments,
-                     const std::function<void(const Params&)>& call = [](const Params& q) {
-                       pagedattn::forward(q, {Backend::cpu});
-                     }) {
+// Calls `call`, expects a ValidationError naming `input` whose rule contains every fragment, and checks
+// nothing was written.
+void expect_rejected_by(const pt::Case& c, const Params& p, const std::string& input,
+                        const std::vector<std::string>& fragments, const std::function<void(const Params&)>& call) {
   const auto before = snapshot(c);
   try {
     call(p);
@@ -137,6 +134,14 @@ void expect_rejected(const pt::Case& c, const Params& p, const std::string& inpu
     ADD_FAILURE() << "expected a ValidationError for '" << input << "', got another exception: " << e.what();
   }
   expect_unchanged(c, before);
+}
+
+// The same through forward() on the cpu backend, and through validate() alone (so that the rule is
+// pinned to validate(), not caught later by a backend).
+void expect_rejected(const pt::Case& c, const Params& p, const std::string& input,
+                     const std::vector<std::string>& fragments) {
+  expect_rejected_by(c, p, input, fragments, [](const Params& q) { pagedattn::forward(q, {Backend::cpu}); });
+  expect_rejected_by(c, p, input, fragments, [](const Params& q) { pagedattn::validate(q); });
 }
 
 void expect_accepted(const Params& p, const pt::Case& c) {
@@ -273,8 +278,8 @@ TEST_P(EveryTensor, HostTensorsMustBeHostMemory) {
     if (!n.host || !n.t->present()) continue;
     n.t->device = Device::cuda;
     SCOPED_TRACE(n.name);
-    // validate() itself dereferences these, so it checks the device whatever the backend
-    expect_rejected(c, p, n.name, {"host memory"}, [](const Params& q) { pagedattn::validate(q); });
+    // forward() checks devices first; validate() itself dereferences these, so it checks them too
+    expect_rejected(c, p, n.name, {"host memory"});
     ++tested;
   }
   EXPECT_EQ(tested, 6);
@@ -363,6 +368,30 @@ TEST(Validate, NumTokensMustFitInt32) {
   const int64_t big = int64_t{1} << 31;
   p.query = reshape(p.query, {big, int64_t{c.num_heads} * c.head_size});
   expect_rejected(c, p, "query", {"int32", str(big)});
+}
+
+TEST(Validate, HeadRowMustFitInt32) {
+  pt::Case c = draw(full_cfg(KVPrecision::f16));
+  const int64_t Hk = c.num_kv_heads, D = c.head_size;
+  const int64_t H = (std::numeric_limits<int32_t>::max() / D / Hk + 1) * Hk;  // a multiple of Hk, H*D > int32
+  Params p = c.params();
+  p.num_heads = static_cast<int>(H);
+  expect_rejected(c, p, "num_heads", {"H*D = " + str(H * D), "fit int32"});
+}
+
+TEST(Validate, MetadataLengthsMustFitInt32) {
+  pt::Case c = draw(full_cfg(KVPrecision::f16));
+  const int64_t big = int64_t{1} << 31;
+  {  // nothing is read before the length is rejected
+    Params p = c.params();
+    p.past_lens = reshape(p.past_lens, {big});
+    expect_rejected(c, p, "past_lens", {"num_seqs", str(big)});
+  }
+  {
+    Params p = c.params();
+    p.block_indices = reshape(p.block_indices, {big});
+    expect_rejected(c, p, "block_indices", {"fit int32", str(big)});
+  }
 }
 
 TEST(Validate, KeyAndValueBothOrNeither) {
@@ -685,8 +714,8 @@ TEST(Validate, MaxContextLenCoversEverySequence) {
 TEST(Validate, PastPlusTokensOverflowingInt32IsCaught) {
   pt::Case c = draw(full_cfg(KVPrecision::f16));
   const int s = c.num_seqs - 1;
+  Params p = c.params();  // views first: Case's own int arithmetic on ctx would overflow
   c.past_lens[s] = std::numeric_limits<int32_t>::max();
-  Params p = c.params();
   p.max_context_len = std::numeric_limits<int32_t>::max();
   const int64_t ctx = int64_t{std::numeric_limits<int32_t>::max()} + c.T(s);
   expect_rejected(c, p, "max_context_len", {"sequence " + str(s), str(ctx)});
@@ -959,12 +988,12 @@ TEST(Validate, RunRejectsADifferentSignature) {
   const pagedattn::Plan plan = pagedattn::plan(a.params(), {Backend::cpu});
   // b is a valid call on its own, but not the planned one
   const std::string input = b.num_heads != a.num_heads ? "num_heads" : "query";
-  expect_rejected(b, b.params(), input, {"differs from the planned call", "re-plan"},
-                  [&](const Params& q) { plan.run(q); });
+  expect_rejected_by(b, b.params(), input, {"differs from the planned call", "re-plan"},
+                     [&](const Params& q) { plan.run(q); });
   {  // same call with a reshaped output
     Params p = a.params();
     p.out = reshape(p.out, {int64_t{a.num_tokens} * a.num_heads * a.head_size});
-    expect_rejected(a, p, "out", {"differs from the planned call"}, [&](const Params& q) { plan.run(q); });
+    expect_rejected_by(a, p, "out", {"differs from the planned call"}, [&](const Params& q) { plan.run(q); });
   }
   // the planned call itself runs
   EXPECT_NO_THROW(plan.run(a.params())) << a.describe();

@@ -185,7 +185,8 @@ void validate(const Params& p) {
   // heads: H = G * Hk; query's row is H*D
   if (H % Hk != 0)
     fail("num_heads", cat("must be a multiple of the cache's kv heads Hk = ", Hk, ", got ", H));
-  if (H * D > kInt32Max) fail("num_heads", cat("H*D = ", H * D, " must fit int32"));
+  if (H * D > kInt32Max)
+    fail("num_heads", cat("H*D = ", H * D, " (num_heads ", H, " x head size ", D, ") must fit int32 (<= ", kInt32Max, ")"));
   require_dim(p.query, "query", 1, H * D, cat("H*D (num_heads ", H, " x head size ", D, ")"));
 
   // key / value: both or neither, [num_tokens, Hk*D] in query's dtype
