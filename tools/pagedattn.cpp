@@ -100,10 +100,11 @@ int main(int argc, char** argv) {
   std::string bench_backend = "cpu", query = "f16";
   std::vector<std::string> contexts, tokens, kvs;
   CLI::App* bench = app.add_subcommand(
-      "bench",
-      "the seed scenario: Qwen3.5-9B attention (H=16, Hk=4, D=256), N layers, T new tokens over an L-token cache.\n"
-      "Defaults on cpu: --context 1024,2048 --layers 2 --repeats 3 --fill random --kv u8,f16 --scenario seed;\n"
-      "on cuda: --context 8192,32768,131072 --layers 8 --repeats 50 --fill op --kv u8,f16 --scenario all.");
+      "bench", "the seed scenario: Qwen3.5-9B attention, T new tokens over an L-token paged cache, per N layers");
+  bench->footer(
+      "Defaults on cpu:  --context 1024,2048 --layers 2 --repeats 3 --fill random --scenario seed\n"
+      "Defaults on cuda: --context 8192,32768,131072 --layers 8 --repeats 50 --fill op --scenario all\n"
+      "                  (one CUDA graph of all layers per replay; layer copies rotate so caches exceed 3x L2)");
   bench->add_option("--backend", bench_backend, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   CLI::Option* o_ctx = bench->add_option("--context", contexts, "cached tokens L per sequence, list (8192,32k,...)")->delimiter(',');
   bench->add_option("--tokens", tokens, "new tokens T per sequence, list (default 1,2,3,4,8); T/T1 is relative to the first")
