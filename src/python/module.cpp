@@ -239,6 +239,8 @@ NB_MODULE(_C, m) {
   using pagedattn::py::Scalars;
   m.doc() = "pagedattn native module (use the `pagedattn` package, not this module directly)";
   nb::register_exception_translator(&pagedattn::py::translate);
+  // Plans kept in module globals are alive at interpreter exit; that is not a leak worth a warning.
+  nb::set_leak_warnings(false);
 
 #ifdef PAGEDATTN_WITH_CUDA
   m.attr("built_with_cuda") = true;
