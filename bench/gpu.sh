@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: build from source (sm_90a + sm_80), GPU tests, a compute-sanitizer
 # subset, the benchmark. Logs and JSON go under $OUT; a short table is printed last.
-#   usage: bench/gpu.sh [all|test|bench]      (run bench/prepare_deps.sh here first; carry .deps)
+#   usage: bench/gpu.sh [all|test|bench]
+# Here, before the call: bench/prepare_deps.sh, and
+#   echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo +dirty)" > .commit
+# then carry .deps and .commit.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-$root/gpu-out}
@@ -10,9 +13,20 @@ what=${1:-all}
 build=${BUILD_DIR:-/tmp/pagedattn-build}
 log() { echo "== $(date -u +%H:%M:%S) $*"; }
 
+# the copy of the tree on the GPU machine has no .git: take the commit from .commit (carried)
+if [ -z "${PAGEDATTN_COMMIT:-}" ]; then
+  if git -C "$root" rev-parse --short HEAD >/dev/null 2>&1; then
+    PAGEDATTN_COMMIT="$(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet HEAD 2>/dev/null || echo +dirty)"
+  elif [ -f "$root/.commit" ]; then
+    PAGEDATTN_COMMIT=$(cat "$root/.commit")
+  else
+    PAGEDATTN_COMMIT=unknown
+  fi
+fi
+export PAGEDATTN_COMMIT
 {
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  echo "commit: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)$(git -C "$root" diff --quiet 2>/dev/null || echo '+dirty')"
+  echo "commit: $PAGEDATTN_COMMIT"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader 2>&1
   nvcc --version | tail -1
 } | tee "$OUT/device.txt"

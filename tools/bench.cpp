@@ -67,6 +67,8 @@ std::string trim(std::string s) {
 }
 
 std::string git_commit() {
+  // The GPU machine gets a copy of the tree without .git: bench/gpu.sh passes the commit along.
+  if (const char* env = std::getenv("PAGEDATTN_COMMIT"); env != nullptr && env[0] != 0) return env;
 #ifdef PAGEDATTN_GIT_COMMIT
   return PAGEDATTN_GIT_COMMIT;
 #else

@@ -76,6 +76,7 @@ Plan make_plan(const Inputs& in) {
       w.num_parts = nparts;
       w.slot = nparts > 1 ? slot + (p - p0) : -1;
       w.row_tiles = rt;
+      w.past = w.tok0 = w.t_seq = w.table = 0;
       plan.items.push_back(w);
     }
     if (nparts > 1) {

@@ -30,6 +30,11 @@ struct WorkItem {
                       // partition (the CTA writes `out` directly); kv head h uses slot + h * num_parts
   int32_t num_parts;  // partitions of this chunk
   int32_t row_tiles;  // kernel variant: 16-row MMA tiles, 1, 2 or 4 (>= ceil(nt * G / 16))
+  // Filled by the backend from the call's metadata (so the kernel needs one dependent load, not four):
+  int32_t past;       // past_lens[seq]
+  int32_t tok0;       // subsequence_begins[seq]
+  int32_t t_seq;      // T of the sequence
+  int32_t table;      // block_indices_begins[seq]
 };
 
 struct MergeItem {     // one (chunk, query row) whose partitions must be combined, for every kv head

@@ -170,6 +170,13 @@ class CudaPlan final : public detail::PlanImpl {
     in.deterministic = opt.deterministic;
     in.forced_partition = opt.partition_tokens;
     wl_ = planner::make_plan(in);
+    const int32_t* bib = p.block_indices_begins.ptr<int32_t>();
+    for (planner::WorkItem& w : wl_.items) {
+      w.past = past[w.seq];
+      w.tok0 = sb[w.seq];
+      w.t_seq = sb[w.seq + 1] - sb[w.seq];
+      w.table = bib[w.seq];
+    }
 
     // one launch per kernel variant (items are sorted by row tiles)
     for (size_t i = 0; i < wl_.items.size();) {

@@ -51,38 +51,56 @@ struct KvTraits<kKvU8> {
   using cache_t = uint8_t;
 };
 
-// Shared memory of one CTA, sized by sizeof (rows padded by 16 bytes: conflict-free ldmatrix).
+// Tile and pipeline choices per (head size, KV kind, row tiles); shared memory is one struct sized by
+// sizeof. Rows are padded by 16 bytes so that ldmatrix reads are free of bank conflicts.
+template <int D, int KV, int RT>
+struct FwdTraits {
+  using T = typename KvTraits<KV>::mma_t;
+  static constexpr bool kU8 = KV == kKvU8;
+  static constexpr int kRows = RT * 16;
+  static constexpr int kLdQ = D + 8;                       // Q row (elements)
+  static constexpr int kLdKV = kU8 ? D + 16 : D + 8;       // K/V tile row (cache elements)
+  static constexpr int kLdS = kBlockKV + 4;                // S row (floats)
+  static constexpr int kLdP = kBlockKV + 8;                // P row (elements)
+  static constexpr int kStageBytes = 2 * kBlockKV * kLdKV * static_cast<int>(sizeof(typename KvTraits<KV>::cache_t)) +
+                                     (kU8 ? 4 * kBlockKV * 2 : 0);
+  static constexpr int kQBytes = kRows * kLdQ * static_cast<int>(sizeof(T));
+  static constexpr int kSPBytes = kRows * kLdS * 4 + kRows * kLdP * static_cast<int>(sizeof(T));
+  static constexpr int kFixed = (kQBytes > kSPBytes ? kQBytes : kSPBytes) + 5 * kRows * 4 + 256;
+  // D=256: one CTA per SM, as many stages as fit; smaller heads: keep two CTAs per SM.
+  static constexpr int kBudget = D >= 256 ? 227 * 1024 : 113 * 1024;
+  static constexpr int kStages = kFixed + 4 * kStageBytes <= kBudget ? 4 : kFixed + 3 * kStageBytes <= kBudget ? 3 : 2;
+  // phase 1: warps split keys; phase 3: warps split 32-column blocks
+  static constexpr int kGroups1 = kWarps / RT;
+  static constexpr int kN1 = kBlockKV / kGroups1 / 8;       // 8-key n-tiles per warp
+  static constexpr int kGroups3 = (kWarps / RT) < (D / 32) ? (kWarps / RT) : (D / 32);
+  static constexpr int kWarps3 = RT * kGroups3;             // warps active in phase 3
+  static constexpr int kCols3 = D / kGroups3;               // columns per phase-3 warp (multiple of 32)
+  static constexpr int kN3 = kCols3 / 8;
+  static constexpr int kPasses2 = (kRows + 31) / 32;        // phase 2: 32 rows per pass (8 lanes a row)
+};
+
 template <int D, int KV, int RT>
 struct SharedStorage {
-  using T = typename KvTraits<KV>::mma_t;
-  static constexpr int kRows = RT * 16;
-  static constexpr int kLd = D + 8;           // padded row of a Q/K/V tile (elements)
-  static constexpr int kLdS = kBlockKV + 4;   // padded row of S (floats)
-  static constexpr int kLdP = kBlockKV + 8;   // padded row of P (elements)
-  static constexpr bool kU8 = KV == kKvU8;
-
-  struct StageHalf {  // one pipeline stage of a 16-bit cache
-    alignas(16) T k[kBlockKV][kLd];
-    alignas(16) T v[kBlockKV][kLd];
+  using Tr = FwdTraits<D, KV, RT>;
+  using T = typename Tr::T;
+  using C = typename KvTraits<KV>::cache_t;
+  struct Stage {
+    alignas(16) C k[kBlockKV][Tr::kLdKV];
+    alignas(16) C v[kBlockKV][Tr::kLdKV];
+    alignas(16) uint16_t par[Tr::kU8 ? 4 : 1][kBlockKV];  // u8: key scale, key zp, value scale, value zp
   };
-  struct StageU8 {  // one pipeline stage of a u8 cache: raw codes and their f16 parameters
-    alignas(16) uint8_t k[kBlockKV][D];
-    alignas(16) uint8_t v[kBlockKV][D];
-    alignas(16) uint16_t ks[kBlockKV], kz[kBlockKV], vs[kBlockKV], vz[kBlockKV];
+  struct SP {
+    alignas(16) float s[Tr::kRows][Tr::kLdS];
+    alignas(16) T p[Tr::kRows][Tr::kLdP];
   };
-  struct Converted {  // u8: the current tile as f16 codes, its parameters as float
-    alignas(16) T k[kBlockKV][kLd];
-    alignas(16) T v[kBlockKV][kLd];
-    float ks[kBlockKV], kz[kBlockKV], vs[kBlockKV], vz[kBlockKV];
+  union QOrSP {  // Q is only read before the first tile; S and P only inside the loop
+    alignas(16) T q[Tr::kRows][Tr::kLdQ];
+    SP sp;
   };
-  struct Empty {};
-
-  alignas(16) T q[kRows][kLd];
-  std::conditional_t<kU8, StageU8, StageHalf> stage[2];
-  std::conditional_t<kU8, Converted, Empty> conv;
-  alignas(16) float s[kRows][kLdS];
-  alignas(16) T p[kRows][kLdP];
-  float m[kRows], l[kRows], alpha[kRows], corr[kRows], qsum[kRows];
+  Stage stage[Tr::kStages];
+  QOrSP u;
+  float m[Tr::kRows], l[Tr::kRows], alpha[Tr::kRows], corr[Tr::kRows], qsum[Tr::kRows];
 };
 
 // --- small helpers ------------------------------------------------------------------------------
@@ -100,13 +118,21 @@ __device__ __forceinline__ void store_io(void* base, int64_t i, int io, float v)
     static_cast<float*>(base)[i] = v;
 }
 
-// Index (in elements of a [num_blocks, Hk, bs, D] cache, divided by D) of key position `pos`.
+// Row index (in units of D elements of a [num_blocks, Hk, bs, D] cache) of key position `pos`.
 __device__ __forceinline__ int64_t cache_row(const int32_t* table, int pos, int hk, int Hk, int bs_log2) {
   const int64_t blk = __ldg(table + (pos >> bs_log2));
   return ((blk * Hk + hk) << bs_log2) | (pos & ((1 << bs_log2) - 1));
 }
 
-// One warp writes (and for u8 quantises) one new key or value row of kv head `hk` into the cache.
+// u8 codes -> f16 pairs, exactly: 0x6400 | b is the half 1024 + b. `sel` picks the two bytes.
+__device__ __forceinline__ uint32_t u8x2_to_half2(uint32_t x, uint32_t sel) {
+  uint32_t h = __byte_perm(x, 0x64u, sel);
+  __half2 v = __hsub2(*reinterpret_cast<__half2*>(&h), __float2half2_rn(1024.0f));
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+constexpr uint32_t kSelB01 = 0x4140u, kSelB23 = 0x4342u, kSelB02 = 0x4240u, kSelB13 = 0x4341u;
+
+// One warp writes (and for u8 quantises) one new key or value row of one kv head into the cache.
 template <int D, int KV>
 __device__ __forceinline__ void write_row(const void* src, int64_t src_off, void* cache, uint16_t* scale,
                                           uint16_t* zp, int64_t row, int io, int lane) {
@@ -139,7 +165,7 @@ __device__ __forceinline__ void write_row(const void* src, int64_t src_off, void
   }
 }
 
-// Issues the async copies of one 64-key tile (keys [j0, j0+64) clipped to kv_end: the rest zero-filled).
+// Issues the async copies of one 64-key tile (keys [j0, j0+64) clipped to kv_end; the rest zero-filled).
 template <int D, int KV, int RT>
 __device__ __forceinline__ void load_tile(SharedStorage<D, KV, RT>& sm, int stage, const FwdParams& P,
                                           const int32_t* table, int hk, int j0, int kv_end, int tid) {
@@ -160,195 +186,182 @@ __device__ __forceinline__ void load_tile(SharedStorage<D, KV, RT>& sm, int stag
   }
   if constexpr (KV == kKvU8) {
     // 4 parameter arrays x 8 chunks of 8 tokens (block_size >= 16, so a chunk stays in one block).
+    // NOTE: a chunk that straddles kv_end also loads slots past it: masked keys, never multiplied.
     if (tid < 32) {
       const int a = tid / 8, c = tid % 8;
       const int j = j0 + c * 8;
       const bool ok = j < kv_end;
       const uint16_t* src = a == 0 ? P.k_scale : a == 1 ? P.k_zp : a == 2 ? P.v_scale : P.v_zp;
-      uint16_t* dst = a == 0 ? st.ks : a == 1 ? st.kz : a == 2 ? st.vs : st.vz;
       const int64_t off = ok ? cache_row(table, j, hk, P.Hk, P.block_size_log2) : 0;
-      cp_async_16(dst + c * 8, src + off, ok ? 16 : 0);
+      cp_async_16(&st.par[a][c * 8], src + off, ok ? 16 : 0);
     }
-  }
-}
-
-// u8: codes -> f16 (exact: 0x6400 | b is the half 1024 + b), parameters -> float.
-template <int D, int RT>
-__device__ __forceinline__ void convert_tile(SharedStorage<D, kKvU8, RT>& sm, int stage, int tid) {
-  auto& st = sm.stage[stage];
-  constexpr int kChunks = kBlockKV * D / 16;
-  const __half2 k1024 = __float2half2_rn(1024.0f);
-#pragma unroll 2
-  for (int idx = tid; idx < 2 * kChunks; idx += kThreads) {
-    const bool is_v = idx >= kChunks;
-    const int i = is_v ? idx - kChunks : idx;
-    const int r = i / (D / 16), c = (i % (D / 16)) * 16;
-    const uint4 raw = *reinterpret_cast<const uint4*>(is_v ? &st.v[r][c] : &st.k[r][c]);
-    const uint32_t w[4] = {raw.x, raw.y, raw.z, raw.w};
-    uint32_t h[8];
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      uint32_t lo = __byte_perm(w[e], 0x64u, 0x4140u), hi = __byte_perm(w[e], 0x64u, 0x4342u);
-      __half2 a = __hsub2(*reinterpret_cast<__half2*>(&lo), k1024);
-      __half2 b = __hsub2(*reinterpret_cast<__half2*>(&hi), k1024);
-      h[2 * e] = *reinterpret_cast<uint32_t*>(&a);
-      h[2 * e + 1] = *reinterpret_cast<uint32_t*>(&b);
-    }
-    __half* dst = is_v ? &sm.conv.v[r][c] : &sm.conv.k[r][c];
-    reinterpret_cast<uint4*>(dst)[0] = make_uint4(h[0], h[1], h[2], h[3]);
-    reinterpret_cast<uint4*>(dst)[1] = make_uint4(h[4], h[5], h[6], h[7]);
-  }
-  if (tid < kBlockKV) {
-    sm.conv.ks[tid] = num::f16_bits_to_f32(st.ks[tid]);
-    sm.conv.kz[tid] = num::f16_bits_to_f32(st.kz[tid]);
-    sm.conv.vs[tid] = num::f16_bits_to_f32(st.vs[tid]);
-    sm.conv.vz[tid] = num::f16_bits_to_f32(st.vz[tid]);
   }
 }
 
 template <int D, int KV, int RT>
 __global__ void __launch_bounds__(kThreads, 1)
     fwd_kernel(const __grid_constant__ FwdParams P, const int item_offset) {
-  using T = typename KvTraits<KV>::mma_t;
+  using Tr = FwdTraits<D, KV, RT>;
+  using T = typename Tr::T;
   using Smem = SharedStorage<D, KV, RT>;
-  constexpr int kRows = Smem::kRows;
-  constexpr int kGroups = kWarps / RT;          // warps sharing one row tile
-  constexpr int kKeysPerWarp = kBlockKV / kGroups;  // phase 1: = 8 * RT
-  constexpr int kN1 = kKeysPerWarp / 8;         // phase 1 n-tiles per warp
-  constexpr int kColsPerWarp = D / kGroups;     // phase 3
-  constexpr int kN3 = kColsPerWarp / 8;         // phase 3 n-tiles per warp
-  static_assert(kN1 >= 1 && kN3 >= 1, "tile split");
+  constexpr int kRows = Tr::kRows;
+  constexpr int kStages = Tr::kStages;
+  constexpr bool kU8 = Tr::kU8;
 
   extern __shared__ __align__(16) uint8_t smem_raw[];
   Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
 
-  const planner::WorkItem w = P.items[item_offset + blockIdx.x];
   const int hk = blockIdx.y;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int G = P.G;
-  const int rows = w.nt * G;
 
   // NOTE: everything below may read what the previous kernel in the stream wrote.
   pdl_wait();
-
-  const int past = P.past_lens[w.seq];
-  const int tok0 = P.subseq_begins[w.seq];
-  const int t_seq = P.subseq_begins[w.seq + 1] - tok0;
-  const int32_t* table = P.block_indices + P.block_indices_begins[w.seq];
+  const planner::WorkItem w = P.items[item_offset + blockIdx.x];
+  const int G = P.G;
+  const int rows = w.nt * G;
+  const int past = w.past, tok0 = w.tok0, t_seq = w.t_seq;
+  const int32_t* table = P.block_indices + w.table;
 
   // --- fused KV write-in: new tokens inside this CTA's key range ----------------------------------
   if (P.k_new != nullptr) {
     const int wb = max(w.kv_begin, past), we = min(w.kv_end, past + t_seq);
-    for (int pos = wb + warp; pos < we; pos += kWarps) {
-      const int64_t src = static_cast<int64_t>(tok0 + pos - past) * P.Hk * D + static_cast<int64_t>(hk) * D;
-      const int64_t row = cache_row(table, pos, hk, P.Hk, P.block_size_log2);
-      write_row<D, KV>(P.k_new, src, P.k_cache, P.k_scale, P.k_zp, row, P.io_dtype, lane);
-      write_row<D, KV>(P.v_new, src, P.v_cache, P.v_scale, P.v_zp, row, P.io_dtype, lane);
+    if (wb < we) {
+      for (int pos = wb + warp; pos < we; pos += kWarps) {
+        const int64_t src = static_cast<int64_t>(tok0 + pos - past) * P.Hk * D + static_cast<int64_t>(hk) * D;
+        const int64_t row = cache_row(table, pos, hk, P.Hk, P.block_size_log2);
+        write_row<D, KV>(P.k_new, src, P.k_cache, P.k_scale, P.k_zp, row, P.io_dtype, lane);
+        write_row<D, KV>(P.v_new, src, P.v_cache, P.v_scale, P.v_zp, row, P.io_dtype, lane);
+      }
+      __threadfence();  // NOTE: the rows just written are read back below through cp.async (L2)
+      __syncthreads();
     }
-    __threadfence();  // NOTE: the rows just written are read back below through cp.async (L2)
-    __syncthreads();
   }
 
-  // --- Q rows (token-major, head-minor) -> smem, converted to the MMA type; padding rows zero -----
+  // --- pipeline prologue: the first kStages-1 tiles go out before anything else -------------------
+  const int n_tiles = (w.kv_end - w.kv_begin + kBlockKV - 1) / kBlockKV;
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < n_tiles) load_tile<D, KV, RT>(sm, s, P, table, hk, w.kv_begin + s * kBlockKV, w.kv_end, tid);
+    cp_async_commit();
+  }
+
+  // --- Q rows (token-major, head-minor) -> smem in the MMA type; padding rows zero ---------------
   for (int idx = tid; idx < kRows * (D / 8); idx += kThreads) {
     const int r = idx / (D / 8), c = (idx % (D / 8)) * 8;
     alignas(16) T v[8];
     if (r < rows) {
-      const int tl = r / G, g = r % G;
-      const int64_t base = static_cast<int64_t>(tok0 + w.t0 + tl) * P.H * D + static_cast<int64_t>(hk * G + g) * D + c;
+      const int64_t base =
+          static_cast<int64_t>(tok0 + w.t0 + r / G) * P.H * D + static_cast<int64_t>(hk * G + r % G) * D + c;
 #pragma unroll
       for (int e = 0; e < 8; ++e) v[e] = from_float<T>(load_io(P.q, base + e, P.io_dtype));
     } else {
 #pragma unroll
       for (int e = 0; e < 8; ++e) v[e] = from_float<T>(0.0f);
     }
-    *reinterpret_cast<uint4*>(&sm.q[r][c]) = *reinterpret_cast<const uint4*>(v);
+    *reinterpret_cast<uint4*>(&sm.u.q[r][c]) = *reinterpret_cast<const uint4*>(v);
   }
-  if (tid < kRows) {
-    sm.m[tid] = -INFINITY;
-    sm.l[tid] = 0.0f;
-    sm.corr[tid] = 0.0f;
-  }
-
-  // --- pipeline prologue ----------------------------------------------------------------------------
-  const int n_tiles = (w.kv_end - w.kv_begin + kBlockKV - 1) / kBlockKV;
-  load_tile<D, KV, RT>(sm, 0, P, table, hk, w.kv_begin, w.kv_end, tid);
-  cp_async_commit();
-  if (n_tiles > 1) load_tile<D, KV, RT>(sm, 1, P, table, hk, w.kv_begin + kBlockKV, w.kv_end, tid);
-  cp_async_commit();
   __syncthreads();
 
-  if constexpr (KV == kKvU8) {  // sum of the (f16-rounded) query row, for the key zero points
+  if constexpr (kU8) {  // sum of each (f16-rounded) query row, for the key zero points
     for (int r = warp; r < kRows; r += kWarps) {
       float s = 0.0f;
-      for (int d = lane; d < D; d += 32) s += __half2float(sm.q[r][d]);
+      for (int d = lane; d < D; d += 32) s += __half2float(sm.u.q[r][d]);
       s = warp_sum(s);
       if (lane == 0) sm.qsum[r] = s;
     }
   }
 
   // Q fragments of this warp's row tile stay in registers for the whole partition.
-  const int rt = warp % RT;       // row tile of this warp (phases 1 and 3)
-  const int grp = warp / RT;      // key group (phase 1) / column group (phase 3)
+  // u8: the k index of an MMA step maps to head dims so that one 32-bit load of 4 codes feeds both
+  // B registers: k = 2i+b -> d = 4i+b, k = 8+2i+b -> d = 4i+2+b (i = lane % 4); Q follows suit.
+  const int rt = warp % RT;
+  const int grp = warp / RT;
   uint32_t qf[D / 16][4];
 #pragma unroll
-  for (int ks = 0; ks < D / 16; ++ks) ldmatrix_x4(qf[ks], &sm.q[rt * 16 + (lane % 16)][ks * 16 + (lane / 16) * 8]);
+  for (int ks = 0; ks < D / 16; ++ks) {
+    if constexpr (kU8) {
+      const uint2 lo = *reinterpret_cast<const uint2*>(&sm.u.q[rt * 16 + lane / 4][ks * 16 + 4 * (lane % 4)]);
+      const uint2 hi = *reinterpret_cast<const uint2*>(&sm.u.q[rt * 16 + lane / 4 + 8][ks * 16 + 4 * (lane % 4)]);
+      qf[ks][0] = lo.x;
+      qf[ks][1] = hi.x;
+      qf[ks][2] = lo.y;
+      qf[ks][3] = hi.y;
+    } else {
+      ldmatrix_x4(qf[ks], &sm.u.q[rt * 16 + (lane % 16)][ks * 16 + (lane / 16) * 8]);
+    }
+  }
 
-  float o[kN3][4];
+  // Phase-2 row state lives in the registers of the 8 lanes that own the row.
+  float row_m[Tr::kPasses2], row_l[Tr::kPasses2], row_c[Tr::kPasses2];
 #pragma unroll
-  for (int n = 0; n < kN3; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  for (int ps = 0; ps < Tr::kPasses2; ++ps) {
+    row_m[ps] = -INFINITY;
+    row_l[ps] = 0.0f;
+    row_c[ps] = 0.0f;
+  }
+
+  float o[Tr::kN3][4];
+#pragma unroll
+  for (int n = 0; n < Tr::kN3; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
 
   for (int it = 0; it < n_tiles; ++it) {
-    const int stage = it & 1;
+    const int stage = it % kStages;
     const int j0 = w.kv_begin + it * kBlockKV;
 
-    // wait for this tile's K/V
-    cp_async_wait<1>();
+    // wait for this tile; everyone is done with the stage of tile it-1 (and with Q, at it == 0)
+    cp_async_wait<kStages - 2>();
     __syncthreads();
-
-    const T* sK;
-    const T* sV;
-    if constexpr (KV == kKvU8) {
-      convert_tile<D, RT>(sm, stage, tid);
-      __syncthreads();
-      // the raw stage is free again: start the tile after next now
-      if (it + 2 < n_tiles) load_tile<D, KV, RT>(sm, stage, P, table, hk, j0 + 2 * kBlockKV, w.kv_end, tid);
-      cp_async_commit();
-      sK = &sm.conv.k[0][0];
-      sV = &sm.conv.v[0][0];
-    } else {
-      sK = &sm.stage[stage].k[0][0];
-      sV = &sm.stage[stage].v[0][0];
-    }
-
-    // phase 1: S = Q K^T for this warp's row tile and keys [kb, kb + kKeysPerWarp)
     {
-      const int kb = grp * kKeysPerWarp;
-      float acc[kN1][4];
+      const int nt = it + kStages - 1;
+      if (nt < n_tiles) load_tile<D, KV, RT>(sm, nt % kStages, P, table, hk, w.kv_begin + nt * kBlockKV, w.kv_end, tid);
+      cp_async_commit();
+    }
+    const auto& st = sm.stage[stage];
+
+    // phase 1: S = Q K^T for this warp's row tile and keys [kb, kb + 8 * kN1)
+    {
+      const int kb = grp * 8 * Tr::kN1;
+      float acc[Tr::kN1][4];
 #pragma unroll
-      for (int n = 0; n < kN1; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+      for (int n = 0; n < Tr::kN1; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
 #pragma unroll
-      for (int ks = 0; ks < D / 16; ++ks) {
+      for (int n = 0; n < Tr::kN1; ++n) {
+        if constexpr (kU8) {
+          // one ldmatrix.x4 on raw codes: 8 keys x 4 MMA k-steps; each register holds 4 codes of a key
 #pragma unroll
-        for (int n = 0; n < kN1; ++n) {
-          uint32_t b[2];
-          ldmatrix_x2(b, sK + (kb + n * 8 + (lane % 8)) * Smem::kLd + ks * 16 + ((lane / 8) % 2) * 8);
-          mma_16816<T>(acc[n], qf[ks], b[0], b[1]);
+          for (int ks = 0; ks < D / 16; ks += 4) {
+            uint32_t r4[4];
+            ldmatrix_x4(r4, &st.k[kb + n * 8 + (lane % 8)][(ks + lane / 8) * 16]);
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+              mma_16816<T>(acc[n], qf[ks + e], u8x2_to_half2(r4[e], kSelB01), u8x2_to_half2(r4[e], kSelB23));
+          }
+        } else {
+#pragma unroll
+          for (int ks = 0; ks < D / 16; ++ks) {
+            uint32_t b[2];
+            ldmatrix_x2(b, &st.k[kb + n * 8 + (lane % 8)][ks * 16 + ((lane / 8) % 2) * 8]);
+            mma_16816<T>(acc[n], qf[ks], b[0], b[1]);
+          }
         }
       }
       const int r0 = rt * 16 + lane / 4;
 #pragma unroll
-      for (int n = 0; n < kN1; ++n) {
+      for (int n = 0; n < Tr::kN1; ++n) {
         const int c = kb + n * 8 + 2 * (lane % 4);
-        *reinterpret_cast<float2*>(&sm.s[r0][c]) = make_float2(acc[n][0], acc[n][1]);
-        *reinterpret_cast<float2*>(&sm.s[r0 + 8][c]) = make_float2(acc[n][2], acc[n][3]);
+        *reinterpret_cast<float2*>(&sm.u.sp.s[r0][c]) = make_float2(acc[n][0], acc[n][1]);
+        *reinterpret_cast<float2*>(&sm.u.sp.s[r0 + 8][c]) = make_float2(acc[n][2], acc[n][3]);
       }
     }
     __syncthreads();
 
-    // phase 2: masks, scores, online softmax; one warp per row, lanes over keys
-    for (int r = warp; r < kRows; r += kWarps) {
-      float pv[2] = {0.0f, 0.0f};
+    // phase 2: masks, scores, online softmax. 8 lanes own a row (8 keys each), 4 rows per warp.
+#pragma unroll
+    for (int ps = 0; ps < Tr::kPasses2; ++ps) {
+      const int r = ps * 32 + warp * 4 + lane / 8;
+      if (r >= kRows) continue;  // warp-uniform: kRows is a multiple of 16
+      const int c0 = (lane % 8) * 8;
+      float p[8];
       float alpha = 1.0f;
       if (r < rows) {
         const int t = w.t0 + r / G;
@@ -356,61 +369,74 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int qpos = past + t;
         const int lo = P.sliding_window > 0 ? qpos - P.sliding_window + 1 : INT_MIN;
         const float slope2 = P.alibi != nullptr ? P.alibi[h] * kLog2e : 0.0f;
-        const uint8_t* qq = P.qq_bias != nullptr ? P.qq_bias + P.qq_bias_begins[w.seq] + static_cast<int64_t>(t) * t_seq : nullptr;
-        float s[2];
-        bool vis[2];
+        const uint8_t* qq =
+            P.qq_bias != nullptr ? P.qq_bias + P.qq_bias_begins[w.seq] + static_cast<int64_t>(t) * t_seq : nullptr;
+        const float4 s_lo = *reinterpret_cast<const float4*>(&sm.u.sp.s[r][c0]);
+        const float4 s_hi = *reinterpret_cast<const float4*>(&sm.u.sp.s[r][c0 + 4]);
+        float s[8] = {s_lo.x, s_lo.y, s_lo.z, s_lo.w, s_hi.x, s_hi.y, s_hi.z, s_hi.w};
+        float mt = -INFINITY;
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int c = lane + 32 * e;
-          const int j = j0 + c;
-          vis[e] = j < w.kv_end && j <= qpos && j >= lo && (qq == nullptr || j < past || qq[j - past] != 0);
-          float raw = sm.s[r][c];
-          if constexpr (KV == kKvU8) raw = sm.conv.ks[c] * (raw - sm.conv.kz[c] * sm.qsum[r]);
-          s[e] = vis[e] ? raw * P.scale_log2 + slope2 * static_cast<float>(j - qpos) : -INFINITY;
-        }
-        const float m_old = sm.m[r];
-        const float m_new = fmaxf(m_old, warp_max(fmaxf(s[0], s[1])));
-        float p[2] = {0.0f, 0.0f};
-        if (m_new != -INFINITY) {
-          alpha = exp2f(m_old - m_new);
-          p[0] = exp2f(s[0] - m_new);
-          p[1] = exp2f(s[1] - m_new);
-        }
-        const float l_new = sm.l[r] * alpha + warp_sum(p[0] + p[1]);
-        float corr_new = 0.0f;
-        if constexpr (KV == kKvU8) {
-          float cz = 0.0f;
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const int c = lane + 32 * e;
-            // NOTE: masked keys may carry NaN parameters (unwritten slots): never multiply them
-            pv[e] = vis[e] ? __half2float(__float2half_rn(p[e] * sm.conv.vs[c])) : 0.0f;
-            cz += vis[e] ? pv[e] * sm.conv.vz[c] : 0.0f;
+        for (int e = 0; e < 8; ++e) {
+          const int j = j0 + c0 + e;
+          const bool vis = j < w.kv_end && j <= qpos && j >= lo && (qq == nullptr || j < past || qq[j - past] != 0);
+          float raw = s[e];
+          if constexpr (kU8) {
+            const float ks = __half2float(__ushort_as_half(st.par[0][c0 + e]));
+            const float kz = __half2float(__ushort_as_half(st.par[1][c0 + e]));
+            raw = ks * (raw - kz * sm.qsum[r]);
           }
-          corr_new = sm.corr[r] * alpha + warp_sum(cz);
-        } else {
-          pv[0] = p[0];
-          pv[1] = p[1];
+          s[e] = vis ? raw * P.scale_log2 + slope2 * static_cast<float>(j - qpos) : -INFINITY;
+          mt = fmaxf(mt, s[e]);
         }
-        __syncwarp();
-        if (lane == 0) {
-          sm.m[r] = m_new;
-          sm.l[r] = l_new;
-          sm.corr[r] = corr_new;
+        mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
+        mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 2));
+        mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 4));
+        const float m_new = fmaxf(row_m[ps], mt);
+        float sum = 0.0f, cz = 0.0f;
+        if (m_new != -INFINITY) alpha = exp2f(row_m[ps] - m_new);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          const float pe = s[e] == -INFINITY ? 0.0f : exp2f(s[e] - m_new);
+          sum += pe;
+          if constexpr (kU8) {
+            // NOTE: masked keys may carry NaN parameters (unwritten slots): never multiply them
+            const float vs = __half2float(__ushort_as_half(st.par[2][c0 + e]));
+            const float vz = __half2float(__ushort_as_half(st.par[3][c0 + e]));
+            p[e] = pe != 0.0f ? __half2float(__float2half_rn(pe * vs)) : 0.0f;
+            cz += pe != 0.0f ? p[e] * vz : 0.0f;
+          } else {
+            p[e] = pe;
+          }
         }
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 4);
+        if constexpr (kU8) {
+          cz += __shfl_xor_sync(0xffffffffu, cz, 1);
+          cz += __shfl_xor_sync(0xffffffffu, cz, 2);
+          cz += __shfl_xor_sync(0xffffffffu, cz, 4);
+          row_c[ps] = row_c[ps] * alpha + cz;
+        }
+        row_l[ps] = row_l[ps] * alpha + sum;
+        row_m[ps] = m_new;
+      } else {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) p[e] = 0.0f;
       }
-      sm.p[r][lane] = from_float<T>(pv[0]);
-      sm.p[r][lane + 32] = from_float<T>(pv[1]);
-      if (lane == 0) sm.alpha[r] = alpha;
+      alignas(16) T pt[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) pt[e] = from_float<T>(p[e]);
+      *reinterpret_cast<uint4*>(&sm.u.sp.p[r][c0]) = *reinterpret_cast<const uint4*>(pt);
+      if (lane % 8 == 0) sm.alpha[r] = alpha;
     }
     __syncthreads();
 
-    // phase 3: O = alpha * O + P V for this warp's row tile and columns [d0, d0 + kColsPerWarp)
-    {
-      const int d0 = grp * kColsPerWarp;
+    // phase 3: O = alpha * O + P V for this warp's row tile and columns [d0, d0 + kCols3)
+    if (warp < Tr::kWarps3) {
+      const int d0 = grp * Tr::kCols3;
       const float a_lo = sm.alpha[rt * 16 + lane / 4], a_hi = sm.alpha[rt * 16 + lane / 4 + 8];
 #pragma unroll
-      for (int n = 0; n < kN3; ++n) {
+      for (int n = 0; n < Tr::kN3; ++n) {
         o[n][0] *= a_lo;
         o[n][1] *= a_lo;
         o[n][2] *= a_hi;
@@ -419,64 +445,93 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int kk = 0; kk < kBlockKV / 16; ++kk) {
         uint32_t a[4];
-        ldmatrix_x4(a, &sm.p[rt * 16 + (lane % 16)][kk * 16 + (lane / 16) * 8]);
+        ldmatrix_x4(a, &sm.u.sp.p[rt * 16 + (lane % 16)][kk * 16 + (lane / 16) * 8]);
         const int key = kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
+        if constexpr (kU8) {
+          // ldmatrix.trans on raw codes: a register holds codes (d, d+1) of keys (k, k+1); split into an
+          // even-d and an odd-d n-tile: n-tile 4b+{0,1,2,3} holds d = d0 + 32b + {0,1,16,17} + 2 * col.
 #pragma unroll
-        for (int n = 0; n + 1 < kN3; n += 2) {
-          uint32_t b[4];
-          ldmatrix_x4_trans(b, sV + key * Smem::kLd + d0 + (n + lane / 16) * 8);
-          mma_16816<T>(o[n], a, b[0], b[1]);
-          mma_16816<T>(o[n + 1], a, b[2], b[3]);
-        }
-        if constexpr (kN3 % 2 == 1) {
-          uint32_t b[2];
-          ldmatrix_x2_trans(b, sV + key * Smem::kLd + d0 + (kN3 - 1) * 8);
-          mma_16816<T>(o[kN3 - 1], a, b[0], b[1]);
+          for (int b = 0; b < Tr::kCols3 / 32; ++b) {
+            uint32_t r4[4];
+            ldmatrix_x4_trans(r4, &st.v[key][d0 + 32 * b + (lane / 16) * 16]);
+            mma_16816<T>(o[4 * b + 0], a, u8x2_to_half2(r4[0], kSelB02), u8x2_to_half2(r4[1], kSelB02));
+            mma_16816<T>(o[4 * b + 1], a, u8x2_to_half2(r4[0], kSelB13), u8x2_to_half2(r4[1], kSelB13));
+            mma_16816<T>(o[4 * b + 2], a, u8x2_to_half2(r4[2], kSelB02), u8x2_to_half2(r4[3], kSelB02));
+            mma_16816<T>(o[4 * b + 3], a, u8x2_to_half2(r4[2], kSelB13), u8x2_to_half2(r4[3], kSelB13));
+          }
+        } else {
+#pragma unroll
+          for (int n = 0; n < Tr::kN3; n += 2) {
+            uint32_t b[4];
+            ldmatrix_x4_trans(b, &st.v[key][d0 + (n + lane / 16) * 8]);
+            mma_16816<T>(o[n], a, b[0], b[1]);
+            mma_16816<T>(o[n + 1], a, b[2], b[3]);
+          }
         }
       }
     }
-    __syncthreads();  // this stage and S/P are reused by the next tiles
-
-    if constexpr (KV != kKvU8) {
-      if (it + 2 < n_tiles) load_tile<D, KV, RT>(sm, stage, P, table, hk, j0 + 2 * kBlockKV, w.kv_end, tid);
-      cp_async_commit();
-    }
+    // the next iteration's barrier protects this stage and S/P before they are overwritten
   }
   cp_async_wait<0>();
 
   pdl_launch_dependents();
 
-  // --- epilogue: normalised output (one partition) or a partial for the merge kernel --------------
-  const int d0 = grp * kColsPerWarp;
+  // --- row statistics to smem for the epilogue ---------------------------------------------------
 #pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int r = rt * 16 + lane / 4 + half * 8;
+  for (int ps = 0; ps < Tr::kPasses2; ++ps) {
+    const int r = ps * 32 + warp * 4 + lane / 8;
+    if (r < kRows && lane % 8 == 0) {
+      sm.m[r] = row_m[ps];
+      sm.l[r] = row_l[ps];
+      sm.corr[r] = row_c[ps];
+    }
+  }
+  __syncthreads();
+
+  // --- epilogue: normalised output (one partition) or a partial for the merge kernel --------------
+  if (warp >= Tr::kWarps3) return;
+  const int d0 = grp * Tr::kCols3;
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    const int r = rt * 16 + lane / 4 + hf * 8;
     if (r >= rows) continue;
     const float m = sm.m[r], l = sm.l[r], corr = sm.corr[r];
-    const int tl = r / G, h = hk * G + r % G;
-    const int64_t token = tok0 + w.t0 + tl;
+    const int h = hk * G + r % G;
+    const int64_t token = tok0 + w.t0 + r / G;
+    float scale = 1.0f;
+    float* wo = nullptr;
+    int64_t base = 0;
     if (w.slot < 0) {
       float den = l;
       if (P.sinks != nullptr) den += exp2f(P.sinks[h] * kLog2e - m);
-      const float inv = 1.0f / den;
-      const int64_t base = token * P.H * D + static_cast<int64_t>(h) * D;
-#pragma unroll
-      for (int n = 0; n < kN3; ++n) {
-        const int c = d0 + n * 8 + 2 * (lane % 4);
-        store_io(P.out, base + c, P.io_dtype, (o[n][2 * half] - corr) * inv);
-        store_io(P.out, base + c + 1, P.io_dtype, (o[n][2 * half + 1] - corr) * inv);
-      }
+      scale = 1.0f / den;
+      base = token * P.H * D + static_cast<int64_t>(h) * D;
     } else {
       const int64_t slot = w.slot + static_cast<int64_t>(hk) * w.num_parts;
-      float* wo = P.ws_o + (slot * kSlotRows + r) * D;
-#pragma unroll
-      for (int n = 0; n < kN3; ++n) {
-        const int c = d0 + n * 8 + 2 * (lane % 4);
-        *reinterpret_cast<float2*>(wo + c) = make_float2(o[n][2 * half] - corr, o[n][2 * half + 1] - corr);
-      }
+      wo = P.ws_o + (slot * kSlotRows + r) * D;
       if (grp == 0 && lane % 4 == 0) {
         P.ws_ml[(slot * kSlotRows + r) * 2] = m;
         P.ws_ml[(slot * kSlotRows + r) * 2 + 1] = l;
+      }
+    }
+#pragma unroll
+    for (int n = 0; n < Tr::kN3; ++n) {
+      // column of accumulator element (n, e): see the phase-3 layouts
+      int c;
+      if constexpr (kU8) {
+        const int b = n / 4, q = n % 4;
+        c = d0 + 32 * b + (q >= 2 ? 16 : 0) + (q % 2) + 4 * (lane % 4);
+      } else {
+        c = d0 + n * 8 + 2 * (lane % 4);
+      }
+      const int step = kU8 ? 2 : 1;  // u8: the pair (e=0, e=1) is 2 columns apart
+      const float v0 = (o[n][2 * hf] - corr) * scale, v1 = (o[n][2 * hf + 1] - corr) * scale;
+      if (wo != nullptr) {
+        wo[c] = v0;
+        wo[c + step] = v1;
+      } else {
+        store_io(P.out, base + c, P.io_dtype, v0);
+        store_io(P.out, base + c + step, P.io_dtype, v1);
       }
     }
   }
