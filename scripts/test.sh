@@ -11,7 +11,22 @@ say "C++ tests (ctest)"
 run ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS"
 
 # ---- Python tests --------------------------------------------------------------------------------
-# (appended by the Python bindings' work: install the package and run pytest here)
+# The package is built into a venv under the build dir (it sees the system's packages, e.g. PyTorch
+# where installed, so the torch and GPU tests run there and skip with a message elsewhere), with the
+# same CUDA choice as the C++ build; build-dir under $BUILD_DIR keeps rebuilds incremental.
+say "Python package (pip install .) and its tests (pytest)"
+PY="${PYTHON:-python3}"
+if "$PY" -m venv --system-site-packages "$BUILD_DIR/pyenv" >/dev/null 2>&1; then
+  PY="$BUILD_DIR/pyenv/bin/python"
+else
+  say "no venv module for $PY: installing the package into it directly"
+fi
+PY_CUDA=OFF
+if [ "${PAGEDATTN_BUILT_CUDA:-0}" = 1 ]; then PY_CUDA=ON; fi
+run "$PY" -m pip install -q scikit-build-core nanobind numpy pytest
+run env CMAKE_BUILD_PARALLEL_LEVEL="$JOBS" PAGEDATTN_CUDA="$PY_CUDA" "$PY" -m pip install -q --no-build-isolation \
+  -C build-dir="$BUILD_DIR/wheel" "$PAGEDATTN_ROOT"
+(cd "$BUILD_DIR" && run "$PY" -m pytest "$PAGEDATTN_ROOT/tests/python" -q -rs -p no:cacheprovider)
 # ---- end of Python tests -------------------------------------------------------------------------
 
 say "all tests passed"
