@@ -45,13 +45,13 @@ grep -E "spill|local memory" "$OUT/build.log" | grep -v " 0 bytes" | head -5
 status=0
 if [ "$what" = all ] || [ "$what" = test ]; then
   log "GPU tests"
-  "$build/tests/test_cuda" > "$OUT/test_cuda.log" 2>&1 || status=1
+  timeout 300 "$build/tests/test_cuda" > "$OUT/test_cuda.log" 2>&1 || { status=1; echo "test_cuda failed or timed out (exit $?)"; tail -5 "$OUT/test_cuda.log"; }
   grep -E "^\[ *(PASSED|FAILED|OK|SKIPPED) |worst|cases$" "$OUT/test_cuda.log" | head -40
   log "CPU tests (ctest -L cpu)"
-  (cd "$build" && ctest -L cpu -j 8 --timeout 600 > "$OUT/ctest_cpu.log" 2>&1) || status=1
+  (cd "$build" && ctest -L cpu -j 8 --timeout 120 > "$OUT/ctest_cpu.log" 2>&1) || status=1
   tail -3 "$OUT/ctest_cpu.log"
   log "compute-sanitizer memcheck subset"
-  PAGEDATTN_GPU_CASES=12 compute-sanitizer --tool memcheck --error-exitcode 9 "$build/tests/test_cuda" \
+  PAGEDATTN_GPU_CASES=12 timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 "$build/tests/test_cuda" \
     --gtest_filter='Cuda.FewQueryRandom:Cuda.TileAndMixedRandom:Cuda.GraphReplayMatchesDirectRun' \
     > "$OUT/sanitizer.log" 2>&1
   echo "sanitizer exit code: $? ($(grep -c 'Invalid\|ERROR SUMMARY: [1-9]' "$OUT/sanitizer.log") error lines)"
@@ -60,7 +60,7 @@ fi
 
 if [ "$what" = all ] || [ "$what" = bench ]; then
   log "benchmark"
-  "$build/pagedattn" bench --backend cuda ${BENCH_ARGS:-} --json "$OUT/bench.json" > "$OUT/bench.log" 2>&1 || status=1
+  timeout 300 "$build/pagedattn" bench --backend cuda ${BENCH_ARGS:-} --json "$OUT/bench.json" > "$OUT/bench.log" 2>&1 || status=1
   cat "$OUT/bench.log"
 fi
 exit $status

@@ -96,6 +96,7 @@ void run_suite(const char* name, const CaseConfig& cfg, uint64_t seed0, int n, c
   n = case_count(n);
   std::printf("[%s] base seed %llu (override with PAGEDATTN_SEED), %d cases\n", name,
               static_cast<unsigned long long>(seed0), n);
+  std::fflush(stdout);
   std::vector<Case> cases(n), refs(n);
   {
     const unsigned workers = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));

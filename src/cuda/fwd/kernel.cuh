@@ -361,68 +361,66 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int r = ps * 32 + warp * 4 + lane / 8;
       if (r >= kRows) continue;  // warp-uniform: kRows is a multiple of 16
       const int c0 = (lane % 8) * 8;
-      float p[8];
-      float alpha = 1.0f;
-      if (r < rows) {
-        const int t = w.t0 + r / G;
-        const int h = hk * G + r % G;
-        const int qpos = past + t;
-        const int lo = P.sliding_window > 0 ? qpos - P.sliding_window + 1 : INT_MIN;
-        const float slope2 = P.alibi != nullptr ? P.alibi[h] * kLog2e : 0.0f;
-        const uint8_t* qq =
-            P.qq_bias != nullptr ? P.qq_bias + P.qq_bias_begins[w.seq] + static_cast<int64_t>(t) * t_seq : nullptr;
-        const float4 s_lo = *reinterpret_cast<const float4*>(&sm.u.sp.s[r][c0]);
-        const float4 s_hi = *reinterpret_cast<const float4*>(&sm.u.sp.s[r][c0 + 4]);
-        float s[8] = {s_lo.x, s_lo.y, s_lo.z, s_lo.w, s_hi.x, s_hi.y, s_hi.z, s_hi.w};
-        float mt = -INFINITY;
+      // NOTE: every lane runs the shuffles below (full mask): rows past `rows` are masked, not skipped
+      const bool valid = r < rows;
+      const int t = w.t0 + (valid ? r / G : 0);
+      const int h = hk * G + (valid ? r % G : 0);
+      const int qpos = past + t;
+      const int lo = P.sliding_window > 0 ? qpos - P.sliding_window + 1 : INT_MIN;
+      const float slope2 = (valid && P.alibi != nullptr) ? P.alibi[h] * kLog2e : 0.0f;
+      const uint8_t* qq = (valid && P.qq_bias != nullptr)
+                              ? P.qq_bias + P.qq_bias_begins[w.seq] + static_cast<int64_t>(t) * t_seq
+                              : nullptr;
+      const float4 s_lo = *reinterpret_cast<const float4*>(&sm.u.sp.s[r][c0]);
+      const float4 s_hi = *reinterpret_cast<const float4*>(&sm.u.sp.s[r][c0 + 4]);
+      float s[8] = {s_lo.x, s_lo.y, s_lo.z, s_lo.w, s_hi.x, s_hi.y, s_hi.z, s_hi.w};
+      float mt = -INFINITY;
 #pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          const int j = j0 + c0 + e;
-          const bool vis = j < w.kv_end && j <= qpos && j >= lo && (qq == nullptr || j < past || qq[j - past] != 0);
-          float raw = s[e];
-          if constexpr (kU8) {
-            const float ks = __half2float(__ushort_as_half(st.par[0][c0 + e]));
-            const float kz = __half2float(__ushort_as_half(st.par[1][c0 + e]));
-            raw = ks * (raw - kz * sm.qsum[r]);
-          }
-          s[e] = vis ? raw * P.scale_log2 + slope2 * static_cast<float>(j - qpos) : -INFINITY;
-          mt = fmaxf(mt, s[e]);
-        }
-        mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
-        mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 2));
-        mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 4));
-        const float m_new = fmaxf(row_m[ps], mt);
-        float sum = 0.0f, cz = 0.0f;
-        if (m_new != -INFINITY) alpha = exp2f(row_m[ps] - m_new);
-#pragma unroll
-        for (int e = 0; e < 8; ++e) {
-          const float pe = s[e] == -INFINITY ? 0.0f : exp2f(s[e] - m_new);
-          sum += pe;
-          if constexpr (kU8) {
-            // NOTE: masked keys may carry NaN parameters (unwritten slots): never multiply them
-            const float vs = __half2float(__ushort_as_half(st.par[2][c0 + e]));
-            const float vz = __half2float(__ushort_as_half(st.par[3][c0 + e]));
-            p[e] = pe != 0.0f ? __half2float(__float2half_rn(pe * vs)) : 0.0f;
-            cz += pe != 0.0f ? p[e] * vz : 0.0f;
-          } else {
-            p[e] = pe;
-          }
-        }
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 4);
+      for (int e = 0; e < 8; ++e) {
+        const int j = j0 + c0 + e;
+        const bool vis =
+            valid && j < w.kv_end && j <= qpos && j >= lo && (qq == nullptr || j < past || qq[j - past] != 0);
+        float raw = s[e];
         if constexpr (kU8) {
-          cz += __shfl_xor_sync(0xffffffffu, cz, 1);
-          cz += __shfl_xor_sync(0xffffffffu, cz, 2);
-          cz += __shfl_xor_sync(0xffffffffu, cz, 4);
-          row_c[ps] = row_c[ps] * alpha + cz;
+          const float ks = __half2float(__ushort_as_half(st.par[0][c0 + e]));
+          const float kz = __half2float(__ushort_as_half(st.par[1][c0 + e]));
+          raw = ks * (raw - kz * sm.qsum[r]);
         }
-        row_l[ps] = row_l[ps] * alpha + sum;
-        row_m[ps] = m_new;
-      } else {
-#pragma unroll
-        for (int e = 0; e < 8; ++e) p[e] = 0.0f;
+        s[e] = vis ? raw * P.scale_log2 + slope2 * static_cast<float>(j - qpos) : -INFINITY;
+        mt = fmaxf(mt, s[e]);
       }
+      mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
+      mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 2));
+      mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 4));
+      const float m_new = fmaxf(row_m[ps], mt);
+      const float alpha = m_new != -INFINITY ? exp2f(row_m[ps] - m_new) : 1.0f;
+      float p[8];
+      float sum = 0.0f, cz = 0.0f;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const float pe = s[e] == -INFINITY ? 0.0f : exp2f(s[e] - m_new);
+        sum += pe;
+        if constexpr (kU8) {
+          // NOTE: masked keys may carry NaN parameters (unwritten slots): never multiply them
+          const float vs = __half2float(__ushort_as_half(st.par[2][c0 + e]));
+          const float vz = __half2float(__ushort_as_half(st.par[3][c0 + e]));
+          p[e] = pe != 0.0f ? __half2float(__float2half_rn(pe * vs)) : 0.0f;
+          cz += pe != 0.0f ? p[e] * vz : 0.0f;
+        } else {
+          p[e] = pe;
+        }
+      }
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 4);
+      if constexpr (kU8) {
+        cz += __shfl_xor_sync(0xffffffffu, cz, 1);
+        cz += __shfl_xor_sync(0xffffffffu, cz, 2);
+        cz += __shfl_xor_sync(0xffffffffu, cz, 4);
+        row_c[ps] = row_c[ps] * alpha + cz;
+      }
+      row_l[ps] = row_l[ps] * alpha + sum;
+      row_m[ps] = m_new;
       alignas(16) T pt[8];
 #pragma unroll
       for (int e = 0; e < 8; ++e) pt[e] = from_float<T>(p[e]);
