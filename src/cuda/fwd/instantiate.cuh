@@ -18,12 +18,13 @@ struct FwdVariant {
   }
   static void launch(const FwdParams& P, int item_offset, int num_items, cudaStream_t stream, bool pdl) {
     prepare();
-    launch_ex(fwd_kernel<D, KV, RT>, dim3(num_items, P.Hk), dim3(kThreads), kSmem, stream, pdl, P, item_offset);
+    launch_ex(fwd_kernel<D, KV, RT>, dim3(num_items, P.Hk), dim3(FwdTraits<D, KV, RT>::kThreads), kSmem, stream, pdl, P,
+              item_offset);
   }
   static int ctas_per_sm() {
     prepare();
     int n = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fwd_kernel<D, KV, RT>, kThreads, kSmem) != cudaSuccess) n = 1;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fwd_kernel<D, KV, RT>, FwdTraits<D, KV, RT>::kThreads, kSmem) != cudaSuccess) n = 1;
     return n;
   }
   static FwdKernelInfo info() { return FwdKernelInfo{&launch, &ctas_per_sm, kSmem}; }

@@ -28,9 +28,6 @@ namespace pagedattn {
 namespace cuda {
 
 constexpr float kLog2e = 1.4426950408889634f;
-constexpr int kThreads = 256;
-constexpr int kWarps = kThreads / 32;
-constexpr int kBlockKV = planner::kBlockKV;  // keys per tile
 constexpr int kSlotRows = planner::kMaxRows;
 
 template <int KV>
@@ -58,6 +55,12 @@ struct FwdTraits {
   using T = typename KvTraits<KV>::mma_t;
   static constexpr bool kU8 = KV == kKvU8;
   static constexpr int kRows = RT * 16;
+  // 4 row tiles (prefill chunks): 8 warps, 64-key tiles, one CTA per SM at D=256. Few rows (decode and
+  // verify): 4 warps and, at D=256, 32-key tiles, so that two CTAs share an SM and overlap their phases.
+  static constexpr int kWarps = RT == 4 ? 8 : 4;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kBlockKV = (D >= 256 && RT <= 2) ? 32 : 64;
+  static constexpr int kMinCtas = RT == 4 ? 1 : 2;         // __launch_bounds__ occupancy hint
   static constexpr int kLdQ = D + 8;                       // Q row (elements)
   static constexpr int kLdKV = kU8 ? D + 16 : D + 8;       // K/V tile row (cache elements)
   static constexpr int kLdS = kBlockKV + 4;                // S row (floats)
@@ -67,8 +70,8 @@ struct FwdTraits {
   static constexpr int kQBytes = kRows * kLdQ * static_cast<int>(sizeof(T));
   static constexpr int kSPBytes = kRows * kLdS * 4 + kRows * kLdP * static_cast<int>(sizeof(T));
   static constexpr int kFixed = (kQBytes > kSPBytes ? kQBytes : kSPBytes) + 5 * kRows * 4 + 256;
-  // D=256: one CTA per SM, as many stages as fit; smaller heads: keep two CTAs per SM.
-  static constexpr int kBudget = D >= 256 ? 227 * 1024 : 113 * 1024;
+  // two CTAs per SM (one for 4 row tiles at D=256), then as many stages as fit
+  static constexpr int kBudget = (D >= 256 && RT == 4) ? 227 * 1024 : 113 * 1024;
   static constexpr int kStages = kFixed + 4 * kStageBytes <= kBudget ? 4 : kFixed + 3 * kStageBytes <= kBudget ? 3 : 2;
   // phase 1: warps split keys; phase 3: warps split 32-column blocks
   static constexpr int kGroups1 = kWarps / RT;
@@ -77,7 +80,12 @@ struct FwdTraits {
   static constexpr int kWarps3 = RT * kGroups3;             // warps active in phase 3
   static constexpr int kCols3 = D / kGroups3;               // columns per phase-3 warp (multiple of 32)
   static constexpr int kN3 = kCols3 / 8;
-  static constexpr int kPasses2 = (kRows + 31) / 32;        // phase 2: 32 rows per pass (8 lanes a row)
+  // phase 2: each lane owns 8 consecutive keys of one row
+  static constexpr int kLanesPerRow = kBlockKV / 8;
+  static constexpr int kRowsPerWarp = 32 / kLanesPerRow;
+  static constexpr int kRowsPerPass = kWarps * kRowsPerWarp;
+  static constexpr int kPasses2 = (kRows + kRowsPerPass - 1) / kRowsPerPass;
+  static_assert(kN1 >= 1 && kN3 >= 4 && kN3 % 2 == 0 && kCols3 % 32 == 0, "tile split");
 };
 
 template <int D, int KV, int RT>
@@ -86,9 +94,9 @@ struct SharedStorage {
   using T = typename Tr::T;
   using C = typename KvTraits<KV>::cache_t;
   struct Stage {
-    alignas(16) C k[kBlockKV][Tr::kLdKV];
-    alignas(16) C v[kBlockKV][Tr::kLdKV];
-    alignas(16) uint16_t par[Tr::kU8 ? 4 : 1][kBlockKV];  // u8: key scale, key zp, value scale, value zp
+    alignas(16) C k[Tr::kBlockKV][Tr::kLdKV];
+    alignas(16) C v[Tr::kBlockKV][Tr::kLdKV];
+    alignas(16) uint16_t par[Tr::kU8 ? 4 : 1][Tr::kBlockKV];  // u8: key scale, key zp, value scale, value zp
   };
   struct SP {
     alignas(16) float s[Tr::kRows][Tr::kLdS];
@@ -165,44 +173,59 @@ __device__ __forceinline__ void write_row(const void* src, int64_t src_off, void
   }
 }
 
-// Issues the async copies of one 64-key tile (keys [j0, j0+64) clipped to kv_end; the rest zero-filled).
+// Issues the async copies of one tile (keys [j0, j0 + kBlockKV) clipped to kv_end; the rest zero-filled).
+// The block-table lookups of all the thread's rows go out first, then the copies.
 template <int D, int KV, int RT>
 __device__ __forceinline__ void load_tile(SharedStorage<D, KV, RT>& sm, int stage, const FwdParams& P,
                                           const int32_t* table, int hk, int j0, int kv_end, int tid) {
+  using Tr = FwdTraits<D, KV, RT>;
   using C = typename KvTraits<KV>::cache_t;
   constexpr int kChunksPerRow = D * static_cast<int>(sizeof(C)) / 16;
   constexpr int kElemsPerChunk = 16 / static_cast<int>(sizeof(C));
+  constexpr int kIters = Tr::kBlockKV * kChunksPerRow / Tr::kThreads;
+  static_assert(kIters * Tr::kThreads == Tr::kBlockKV * kChunksPerRow, "tile copy split");
   const C* kc = static_cast<const C*>(P.k_cache);
   const C* vc = static_cast<const C*>(P.v_cache);
   auto& st = sm.stage[stage];
-#pragma unroll 4
-  for (int idx = tid; idx < kBlockKV * kChunksPerRow; idx += kThreads) {
-    const int r = idx / kChunksPerRow, c = idx % kChunksPerRow;
-    const int j = j0 + r;
-    const bool ok = j < kv_end;
-    const int64_t off = ok ? cache_row(table, j, hk, P.Hk, P.block_size_log2) * D + c * kElemsPerChunk : 0;
-    cp_async_16(&st.k[r][c * kElemsPerChunk], kc + off, ok ? 16 : 0);
-    cp_async_16(&st.v[r][c * kElemsPerChunk], vc + off, ok ? 16 : 0);
+  int64_t off[kIters];
+#pragma unroll
+  for (int i = 0; i < kIters; ++i) {
+    const int idx = tid + i * Tr::kThreads;
+    const int j = j0 + idx / kChunksPerRow;
+    off[i] = j < kv_end ? cache_row(table, j, hk, P.Hk, P.block_size_log2) * D + (idx % kChunksPerRow) * kElemsPerChunk
+                        : -1;
+  }
+#pragma unroll
+  for (int i = 0; i < kIters; ++i) {
+    const int idx = tid + i * Tr::kThreads;
+    const int r = idx / kChunksPerRow, c = (idx % kChunksPerRow) * kElemsPerChunk;
+    const bool ok = off[i] >= 0;
+    cp_async_16(&st.k[r][c], kc + (ok ? off[i] : 0), ok ? 16 : 0);
+    cp_async_16(&st.v[r][c], vc + (ok ? off[i] : 0), ok ? 16 : 0);
   }
   if constexpr (KV == kKvU8) {
-    // 4 parameter arrays x 8 chunks of 8 tokens (block_size >= 16, so a chunk stays in one block).
+    // 4 parameter arrays x (kBlockKV/8) chunks of 8 tokens (block_size >= 16: a chunk stays in one block).
     // NOTE: a chunk that straddles kv_end also loads slots past it: masked keys, never multiplied.
-    if (tid < 32) {
-      const int a = tid / 8, c = tid % 8;
+    constexpr int kPerArray = Tr::kBlockKV / 8;
+    if (tid < 4 * kPerArray) {
+      const int a = tid / kPerArray, c = tid % kPerArray;
       const int j = j0 + c * 8;
       const bool ok = j < kv_end;
       const uint16_t* src = a == 0 ? P.k_scale : a == 1 ? P.k_zp : a == 2 ? P.v_scale : P.v_zp;
-      const int64_t off = ok ? cache_row(table, j, hk, P.Hk, P.block_size_log2) : 0;
-      cp_async_16(&st.par[a][c * 8], src + off, ok ? 16 : 0);
+      const int64_t off8 = ok ? cache_row(table, j, hk, P.Hk, P.block_size_log2) : 0;
+      cp_async_16(&st.par[a][c * 8], src + off8, ok ? 16 : 0);
     }
   }
 }
 
 template <int D, int KV, int RT>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(FwdTraits<D, KV, RT>::kThreads, FwdTraits<D, KV, RT>::kMinCtas)
     fwd_kernel(const __grid_constant__ FwdParams P, const int item_offset) {
   using Tr = FwdTraits<D, KV, RT>;
   using T = typename Tr::T;
+  constexpr int kWarps = Tr::kWarps;
+  constexpr int kThreads = Tr::kThreads;
+  constexpr int kBlockKV = Tr::kBlockKV;
   using Smem = SharedStorage<D, KV, RT>;
   constexpr int kRows = Tr::kRows;
   constexpr int kStages = Tr::kStages;
@@ -355,12 +378,12 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     __syncthreads();
 
-    // phase 2: masks, scores, online softmax. 8 lanes own a row (8 keys each), 4 rows per warp.
+    // phase 2: masks, scores, online softmax. kLanesPerRow lanes own a row (8 keys each).
 #pragma unroll
     for (int ps = 0; ps < Tr::kPasses2; ++ps) {
-      const int r = ps * 32 + warp * 4 + lane / 8;
+      const int r = ps * Tr::kRowsPerPass + warp * Tr::kRowsPerWarp + lane / Tr::kLanesPerRow;
       if (r >= kRows) continue;  // warp-uniform: kRows is a multiple of 16
-      const int c0 = (lane % 8) * 8;
+      const int c0 = (lane % Tr::kLanesPerRow) * 8;
       // NOTE: every lane runs the shuffles below (full mask): rows past `rows` are masked, not skipped
       const bool valid = r < rows;
       const int t = w.t0 + (valid ? r / G : 0);
@@ -389,9 +412,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         s[e] = vis ? raw * P.scale_log2 + slope2 * static_cast<float>(j - qpos) : -INFINITY;
         mt = fmaxf(mt, s[e]);
       }
-      mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 1));
-      mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 2));
-      mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, 4));
+#pragma unroll
+      for (int x = 1; x < Tr::kLanesPerRow; x *= 2) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, x));
       const float m_new = fmaxf(row_m[ps], mt);
       const float alpha = m_new != -INFINITY ? exp2f(row_m[ps] - m_new) : 1.0f;
       float p[8];
@@ -410,13 +432,11 @@ __global__ void __launch_bounds__(kThreads, 1)
           p[e] = pe;
         }
       }
-      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      sum += __shfl_xor_sync(0xffffffffu, sum, 4);
+#pragma unroll
+      for (int x = 1; x < Tr::kLanesPerRow; x *= 2) sum += __shfl_xor_sync(0xffffffffu, sum, x);
       if constexpr (kU8) {
-        cz += __shfl_xor_sync(0xffffffffu, cz, 1);
-        cz += __shfl_xor_sync(0xffffffffu, cz, 2);
-        cz += __shfl_xor_sync(0xffffffffu, cz, 4);
+#pragma unroll
+        for (int x = 1; x < Tr::kLanesPerRow; x *= 2) cz += __shfl_xor_sync(0xffffffffu, cz, x);
         row_c[ps] = row_c[ps] * alpha + cz;
       }
       row_l[ps] = row_l[ps] * alpha + sum;
@@ -425,7 +445,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
       for (int e = 0; e < 8; ++e) pt[e] = from_float<T>(p[e]);
       *reinterpret_cast<uint4*>(&sm.u.sp.p[r][c0]) = *reinterpret_cast<const uint4*>(pt);
-      if (lane % 8 == 0) sm.alpha[r] = alpha;
+      if (lane % Tr::kLanesPerRow == 0) sm.alpha[r] = alpha;
     }
     __syncthreads();
 
@@ -477,8 +497,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   // --- row statistics to smem for the epilogue ---------------------------------------------------
 #pragma unroll
   for (int ps = 0; ps < Tr::kPasses2; ++ps) {
-    const int r = ps * 32 + warp * 4 + lane / 8;
-    if (r < kRows && lane % 8 == 0) {
+    const int r = ps * Tr::kRowsPerPass + warp * Tr::kRowsPerWarp + lane / Tr::kLanesPerRow;
+    if (r < kRows && lane % Tr::kLanesPerRow == 0) {
       sm.m[r] = row_m[ps];
       sm.l[r] = row_l[ps];
       sm.corr[r] = row_c[ps];
