@@ -1,0 +1,400 @@
+// Planner (src/core/planner.h): the CUDA backend's work list, checked on the CPU.
+//
+// Random batches (decode, chain/tree verify sized, prefill; GQA ratios; sliding windows; SM counts)
+// are planned and every plan is checked against the rules the kernel relies on:
+//   - chunks of a sequence partition its T new tokens, each chunk has nt * G <= kMaxRows rows, and a
+//     sequence has the fewest chunks that allows (so few-query sequences are one chunk);
+//   - for each chunk, its items' key ranges are disjoint and cover exactly [lo, hi), hi = past + t0 + nt
+//     (causal limit of its last token), lo = 0 or, with a sliding window, the window start of its first
+//     token rounded down to kBlockKV; every key a token of the chunk may see (params.h: i - j < window)
+//     is inside, and the first tile holds at least one of them;
+//   - kv_begin is a multiple of kBlockKV and partitions are aligned to absolute multiples of
+//     partition_tokens; row_tiles is the smallest of 1/2/4 with 16 * row_tiles >= nt * G;
+//   - partial slots: one-partition chunks write out directly (slot -1); the items of a chunk with
+//     num_parts > 1 have distinct slots in [slot, slot + num_parts); chunk slot ranges
+//     [slot, slot + num_parts * Hk) do not overlap and lie below num_slots; merges list exactly those chunks;
+//   - ctas == items * Hk; without forcing/determinism the partition is the smallest candidate (a
+//     multiple of kBlockKV from kMinPartition up) that fits one wave (ctas <= num_sms * ctas_per_sm)
+//     whenever one-partition-per-chunk fits, and one partition per chunk otherwise;
+//   - deterministic mode gives a sequence the same partition boundaries alone or in any batch;
+//     forced_partition is honoured (rounded up to kBlockKV).
+// Seeds: PAGEDATTN_SEED=<n> fixes the base seed; otherwise it is drawn and printed. Case i uses base + i.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <random>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "core/planner.h"
+
+namespace {
+
+namespace pl = pagedattn::planner;
+using pl::Inputs;
+using pl::Plan;
+using pl::WorkItem;
+
+uint64_t base_seed() {
+  static const uint64_t seed = [] {
+    const char* env = std::getenv("PAGEDATTN_SEED");
+    const uint64_t s = env && env[0] ? std::strtoull(env, nullptr, 10) : (uint64_t{std::random_device{}()} << 20);
+    std::printf("[ seed     ] test_planner base seed %llu (rerun with PAGEDATTN_SEED=%llu)\n",
+                static_cast<unsigned long long>(s), static_cast<unsigned long long>(s));
+    return s;
+  }();
+  return seed;
+}
+
+int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+int64_t ceil_div(int64_t x, int64_t m) { return (x + m - 1) / m; }
+
+template <typename T>
+std::string list(const std::vector<T>& v, size_t max_shown = 24) {
+  std::ostringstream os;
+  os << "[";
+  for (size_t i = 0; i < v.size() && i < max_shown; ++i) os << (i ? "," : "") << v[i];
+  if (v.size() > max_shown) os << ",... (" << v.size() << ")";
+  os << "]";
+  return os.str();
+}
+
+std::string describe(const Inputs& in) {
+  std::ostringstream os;
+  os << "past_lens=" << list(in.past_lens) << " tokens=" << list(in.tokens) << " G=" << in.group
+     << " Hk=" << in.num_kv_heads << " window=" << in.sliding_window << " sms=" << in.num_sms
+     << " ctas_per_sm=" << in.ctas_per_sm << " deterministic=" << in.deterministic
+     << " forced_partition=" << in.forced_partition;
+  return os.str();
+}
+
+std::string describe(const WorkItem& w) {
+  std::ostringstream os;
+  os << "{seq " << w.seq << " t0 " << w.t0 << " nt " << w.nt << " kv [" << w.kv_begin << "," << w.kv_end
+     << ") slot " << w.slot << " parts " << w.num_parts << " row_tiles " << w.row_tiles << "}";
+  return os.str();
+}
+
+// --- random inputs ---------------------------------------------------------------------------------
+Inputs random_inputs(std::mt19937_64& rng) {
+  auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  auto pick = [&](std::initializer_list<int> v) { return *(v.begin() + uni(0, static_cast<int>(v.size()) - 1)); };
+  Inputs in;
+  in.group = pick({1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 21, 32, 48, 64});
+  in.num_kv_heads = pick({1, 1, 2, 4, 8, 16});
+  const int shape = uni(0, 4);  // 0: decode, 1: verify sized, 2: prefill, 3: mixed, 4: tiny contexts
+  const int num_seqs = shape == 2 ? uni(1, 6) : uni(1, pick({4, 16, 64, 200}));
+  const int max_past = pick({0, 63, 64, 700, 5000, 40000});
+  for (int s = 0; s < num_seqs; ++s) {
+    int T;
+    switch (shape == 3 ? uni(0, 2) : std::min(shape, 2)) {
+      case 0: T = uni(0, 9) == 0 ? 0 : 1; break;
+      case 1: T = uni(0, 17); break;
+      default: T = uni(0, 9) == 0 ? 0 : uni(1, pick({64, 300, 1100})); break;
+    }
+    in.tokens.push_back(T);
+    in.past_lens.push_back(shape == 4 ? uni(0, 130) : uni(0, max_past));
+  }
+  if (uni(0, 2) == 0) in.sliding_window = pick({1, 2, 63, 64, 65, 128, 255, 1000, 4096}) + uni(0, 1) * uni(0, 500);
+  in.num_sms = pick({1, 4, 78, 108, 132, 132});
+  in.ctas_per_sm = pick({0, 1, 1, 2, 3, 4});
+  in.deterministic = uni(0, 5) == 0;
+  if (uni(0, 5) == 0) in.forced_partition = pick({1, 63, 64, 65, 128, 256, 300, 512, 1024, 4096});
+  return in;
+}
+
+// The chunks of a plan, keyed by (seq, t0), with their items ordered by kv_begin.
+struct ChunkView {
+  int nt = 0;
+  std::vector<WorkItem> items;
+};
+std::map<std::pair<int, int>, ChunkView> chunks_of(const Plan& plan) {
+  std::map<std::pair<int, int>, ChunkView> m;
+  for (const WorkItem& w : plan.items) {
+    ChunkView& c = m[{w.seq, w.t0}];
+    c.nt = w.nt;
+    c.items.push_back(w);
+  }
+  for (auto& kv : m)
+    std::sort(kv.second.items.begin(), kv.second.items.end(),
+              [](const WorkItem& a, const WorkItem& b) { return a.kv_begin < b.kv_begin; });
+  return m;
+}
+
+// Partitions a chunk [lo, hi) needs when cut at absolute multiples of `part`.
+int64_t parts_needed(int lo, int hi, int part) { return ceil_div(hi, part) - lo / part; }
+
+// --- the rules ---------------------------------------------------------------------------------------
+void check_plan(const Inputs& in, const Plan& plan) {
+  const int G = in.group, Hk = in.num_kv_heads, P = plan.partition_tokens;
+  const int num_seqs = static_cast<int>(in.past_lens.size());
+  const int max_tokens_per_chunk = pl::kMaxRows / G;
+
+  // partition size
+  ASSERT_GT(P, 0);
+  EXPECT_EQ(P % pl::kBlockKV, 0) << "partition_tokens " << P << " is not a multiple of kBlockKV";
+  if (in.forced_partition > 0)
+    EXPECT_EQ(P, round_up(in.forced_partition, pl::kBlockKV))
+        << "forced_partition " << in.forced_partition << " not honoured";
+  else if (in.deterministic)
+    EXPECT_EQ(P, pl::kDeterministicPartition) << "deterministic mode must use the fixed partition";
+
+  // items, one by one
+  int max_rt = 1;
+  for (const WorkItem& w : plan.items) {
+    SCOPED_TRACE(describe(w));
+    ASSERT_GE(w.seq, 0);
+    ASSERT_LT(w.seq, num_seqs);
+    const int T = in.tokens[w.seq];
+    EXPECT_GE(w.t0, 0);
+    EXPECT_GE(w.nt, 1);
+    EXPECT_LE(w.t0 + w.nt, T) << "chunk runs past the sequence's T=" << T;
+    EXPECT_LE(w.nt * G, pl::kMaxRows) << "too many query rows for one CTA";
+    const int rows = w.nt * G;
+    const int smallest_rt = rows <= 16 ? 1 : (rows <= 32 ? 2 : 4);
+    EXPECT_TRUE(w.row_tiles == 1 || w.row_tiles == 2 || w.row_tiles == 4) << "no such kernel variant";
+    EXPECT_GE(w.row_tiles, ceil_div(rows, 16)) << "row tiles too few for " << rows << " rows";
+    EXPECT_EQ(w.row_tiles, smallest_rt) << "row tiles not the smallest variant for " << rows << " rows";
+    EXPECT_EQ(w.kv_begin % pl::kBlockKV, 0) << "kv_begin not a multiple of kBlockKV";
+    EXPECT_LT(w.kv_begin, w.kv_end) << "empty key range";
+    EXPECT_GE(w.kv_begin, 0);
+    // one partition: [kv_begin, kv_end) inside [p*P, (p+1)*P)
+    EXPECT_EQ(w.kv_begin / P, (w.kv_end - 1) / P) << "key range crosses a partition boundary (P=" << P << ")";
+    EXPECT_GE(w.num_parts, 1);
+    if (w.num_parts == 1) EXPECT_EQ(w.slot, -1) << "a one-partition chunk writes out directly";
+    max_rt = std::max(max_rt, w.row_tiles);
+  }
+  EXPECT_EQ(plan.max_row_tiles, max_rt);
+  EXPECT_EQ(plan.ctas, static_cast<int64_t>(plan.items.size()) * Hk);
+
+  // order: row tiles ascending, then longest key range first
+  for (size_t i = 1; i < plan.items.size(); ++i) {
+    const WorkItem &a = plan.items[i - 1], &b = plan.items[i];
+    EXPECT_TRUE(a.row_tiles < b.row_tiles ||
+                (a.row_tiles == b.row_tiles && a.kv_end - a.kv_begin >= b.kv_end - b.kv_begin))
+        << "items " << i - 1 << " and " << i << " out of order: " << describe(a) << " then " << describe(b);
+  }
+
+  // chunks
+  const auto chunks = chunks_of(plan);
+  std::vector<std::vector<std::pair<int, int>>> seq_chunks(num_seqs);  // (t0, nt)
+  std::vector<std::tuple<int, int, int>> slot_ranges;                   // (begin, end, seq)
+  std::set<std::tuple<int, int, int, int, int>> expected_merges;
+  int64_t one_part_ctas = 0;
+  for (const auto& kv : chunks) {
+    const int s = kv.first.first, t0 = kv.first.second;
+    const ChunkView& c = kv.second;
+    SCOPED_TRACE("chunk seq " + std::to_string(s) + " t0 " + std::to_string(t0) + " nt " + std::to_string(c.nt));
+    seq_chunks[s].push_back({t0, c.nt});
+    one_part_ctas += Hk;
+    const int past = in.past_lens[s];
+    const int hi = past + t0 + c.nt;
+    int lo = 0;
+    if (in.sliding_window > 0) lo = std::max(0, past + t0 - in.sliding_window + 1) / pl::kBlockKV * pl::kBlockKV;
+    // coverage: disjoint, contiguous, exactly [lo, hi)
+    for (const WorkItem& w : c.items) EXPECT_EQ(w.nt, c.nt) << "items of one chunk disagree on nt";
+    EXPECT_EQ(c.items.front().kv_begin, lo) << "chunk's key range starts at the wrong key";
+    EXPECT_EQ(c.items.back().kv_end, hi) << "chunk's key range ends at the wrong key (causal limit " << hi << ")";
+    for (size_t i = 1; i < c.items.size(); ++i)
+      EXPECT_EQ(c.items[i - 1].kv_end, c.items[i].kv_begin)
+          << "gap or overlap between " << describe(c.items[i - 1]) << " and " << describe(c.items[i]);
+    // partition boundaries inside the chunk are exactly the absolute multiples of P
+    for (size_t i = 0; i + 1 < c.items.size(); ++i)
+      EXPECT_EQ(c.items[i].kv_end % P, 0) << "inner cut not at a multiple of P=" << P << ": " << describe(c.items[i]);
+    EXPECT_EQ(static_cast<int64_t>(c.items.size()), parts_needed(lo, hi, P));
+    // semantics (params.h): token t sees keys j <= past + t with (past + t) - j < window
+    for (int t = t0; t < t0 + c.nt; ++t) {
+      const int q = past + t;
+      const int first = in.sliding_window > 0 ? std::max(0, q - in.sliding_window + 1) : 0;
+      EXPECT_LE(lo, first) << "token " << t << " sees key " << first << " outside the chunk's range";
+      EXPECT_GE(hi, q + 1) << "token " << t << " sees key " << q << " outside the chunk's range";
+    }
+    const int first_needed = in.sliding_window > 0 ? std::max(0, past + t0 - in.sliding_window + 1) : 0;
+    EXPECT_LT(first_needed - lo, pl::kBlockKV) << "first tile holds no key any token of the chunk sees";
+    // slots
+    const int np = static_cast<int>(c.items.size());
+    std::set<int> slots;
+    for (const WorkItem& w : c.items) {
+      EXPECT_EQ(w.num_parts, np) << "num_parts disagrees with the chunk's item count";
+      if (np > 1) slots.insert(w.slot);
+    }
+    if (np > 1) {
+      EXPECT_EQ(static_cast<int>(slots.size()), np) << "items of one chunk share a partial slot";
+      const int base = *slots.begin();
+      EXPECT_GE(base, 0);
+      EXPECT_EQ(*slots.rbegin(), base + np - 1) << "slots of a chunk are not slot .. slot + num_parts - 1";
+      EXPECT_LE(base + np * Hk, plan.num_slots) << "slot range past num_slots";
+      slot_ranges.emplace_back(base, base + np * Hk, s);
+      expected_merges.insert({s, t0, c.nt, base, np});
+    }
+  }
+  // slot ranges of different chunks (all kv heads) do not overlap
+  std::sort(slot_ranges.begin(), slot_ranges.end());
+  for (size_t i = 1; i < slot_ranges.size(); ++i)
+    EXPECT_LE(std::get<1>(slot_ranges[i - 1]), std::get<0>(slot_ranges[i]))
+        << "slot ranges overlap: [" << std::get<0>(slot_ranges[i - 1]) << "," << std::get<1>(slot_ranges[i - 1])
+        << ") and [" << std::get<0>(slot_ranges[i]) << "," << std::get<1>(slot_ranges[i]) << ")";
+  EXPECT_GE(plan.num_slots, 0);
+  if (slot_ranges.empty()) EXPECT_EQ(plan.num_slots, 0);
+
+  // merges: exactly the multi-partition chunks, once each
+  std::set<std::tuple<int, int, int, int, int>> merges;
+  for (const pl::MergeItem& m : plan.merges) {
+    EXPECT_TRUE(merges.insert({m.seq, m.t0, m.nt, m.slot, m.num_parts}).second)
+        << "merge listed twice: seq " << m.seq << " t0 " << m.t0;
+  }
+  EXPECT_EQ(merges, expected_merges) << "merges are not exactly the chunks with num_parts > 1";
+
+  // chunks of each sequence partition [0, T) into the fewest chunks of <= kMaxRows / G tokens
+  for (int s = 0; s < num_seqs; ++s) {
+    auto& v = seq_chunks[s];
+    std::sort(v.begin(), v.end());
+    const int T = in.tokens[s];
+    int next = 0;
+    for (const auto& c : v) {
+      EXPECT_EQ(c.first, next) << "seq " << s << ": chunks do not tile its tokens (gap/overlap at " << next << ")";
+      next = c.first + c.second;
+    }
+    EXPECT_EQ(next, T) << "seq " << s << ": chunks cover " << next << " of " << T << " tokens";
+    EXPECT_EQ(static_cast<int64_t>(v.size()), ceil_div(T, max_tokens_per_chunk))
+        << "seq " << s << ": not the fewest chunks";
+  }
+
+  // one wave, with the smallest partition that gives it
+  if (in.forced_partition <= 0 && !in.deterministic) {
+    const int64_t target = static_cast<int64_t>(in.num_sms) * std::max(1, in.ctas_per_sm);
+    int max_hi = 0;
+    for (const auto& kv : chunks) max_hi = std::max(max_hi, kv.second.items.back().kv_end);
+    auto ctas_at = [&](int part) {
+      int64_t n = 0;
+      for (const auto& kv : chunks)
+        n += parts_needed(kv.second.items.front().kv_begin, kv.second.items.back().kv_end, part);
+      return n * Hk;
+    };
+    if (one_part_ctas <= target) {
+      EXPECT_LE(plan.ctas, target) << "more than one wave although one partition per chunk would fit";
+      for (int part = pl::kMinPartition; part < P && part < max_hi; part += pl::kBlockKV)
+        EXPECT_GT(ctas_at(part), target) << "partition " << part << " < " << P << " would fit one wave";
+    } else {
+      EXPECT_EQ(plan.ctas, one_part_ctas) << "chunks cannot fit one wave: expected one partition per chunk";
+    }
+  }
+}
+
+void run_random(int cases, uint64_t offset) {
+  for (int i = 0; i < cases; ++i) {
+    const uint64_t seed = base_seed() + offset + static_cast<uint64_t>(i);
+    std::mt19937_64 rng(seed);
+    const Inputs in = random_inputs(rng);
+    SCOPED_TRACE("case seed " + std::to_string(seed) + " (base + " + std::to_string(offset + i) + "): " + describe(in));
+    const Plan plan = pl::make_plan(in);
+    check_plan(in, plan);
+    // a pure function: the same inputs give the same plan
+    const Plan again = pl::make_plan(in);
+    EXPECT_EQ(again.describe(), plan.describe());
+    if (::testing::Test::HasFailure()) {
+      std::printf("[ failed   ] case seed %llu: %s\n  plan: %s\n", static_cast<unsigned long long>(seed),
+                  describe(in).c_str(), plan.describe().c_str());
+      return;  // one failing case is enough to read
+    }
+  }
+}
+
+TEST(Planner, RandomBatchesKeepEveryRule) { run_random(1500, 0); }
+
+// Deterministic and forced modes, drawn on their own so each case exercises them.
+TEST(Planner, RandomForcedAndDeterministic) {
+  for (int i = 0; i < 600; ++i) {
+    const uint64_t seed = base_seed() + 1000000 + static_cast<uint64_t>(i);
+    std::mt19937_64 rng(seed);
+    Inputs in = random_inputs(rng);
+    in.deterministic = (i % 2) == 0;
+    in.forced_partition = (i % 3) == 0 ? 0 : std::uniform_int_distribution<int>(1, 3000)(rng);
+    SCOPED_TRACE("case seed " + std::to_string(seed) + ": " + describe(in));
+    check_plan(in, pl::make_plan(in));
+    if (HasFailure()) return;
+  }
+}
+
+// Deterministic mode: a sequence's partition boundaries do not depend on the rest of the batch nor on
+// the SM count (so its result is bitwise the same alone or batched).
+TEST(Planner, DeterministicBoundariesIndependentOfBatch) {
+  using Cut = std::tuple<int, int, int, int, int>;  // t0, nt, kv_begin, kv_end, num_parts
+  for (int i = 0; i < 400; ++i) {
+    const uint64_t seed = base_seed() + 2000000 + static_cast<uint64_t>(i);
+    std::mt19937_64 rng(seed);
+    Inputs batch = random_inputs(rng);
+    batch.deterministic = true;
+    batch.forced_partition = 0;
+    SCOPED_TRACE("case seed " + std::to_string(seed) + ": " + describe(batch));
+    const Plan bp = pl::make_plan(batch);
+    std::vector<std::vector<Cut>> batched(batch.past_lens.size());
+    for (const WorkItem& w : bp.items) batched[w.seq].emplace_back(w.t0, w.nt, w.kv_begin, w.kv_end, w.num_parts);
+    for (size_t s = 0; s < batch.past_lens.size(); ++s) {
+      Inputs alone = batch;
+      alone.past_lens = {batch.past_lens[s]};
+      alone.tokens = {batch.tokens[s]};
+      alone.num_sms = std::uniform_int_distribution<int>(1, 200)(rng);
+      alone.ctas_per_sm = std::uniform_int_distribution<int>(1, 4)(rng);
+      const Plan ap = pl::make_plan(alone);
+      EXPECT_EQ(ap.partition_tokens, bp.partition_tokens);
+      std::vector<Cut> cuts;
+      for (const WorkItem& w : ap.items) cuts.emplace_back(w.t0, w.nt, w.kv_begin, w.kv_end, w.num_parts);
+      std::sort(cuts.begin(), cuts.end());
+      std::sort(batched[s].begin(), batched[s].end());
+      EXPECT_EQ(cuts, batched[s]) << "seq " << s << " (past " << batch.past_lens[s] << ", T " << batch.tokens[s]
+                                  << ") is cut differently alone (sms " << alone.num_sms << ") than in the batch";
+    }
+    if (HasFailure()) return;
+  }
+}
+
+// Every small shape at the edges of tiles, partitions and windows, exhaustively.
+TEST(Planner, SmallShapesExhaustive) {
+  for (int G : {1, 3, 8, 64})
+    for (int window : {0, 1, 63, 64, 65, 130})
+      for (int forced : {0, 64, 128, 192})
+        for (int past = 0; past <= 260; past += (past < 10 || past % 64 > 60 || past % 64 < 3) ? 1 : 7)
+          for (int T : {1, 2, 15, 16, 17, 21, 22, 64, 65, 130}) {
+            Inputs in;
+            in.past_lens = {past, 0, past / 2};
+            in.tokens = {T, 1, 0};
+            in.group = G;
+            in.num_kv_heads = 2;
+            in.sliding_window = window;
+            in.num_sms = 3;
+            in.forced_partition = forced;
+            SCOPED_TRACE(describe(in));
+            check_plan(in, pl::make_plan(in));
+            if (HasFailure()) return;
+          }
+}
+
+// An empty batch (every T == 0) plans nothing; group sizes outside [1, kMaxRows] are refused.
+TEST(Planner, EmptyBatchAndBadGroup) {
+  Inputs in;
+  in.past_lens = {5, 0, 700};
+  in.tokens = {0, 0, 0};
+  const Plan p = pl::make_plan(in);
+  EXPECT_TRUE(p.items.empty());
+  EXPECT_TRUE(p.merges.empty());
+  EXPECT_EQ(p.ctas, 0);
+  EXPECT_EQ(p.num_slots, 0);
+  for (int g : {0, -1, pl::kMaxRows + 1}) {
+    Inputs bad;
+    bad.past_lens = {3};
+    bad.tokens = {1};
+    bad.group = g;
+    EXPECT_THROW(pl::make_plan(bad), std::invalid_argument) << "group " << g;
+  }
+}
+
+}  // namespace
