@@ -42,11 +42,13 @@ FwdKernelInfo fwd_kernel_info(int head_size, int kv, int row_tiles) {
   }
 }
 
-void launch_merge(const FwdParams& P, int head_size, int num_rows, cudaStream_t stream, bool pdl) {
+void launch_merge(const FwdParams& P, int head_size, int num_rows, int max_parts, cudaStream_t stream, bool pdl) {
+  const std::size_t smem = static_cast<std::size_t>(max_parts) * sizeof(float);
+  const dim3 block(kMergeThreads);
   switch (head_size) {
-    case 64: launch_ex(merge_kernel<64>, dim3(num_rows), dim3(16), 0, stream, pdl, P); break;
-    case 128: launch_ex(merge_kernel<128>, dim3(num_rows), dim3(32), 0, stream, pdl, P); break;
-    default: launch_ex(merge_kernel<256>, dim3(num_rows), dim3(64), 0, stream, pdl, P); break;
+    case 64: launch_ex(merge_kernel<64>, dim3(num_rows), block, smem, stream, pdl, P); break;
+    case 128: launch_ex(merge_kernel<128>, dim3(num_rows), block, smem, stream, pdl, P); break;
+    default: launch_ex(merge_kernel<256>, dim3(num_rows), block, smem, stream, pdl, P); break;
   }
 }
 
@@ -195,6 +197,9 @@ class CudaPlan final : public detail::PlanImpl {
       }
     }
     num_merge_rows_ = static_cast<int>(rows.size());
+    for (const planner::MergeItem& m : wl_.merges) max_parts_ = std::max(max_parts_, m.num_parts);
+    if (max_parts_ > 12 * 1024)  // merge weights live in 48 KB of shared memory
+      throw UnsupportedError("more than 12288 KV partitions in one chunk: raise Options::partition_tokens");
 
     // --- metadata to the device (read by run) ----------------------------------------------------
     upload(d_past_, past, num_seqs, stream_);
@@ -263,7 +268,7 @@ class CudaPlan final : public detail::PlanImpl {
       PA_CUDA_CHECK(cudaGetLastError());
     }
     if (num_merge_rows_ > 0) {
-      launch_merge(P, D_, num_merge_rows_, stream_, pdl_);
+      launch_merge(P, D_, num_merge_rows_, max_parts_, stream_, pdl_);
       PA_CUDA_CHECK(cudaGetLastError());
     }
   }
@@ -299,7 +304,7 @@ class CudaPlan final : public detail::PlanImpl {
   planner::Plan wl_;
   std::vector<Launch> launches_;
   std::vector<std::size_t> smem_;
-  int num_merge_rows_ = 0;
+  int num_merge_rows_ = 0, max_parts_ = 1;
   DeviceBuffer d_past_, d_sb_, d_bi_, d_bib_, d_qq_, d_qqb_, d_items_, d_merge_, ws_o_, ws_ml_;
 };
 

@@ -132,6 +132,13 @@ __device__ __forceinline__ int64_t cache_row(const int32_t* table, int pos, int 
   return ((blk * Hk + hk) << bs_log2) | (pos & ((1 << bs_log2) - 1));
 }
 
+// 2^x with one MUFU op (|rel err| ~ 2^-22; -inf -> 0).
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // u8 codes -> f16 pairs, exactly: 0x6400 | b is the half 1024 + b. `sel` picks the two bytes.
 __device__ __forceinline__ uint32_t u8x2_to_half2(uint32_t x, uint32_t sel) {
   uint32_t h = __byte_perm(x, 0x64u, sel);
@@ -184,24 +191,25 @@ __device__ __forceinline__ void load_tile(SharedStorage<D, KV, RT>& sm, int stag
   constexpr int kElemsPerChunk = 16 / static_cast<int>(sizeof(C));
   constexpr int kIters = Tr::kBlockKV * kChunksPerRow / Tr::kThreads;
   static_assert(kIters * Tr::kThreads == Tr::kBlockKV * kChunksPerRow, "tile copy split");
+  constexpr int kRowStep = Tr::kThreads / kChunksPerRow;  // rows between a thread's copies
+  static_assert(Tr::kThreads % kChunksPerRow == 0, "a thread keeps its column");
   const C* kc = static_cast<const C*>(P.k_cache);
   const C* vc = static_cast<const C*>(P.v_cache);
   auto& st = sm.stage[stage];
+  const int r0 = tid / kChunksPerRow, c = (tid % kChunksPerRow) * kElemsPerChunk;
   int64_t off[kIters];
 #pragma unroll
   for (int i = 0; i < kIters; ++i) {
-    const int idx = tid + i * Tr::kThreads;
-    const int j = j0 + idx / kChunksPerRow;
-    off[i] = j < kv_end ? cache_row(table, j, hk, P.Hk, P.block_size_log2) * D + (idx % kChunksPerRow) * kElemsPerChunk
-                        : -1;
+    const int j = j0 + r0 + i * kRowStep;
+    off[i] = j < kv_end ? cache_row(table, j, hk, P.Hk, P.block_size_log2) * D + c : -1;
   }
+  const uint32_t dk = smem_u32(&st.k[r0][c]), dv = smem_u32(&st.v[r0][c]);
+  constexpr uint32_t kDstStep = kRowStep * Tr::kLdKV * sizeof(C);
 #pragma unroll
   for (int i = 0; i < kIters; ++i) {
-    const int idx = tid + i * Tr::kThreads;
-    const int r = idx / kChunksPerRow, c = (idx % kChunksPerRow) * kElemsPerChunk;
     const bool ok = off[i] >= 0;
-    cp_async_16(&st.k[r][c], kc + (ok ? off[i] : 0), ok ? 16 : 0);
-    cp_async_16(&st.v[r][c], vc + (ok ? off[i] : 0), ok ? 16 : 0);
+    cp_async_16_u32(dk + i * kDstStep, kc + (ok ? off[i] : 0), ok ? 16 : 0);
+    cp_async_16_u32(dv + i * kDstStep, vc + (ok ? off[i] : 0), ok ? 16 : 0);
   }
   if constexpr (KV == kKvU8) {
     // 4 parameter arrays x (kBlockKV/8) chunks of 8 tokens (block_size >= 16: a chunk stays in one block).
@@ -379,11 +387,19 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT>::kThreads, FwdTraits<D, K
     __syncthreads();
 
     // phase 2: masks, scores, online softmax. kLanesPerRow lanes own a row (8 keys each).
+    // `interior`: every key of the tile is visible to every row (no per-key mask needed).
+    const bool interior = j0 + kBlockKV <= w.kv_end && j0 + kBlockKV <= past + w.t0 + 1 &&
+                          (P.sliding_window == 0 || j0 >= past + w.t0 + w.nt - P.sliding_window) &&
+                          (P.qq_bias == nullptr || j0 + kBlockKV <= past);
 #pragma unroll
     for (int ps = 0; ps < Tr::kPasses2; ++ps) {
       const int r = ps * Tr::kRowsPerPass + warp * Tr::kRowsPerWarp + lane / Tr::kLanesPerRow;
       if (r >= kRows) continue;  // warp-uniform: kRows is a multiple of 16
       const int c0 = (lane % Tr::kLanesPerRow) * 8;
+      float p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+      float alpha = 1.0f;
+      // warp-uniform: a warp whose rows are all padding only writes zeros
+      if (ps * Tr::kRowsPerPass + warp * Tr::kRowsPerWarp < rows) {
       // NOTE: every lane runs the shuffles below (full mask): rows past `rows` are masked, not skipped
       const bool valid = r < rows;
       const int t = w.t0 + (valid ? r / G : 0);
@@ -401,8 +417,8 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT>::kThreads, FwdTraits<D, K
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
         const int j = j0 + c0 + e;
-        const bool vis =
-            valid && j < w.kv_end && j <= qpos && j >= lo && (qq == nullptr || j < past || qq[j - past] != 0);
+        const bool vis = valid && (interior || (j < w.kv_end && j <= qpos && j >= lo &&
+                                                (qq == nullptr || j < past || qq[j - past] != 0)));
         float raw = s[e];
         if constexpr (kU8) {
           const float ks = __half2float(__ushort_as_half(st.par[0][c0 + e]));
@@ -415,12 +431,11 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT>::kThreads, FwdTraits<D, K
 #pragma unroll
       for (int x = 1; x < Tr::kLanesPerRow; x *= 2) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, x));
       const float m_new = fmaxf(row_m[ps], mt);
-      const float alpha = m_new != -INFINITY ? exp2f(row_m[ps] - m_new) : 1.0f;
-      float p[8];
+      alpha = m_new != -INFINITY ? fast_exp2(row_m[ps] - m_new) : 1.0f;
       float sum = 0.0f, cz = 0.0f;
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
-        const float pe = s[e] == -INFINITY ? 0.0f : exp2f(s[e] - m_new);
+        const float pe = s[e] == -INFINITY ? 0.0f : fast_exp2(s[e] - m_new);
         sum += pe;
         if constexpr (kU8) {
           // NOTE: masked keys may carry NaN parameters (unwritten slots): never multiply them
@@ -441,6 +456,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT>::kThreads, FwdTraits<D, K
       }
       row_l[ps] = row_l[ps] * alpha + sum;
       row_m[ps] = m_new;
+      }
       alignas(16) T pt[8];
 #pragma unroll
       for (int e = 0; e < 8; ++e) pt[e] = from_float<T>(p[e]);
@@ -556,37 +572,79 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT>::kThreads, FwdTraits<D, K
 }
 
 // Combines the partitions of one query row: out = sum_p 2^(m_p - M) O_p / (sum_p 2^(m_p - M) l_p + sink).
-// One CTA per row; thread i owns 4 consecutive columns.
+// One CTA per row; threads spread over (partition group, 4-column chunk) so the loads of all partitions
+// are in flight together; the partition weights go through shared memory (num_parts floats, dynamic).
+constexpr int kMergeThreads = 512;
 template <int D>
-__global__ void __launch_bounds__(D / 4) merge_kernel(const __grid_constant__ FwdParams P) {
+__global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_constant__ FwdParams P) {
+  constexpr int kCols4 = D / 4;                       // float4 chunks per row
+  constexpr int kGroupsM = kMergeThreads / kCols4;    // partition groups
+  extern __shared__ float merge_smem[];               // [num_parts] weights
+  __shared__ float red[kMergeThreads / 32];
+  __shared__ float4 acc_s[kGroupsM][kCols4];
   pdl_wait();
   const MergeRow mr = P.merge_rows[blockIdx.x];
-  const int c = threadIdx.x * 4;
+  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
   const float* ml = P.ws_ml + (static_cast<int64_t>(mr.slot) * kSlotRows + mr.row) * 2;
-  constexpr int64_t kSlotStride = static_cast<int64_t>(kSlotRows) * 2;
-  float M = P.sinks != nullptr ? P.sinks[mr.head] * kLog2e : -INFINITY;
-  for (int p = 0; p < mr.num_parts; ++p) M = fmaxf(M, __ldcg(ml + p * kSlotStride));
-  float den = P.sinks != nullptr ? exp2f(P.sinks[mr.head] * kLog2e - M) : 0.0f;
-  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-  const float* wo = P.ws_o + (static_cast<int64_t>(mr.slot) * kSlotRows + mr.row) * D + c;
-#pragma unroll 4
-  for (int p = 0; p < mr.num_parts; ++p) {
-    const float m = __ldcg(ml + p * kSlotStride);
+  constexpr int64_t kMlStride = static_cast<int64_t>(kSlotRows) * 2;
+  const float sink2 = P.sinks != nullptr ? P.sinks[mr.head] * kLog2e : -INFINITY;
+
+  // max over partitions (and the sink)
+  float M = sink2;
+  for (int p = tid; p < mr.num_parts; p += kMergeThreads) M = fmaxf(M, __ldcg(ml + p * kMlStride));
+  M = warp_max(M);
+  if (lane == 0) red[warp] = M;
+  __syncthreads();
+  M = red[0];
+#pragma unroll
+  for (int i = 1; i < kMergeThreads / 32; ++i) M = fmaxf(M, red[i]);
+  __syncthreads();
+  // weights and denominator
+  float den = 0.0f;
+  for (int p = tid; p < mr.num_parts; p += kMergeThreads) {
+    const float m = __ldcg(ml + p * kMlStride);
     const float wgt = m == -INFINITY ? 0.0f : exp2f(m - M);
-    den += wgt * __ldcg(ml + p * kSlotStride + 1);
-    const float4 v = __ldcg(reinterpret_cast<const float4*>(wo + p * kSlotRows * D));
+    merge_smem[p] = wgt;
+    den += wgt * __ldcg(ml + p * kMlStride + 1);
+  }
+  den = warp_sum(den);
+  if (lane == 0) red[warp] = den;
+  __syncthreads();
+  den = sink2 == -INFINITY ? 0.0f : exp2f(sink2 - M);
+#pragma unroll
+  for (int i = 0; i < kMergeThreads / 32; ++i) den += red[i];
+  // weighted sum of the partial outputs
+  const int c4 = tid % kCols4, g = tid / kCols4;
+  const float* wo = P.ws_o + (static_cast<int64_t>(mr.slot) * kSlotRows + mr.row) * D + c4 * 4;
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 4
+  for (int p = g; p < mr.num_parts; p += kGroupsM) {
+    const float wgt = merge_smem[p];
+    const float4 v = __ldcg(reinterpret_cast<const float4*>(wo + static_cast<int64_t>(p) * kSlotRows * D));
     acc.x += wgt * v.x;
     acc.y += wgt * v.y;
     acc.z += wgt * v.z;
     acc.w += wgt * v.w;
   }
+  acc_s[g][c4] = acc;
+  __syncthreads();
   pdl_launch_dependents();
-  const float inv = 1.0f / den;
-  const int64_t base = static_cast<int64_t>(mr.token) * P.H * D + static_cast<int64_t>(mr.head) * D + c;
-  store_io(P.out, base + 0, P.io_dtype, acc.x * inv);
-  store_io(P.out, base + 1, P.io_dtype, acc.y * inv);
-  store_io(P.out, base + 2, P.io_dtype, acc.z * inv);
-  store_io(P.out, base + 3, P.io_dtype, acc.w * inv);
+  if (g == 0) {
+#pragma unroll
+    for (int i = 1; i < kGroupsM; ++i) {
+      const float4 v = acc_s[i][c4];
+      acc.x += v.x;
+      acc.y += v.y;
+      acc.z += v.z;
+      acc.w += v.w;
+    }
+    const float inv = 1.0f / den;
+    const int64_t base = static_cast<int64_t>(mr.token) * P.H * D + static_cast<int64_t>(mr.head) * D + c4 * 4;
+    store_io(P.out, base + 0, P.io_dtype, acc.x * inv);
+    store_io(P.out, base + 1, P.io_dtype, acc.y * inv);
+    store_io(P.out, base + 2, P.io_dtype, acc.z * inv);
+    store_io(P.out, base + 3, P.io_dtype, acc.w * inv);
+  }
 }
 
 }  // namespace cuda

@@ -23,7 +23,7 @@ FwdKernelInfo fwd_kernel_info_d256(int kv, int row_tiles);
 /// Throws UnsupportedError naming the head size when there is no kernel for it.
 FwdKernelInfo fwd_kernel_info(int head_size, int kv, int row_tiles);
 
-void launch_merge(const FwdParams& P, int head_size, int num_rows, cudaStream_t stream, bool pdl);
+void launch_merge(const FwdParams& P, int head_size, int num_rows, int max_parts, cudaStream_t stream, bool pdl);
 
 // Launches with programmatic stream serialisation (PDL) when `pdl` is set.
 template <typename... KArgs, typename... Args>
