@@ -20,6 +20,7 @@ The read ceiling is measured here: torch sum over a 2 GiB tensor, median of 20.
   python3 bench/peers/run_peers.py --cpu-smoke        # tiny sizes on CPU: exercises the logic, no graphs
 """
 import argparse
+import importlib
 import json
 import math
 import os
@@ -33,6 +34,9 @@ T_START = time.monotonic()
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from pagedattn_rows import pagedattn_rows_many  # noqa: E402
 
 T_IMPORT = time.monotonic() - T_START
 
@@ -357,7 +361,7 @@ def run_sdpa(ctx, scenario, B, L, Ts, systems):
         for system in todo:
             t0 = time.monotonic()
             row = new_row(ctx, system, scenario, B, L, T)
-            row["kv_layout"] = f"contiguous [B, Hk, L+T, D]"
+            row["kv_layout"] = "contiguous [B, Hk, L+T, D]"
             try:
                 mask, row["mask"] = mask_for(system, T, S, ctx.dev)
                 be = backend[system]
@@ -388,13 +392,13 @@ def run_sdpa(ctx, scenario, B, L, Ts, systems):
                 calls = [[(lambda s_=s_, l_=l_: call(q[s_][l_], kk[s_][l_], vv[s_][l_], gqa))
                           for l_ in range(a.layers)] for s_ in range(sets)]
                 timed_row(ctx, row, calls, lambda: check_against(out0), lambda: calls[0][0](), t0)
-                del kk, vv
+                kk = vv = None
             except Exception as e:  # noqa: BLE001
                 row["status"], row["note"] = "error", short(e)
                 if a.verbose:
                     traceback.print_exc()
                 finish_row(ctx, row, t0)
-        del q, k, v, ref
+        q = k = v = ref = None  # frees the inputs before the next T allocates its own
         if not ctx.cpu:
             torch.cuda.empty_cache()
 
@@ -455,7 +459,7 @@ def run_flex(ctx, scenario, B, L_list, Ts):
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
     a = ctx.args
     system = "flex-paged"
-    H, Hk, D = a.heads, a.kv_heads, a.head_size
+    H, D = a.heads, a.head_size
     if ctx.flex_fn is None:
         if ctx.cpu and not a.smoke_compile:
             ctx.flex_fn, ctx.meta["flex"] = flex_attention, "eager (CPU smoke)"
@@ -519,7 +523,7 @@ def run_flex(ctx, scenario, B, L_list, Ts):
                 if a.verbose:
                     traceback.print_exc()
                 finish_row(ctx, row, t0)
-    del pool
+    pool = None
     if not ctx.cpu:
         torch.cuda.empty_cache()
 
@@ -527,7 +531,7 @@ def run_flex(ctx, scenario, B, L_list, Ts):
 # --- FlashInfer (only if importable) ------------------------------------------------------------------------
 def flashinfer_status():
     try:
-        import flashinfer  # noqa: F401
+        importlib.import_module("flashinfer")
         return None
     except ModuleNotFoundError as e:
         return ("not installed (" + short(e, 120) + "); its wheel JIT-compiles its kernels with nvcc at first use, "
@@ -598,7 +602,7 @@ def run_flashinfer(ctx, scenario, B, L_list, Ts):
 
                 calls = [[(lambda s_=s_, l_=l_: call(s_, l_)) for l_ in range(a.layers)] for s_ in range(sets)]
                 timed_row(ctx, row, calls, check, lambda: call(0, 0), t0)
-                del kc, vc, q, w, ws
+                kc = vc = q = w = ws = None
             except Exception as e:  # noqa: BLE001
                 row["status"], row["note"] = "error", short(e)
                 if a.verbose:
@@ -606,32 +610,6 @@ def run_flashinfer(ctx, scenario, B, L_list, Ts):
                 finish_row(ctx, row, t0)
             if not ctx.cpu:
                 torch.cuda.empty_cache()
-
-
-# --- pagedattn's rows -----------------------------------------------------------------------------------------
-def pagedattn_rows(path, ceiling_gbs):
-    """Rows of `pagedattn bench --json` (tools/bench.cpp) in this script's schema."""
-    with open(path) as f:
-        doc = json.load(f)
-    out = []
-    for r in doc.get("rows", []):
-        seqs = int(r["seqs"])
-        row = {"system": f"pagedattn-{r['kv']}", "scenario": "seed" if seqs == 1 else "batch", "seqs": seqs,
-               "context": int(r["context"]), "T": int(r["T"]), "layers": int(r.get("layers", 8)), "status": "ok",
-               "note": "", "us": r["us"], "us_min": r.get("us_min"), "repeats": doc.get("config", {}).get("repeats"),
-               "timing": "cuda-graph (pagedattn bench)", "sets": r.get("sets", 1), "bytes": r["bytes"],
-               "bytes_terms": r.get("bytes_terms", {}), "gbs": r.get("gbs"),
-               "pct_ceiling": None, "pct_own_ceiling": r.get("pct_ceiling"), "rel_err": None, "kernels": [],
-               "gqa": "native", "mask": "causal past + t + 1", "kv_layout": f"paged, kv {r['kv']}"}
-        if row["us"]:
-            row["gbs"] = row["bytes"] / (row["us"] * 1e-6) / 1e9
-            if ceiling_gbs:
-                row["pct_ceiling"] = 100.0 * row["gbs"] / ceiling_gbs
-        out.append(row)
-    info = {k: doc.get(k) for k in ("device", "date", "commit", "ceiling_gbs", "ceiling_method", "backend")}
-    info["path"] = path
-    info["config"] = doc.get("config")
-    return out, info
 
 
 # --- the check can fail ------------------------------------------------------------------------------------
@@ -659,7 +637,8 @@ def self_check(ctx):
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--json", help="write the rows here (rewritten after every row)")
-    p.add_argument("--pagedattn-json", help="output of `pagedattn bench --json`: its rows join the table")
+    p.add_argument("--pagedattn-json", nargs="+", action="extend", metavar="FILE",
+                   help="output(s) of `pagedattn bench --json`: their rows join the table")
     p.add_argument("--quick", action="store_true", help="seed contexts up to 32k only")
     p.add_argument("--max-seconds", type=float, default=105.0,
                    help="time budget from process start (import included); rows that would not fit are skipped")
@@ -728,13 +707,17 @@ def main(argv=None):
     log(f"read ceiling: {ctx.ceiling_gbs:.1f} GB/s ({ctx.meta['ceiling_method']})")
     if a.pagedattn_json:
         try:
-            prow, info = pagedattn_rows(a.pagedattn_json, ctx.ceiling_gbs)
-            ctx.meta["pagedattn"] = info
-            log(f"pagedattn: {len(prow)} rows from {a.pagedattn_json} (commit {info.get('commit')}, its ceiling "
-                f"{(info.get('ceiling_gbs') or 0):.1f} GB/s)")
+            prow, infos = pagedattn_rows_many(a.pagedattn_json, ctx.ceiling_gbs)
+            ctx.meta["pagedattn"] = infos
+            for i in infos:
+                if i.get("error"):
+                    log(f"pagedattn: could not read {i['path']}: {i['error']}")
+                else:
+                    log(f"pagedattn: rows from {i['path']} (commit {i.get('commit')}, its ceiling "
+                        f"{(i.get('ceiling_gbs') or 0):.1f} GB/s)")
         except Exception as e:  # noqa: BLE001
             prow = []
-            ctx.meta["pagedattn"] = {"path": a.pagedattn_json, "error": short(e)}
+            ctx.meta["pagedattn"] = [{"path": ",".join(a.pagedattn_json), "error": short(e)}]
             log(f"pagedattn: could not read {a.pagedattn_json}: {short(e)}")
     else:
         prow = []
