@@ -18,7 +18,7 @@ namespace planner {
 
 constexpr int kMaxRows = 64;    // query rows (tokens x heads of one kv head) per CTA
 constexpr int kBlockKV = 64;    // keys per pipeline tile
-constexpr int kMinPartition = 128;  // 8k context, one sequence: 256 CTAs of 2 tiles each, not 128 of 4
+constexpr int kMinPartition = 128;  // 8k, one sequence, Hk=4: 256 CTAs of 128 keys, not 128 of 256
 constexpr int kDeterministicPartition = 512;
 
 struct WorkItem {
