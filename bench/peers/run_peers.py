@@ -666,7 +666,7 @@ def parse_args(argv=None):
     p.add_argument("--pagedattn-json", nargs="+", action="extend", metavar="FILE",
                    help="output(s) of `pagedattn bench --json`: their rows join the table")
     p.add_argument("--quick", action="store_true", help="seed contexts up to 32k only")
-    p.add_argument("--max-seconds", type=float, default=105.0,
+    p.add_argument("--max-seconds", type=float, default=100.0,
                    help="time budget from process start (import included); rows that would not fit are skipped")
     p.add_argument("--cpu-smoke", action="store_true", help="tiny sizes on CPU, no graphs: checks the logic")
     p.add_argument("--smoke-compile", action="store_true", help="with --cpu-smoke: torch.compile flex too (slow)")
