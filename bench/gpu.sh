@@ -1,17 +1,26 @@
 #!/usr/bin/env bash
 # One call on the GPU machine: build from source (sm_90a + sm_80), GPU tests, a compute-sanitizer
-# subset, the benchmark. Logs and JSON go under $OUT; a short table is printed last.
-#   usage: bench/gpu.sh [all|test|bench]
+# subset, the benchmark, the Python package's GPU test and the peers. Logs go under $OUT/run and come
+# back as $OUT/results.tgz (the device tool returns at most 8 files); a short table is printed last.
+#   usage: bench/gpu.sh [stages...]    stages: build test cputest sanitizer bench python peers
+#                                       (default: all but cputest; CI runs the CPU tests)
 # Here, before the call: bench/prepare_deps.sh, and
 #   echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo +dirty)" > .commit
 # then carry .deps and .commit.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-$root/gpu-out}
-mkdir -p "$OUT"
-what=${1:-all}
+run_dir=$OUT/run
+mkdir -p "$run_dir"
+stages=${*:-build test sanitizer bench python peers}
 build=${BUILD_DIR:-/tmp/pagedattn-build}
-log() { echo "== $(date -u +%H:%M:%S) $*"; }
+budget=${GPU_SH_BUDGET:-420}  # seconds; later stages are skipped (and say so) past this
+t_start=$(date +%s)
+log() { echo "== $(date -u +%H:%M:%S) (+$(( $(date +%s) - t_start ))s) $*"; }
+has() { [[ " $stages " == *" $1 "* ]]; }
+left() { echo $(( budget - ($(date +%s) - t_start) )); }
+pack() { tar czf "$OUT/results.tgz" -C "$OUT" run 2>/dev/null; }
+trap pack EXIT
 
 # the copy of the tree on the GPU machine has no .git: take the commit from .commit (carried)
 if [ -z "${PAGEDATTN_COMMIT:-}" ]; then
@@ -29,38 +38,91 @@ export PAGEDATTN_COMMIT
   echo "commit: $PAGEDATTN_COMMIT"
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader 2>&1
   nvcc --version | tail -1
-} | tee "$OUT/device.txt"
-
-log "build"
-prefix=()
-[ -d "$root/.deps" ] && prefix=(-DCMAKE_PREFIX_PATH="$root/.deps")
-if ! { cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPAGEDATTN_CUDA=ON \
-         -DCMAKE_CUDA_ARCHITECTURES="90a-real;80-real" "${prefix[@]}" &&
-       ninja -C "$build" -j "$(nproc)"; } > "$OUT/build.log" 2>&1; then
-  tail -40 "$OUT/build.log"
-  exit 1
-fi
-grep -E "spill|local memory" "$OUT/build.log" | grep -v " 0 bytes" | head -5
+} | tee "$OUT/device.txt" "$run_dir/device.txt"
 
 status=0
-if [ "$what" = all ] || [ "$what" = test ]; then
+if has build; then
+  log "build"
+  prefix=()
+  [ -d "$root/.deps" ] && prefix=(-DCMAKE_PREFIX_PATH="$root/.deps")
+  if ! { cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPAGEDATTN_CUDA=ON \
+           -DCMAKE_CUDA_ARCHITECTURES="90a-real;80-real" "${prefix[@]}" &&
+         ninja -C "$build" -j "$(nproc)"; } > "$run_dir/build.log" 2>&1; then
+    tail -40 "$run_dir/build.log"
+    exit 1
+  fi
+  grep -E "spill|local memory" "$run_dir/build.log" | grep -v " 0 bytes" | head -5
+fi
+
+if has test; then
   log "GPU tests"
-  timeout 300 "$build/tests/test_cuda" > "$OUT/test_cuda.log" 2>&1 || { status=1; echo "test_cuda failed or timed out (exit $?)"; tail -5 "$OUT/test_cuda.log"; }
-  grep -E "^\[ *(PASSED|FAILED|OK|SKIPPED) |worst|cases$" "$OUT/test_cuda.log" | head -40
+  timeout 300 "$build/tests/test_cuda" > "$run_dir/test_cuda.log" 2>&1 ||
+    { status=1; echo "test_cuda failed or timed out"; tail -5 "$run_dir/test_cuda.log"; }
+  grep -E "^\[ *(PASSED|FAILED|OK|SKIPPED) |worst" "$run_dir/test_cuda.log" | head -40
+fi
+if has cputest; then
   log "CPU tests (ctest -L cpu)"
-  (cd "$build" && ctest -L cpu -j 8 --timeout 120 > "$OUT/ctest_cpu.log" 2>&1) || status=1
-  tail -3 "$OUT/ctest_cpu.log"
+  (cd "$build" && ctest -L cpu -j 8 --timeout 120 > "$run_dir/ctest_cpu.log" 2>&1) || status=1
+  tail -3 "$run_dir/ctest_cpu.log"
+fi
+if has sanitizer; then
   log "compute-sanitizer memcheck subset"
   PAGEDATTN_GPU_CASES=12 timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 "$build/tests/test_cuda" \
     --gtest_filter='Cuda.FewQueryRandom:Cuda.TileAndMixedRandom:Cuda.GraphReplayMatchesDirectRun' \
-    > "$OUT/sanitizer.log" 2>&1
-  echo "sanitizer exit code: $? ($(grep -c 'Invalid\|ERROR SUMMARY: [1-9]' "$OUT/sanitizer.log") error lines)"
-  grep -E "ERROR SUMMARY|PASSED|FAILED" "$OUT/sanitizer.log" | head -5
+    > "$run_dir/sanitizer.log" 2>&1
+  echo "sanitizer exit code: $?"
+  grep -E "ERROR SUMMARY|PASSED|FAILED" "$run_dir/sanitizer.log" | head -5
 fi
 
-if [ "$what" = all ] || [ "$what" = bench ]; then
-  log "benchmark"
-  timeout 300 "$build/pagedattn" bench --backend cuda ${BENCH_ARGS:-} --json "$OUT/bench.json" > "$OUT/bench.log" 2>&1 || status=1
-  cat "$OUT/bench.log"
+if has bench; then
+  log "benchmark: seed and batch scenarios"
+  timeout 300 "$build/pagedattn" bench --backend cuda ${BENCH_ARGS:-} --json "$run_dir/bench.json" \
+    > "$run_dir/bench.log" 2>&1 || status=1
+  log "benchmark: batch of 32 at T=1,4 (for the peers table)"
+  timeout 120 "$build/pagedattn" bench --backend cuda --scenario seed --batch 32 --context 8192 --tokens 1,4 \
+    --kv f16,u8 --fill random --json "$run_dir/bench_batch.json" > "$run_dir/bench_batch.log" 2>&1 || status=1
+  for sc in prefill chunk mixed; do
+    if "$build/pagedattn" bench --help 2>/dev/null | grep -q "$sc"; then
+      log "benchmark: $sc"
+      timeout 150 "$build/pagedattn" bench --backend cuda --scenario "$sc" --json "$run_dir/bench_$sc.json" \
+        > "$run_dir/bench_$sc.log" 2>&1 || status=1
+    fi
+  done
 fi
+
+if has python && [ "$(left)" -gt 150 ]; then
+  log "Python package (pip install --no-build-isolation) and its GPU test"
+  pyt=/tmp/pagedattn-py
+  if PAGEDATTN_CUDA=ON timeout 240 python3 -m pip install -q --no-build-isolation --no-deps --target "$pyt" \
+       -C cmake.define.CMAKE_CUDA_ARCHITECTURES=90a-real -C build-dir=/tmp/pagedattn-wheel "$root" \
+       > "$run_dir/python_build.log" 2>&1; then
+    (cd "$root/tests/python" && PYTHONPATH="$pyt" timeout 180 python3 -m pytest test_gpu.py -q -rA -s \
+       -p no:cacheprovider > "$run_dir/python_gpu.log" 2>&1) || status=1
+    grep -E "WORST|passed|failed|error" "$run_dir/python_gpu.log" | tail -6
+  else
+    status=1
+    echo "python package build failed"; tail -20 "$run_dir/python_build.log"
+  fi
+elif has python; then
+  log "Python GPU test skipped: $(left)s of the ${budget}s budget left"
+fi
+
+if has peers && [ "$(left)" -gt 100 ]; then
+  log "peers"
+  extra=()
+  [ -f "$run_dir/bench_batch.json" ] && extra=("$run_dir/bench_batch.json")
+  timeout $(( $(left) - 15 )) python3 "$root/bench/peers/run_peers.py" --json "$run_dir/peers.json" \
+    --pagedattn-json "$run_dir/bench.json" "${extra[@]}" --max-seconds $(( $(left) - 30 )) > "$run_dir/peers.log" 2>&1 || status=1
+  python3 "$root/bench/peers/plot.py" --json "$run_dir/peers.json" --out-dir "$run_dir/peers" > "$run_dir/plot.log" 2>&1 || status=1
+  tail -25 "$run_dir/peers.log"
+elif has peers; then
+  log "peers skipped: $(left)s of the ${budget}s budget left"
+fi
+
+if has bench; then
+  log "summary"
+  cat "$run_dir/bench.log"
+  for sc in batch prefill chunk mixed; do [ -f "$run_dir/bench_$sc.log" ] && tail -12 "$run_dir/bench_$sc.log"; done
+fi
+cp "$run_dir/bench.log" "$OUT/bench.log" 2>/dev/null
 exit $status

@@ -192,6 +192,23 @@ TEST(Cuda, TileAndMixedRandom) {
   run_suite("tile-mixed", cfg, base_seed() + 200000, 200);
 }
 
+TEST(Cuda, TileLongContextRandom) {
+  REQUIRE_GPU();
+  // Issue 4's range: T 17..2048 (the longest in LongPrefillAndChunk), past_len 0..32k, every KV precision
+  // and head size; few heads so that the oracle (16 host threads) keeps up.
+  CaseConfig cfg = few_query_config();
+  cfg.min_seqs = 1;
+  cfg.max_seqs = 3;
+  cfg.min_tokens = 17;
+  cfg.max_tokens = 600;
+  cfg.max_past = 32768;
+  cfg.group_sizes = {1, 2, 4, 8};
+  cfg.kv_heads = {1};
+  cfg.max_total_tokens = 600;
+  cfg.max_total_context = 34000;
+  run_suite("tile-long", cfg, base_seed() + 700000, 120);
+}
+
 TEST(Cuda, LongPrefillAndChunk) {
   REQUIRE_GPU();
   CaseConfig cfg = few_query_config();
