@@ -192,16 +192,28 @@ __device__ __forceinline__ void load_tile(SharedStorage<D, KV, RT>& sm, int stag
   constexpr int kIters = Tr::kBlockKV * kChunksPerRow / Tr::kThreads;
   static_assert(kIters * Tr::kThreads == Tr::kBlockKV * kChunksPerRow, "tile copy split");
   constexpr int kRowStep = Tr::kThreads / kChunksPerRow;  // rows between a thread's copies
+  constexpr int kLog2BlockKV = Tr::kBlockKV == 32 ? 5 : 6;
+  static_assert(Tr::kBlockKV == 32 || Tr::kBlockKV == 64, "tile size");
   static_assert(Tr::kThreads % kChunksPerRow == 0, "a thread keeps its column");
   const C* kc = static_cast<const C*>(P.k_cache);
   const C* vc = static_cast<const C*>(P.v_cache);
   auto& st = sm.stage[stage];
   const int r0 = tid / kChunksPerRow, c = (tid % kChunksPerRow) * kElemsPerChunk;
   int64_t off[kIters];
+  if (P.block_size_log2 >= kLog2BlockKV) {
+    // the tile lies in one cache block (j0 is a multiple of kBlockKV): one table lookup
+    const int64_t base = cache_row(table, j0, hk, P.Hk, P.block_size_log2) * D + c;
 #pragma unroll
-  for (int i = 0; i < kIters; ++i) {
-    const int j = j0 + r0 + i * kRowStep;
-    off[i] = j < kv_end ? cache_row(table, j, hk, P.Hk, P.block_size_log2) * D + c : -1;
+    for (int i = 0; i < kIters; ++i) {
+      const int r = r0 + i * kRowStep;
+      off[i] = j0 + r < kv_end ? base + static_cast<int64_t>(r) * D : -1;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < kIters; ++i) {
+      const int j = j0 + r0 + i * kRowStep;
+      off[i] = j < kv_end ? cache_row(table, j, hk, P.Hk, P.block_size_log2) * D + c : -1;
+    }
   }
   const uint32_t dk = smem_u32(&st.k[r0][c]), dv = smem_u32(&st.v[r0][c]);
   constexpr uint32_t kDstStep = kRowStep * Tr::kLdKV * sizeof(C);
