@@ -440,6 +440,12 @@ struct Env {
   void* stream = nullptr;
 };
 
+// Copies of the layers so that one replay's caches (per_set bytes) together exceed 3x L2 (cuda only).
+int rotation_sets(const Env& env, Device dev, double per_set) {
+  if (dev != Device::cuda || env.l2_bytes == 0 || per_set <= 0) return 1;
+  return std::max(1, std::min(64, static_cast<int>(std::ceil(3.0 * static_cast<double>(env.l2_bytes) / per_set))));
+}
+
 // Runs one (kv, batch, context) configuration for every T; appends rows.
 void run_config(const BenchOptions& opt, const Env& env, KVPrecision kv, int batch, int context,
                 const std::vector<int>& tokens, std::vector<Row>& rows) {
@@ -458,10 +464,8 @@ void run_config(const BenchOptions& opt, const Env& env, KVPrecision kv, int bat
   std::shuffle(S.tables.begin(), S.tables.end(), rng);  // paged: blocks in no particular order
 
   // Layer copies ("sets") so that the caches of one replay's layers are not served from L2.
-  int sets = 1;
   const double per_set = static_cast<double>(S.cache_bytes()) * opt.layers;
-  if (dev == Device::cuda && env.l2_bytes > 0)
-    sets = std::max(1, std::min(64, static_cast<int>(std::ceil(3.0 * static_cast<double>(env.l2_bytes) / per_set))));
+  const int sets = rotation_sets(env, dev, per_set);
 
   std::vector<std::vector<LayerBuffers>> L(static_cast<std::size_t>(sets));
   for (auto& set : L) {
@@ -570,6 +574,275 @@ void print_header(const BenchOptions& opt, const char* title) {
               "T/T1", "MB moved", "GB/s", "% ceil");
 }
 
+
+// --- long-query scenarios: prefill from zero, a prefill chunk, a mixed batch ------------------------------
+// FLOPs: 4*H*D per (query, key) pair. Query t (0-based) of a sequence with past_len P attends P+t+1 keys
+// (causal), so a sequence counts T*L_eff pairs with L_eff = P + (T+1)/2 (prefill from zero: (L+1)/2).
+const char* const kFlopsFormula =
+    "FLOPs = 4*T*L_eff*D*H per sequence, L_eff = past_len + (T+1)/2 (causal average; prefill from zero: (L+1)/2)";
+
+struct Seq {
+  int past = 0, T = 0;
+};
+
+double flops_of(const BenchOptions& o, const std::vector<Seq>& seqs) {
+  double pairs = 0;
+  for (const Seq& q : seqs) pairs += static_cast<double>(q.T) * (q.past + (q.T + 1) / 2.0);
+  return 4.0 * o.heads * o.head_size * pairs;
+}
+
+Bytes bytes_of(const BenchOptions& o, KVPrecision kv, const std::vector<Seq>& seqs) {  // o.layers = 1
+  Bytes b;
+  for (const Seq& q : seqs) {
+    const Bytes x = bytes_moved(o, kv, 1, q.past, q.T);
+    b.kv += x.kv;
+    b.kv_params += x.kv_params;
+    b.q += x.q;
+    b.o += x.o;
+    b.new_kv += x.new_kv;
+  }
+  return b;
+}
+
+// The sequences of the calls over one cache; `sets` copies of the cache (and of the io rows) to rotate.
+struct SeqCache {
+  std::vector<Seq> seqs;
+  std::vector<std::vector<int32_t>> tables;  // per sequence: a slice of a shuffled permutation of the blocks
+  std::vector<LayerBuffers> sets;            // one layer each
+};
+
+// Sizes S.num_blocks for `seqs`, allocates the sets (rotate: enough to exceed 3x L2 on cuda, else one),
+// fills the inputs (out poisoned) and, when `fill`, the caches with random values.
+SeqCache make_cache(Setup& S, const Env& env, const std::vector<Seq>& seqs, bool rotate, bool fill,
+                    std::mt19937_64& rng) {
+  const int bs = S.opt.block_size;
+  SeqCache c;
+  c.seqs = seqs;
+  int64_t nb = 0, rows = 0;
+  for (const Seq& q : seqs) {
+    nb += (static_cast<int64_t>(q.past) + q.T + bs - 1) / bs;
+    rows += q.T;
+  }
+  if (nb > INT32_MAX) throw ValidationError("--block-size", "too many cache blocks for i32 block ids");
+  S.num_blocks = static_cast<int>(nb);
+  S.batch = static_cast<int>(seqs.size());
+  std::vector<int32_t> perm(static_cast<std::size_t>(nb));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);  // paged: blocks in no particular order
+  std::size_t at = 0;
+  for (const Seq& q : seqs) {
+    const std::size_t n = static_cast<std::size_t>((static_cast<int64_t>(q.past) + q.T + bs - 1) / bs);
+    c.tables.emplace_back(perm.begin() + static_cast<std::ptrdiff_t>(at), perm.begin() + static_cast<std::ptrdiff_t>(at + n));
+    at += n;
+  }
+  const int sets = rotate ? rotation_sets(env, S.dev, static_cast<double>(S.cache_bytes())) : 1;
+  c.sets.resize(static_cast<std::size_t>(sets));
+  for (LayerBuffers& ly : c.sets) {
+    S.allocate(ly, static_cast<int>(rows));
+    fill_inputs(S.opt, ly, rng);
+    if (fill) fill_random(S, ly, rng);
+  }
+  sync_device(S.dev);
+  return c;
+}
+
+// The metadata of one call over the sequences `pick` of `c` (their new rows back to back from row 0).
+Meta meta_of(const SeqCache& c, const std::vector<int>& pick) {
+  Meta m;
+  m.subsequence_begins.push_back(0);
+  m.block_indices_begins.push_back(0);
+  for (int i : pick) {
+    const Seq& q = c.seqs[static_cast<std::size_t>(i)];
+    const auto& t = c.tables[static_cast<std::size_t>(i)];
+    m.past_lens.push_back(q.past);
+    m.num_tokens += q.T;
+    m.subsequence_begins.push_back(m.num_tokens);
+    m.block_indices.insert(m.block_indices.end(), t.begin(), t.end());
+    m.block_indices_begins.push_back(static_cast<int32_t>(m.block_indices.size()));
+    m.max_context_len = std::max(m.max_context_len, q.past + q.T);
+  }
+  return m;
+}
+
+std::vector<int> range(int from, int to) {
+  std::vector<int> v;
+  for (int i = from; i < to; ++i) v.push_back(i);
+  return v;
+}
+
+// Times the call `m` (one plan per set; cuda: one graph per set, replays rotating over the sets); checks
+// that the call overwrote its poisoned output. Returns per-replay microseconds.
+std::vector<double> time_call(const Setup& S, const Env& env, SeqCache& c, const Meta& m, int warmup, int repeats) {
+  for (LayerBuffers& ly : c.sets) fill_byte(ly.out, 0xff);  // NaN
+  sync_device(S.dev);
+  std::vector<std::vector<Plan>> plans(c.sets.size());
+  std::vector<std::vector<Params>> params(c.sets.size());
+  for (std::size_t s = 0; s < c.sets.size(); ++s) {
+    params[s].push_back(S.params(c.sets[s], c.sets[s], m));
+    plans[s].push_back(plan(params[s].back(), S.options(env.stream)));
+  }
+  if (S.opt.verbose) std::printf("%s\n", plans[0][0].describe().c_str());
+  std::vector<double> us;
+  if (S.dev == Device::cpu) {
+    us = time_cpu(plans[0], params[0], warmup, repeats);
+  } else {
+#ifdef PAGEDATTN_WITH_CUDA
+    us = time_cuda(plans, params, static_cast<cudaStream_t>(env.stream), warmup, repeats);
+#endif
+  }
+  check_finite_out(c.sets[0].out, S.opt.qdtype, static_cast<int64_t>(m.num_tokens) * S.opt.heads * S.opt.head_size);
+  return us;
+}
+
+BenchOptions one_layer(const BenchOptions& opt, const Shape& sh, DType q) {
+  BenchOptions o = opt;
+  o.heads = sh.heads;
+  o.kv_heads = sh.kv_heads;
+  o.head_size = sh.head_size;
+  o.qdtype = q;
+  o.layers = 1;
+  return o;
+}
+
+std::string shape_name(const BenchOptions& o) {
+  return std::to_string(o.heads) + "/" + std::to_string(o.kv_heads) + "/" + std::to_string(o.head_size);
+}
+
+// One timed call of the prefill and chunk scenarios.
+struct LongRow {
+  std::string shape, kv, q;
+  int past = 0, T = 0, sets = 1, repeats = 0;
+  double us = 0, us_min = 0, flops = 0, tflops = 0, gbs = 0;
+  Bytes bytes;
+};
+
+void print_long_header(const char* title) {
+  std::printf("\n%s\n", title);
+  std::printf("%-11s %-5s %-5s %8s %6s %5s %12s %9s %10s %9s\n", "H/Hk/D", "kv", "q", "past", "T", "reps",
+              "us/call", "TFLOP/s", "MB moved", "GB/s");
+}
+
+LongRow time_long(const BenchOptions& o, const Env& env, KVPrecision kv, const Seq& q, bool rotate, bool fill,
+                  int repeats) {
+  const Device dev = o.backend == Backend::cuda ? Device::cuda : Device::cpu;
+  Setup S(o, kv, dev);
+  std::mt19937_64 rng(o.seed ^ (static_cast<uint64_t>(q.past) << 20) ^ (static_cast<uint64_t>(q.T) << 40) ^
+                      static_cast<uint64_t>(kv));
+  SeqCache c = make_cache(S, env, {q}, rotate, fill, rng);
+  const std::vector<double> us = time_call(S, env, c, meta_of(c, {0}), o.warmup, repeats);
+  LongRow r;
+  r.shape = shape_name(o);
+  r.kv = kv_precision_name(kv);
+  r.q = dtype_name(o.qdtype);
+  r.past = q.past;
+  r.T = q.T;
+  r.sets = static_cast<int>(c.sets.size());
+  r.repeats = repeats;
+  r.us = median(us);
+  r.us_min = *std::min_element(us.begin(), us.end());
+  r.flops = flops_of(o, {q});
+  r.tflops = r.flops / (r.us * 1e-6) / 1e12;
+  r.bytes = bytes_of(o, kv, {q});
+  r.gbs = r.bytes.total() / (r.us * 1e-6) / 1e9;
+  std::printf("%-11s %-5s %-5s %8d %6d %5d %12.1f %9.4g %10.2f %9.1f\n", r.shape.c_str(), r.kv.c_str(), r.q.c_str(),
+              r.past, r.T, r.repeats, r.us, r.tflops, r.bytes.total() / 1e6, r.gbs);
+  std::fflush(stdout);
+  return r;
+}
+
+// prefill: from zero, T = L new tokens (the op writes them into the cache, then attends causally).
+void run_prefill(const BenchOptions& opt, const Env& env, std::vector<LongRow>& rows) {
+  print_long_header("prefill scenario: one sequence from zero (past_len 0, T = L new tokens, causal), one layer per call");
+  for (const Shape& sh : opt.prefill_shapes) {
+    const BenchOptions o = one_layer(opt, sh, opt.prefill_qdtype);
+    for (KVPrecision kv : opt.prefill_kvs)
+      for (int L : opt.prefill_contexts) {
+        const int reps = L > opt.prefill_long ? std::min(opt.repeats, opt.prefill_long_repeats) : opt.repeats;
+        // NOTE: no rotation: the call's working set is its own new rows, read several times (compute bound)
+        rows.push_back(time_long(o, env, kv, {0, L}, /*rotate=*/false, /*fill=*/false, reps));
+      }
+  }
+  if (opt.repeats > opt.prefill_long_repeats)
+    for (int L : opt.prefill_contexts)
+      if (L > opt.prefill_long) {
+        std::printf("(L > %d: %d repeats instead of %d, each call is long)\n", opt.prefill_long,
+                    std::min(opt.repeats, opt.prefill_long_repeats), opt.repeats);
+        break;
+      }
+}
+
+// chunk: one chunk of prefill after a long cached context (random contents).
+void run_chunk(const BenchOptions& opt, const Env& env, std::vector<LongRow>& rows) {
+  print_long_header("chunk scenario: one prefill chunk after a cached context (random cache contents), one layer per call");
+  const BenchOptions o = one_layer(opt, {opt.heads, opt.kv_heads, opt.head_size}, opt.qdtype);
+  for (KVPrecision kv : opt.kvs)
+    rows.push_back(time_long(o, env, kv, {opt.chunk_past, opt.chunk_tokens}, /*rotate=*/true, /*fill=*/true, opt.repeats));
+}
+
+// mixed: 1 prefill chunk + V verifies in one call, against each part alone.
+struct MixedRow {
+  std::string shape, kv, q;
+  int past = 0, chunk = 0, verifies = 0, verify_T = 0, sets = 1;
+  double us_mixed = 0, us_chunk = 0, us_verifies = 0, sum = 0, ratio = 0, flops = 0, tflops = 0, gbs = 0;
+  Bytes bytes;
+};
+
+void run_mixed(const BenchOptions& opt, const Env& env, std::vector<MixedRow>& rows) {
+  std::printf("\nmixed scenario: one call of 1 prefill chunk + %d verifies of T=%d, all at past_len %d (random cache contents),"
+              " vs each part alone\n",
+              opt.mixed_verifies, opt.mixed_verify_tokens, opt.mixed_past);
+  std::printf("%-11s %-5s %-5s %8s %6s %12s %12s %12s %12s %10s %9s %9s\n", "H/Hk/D", "kv", "q", "past", "chunk",
+              "us mixed", "us chunk", "us verifies", "us sum", "mixed/sum", "TFLOP/s", "GB/s");
+  const BenchOptions o = one_layer(opt, {opt.heads, opt.kv_heads, opt.head_size}, opt.qdtype);
+  const Device dev = o.backend == Backend::cuda ? Device::cuda : Device::cpu;
+  std::vector<Seq> seqs{{opt.mixed_past, opt.mixed_chunk}};
+  for (int v = 0; v < opt.mixed_verifies; ++v) seqs.push_back({opt.mixed_past, opt.mixed_verify_tokens});
+  const int n = static_cast<int>(seqs.size());
+  for (KVPrecision kv : opt.kvs) {
+    Setup S(o, kv, dev);
+    std::mt19937_64 rng(o.seed ^ (static_cast<uint64_t>(opt.mixed_past) << 20) ^ (uint64_t{0x5a} << 40) ^
+                        static_cast<uint64_t>(kv));
+    SeqCache c = make_cache(S, env, seqs, /*rotate=*/true, /*fill=*/true, rng);
+    MixedRow r;
+    r.us_mixed = median(time_call(S, env, c, meta_of(c, range(0, n)), o.warmup, o.repeats));
+    r.us_chunk = median(time_call(S, env, c, meta_of(c, {0}), o.warmup, o.repeats));
+    r.us_verifies = opt.mixed_verifies > 0 ? median(time_call(S, env, c, meta_of(c, range(1, n)), o.warmup, o.repeats)) : 0;
+    r.shape = shape_name(o);
+    r.kv = kv_precision_name(kv);
+    r.q = dtype_name(o.qdtype);
+    r.past = opt.mixed_past;
+    r.chunk = opt.mixed_chunk;
+    r.verifies = opt.mixed_verifies;
+    r.verify_T = opt.mixed_verify_tokens;
+    r.sets = static_cast<int>(c.sets.size());
+    r.sum = r.us_chunk + r.us_verifies;
+    r.ratio = r.sum > 0 ? r.us_mixed / r.sum : 0;
+    r.flops = flops_of(o, seqs);
+    r.tflops = r.flops / (r.us_mixed * 1e-6) / 1e12;
+    r.bytes = bytes_of(o, kv, seqs);
+    r.gbs = r.bytes.total() / (r.us_mixed * 1e-6) / 1e9;
+    rows.push_back(r);
+    std::printf("%-11s %-5s %-5s %8d %6d %12.1f %12.1f %12.1f %12.1f %10.3f %9.4g %9.1f\n", r.shape.c_str(),
+                r.kv.c_str(), r.q.c_str(), r.past, r.chunk, r.us_mixed, r.us_chunk, r.us_verifies, r.sum, r.ratio,
+                r.tflops, r.gbs);
+    std::fflush(stdout);
+  }
+}
+
+nlohmann::json bytes_json(const Bytes& b) {
+  return {{"kv", b.kv}, {"kv_params", b.kv_params}, {"q", b.q}, {"o", b.o}, {"new_kv", b.new_kv}};
+}
+
+nlohmann::json long_rows_json(const std::vector<LongRow>& rows) {
+  nlohmann::json a = nlohmann::json::array();
+  for (const LongRow& r : rows)
+    a.push_back({{"shape", r.shape}, {"kv", r.kv}, {"query_dtype", r.q}, {"past", r.past}, {"T", r.T},
+                 {"sets", r.sets}, {"repeats", r.repeats}, {"us", r.us}, {"us_min", r.us_min}, {"flops", r.flops},
+                 {"tflops", r.tflops}, {"bytes", r.bytes.total()}, {"bytes_terms", bytes_json(r.bytes)},
+                 {"gbs", r.gbs}});
+  return a;
+}
+
 }  // namespace
 
 // --- read ceilings --------------------------------------------------------------------------------------------
@@ -614,7 +887,14 @@ int run_bench(const BenchOptions& opt) {
     for (int x : v)
       if (x < 1) throw ValidationError(name, "every value must be >= 1, got " + std::to_string(x));
   };
-  if (opt.scenario != "batch") {
+  const bool cuda = opt.backend == Backend::cuda;
+  const bool all = opt.scenario == "all";
+  // all: seed + batch; on cuda also the long-query scenarios (prefill, chunk, mixed)
+  const bool do_seed = all || opt.scenario == "seed", do_batch = all || opt.scenario == "batch";
+  const bool do_prefill = opt.scenario == "prefill" || (all && cuda);
+  const bool do_chunk = opt.scenario == "chunk" || (all && cuda);
+  const bool do_mixed = opt.scenario == "mixed" || (all && cuda);
+  if (do_seed) {
     positive(opt.contexts, "--context");
     positive(opt.tokens, "--tokens");
   }
@@ -624,15 +904,29 @@ int run_bench(const BenchOptions& opt) {
   if (opt.batch < 1) throw ValidationError("--batch", "must be >= 1");
   if (opt.fill != "op" && opt.fill != "random") throw ValidationError("--fill", "must be 'op' or 'random'");
   if (opt.fill_chunk < 1) throw ValidationError("--fill-chunk", "must be >= 1");
-  if (opt.scenario != "seed" && opt.scenario != "batch" && opt.scenario != "all")
-    throw ValidationError("--scenario", "must be 'seed', 'batch' or 'all'");
+  if (!(do_seed || do_batch || do_prefill || do_chunk || do_mixed))
+    throw ValidationError("--scenario", "must be 'seed', 'batch', 'prefill', 'chunk', 'mixed' or 'all'");
   if (opt.kv_heads < 1 || opt.heads < 1 || opt.heads % opt.kv_heads != 0)
     throw ValidationError("--heads", "must be a positive multiple of --kv-heads");
   if (opt.head_size < 1) throw ValidationError("--head-size", "must be >= 1");
   if (opt.block_size < 1) throw ValidationError("--block-size", "must be >= 1");
   if (opt.warmup < 0) throw ValidationError("--warmup", "must be >= 0");
-  if (opt.scenario != "seed" && (opt.batch_seqs < 1 || opt.batch_context < 1 || opt.batch_tokens < 1))
+  if (do_batch && (opt.batch_seqs < 1 || opt.batch_context < 1 || opt.batch_tokens < 1))
     throw ValidationError("--batch-seqs/--batch-context/--batch-tokens", "must be >= 1");
+  if (do_prefill) {
+    positive(opt.prefill_contexts, "--prefill-context");
+    if (opt.prefill_shapes.empty()) throw ValidationError("--prefill-shapes", "must list at least one shape");
+    for (const Shape& sh : opt.prefill_shapes)
+      if (sh.kv_heads < 1 || sh.heads < 1 || sh.heads % sh.kv_heads != 0 || sh.head_size < 1)
+        throw ValidationError("--prefill-shapes", "each shape H/Hk/D needs H a positive multiple of Hk and D >= 1");
+    if (opt.prefill_kvs.empty()) throw ValidationError("--prefill-kv", "must list at least one precision");
+    if (opt.prefill_long_repeats < 1) throw ValidationError("--prefill-long-repeats", "must be >= 1");
+  }
+  if (do_chunk && (opt.chunk_past < 0 || opt.chunk_tokens < 1))
+    throw ValidationError("--chunk-past/--chunk-tokens", "need past >= 0 and tokens >= 1");
+  if (do_mixed && (opt.mixed_past < 0 || opt.mixed_chunk < 1 || opt.mixed_verifies < 0 || opt.mixed_verify_tokens < 1))
+    throw ValidationError("--mixed-past/--mixed-chunk/--mixed-verifies/--mixed-verify-tokens",
+                          "need past >= 0, chunk >= 1, verifies >= 0, verify tokens >= 1");
   if (!opt.json.empty()) {  // fail now rather than after the run
     std::ofstream f(opt.json);
     if (!f) throw ValidationError("--json", "cannot open '" + opt.json + "' for writing");
@@ -683,8 +977,10 @@ int run_bench(const BenchOptions& opt) {
   std::printf("bytes moved per layer and sequence, ctx = L + T: K+V ctx*Hk*D*2*sizeof(kv)"
               " + u8 scale/zp ctx*Hk*2*2*2 + Q T*H*D*sizeof(q) + O T*H*D*sizeof(q) + new K/V T*Hk*D*2*sizeof(q)\n");
 
+  if (do_prefill || do_chunk || do_mixed) std::printf("%s\n", kFlopsFormula);
+
   std::vector<Row> rows;
-  if (opt.scenario != "batch") {
+  if (do_seed) {
     print_header(opt, opt.batch == 1 ? "seed scenario: one sequence" : "seed scenario");
     for (KVPrecision kv : opt.kvs)
       for (int L : opt.contexts) run_config(opt, env, kv, opt.batch, L, opt.tokens, rows);
@@ -697,13 +993,19 @@ int run_bench(const BenchOptions& opt) {
                   std::fabs(s.us_per_1k) >= 1000 ? s.us_per_1k / 1000 : s.us_per_1k,
                   std::fabs(s.us_per_1k) >= 1000 ? "ms" : "us", s.from, s.to);
   }
-  if (opt.scenario != "seed") {
+  if (do_batch) {
     print_header(opt, "batch scenario");
     for (KVPrecision kv : opt.kvs)
       run_config(opt, env, kv, opt.batch_seqs, opt.batch_context, {opt.batch_tokens}, rows);
   }
 
-  if (env.l2_bytes > 0) {
+  std::vector<LongRow> prefill_rows, chunk_rows;
+  std::vector<MixedRow> mixed_rows;
+  if (do_prefill) run_prefill(opt, env, prefill_rows);
+  if (do_chunk) run_chunk(opt, env, chunk_rows);
+  if (do_mixed) run_mixed(opt, env, mixed_rows);
+
+  if (env.l2_bytes > 0 && !rows.empty()) {
     std::string rotated;
     for (const Row& r : rows)
       if (r.sets > 1 && r.T == rows.front().T)
@@ -712,6 +1014,14 @@ int run_bench(const BenchOptions& opt) {
     std::printf("\nL2: %.1f MB; each replay's caches exceed 3x L2%s%s\n", static_cast<double>(env.l2_bytes) / 1e6,
                 rotated.empty() ? "" : " by rotating copies of the layers:", rotated.c_str());
   }
+  if (env.l2_bytes > 0 && (!chunk_rows.empty() || !mixed_rows.empty())) {
+    std::string sets;
+    for (const LongRow& r : chunk_rows) sets += " chunk kv=" + r.kv + ": " + std::to_string(r.sets) + ";";
+    for (const MixedRow& r : mixed_rows) sets += " mixed kv=" + r.kv + ": " + std::to_string(r.sets) + ";";
+    std::printf("chunk/mixed: copies of the cache rotated so that the replays' caches exceed 3x L2:%s\n", sets.c_str());
+  }
+  if (!prefill_rows.empty() && opt.backend == Backend::cuda)
+    std::printf("prefill: no rotation (one call's working set is its own new rows; the call is compute bound)\n");
 
   if (!opt.json.empty()) {
     nlohmann::json j;
@@ -757,6 +1067,24 @@ int run_bench(const BenchOptions& opt) {
     for (const Slope& s : sl)
       j["slopes"].push_back({{"kv", s.kv}, {"seqs", s.batch}, {"T", s.T}, {"from", s.from}, {"to", s.to},
                              {"us_per_1k_tokens", s.us_per_1k}});
+    if (do_prefill || do_chunk || do_mixed) j["flops_formula"] = kFlopsFormula;
+    if (do_prefill)
+      j["prefill"] = {{"what", "one sequence from zero: past_len 0, T = L new tokens, causal; one layer per call"},
+                      {"rows", long_rows_json(prefill_rows)}};
+    if (do_chunk)
+      j["chunk"] = {{"what", "one sequence: T new tokens at past_len; random cache contents; one layer per call"},
+                    {"rows", long_rows_json(chunk_rows)}};
+    if (do_mixed) {
+      nlohmann::json a = nlohmann::json::array();
+      for (const MixedRow& r : mixed_rows)
+        a.push_back({{"shape", r.shape}, {"kv", r.kv}, {"query_dtype", r.q}, {"past", r.past}, {"chunk", r.chunk},
+                     {"verifies", r.verifies}, {"verify_T", r.verify_T}, {"sets", r.sets}, {"repeats", opt.repeats},
+                     {"us_mixed", r.us_mixed}, {"us_chunk_alone", r.us_chunk}, {"us_verifies_alone", r.us_verifies},
+                     {"us_sum", r.sum}, {"mixed_over_sum", r.ratio}, {"flops", r.flops}, {"tflops", r.tflops},
+                     {"bytes", r.bytes.total()}, {"bytes_terms", bytes_json(r.bytes)}, {"gbs", r.gbs}});
+      j["mixed"] = {{"what", "one call: 1 prefill chunk + verifies, all at past_len; and each part alone (medians)"},
+                    {"rows", a}};
+    }
     std::ofstream f(opt.json);
     if (!f) throw ValidationError("--json", "cannot open '" + opt.json + "' for writing");
     f << j.dump(2) << "\n";

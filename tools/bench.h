@@ -1,4 +1,5 @@
-// tools: `pagedattn bench` — the seed scenario of speculative-decoding verify (DESIGN.md section 6).
+// tools: `pagedattn bench` — the seed scenario of speculative-decoding verify (DESIGN.md section 6), the
+// batch scenario, and the long-query scenarios: prefill from zero, a chunk of prefill, a mixed batch.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +10,11 @@
 
 namespace pagedattn {
 namespace tools {
+
+/// An attention shape: query heads H, kv heads Hk, head size D.
+struct Shape {
+  int heads = 0, kv_heads = 0, head_size = 0;
+};
 
 struct BenchOptions {
   Backend backend = Backend::cpu;
@@ -23,8 +29,22 @@ struct BenchOptions {
   DType qdtype = DType::f16;               // query, new key/value and output
   std::string fill = "random";             // random | op (the op itself on fill_chunk-token prefill chunks)
   int fill_chunk = 1024;
-  std::string scenario = "seed";           // seed | batch | all
+  // seed | batch | prefill | chunk | mixed | all (cpu: seed + batch; cuda: every scenario)
+  std::string scenario = "seed";
   int batch_seqs = 32, batch_context = 8192, batch_tokens = 4;  // the batch scenario
+  // prefill: from zero (past_len 0), T = L new tokens, one layer per replay, for each shape and L
+  std::vector<int> prefill_contexts{8192, 32768};
+  std::vector<Shape> prefill_shapes{{32, 8, 128}, {16, 4, 256}};
+  DType prefill_qdtype = DType::bf16;
+  std::vector<KVPrecision> prefill_kvs{KVPrecision::bf16};
+  int prefill_long = 16384;                // L above this: at most prefill_long_repeats timed repeats
+  int prefill_long_repeats = 10;
+  // chunk: one sequence, chunk_tokens new tokens at past_len chunk_past (shape heads/kv_heads/head_size,
+  // query qdtype, every kv in kvs)
+  int chunk_past = 32768, chunk_tokens = 1024;
+  // mixed: one call of 1 chunk of mixed_chunk tokens + mixed_verifies sequences of mixed_verify_tokens,
+  // all at past_len mixed_past; also each part alone
+  int mixed_past = 8192, mixed_chunk = 1024, mixed_verifies = 31, mixed_verify_tokens = 4;
   int repeats = 3;
   int warmup = 3;
   uint64_t seed = 1;

@@ -56,18 +56,30 @@ std::vector<int> parse_counts(const std::vector<std::string>& v, const char* opt
   return out;
 }
 
-pagedattn::KVPrecision parse_kv(const std::string& s) {
+pagedattn::KVPrecision parse_kv(const std::string& s, const char* option = "--kv") {
   if (s == "f16") return pagedattn::KVPrecision::f16;
   if (s == "bf16") return pagedattn::KVPrecision::bf16;
   if (s == "u8") return pagedattn::KVPrecision::u8;
-  throw ValidationError("--kv", "each value must be u8, f16 or bf16, got '" + s + "'");
+  throw ValidationError(option, "each value must be u8, f16 or bf16, got '" + s + "'");
 }
 
-pagedattn::DType parse_qdtype(const std::string& s) {
+pagedattn::DType parse_qdtype(const std::string& s, const char* option = "--query") {
   if (s == "f16") return pagedattn::DType::f16;
   if (s == "bf16") return pagedattn::DType::bf16;
   if (s == "f32") return pagedattn::DType::f32;
-  throw ValidationError("--query", "must be f16, bf16 or f32, got '" + s + "'");
+  throw ValidationError(option, "must be f16, bf16 or f32, got '" + s + "'");
+}
+
+// "32/8/128" -> {H, Hk, D}; throws ValidationError naming the option.
+pagedattn::tools::Shape parse_shape(const std::string& s, const char* option) {
+  std::vector<std::string> parts{""};
+  for (char c : s) {
+    if (c == '/') parts.emplace_back();
+    else parts.back() += c;
+  }
+  if (parts.size() != 3)
+    throw ValidationError(option, "each shape must be H/Hk/D (e.g. 32/8/128), got '" + s + "'");
+  return {parse_count(parts[0], option), parse_count(parts[1], option), parse_count(parts[2], option)};
 }
 
 }  // namespace
@@ -97,14 +109,19 @@ int main(int argc, char** argv) {
 
   // --- bench ---
   pagedattn::tools::BenchOptions bopt;
-  std::string bench_backend = "cpu", query = "f16";
-  std::vector<std::string> contexts, tokens, kvs;
+  std::string bench_backend = "cpu", query = "f16", prefill_query = "bf16";
+  std::vector<std::string> contexts, tokens, kvs, prefill_contexts, prefill_shapes, prefill_kvs;
   CLI::App* bench = app.add_subcommand(
       "bench", "the seed scenario: Qwen3.5-9B attention, T new tokens over an L-token paged cache, per N layers");
   bench->footer(
       "Defaults on cpu:  --context 1024,2048 --layers 2 --repeats 3 --fill random --scenario seed\n"
       "Defaults on cuda: --context 8192,32768,131072 --layers 8 --repeats 50 --fill op --scenario all\n"
-      "                  (one CUDA graph of all layers per replay; layer copies rotate so caches exceed 3x L2)");
+      "                  (one CUDA graph of all layers per replay; layer copies rotate so caches exceed 3x L2)\n"
+      "Scenario all: seed + batch on cpu; on cuda also prefill, chunk and mixed (one layer per call, random fill).\n"
+      "Long-query defaults on cuda: --prefill-context 8192,32768 --chunk-past 32768 --chunk-tokens 1024\n"
+      "                  --mixed-past 8192 --mixed-chunk 1024 --mixed-verifies 31 --mixed-verify-tokens 4\n"
+      "           on cpu (tiny):  --prefill-context 256 --chunk-past 512 --chunk-tokens 64\n"
+      "                  --mixed-past 512 --mixed-chunk 64 --mixed-verifies 3 --mixed-verify-tokens 4");
   bench->add_option("--backend", bench_backend, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   CLI::Option* o_ctx = bench->add_option("--context", contexts, "cached tokens L per sequence, list (8192,32k,...)")->delimiter(',');
   bench->add_option("--tokens", tokens, "new tokens T per sequence, list (default 1,2,3,4,8); T/T1 is relative to the first")
@@ -118,11 +135,32 @@ int main(int argc, char** argv) {
   bench->add_option("--fill-chunk", bopt.fill_chunk, "tokens per prefill chunk of --fill op")->capture_default_str();
   CLI::Option* o_rep = bench->add_option("--repeats", bopt.repeats, "timed repeats (median reported)");
   bench->add_option("--warmup", bopt.warmup, "untimed repeats first")->capture_default_str();
-  CLI::Option* o_scn = bench->add_option("--scenario", bopt.scenario, "seed | batch (32 seqs x 8k x T=4) | all")
-                           ->check(CLI::IsMember({"seed", "batch", "all"}));
+  CLI::Option* o_scn =
+      bench->add_option("--scenario", bopt.scenario,
+                        "seed | batch (32 seqs x 8k x T=4) | prefill (from zero) | chunk (1024 at 32k) | "
+                        "mixed (1 chunk + 31 verifies) | all")
+          ->check(CLI::IsMember({"seed", "batch", "prefill", "chunk", "mixed", "all"}));
   bench->add_option("--batch-seqs", bopt.batch_seqs, "sequences of the batch scenario")->capture_default_str();
   bench->add_option("--batch-context", bopt.batch_context, "context of the batch scenario")->capture_default_str();
   bench->add_option("--batch-tokens", bopt.batch_tokens, "T of the batch scenario")->capture_default_str();
+  CLI::Option* o_pctx =
+      bench->add_option("--prefill-context", prefill_contexts, "prefill scenario: tokens L (= T, from zero), list")
+          ->delimiter(',');
+  bench->add_option("--prefill-shapes", prefill_shapes, "prefill scenario: shapes H/Hk/D, list (default 32/8/128,16/4/256)")
+      ->delimiter(',');
+  bench->add_option("--prefill-query", prefill_query, "prefill scenario: query/output dtype f16 | bf16")
+      ->capture_default_str();
+  bench->add_option("--prefill-kv", prefill_kvs, "prefill scenario: KV precisions, list (default bf16)")->delimiter(',');
+  bench->add_option("--prefill-long-repeats", bopt.prefill_long_repeats,
+                    "prefill scenario: at most this many repeats when L > 16384 (each call is long)")
+      ->capture_default_str();
+  CLI::Option* o_cpast = bench->add_option("--chunk-past", bopt.chunk_past, "chunk scenario: past_len (cuda 32768)");
+  CLI::Option* o_ctok = bench->add_option("--chunk-tokens", bopt.chunk_tokens, "chunk scenario: T of the chunk (cuda 1024)");
+  CLI::Option* o_mpast = bench->add_option("--mixed-past", bopt.mixed_past, "mixed scenario: past_len of every sequence (cuda 8192)");
+  CLI::Option* o_mchunk = bench->add_option("--mixed-chunk", bopt.mixed_chunk, "mixed scenario: T of the prefill chunk (cuda 1024)");
+  CLI::Option* o_mver = bench->add_option("--mixed-verifies", bopt.mixed_verifies, "mixed scenario: verify sequences (cuda 31)");
+  bench->add_option("--mixed-verify-tokens", bopt.mixed_verify_tokens, "mixed scenario: T of each verify")
+      ->capture_default_str();
   bench->add_option("--heads", bopt.heads, "query heads H")->capture_default_str();
   bench->add_option("--kv-heads", bopt.kv_heads, "kv heads Hk")->capture_default_str();
   bench->add_option("--head-size", bopt.head_size, "head size D")->capture_default_str();
@@ -156,6 +194,23 @@ int main(int argc, char** argv) {
     if (o_fill->count() == 0) bopt.fill = cuda ? "op" : "random";
     if (o_scn->count() == 0) bopt.scenario = cuda ? "all" : "seed";
     (void)o_ctx;
+    if (!prefill_contexts.empty()) bopt.prefill_contexts = parse_counts(prefill_contexts, "--prefill-context");
+    else if (!cuda) bopt.prefill_contexts = {256};
+    (void)o_pctx;
+    if (!prefill_shapes.empty()) {
+      bopt.prefill_shapes.clear();
+      for (const std::string& sh : prefill_shapes) bopt.prefill_shapes.push_back(parse_shape(sh, "--prefill-shapes"));
+    }
+    bopt.prefill_qdtype = parse_qdtype(prefill_query, "--prefill-query");
+    if (!prefill_kvs.empty()) {
+      bopt.prefill_kvs.clear();
+      for (const std::string& k : prefill_kvs) bopt.prefill_kvs.push_back(parse_kv(k, "--prefill-kv"));
+    }
+    if (o_cpast->count() == 0) bopt.chunk_past = cuda ? 32768 : 512;
+    if (o_ctok->count() == 0) bopt.chunk_tokens = cuda ? 1024 : 64;
+    if (o_mpast->count() == 0) bopt.mixed_past = cuda ? 8192 : 512;
+    if (o_mchunk->count() == 0) bopt.mixed_chunk = cuda ? 1024 : 64;
+    if (o_mver->count() == 0) bopt.mixed_verifies = cuda ? 31 : 3;
     return pagedattn::tools::run_bench(bopt);
   } catch (const pagedattn::Error& e) {
     return fail(e.what(), 1);
