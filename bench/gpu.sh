@@ -75,22 +75,15 @@ if has sanitizer; then
 fi
 
 if has bench; then
-  log "benchmark: seed and batch scenarios"
-  timeout 300 "$build/pagedattn" bench --backend cuda ${BENCH_ARGS:-} --json "$run_dir/bench.json" \
+  log "benchmark: seed scenario"
+  timeout 300 "$build/pagedattn" bench --backend cuda --scenario seed ${BENCH_ARGS:-} --json "$run_dir/bench.json" \
     > "$run_dir/bench.log" 2>&1 || status=1
-  log "benchmark: batch of 32 at T=1,4 (for the peers table)"
+  log "benchmark: batch of 32 x 8k at T=1,4"
   timeout 120 "$build/pagedattn" bench --backend cuda --scenario seed --batch 32 --context 8192 --tokens 1,4 \
     --kv f16,u8 --fill random --json "$run_dir/bench_batch.json" > "$run_dir/bench_batch.log" 2>&1 || status=1
-  for sc in prefill chunk mixed; do
-    if "$build/pagedattn" bench --help 2>/dev/null | grep -q "$sc"; then
-      log "benchmark: $sc"
-      timeout 150 "$build/pagedattn" bench --backend cuda --scenario "$sc" --json "$run_dir/bench_$sc.json" \
-        > "$run_dir/bench_$sc.log" 2>&1 || status=1
-    fi
-  done
 fi
 
-if has python && [ "$(left)" -gt 150 ]; then
+if has python && [ "$(left)" -gt 120 ]; then
   log "Python package (pip install --no-build-isolation) and its GPU test"
   pyt=/tmp/pagedattn-py
   if PAGEDATTN_CUDA=ON timeout 240 python3 -m pip install -q --no-build-isolation --no-deps --target "$pyt" \
@@ -107,12 +100,13 @@ elif has python; then
   log "Python GPU test skipped: $(left)s of the ${budget}s budget left"
 fi
 
-if has peers && [ "$(left)" -gt 100 ]; then
+if has peers && [ "$(left)" -gt 90 ]; then
   log "peers"
   extra=()
   [ -f "$run_dir/bench_batch.json" ] && extra=("$run_dir/bench_batch.json")
-  timeout $(( $(left) - 15 )) python3 "$root/bench/peers/run_peers.py" --json "$run_dir/peers.json" \
-    --pagedattn-json "$run_dir/bench.json" "${extra[@]}" --max-seconds $(( $(left) - 30 )) > "$run_dir/peers.log" 2>&1 || status=1
+  # leave ~60 s for the prefill/chunk/mixed scenarios after the peers
+  timeout $(( $(left) - 50 )) python3 "$root/bench/peers/run_peers.py" --json "$run_dir/peers.json" \
+    --pagedattn-json "$run_dir/bench.json" "${extra[@]}" --max-seconds $(( $(left) - 65 )) > "$run_dir/peers.log" 2>&1 || status=1
   python3 "$root/bench/peers/plot.py" --json "$run_dir/peers.json" --out-dir "$run_dir/peers" > "$run_dir/plot.log" 2>&1 || status=1
   tail -25 "$run_dir/peers.log"
 elif has peers; then
@@ -120,9 +114,18 @@ elif has peers; then
 fi
 
 if has bench; then
+  for sc in prefill chunk mixed; do
+    if [ "$(left)" -gt 25 ]; then
+      log "benchmark: $sc"
+      timeout $(( $(left) - 10 )) "$build/pagedattn" bench --backend cuda --scenario "$sc" \
+        --json "$run_dir/bench_$sc.json" > "$run_dir/bench_$sc.log" 2>&1 || status=1
+    else
+      log "benchmark $sc skipped: $(left)s of the ${budget}s budget left"
+    fi
+  done
   log "summary"
   cat "$run_dir/bench.log"
-  for sc in batch prefill chunk mixed; do [ -f "$run_dir/bench_$sc.log" ] && tail -12 "$run_dir/bench_$sc.log"; done
+  for sc in batch prefill chunk mixed; do [ -f "$run_dir/bench_$sc.log" ] && tail -14 "$run_dir/bench_$sc.log"; done
 fi
 cp "$run_dir/bench.log" "$OUT/bench.log" 2>/dev/null
 exit $status
