@@ -995,6 +995,14 @@ TEST(Validate, RunRejectsADifferentSignature) {
     p.out = reshape(p.out, {int64_t{a.num_tokens} * a.num_heads * a.head_size});
     expect_rejected_by(a, p, "out", {"differs from the planned call"}, [&](const Params& q) { plan.run(q); });
   }
+  {  // same tensors with another window or scale: the work list depends on them
+    Params p = a.params();
+    p.sliding_window = a.sliding_window + 5;
+    expect_rejected_by(a, p, "sliding_window", {"differs from the planned call"}, [&](const Params& q) { plan.run(q); });
+    p = a.params();
+    p.scale = 0.5f * (p.scale ? *p.scale : 1.0f);
+    expect_rejected_by(a, p, "scale", {"differs from the planned call"}, [&](const Params& q) { plan.run(q); });
+  }
   // the planned call itself runs
   EXPECT_NO_THROW(plan.run(a.params())) << a.describe();
 }

@@ -84,6 +84,9 @@ void check_same_signature(const Params& a, const Params& b) {
   same(a.sinks, b.sinks, "sinks");
   same(a.out, b.out, "out");
   same(a.scores, b.scores, "scores");
+  if (a.scale != b.scale) throw ValidationError("scale", "differs from the planned call: re-plan");
+  if (a.sliding_window != b.sliding_window)
+    throw ValidationError("sliding_window", "differs from the planned call (the work list depends on it): re-plan");
 }
 
 }  // namespace detail

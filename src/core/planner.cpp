@@ -14,7 +14,7 @@ struct Chunk {
 
 int64_t count_parts(const std::vector<Chunk>& chunks, int part) {
   int64_t n = 0;
-  for (const Chunk& c : chunks) n += (c.hi + part - 1) / part - c.lo / part;
+  for (const Chunk& c : chunks) n += (int64_t{c.hi} + part - 1) / part - c.lo / part;
   return n;
 }
 }  // namespace
@@ -62,7 +62,7 @@ Plan make_plan(const Inputs& in) {
   // --- work items and partial slots ---------------------------------------------------------------
   int slot = 0;
   for (const Chunk& c : chunks) {
-    const int p0 = c.lo / part, p1 = (c.hi + part - 1) / part;
+    const int p0 = c.lo / part, p1 = static_cast<int>((int64_t{c.hi} + part - 1) / part);
     const int nparts = p1 - p0;
     const int rows = c.nt * in.group;
     const int rt = rows <= 16 ? 1 : (rows <= 32 ? 2 : 4);  // kernel variants: 1, 2, 4 row tiles
@@ -72,7 +72,7 @@ Plan make_plan(const Inputs& in) {
       w.t0 = c.t0;
       w.nt = c.nt;
       w.kv_begin = std::max(c.lo, p * part);
-      w.kv_end = std::min(c.hi, (p + 1) * part);
+      w.kv_end = static_cast<int32_t>(std::min<int64_t>(c.hi, (int64_t{p} + 1) * part));
       w.num_parts = nparts;
       w.slot = nparts > 1 ? slot + (p - p0) : -1;
       w.row_tiles = rt;

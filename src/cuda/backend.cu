@@ -187,7 +187,17 @@ class CudaPlan final : public detail::PlanImpl {
       launches_.push_back(Launch{wl_.items[i].row_tiles, static_cast<int>(i), static_cast<int>(j - i)});
       i = j;
     }
-    for (const Launch& l : launches_) smem_.push_back(fwd_kernel_info(D_, kv_, l.rt).smem_bytes);
+    int smem_optin = 0;
+    PA_CUDA_CHECK(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    for (const Launch& l : launches_) {
+      const FwdKernelInfo info = fwd_kernel_info(D_, kv_, l.rt);
+      if (static_cast<int>(info.smem_bytes) > smem_optin)
+        throw UnsupportedError("this kernel variant (D=" + std::to_string(D_) + ", " + std::to_string(l.rt) +
+                               " row tiles) needs " + std::to_string(info.smem_bytes) +
+                               " bytes of shared memory per block; this device allows " + std::to_string(smem_optin));
+      PA_CUDA_CHECK(info.prepare());  // per plan, so every device in the process gets the opt-in
+      smem_.push_back(info.smem_bytes);
+    }
     std::vector<MergeRow> rows;
     for (const planner::MergeItem& m : wl_.merges) {
       for (int r = 0; r < m.nt * G_; ++r) {
@@ -198,24 +208,41 @@ class CudaPlan final : public detail::PlanImpl {
     }
     num_merge_rows_ = static_cast<int>(rows.size());
     for (const planner::MergeItem& m : wl_.merges) max_parts_ = std::max(max_parts_, m.num_parts);
-    if (max_parts_ > 12 * 1024)  // merge weights live in 48 KB of shared memory
-      throw UnsupportedError("more than 12288 KV partitions in one chunk: raise Options::partition_tokens");
+    // merge weights: dynamic shared memory beside the merge kernel's static arrays, within 48 KB
+    constexpr int kMaxMergeParts = (48 * 1024 - kMergeStaticSmem) / 4;
+    if (max_parts_ > kMaxMergeParts)
+      throw UnsupportedError("more than " + std::to_string(kMaxMergeParts) +
+                             " KV partitions in one chunk: raise Options::partition_tokens");
 
     // --- metadata to the device (read by run) ----------------------------------------------------
-    upload(d_past_, past, num_seqs, stream_);
-    upload(d_sb_, sb, num_seqs + 1, stream_);
-    upload(d_bi_, p.block_indices.ptr<int32_t>(), p.block_indices.numel(), stream_);
-    upload(d_bib_, p.block_indices_begins.ptr<int32_t>(), num_seqs + 1, stream_);
+    // NOTE: copied into plan-owned vectors first: if the caller's buffers are pinned, cudaMemcpyAsync
+    // returns before reading them, and the caller may reuse them as soon as plan() returns.
+    auto keep = [&](const TensorView& t, std::size_t n) {
+      const uint8_t* b = static_cast<const uint8_t*>(t.data);
+      host_.emplace_back(b, b + n * dtype_size(t.dtype));
+      return host_.back().data();
+    };
+    const std::size_t n_bi = static_cast<std::size_t>(p.block_indices.numel());
+    upload(d_past_, reinterpret_cast<const int32_t*>(keep(p.past_lens, num_seqs)), num_seqs, stream_);
+    upload(d_sb_, reinterpret_cast<const int32_t*>(keep(p.subsequence_begins, num_seqs + 1)), num_seqs + 1, stream_);
+    upload(d_bi_, reinterpret_cast<const int32_t*>(keep(p.block_indices, n_bi)), n_bi, stream_);
+    upload(d_bib_, reinterpret_cast<const int32_t*>(keep(p.block_indices_begins, num_seqs + 1)), num_seqs + 1,
+           stream_);
     if (p.qq_bias.present()) {
-      upload(d_qq_, p.qq_bias.ptr<uint8_t>(), p.qq_bias.numel(), stream_);
-      upload(d_qqb_, p.qq_bias_begins.ptr<int32_t>(), num_seqs + 1, stream_);
+      const std::size_t n_qq = static_cast<std::size_t>(p.qq_bias.numel());
+      upload(d_qq_, keep(p.qq_bias, n_qq), n_qq, stream_);
+      upload(d_qqb_, reinterpret_cast<const int32_t*>(keep(p.qq_bias_begins, num_seqs + 1)), num_seqs + 1, stream_);
     }
     upload(d_items_, wl_.items.data(), wl_.items.size(), stream_);
-    upload(d_merge_, rows.data(), rows.size(), stream_);
-    ws_o_.alloc(static_cast<std::size_t>(wl_.num_slots) * planner::kMaxRows * D_ * sizeof(float) + 16);
+    merge_rows_ = std::move(rows);
+    upload(d_merge_, merge_rows_.data(), merge_rows_.size(), stream_);
+    const std::size_t ws_bytes = static_cast<std::size_t>(wl_.num_slots) * planner::kMaxRows * D_ * sizeof(float);
+    if (ws_bytes > (std::size_t{4} << 30))
+      throw UnsupportedError("the partials workspace would take " + std::to_string(ws_bytes >> 20) +
+                             " MiB (" + std::to_string(wl_.num_slots) +
+                             " partition slots): raise Options::partition_tokens or leave deterministic mode off");
+    ws_o_.alloc(ws_bytes + 16);
     ws_ml_.alloc(static_cast<std::size_t>(wl_.num_slots) * planner::kMaxRows * 2 * sizeof(float) + 16);
-    // NOTE: pageable-memory copies are staged before cudaMemcpyAsync returns, so the caller may free its
-    // host metadata after plan(); the stream orders the copies before every run().
 
     scale_ = p.scale ? *p.scale : 1.0f / std::sqrt(static_cast<float>(D_));
   }
@@ -305,6 +332,8 @@ class CudaPlan final : public detail::PlanImpl {
   std::vector<Launch> launches_;
   std::vector<std::size_t> smem_;
   int num_merge_rows_ = 0, max_parts_ = 1;
+  std::vector<std::vector<uint8_t>> host_;  // plan-owned copies of the host metadata (see upload)
+  std::vector<MergeRow> merge_rows_;
   DeviceBuffer d_past_, d_sb_, d_bi_, d_bib_, d_qq_, d_qqb_, d_items_, d_merge_, ws_o_, ws_ml_;
 };
 

@@ -11,23 +11,22 @@ template <int D, int KV, int RT>
 struct FwdVariant {
   static constexpr std::size_t kSmem = sizeof(SharedStorage<D, KV, RT>);
   static_assert(kSmem <= 227 * 1024, "shared memory of one CTA exceeds the sm_90 limit");
-  static void prepare() {
-    static const cudaError_t once =
-        cudaFuncSetAttribute(fwd_kernel<D, KV, RT>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem));
-    (void)once;
+  // NOTE: a per-device attribute: the cuda plan calls this for every variant it will launch.
+  static cudaError_t prepare() {
+    return cudaFuncSetAttribute(fwd_kernel<D, KV, RT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                static_cast<int>(kSmem));
   }
   static void launch(const FwdParams& P, int item_offset, int num_items, cudaStream_t stream, bool pdl) {
-    prepare();
     launch_ex(fwd_kernel<D, KV, RT>, dim3(num_items, P.Hk), dim3(FwdTraits<D, KV, RT>::kThreads), kSmem, stream, pdl, P,
               item_offset);
   }
   static int ctas_per_sm() {
-    prepare();
+    if (prepare() != cudaSuccess) return 1;
     int n = 0;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fwd_kernel<D, KV, RT>, FwdTraits<D, KV, RT>::kThreads, kSmem) != cudaSuccess) n = 1;
     return n;
   }
-  static FwdKernelInfo info() { return FwdKernelInfo{&launch, &ctas_per_sm, kSmem}; }
+  static FwdKernelInfo info() { return FwdKernelInfo{&launch, &ctas_per_sm, &prepare, kSmem}; }
 };
 
 template <int D>

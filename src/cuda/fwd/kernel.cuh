@@ -1,7 +1,7 @@
 // The attention kernel of pagedattn: one CTA per (chunk of new tokens, KV partition, kv head).
 //
 // A chunk's T*G query rows (tokens x heads sharing one kv head) are loaded once; the partition's keys
-// stream through shared memory in 64-key tiles (cp.async, double buffered, gathered through the block
+// stream through shared memory in 32- or 64-key tiles (cp.async, 2-4 stages, gathered through the block
 // table). Per tile:
 //   phase 1  S = Q K^T on tensor cores (f32 accumulate)                    -> smem
 //   phase 2  masks (causal past+t+1, tree, window), ALiBi, online softmax  -> P (f16/bf16) in smem
@@ -12,7 +12,10 @@
 //   s_j = scale_j * (q . code_j - zp_j * sum(q))
 //   o   = sum_j (p_j * vscale_j) code_j - sum_j (p_j * vscale_j) * vzp_j
 // The op's KV write-in is fused: before reading, a CTA writes (and quantises) every new token that lies
-// in its key range, for its kv head (several CTAs may write the same row: they write identical bytes).
+// in its key range, for its kv head. NOTE: several CTAs (chunks of one sequence) may write the same row;
+// they write identical bytes (same inputs, IEEE division and rint, no contraction), a formal race that
+// is benign only while that holds: a change to the write path must keep it bit-reproducible or give each
+// row a single writer.
 // Partitions of one chunk leave (m, l, O) partials; merge_kernel combines them.
 #pragma once
 
@@ -587,6 +590,8 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT>::kThreads, FwdTraits<D, K
 // One CTA per row; threads spread over (partition group, 4-column chunk) so the loads of all partitions
 // are in flight together; the partition weights go through shared memory (num_parts floats, dynamic).
 constexpr int kMergeThreads = 512;
+// static shared memory of merge_kernel at the largest head size (red + acc_s); the weights come after
+constexpr int kMergeStaticSmem = (kMergeThreads / 32) * 4 + kMergeThreads * 16;
 template <int D>
 __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_constant__ FwdParams P) {
   constexpr int kCols4 = D / 4;                       // float4 chunks per row
