@@ -51,67 +51,56 @@ struct KvTraits<kKvU8> {
   using cache_t = uint8_t;
 };
 
-// Tile and pipeline choices per (head size, KV kind, row tiles); shared memory is one struct sized by
-// sizeof. Rows are padded by 16 bytes so that ldmatrix reads are free of bank conflicts.
+// Warp layout, tiles and pipeline per (head size, KV kind, row tiles); shared memory is one struct sized
+// by sizeof. Warps form kWKV key groups of kWQ warps: the warps of a group share a ring of half-tiles
+// (K or V of kKPW keys) and each owns a 16-row tile of the chunk's query rows; the groups stream
+// disjoint key slices (group g takes keys [g * kKPW, (g+1) * kKPW) of every kTileKV-key tile) and are
+// merged once at the end. Few rows (decode, verify): 1 x 4 or 2 x 2 warps; 64 rows (prefill chunks):
+// 4 x 1, the FlashAttention-2 layout. Rows of K/V are padded by 16 bytes (ldmatrix without conflicts).
 template <int D, int KV, int RT>
 struct FwdTraits {
   using T = typename KvTraits<KV>::mma_t;
+  using C = typename KvTraits<KV>::cache_t;
   static constexpr bool kU8 = KV == kKvU8;
   static constexpr int kRows = RT * 16;
-  // 4 row tiles (prefill chunks): 8 warps, 64-key tiles, one CTA per SM at D=256. Few rows (decode and
-  // verify): 4 warps and, at D=256, 32-key tiles, so that two CTAs share an SM and overlap their phases.
-  static constexpr int kWarps = RT == 4 ? 8 : 4;
+  static constexpr int kWQ = RT;                          // warps along rows (one 16-row tile each)
+  static constexpr int kWKV = RT == 1 ? 4 : RT == 2 ? 2 : 1;  // key groups
+  static constexpr int kWarps = kWQ * kWKV;
   static constexpr int kThreads = kWarps * 32;
-  static constexpr int kBlockKV = (D >= 256 && RT <= 2) ? 32 : 64;
-  static constexpr int kMinCtas = RT == 4 ? 1 : 2;         // __launch_bounds__ occupancy hint
-  static constexpr int kLdQ = D + 8;                       // Q row (elements)
-  static constexpr int kLdKV = kU8 ? D + 16 : D + 8;       // K/V tile row (cache elements)
-  static constexpr int kLdS = kBlockKV + 4;                // S row (floats)
-  static constexpr int kLdP = kBlockKV + 8;                // P row (elements)
-  static constexpr int kStageBytes = 2 * kBlockKV * kLdKV * static_cast<int>(sizeof(typename KvTraits<KV>::cache_t)) +
-                                     (kU8 ? 4 * kBlockKV * 2 : 0);
+  static constexpr int kGroupThreads = kWQ * 32;
+  static constexpr int kKPW = RT == 4 ? (D >= 256 ? 32 : 64) : (D >= 256 ? 16 : 32);  // keys per group slice
+  static constexpr int kTileKV = kWKV * kKPW;             // keys per iteration of the CTA
+  static constexpr int kMinCtas = 2;                      // __launch_bounds__ occupancy hint
+  static constexpr int kLdQ = D + 8;                      // Q row (elements)
+  static constexpr int kLdKV = kU8 ? D + 16 : D + 8;      // K/V row (cache elements)
+  static constexpr int kParBytes = (kU8 ? 4 : 1) * kKPW * 2;  // u8: key scale, key zp, value scale, value zp
+  static constexpr int kHalfBytes = kKPW * kLdKV * static_cast<int>(sizeof(C)) + kParBytes;
   static constexpr int kQBytes = kRows * kLdQ * static_cast<int>(sizeof(T));
-  static constexpr int kSPBytes = kRows * kLdS * 4 + kRows * kLdP * static_cast<int>(sizeof(T));
-  static constexpr int kFixed = (kQBytes > kSPBytes ? kQBytes : kSPBytes) + 5 * kRows * 4 + 256;
-  // two CTAs per SM (one for 4 row tiles at D=256), then as many stages as fit
-  static constexpr int kBudget = (D >= 256 && RT == 4) ? 227 * 1024 : 113 * 1024;
-  static constexpr int kStages = kFixed + 4 * kStageBytes <= kBudget ? 4 : kFixed + 3 * kStageBytes <= kBudget ? 3 : 2;
-  // phase 1: warps split keys; phase 3: warps split 32-column blocks
-  static constexpr int kGroups1 = kWarps / RT;
-  static constexpr int kN1 = kBlockKV / kGroups1 / 8;       // 8-key n-tiles per warp
-  static constexpr int kGroups3 = (kWarps / RT) < (D / 32) ? (kWarps / RT) : (D / 32);
-  static constexpr int kWarps3 = RT * kGroups3;             // warps active in phase 3
-  static constexpr int kCols3 = D / kGroups3;               // columns per phase-3 warp (multiple of 32)
-  static constexpr int kN3 = kCols3 / 8;
-  // phase 2: each lane owns 8 consecutive keys of one row
-  static constexpr int kLanesPerRow = kBlockKV / 8;
-  static constexpr int kRowsPerWarp = 32 / kLanesPerRow;
-  static constexpr int kRowsPerPass = kWarps * kRowsPerWarp;
-  static constexpr int kPasses2 = (kRows + kRowsPerPass - 1) / kRowsPerPass;
-  static_assert(kN1 >= 1 && kN3 >= 4 && kN3 % 2 == 0 && kCols3 % 32 == 0, "tile split");
+  static constexpr int kFixed = kQBytes + kRows * 4 + kWKV * kRows * 8 + 128;
+  static constexpr int kBudget = 113 * 1024;  // two CTAs per SM
+  static constexpr int kFit = (kBudget - kFixed) / (kWKV * kHalfBytes);
+  static constexpr int kStages = kFit > 6 ? 6 : kFit;     // half-tiles in each group's ring
+  static_assert(kStages >= 3, "pipeline depth");
+  static_assert(kKPW % 16 == 0, "a slice is whole MMA k-steps");
 };
 
 template <int D, int KV, int RT>
 struct SharedStorage {
   using Tr = FwdTraits<D, KV, RT>;
   using T = typename Tr::T;
-  using C = typename KvTraits<KV>::cache_t;
-  struct Stage {
-    alignas(16) C k[Tr::kBlockKV][Tr::kLdKV];
-    alignas(16) C v[Tr::kBlockKV][Tr::kLdKV];
-    alignas(16) uint16_t par[Tr::kU8 ? 4 : 1][Tr::kBlockKV];  // u8: key scale, key zp, value scale, value zp
+  using C = typename Tr::C;
+  struct Half {  // K or V rows of one group slice; the K half of a u8 cache also carries all 4 parameters
+    alignas(16) C kv[Tr::kKPW][Tr::kLdKV];
+    alignas(16) uint16_t par[Tr::kU8 ? 4 : 1][Tr::kKPW];
   };
-  struct SP {
-    alignas(16) float s[Tr::kRows][Tr::kLdS];
-    alignas(16) T p[Tr::kRows][Tr::kLdP];
+  union RingOrRed {  // the rings while streaming; the key groups' partial outputs after the last tile
+    Half ring[Tr::kWKV][Tr::kStages];
+    float red[Tr::kWKV > 1 ? Tr::kWKV - 1 : 1][Tr::kRows][D + 4];
   };
-  union QOrSP {  // Q is only read before the first tile; S and P only inside the loop
-    alignas(16) T q[Tr::kRows][Tr::kLdQ];
-    SP sp;
-  };
-  Stage stage[Tr::kStages];
-  QOrSP u;
-  float m[Tr::kRows], l[Tr::kRows], alpha[Tr::kRows], corr[Tr::kRows], qsum[Tr::kRows];
+  RingOrRed u;
+  alignas(16) T q[Tr::kRows][Tr::kLdQ];
+  float qsum[Tr::kRows];
+  float2 ml[Tr::kWKV][Tr::kRows];  // (max, sum) of each key group's rows
 };
 
 // --- small helpers ------------------------------------------------------------------------------
@@ -183,61 +172,71 @@ __device__ __forceinline__ void write_row(const void* src, int64_t src_off, void
   }
 }
 
-// Issues the async copies of one tile (keys [j0, j0 + kBlockKV) clipped to kv_end; the rest zero-filled).
-// The block-table lookups of all the thread's rows go out first, then the copies.
+// Issues the async copies of one half-tile for a key group: K (kind 0, with the u8 parameters) or V
+// (kind 1) of keys [js, js + kKPW) clipped to kv_end; rows past kv_end are zero-filled. `gtid` is the
+// thread's index in its group. The block-table lookups go out before the copies.
 template <int D, int KV, int RT>
-__device__ __forceinline__ void load_tile(SharedStorage<D, KV, RT>& sm, int stage, const FwdParams& P,
-                                          const int32_t* table, int hk, int j0, int kv_end, int tid) {
+__device__ __forceinline__ void load_half(typename SharedStorage<D, KV, RT>::Half& hb, int kind, const FwdParams& P,
+                                          const int32_t* table, int hk, int js, int kv_end, int gtid) {
   using Tr = FwdTraits<D, KV, RT>;
-  using C = typename KvTraits<KV>::cache_t;
+  using C = typename Tr::C;
   constexpr int kChunksPerRow = D * static_cast<int>(sizeof(C)) / 16;
   constexpr int kElemsPerChunk = 16 / static_cast<int>(sizeof(C));
-  constexpr int kIters = Tr::kBlockKV * kChunksPerRow / Tr::kThreads;
-  static_assert(kIters * Tr::kThreads == Tr::kBlockKV * kChunksPerRow, "tile copy split");
-  constexpr int kRowStep = Tr::kThreads / kChunksPerRow;  // rows between a thread's copies
-  constexpr int kLog2BlockKV = Tr::kBlockKV == 32 ? 5 : 6;
-  static_assert(Tr::kBlockKV == 32 || Tr::kBlockKV == 64, "tile size");
-  static_assert(Tr::kThreads % kChunksPerRow == 0, "a thread keeps its column");
-  const C* kc = static_cast<const C*>(P.k_cache);
-  const C* vc = static_cast<const C*>(P.v_cache);
-  auto& st = sm.stage[stage];
-  const int r0 = tid / kChunksPerRow, c = (tid % kChunksPerRow) * kElemsPerChunk;
+  constexpr int kIters = Tr::kKPW * kChunksPerRow / Tr::kGroupThreads;
+  static_assert(kIters * Tr::kGroupThreads == Tr::kKPW * kChunksPerRow, "slice copy split");
+  static_assert(Tr::kGroupThreads % kChunksPerRow == 0, "a thread keeps its column");
+  constexpr int kRowStep = Tr::kGroupThreads / kChunksPerRow;
+  constexpr int kLog2KPW = Tr::kKPW == 16 ? 4 : Tr::kKPW == 32 ? 5 : 6;
+  const C* src = static_cast<const C*>(kind == 0 ? P.k_cache : P.v_cache);
+  const int r0 = gtid / kChunksPerRow, c = (gtid % kChunksPerRow) * kElemsPerChunk;
   int64_t off[kIters];
-  if (P.block_size_log2 >= kLog2BlockKV) {
-    // the tile lies in one cache block (j0 is a multiple of kBlockKV): one table lookup
-    const int64_t base = cache_row(table, j0, hk, P.Hk, P.block_size_log2) * D + c;
+  if (P.block_size_log2 >= kLog2KPW) {
+    // the slice lies in one cache block (js is a multiple of kKPW): one table lookup
+    const int64_t base = cache_row(table, js, hk, P.Hk, P.block_size_log2) * D + c;
 #pragma unroll
     for (int i = 0; i < kIters; ++i) {
       const int r = r0 + i * kRowStep;
-      off[i] = j0 + r < kv_end ? base + static_cast<int64_t>(r) * D : -1;
+      off[i] = js + r < kv_end ? base + static_cast<int64_t>(r) * D : -1;
     }
   } else {
 #pragma unroll
     for (int i = 0; i < kIters; ++i) {
-      const int j = j0 + r0 + i * kRowStep;
+      const int j = js + r0 + i * kRowStep;
       off[i] = j < kv_end ? cache_row(table, j, hk, P.Hk, P.block_size_log2) * D + c : -1;
     }
   }
-  const uint32_t dk = smem_u32(&st.k[r0][c]), dv = smem_u32(&st.v[r0][c]);
+  const uint32_t dst = smem_u32(&hb.kv[r0][c]);
   constexpr uint32_t kDstStep = kRowStep * Tr::kLdKV * sizeof(C);
 #pragma unroll
   for (int i = 0; i < kIters; ++i) {
     const bool ok = off[i] >= 0;
-    cp_async_16_u32(dk + i * kDstStep, kc + (ok ? off[i] : 0), ok ? 16 : 0);
-    cp_async_16_u32(dv + i * kDstStep, vc + (ok ? off[i] : 0), ok ? 16 : 0);
+    cp_async_16_u32(dst + i * kDstStep, src + (ok ? off[i] : 0), ok ? 16 : 0);
   }
-  if constexpr (KV == kKvU8) {
-    // 4 parameter arrays x (kBlockKV/8) chunks of 8 tokens (block_size >= 16: a chunk stays in one block).
+  if constexpr (Tr::kU8) {
+    // 4 parameter arrays x (kKPW/8) chunks of 8 tokens (block_size >= 16: a chunk stays in one block).
     // NOTE: a chunk that straddles kv_end also loads slots past it: masked keys, never multiplied.
-    constexpr int kPerArray = Tr::kBlockKV / 8;
-    if (tid < 4 * kPerArray) {
-      const int a = tid / kPerArray, c = tid % kPerArray;
-      const int j = j0 + c * 8;
+    constexpr int kPerArray = Tr::kKPW / 8;
+    if (kind == 0 && gtid < 4 * kPerArray) {
+      const int a = gtid / kPerArray, cc = gtid % kPerArray;
+      const int j = js + cc * 8;
       const bool ok = j < kv_end;
-      const uint16_t* src = a == 0 ? P.k_scale : a == 1 ? P.k_zp : a == 2 ? P.v_scale : P.v_zp;
+      const uint16_t* ps = a == 0 ? P.k_scale : a == 1 ? P.k_zp : a == 2 ? P.v_scale : P.v_zp;
       const int64_t off8 = ok ? cache_row(table, j, hk, P.Hk, P.block_size_log2) : 0;
-      cp_async_16(&st.par[a][c * 8], src + off8, ok ? 16 : 0);
+      cp_async_16(&hb.par[a][cc * 8], ps + off8, ok ? 16 : 0);
     }
+  }
+}
+
+// Column of accumulator element pair (n, 0/1) of an O fragment; u8 n-tiles hold even/odd columns
+// (see the PV step), f16/bf16 n-tiles 8 consecutive columns. Returns the first column; the second is
+// `col + kPairStep`.
+template <bool kU8>
+__device__ __forceinline__ int o_col(int n, int lane) {
+  if constexpr (kU8) {
+    const int b = n / 4, q = n % 4;
+    return 32 * b + (q >= 2 ? 16 : 0) + (q % 2) + 4 * (lane % 4);
+  } else {
+    return n * 8 + 2 * (lane % 4);
   }
 }
 
@@ -246,19 +245,36 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT>::kThreads, FwdTraits<D, K
     fwd_kernel(const __grid_constant__ FwdParams P, const int item_offset) {
   using Tr = FwdTraits<D, KV, RT>;
   using T = typename Tr::T;
+  using Smem = SharedStorage<D, KV, RT>;
   constexpr int kWarps = Tr::kWarps;
   constexpr int kThreads = Tr::kThreads;
-  constexpr int kBlockKV = Tr::kBlockKV;
-  using Smem = SharedStorage<D, KV, RT>;
+  constexpr int kKPW = Tr::kKPW;
   constexpr int kRows = Tr::kRows;
   constexpr int kStages = Tr::kStages;
   constexpr bool kU8 = Tr::kU8;
+  constexpr int kN1 = kKPW / 8;   // S n-tiles (8 keys) per warp
+  constexpr int kK3 = kKPW / 16;  // PV k-steps (16 keys) per warp
+  constexpr int kN3 = D / 8;      // O n-tiles per warp
+  constexpr int kPairStep = kU8 ? 2 : 1;
+  // Q stays in registers at D <= 128; at D = 256 it is re-read from shared memory per slice.
+  constexpr bool kQRegs = D <= 128;
 
   extern __shared__ __align__(16) uint8_t smem_raw[];
   Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
 
   const int hk = blockIdx.y;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int wq = warp % Tr::kWQ, wkv = warp / Tr::kWQ;  // row tile, key group
+  const int gtid = tid % Tr::kGroupThreads;
+  auto group_sync = [&]() {
+    if constexpr (Tr::kWQ == 1) {
+      __syncwarp();
+    } else if constexpr (Tr::kWKV == 1) {
+      __syncthreads();
+    } else {
+      named_barrier(1 + wkv, Tr::kGroupThreads);
+    }
+  };
 
   // NOTE: everything below may read what the previous kernel in the stream wrote.
   pdl_wait();
@@ -283,13 +299,21 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT>::kThreads, FwdTraits<D, K
     }
   }
 
-  // --- pipeline prologue: the first kStages-1 tiles go out before anything else -------------------
-  const int n_tiles = (w.kv_end - w.kv_begin + kBlockKV - 1) / kBlockKV;
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (s < n_tiles) load_tile<D, KV, RT>(sm, s, P, table, hk, w.kv_begin + s * kBlockKV, w.kv_end, tid);
+  // --- pipeline prologue: each group's first kStages-1 half-tiles go out before anything else -----
+  // Half h of a group: tile h/2, K (h even) or V (h odd), ring slot h % kStages.
+  const int n_tiles = (w.kv_end - w.kv_begin + Tr::kTileKV - 1) / Tr::kTileKV;
+  const int n_halves = 2 * n_tiles;
+  auto slice_begin = [&](int it) { return w.kv_begin + it * Tr::kTileKV + wkv * kKPW; };
+  auto issue = [&](int h) {
+    if (h < n_halves) {
+      const int js = slice_begin(h / 2);
+      if (js < w.kv_end)
+        load_half<D, KV, RT>(sm.u.ring[wkv][h % kStages], h % 2, P, table, hk, js, w.kv_end, gtid);
+    }
     cp_async_commit();
-  }
+  };
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) issue(s);
 
   // --- Q rows (token-major, head-minor) -> smem in the MMA type; padding rows zero ---------------
   for (int idx = tid; idx < kRows * (D / 8); idx += kThreads) {
@@ -304,247 +328,324 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT>::kThreads, FwdTraits<D, K
 #pragma unroll
       for (int e = 0; e < 8; ++e) v[e] = from_float<T>(0.0f);
     }
-    *reinterpret_cast<uint4*>(&sm.u.q[r][c]) = *reinterpret_cast<const uint4*>(v);
+    *reinterpret_cast<uint4*>(&sm.q[r][c]) = *reinterpret_cast<const uint4*>(v);
   }
   __syncthreads();
-
   if constexpr (kU8) {  // sum of each (f16-rounded) query row, for the key zero points
     for (int r = warp; r < kRows; r += kWarps) {
       float s = 0.0f;
-      for (int d = lane; d < D; d += 32) s += __half2float(sm.u.q[r][d]);
+      for (int d = lane; d < D; d += 32) s += __half2float(sm.q[r][d]);
       s = warp_sum(s);
       if (lane == 0) sm.qsum[r] = s;
     }
+    __syncthreads();
   }
 
-  // Q fragments of this warp's row tile stay in registers for the whole partition.
+  // Q fragments of the warp's row tile (A operand of S = Q K^T, k-step ks).
   // u8: the k index of an MMA step maps to head dims so that one 32-bit load of 4 codes feeds both
   // B registers: k = 2i+b -> d = 4i+b, k = 8+2i+b -> d = 4i+2+b (i = lane % 4); Q follows suit.
-  const int rt = warp % RT;
-  const int grp = warp / RT;
-  uint32_t qf[D / 16][4];
-#pragma unroll
-  for (int ks = 0; ks < D / 16; ++ks) {
+  auto load_qf = [&](uint32_t (&f)[4], int ks) {
     if constexpr (kU8) {
-      const uint2 lo = *reinterpret_cast<const uint2*>(&sm.u.q[rt * 16 + lane / 4][ks * 16 + 4 * (lane % 4)]);
-      const uint2 hi = *reinterpret_cast<const uint2*>(&sm.u.q[rt * 16 + lane / 4 + 8][ks * 16 + 4 * (lane % 4)]);
-      qf[ks][0] = lo.x;
-      qf[ks][1] = hi.x;
-      qf[ks][2] = lo.y;
-      qf[ks][3] = hi.y;
+      const uint2 lo = *reinterpret_cast<const uint2*>(&sm.q[wq * 16 + lane / 4][ks * 16 + 4 * (lane % 4)]);
+      const uint2 hi = *reinterpret_cast<const uint2*>(&sm.q[wq * 16 + lane / 4 + 8][ks * 16 + 4 * (lane % 4)]);
+      f[0] = lo.x;
+      f[1] = hi.x;
+      f[2] = lo.y;
+      f[3] = hi.y;
     } else {
-      ldmatrix_x4(qf[ks], &sm.u.q[rt * 16 + (lane % 16)][ks * 16 + (lane / 16) * 8]);
+      ldmatrix_x4(f, &sm.q[wq * 16 + (lane % 16)][ks * 16 + (lane / 16) * 8]);
     }
+  };
+  uint32_t qreg[kQRegs ? D / 16 : 1][4];
+  if constexpr (kQRegs) {
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) load_qf(qreg[ks], ks);
   }
 
-  // Phase-2 row state lives in the registers of the 8 lanes that own the row.
-  float row_m[Tr::kPasses2], row_l[Tr::kPasses2], row_c[Tr::kPasses2];
+  // The thread's two rows (lane/4 and lane/4 + 8 of its row tile): masks, ALiBi, u8 query sums.
+  int row_qpos[2], row_lo[2];
+  bool row_valid[2];
+  float row_slope2[2], row_qsum[2];
+  const uint8_t* row_qq[2];
 #pragma unroll
-  for (int ps = 0; ps < Tr::kPasses2; ++ps) {
-    row_m[ps] = -INFINITY;
-    row_l[ps] = 0.0f;
-    row_c[ps] = 0.0f;
+  for (int hf = 0; hf < 2; ++hf) {
+    const int r = wq * 16 + lane / 4 + 8 * hf;
+    const bool valid = r < rows;
+    const int t = w.t0 + (valid ? r / G : 0);
+    const int h = hk * G + (valid ? r % G : 0);
+    row_valid[hf] = valid;
+    row_qpos[hf] = past + t;
+    row_lo[hf] = P.sliding_window > 0 ? past + t - P.sliding_window + 1 : INT_MIN;
+    row_slope2[hf] = (valid && P.alibi != nullptr) ? P.alibi[h] * kLog2e : 0.0f;
+    row_qq[hf] = (valid && P.qq_bias != nullptr)
+                     ? P.qq_bias + P.qq_bias_begins[w.seq] + static_cast<int64_t>(t) * t_seq
+                     : nullptr;
+    row_qsum[hf] = kU8 ? sm.qsum[r] : 0.0f;
   }
 
-  float o[Tr::kN3][4];
+  // Online-softmax state of the two rows; l and c (u8 value zero-point correction) are the thread's
+  // own partial sums, reduced over the quad once at the end.
+  float row_m[2] = {-INFINITY, -INFINITY}, row_l[2] = {0.0f, 0.0f}, row_c[2] = {0.0f, 0.0f};
+  float o[kN3][4];
 #pragma unroll
-  for (int n = 0; n < Tr::kN3; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  for (int n = 0; n < kN3; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  uint32_t pa[kK3][4];  // P of the slice as A fragments of the PV MMAs
 
   for (int it = 0; it < n_tiles; ++it) {
-    const int stage = it % kStages;
-    const int j0 = w.kv_begin + it * kBlockKV;
+    const int js = slice_begin(it);
+    const bool active = js < w.kv_end;  // group-uniform
 
-    // wait for this tile; everyone is done with the stage of tile it-1 (and with Q, at it == 0)
+    // ---- K half: S = Q K^T, masks, online softmax -> P (registers) ----
     cp_async_wait<kStages - 2>();
-    __syncthreads();
-    {
-      const int nt = it + kStages - 1;
-      if (nt < n_tiles) load_tile<D, KV, RT>(sm, nt % kStages, P, table, hk, w.kv_begin + nt * kBlockKV, w.kv_end, tid);
-      cp_async_commit();
-    }
-    const auto& st = sm.stage[stage];
-
-    // phase 1: S = Q K^T for this warp's row tile and keys [kb, kb + 8 * kN1)
-    {
-      const int kb = grp * 8 * Tr::kN1;
-      float acc[Tr::kN1][4];
+    group_sync();
+    issue(2 * it + kStages - 1);
+    if (active) {
+      const auto& hb = sm.u.ring[wkv][(2 * it) % kStages];
+      float acc[kN1][4];
 #pragma unroll
-      for (int n = 0; n < Tr::kN1; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+      for (int n = 0; n < kN1; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+      if constexpr (kU8) {
+        // one ldmatrix.x4 on raw codes: 8 keys x 4 MMA k-steps; each register holds 4 codes of a key
 #pragma unroll
-      for (int n = 0; n < Tr::kN1; ++n) {
-        if constexpr (kU8) {
-          // one ldmatrix.x4 on raw codes: 8 keys x 4 MMA k-steps; each register holds 4 codes of a key
+        for (int ks = 0; ks < D / 16; ks += 4) {
+          uint32_t qf[4][4];
 #pragma unroll
-          for (int ks = 0; ks < D / 16; ks += 4) {
+          for (int e = 0; e < 4; ++e) {
+            if constexpr (kQRegs) {
+#pragma unroll
+              for (int x = 0; x < 4; ++x) qf[e][x] = qreg[ks + e][x];
+            } else {
+              load_qf(qf[e], ks + e);
+            }
+          }
+#pragma unroll
+          for (int n = 0; n < kN1; ++n) {
             uint32_t r4[4];
-            ldmatrix_x4(r4, &st.k[kb + n * 8 + (lane % 8)][(ks + lane / 8) * 16]);
+            ldmatrix_x4(r4, &hb.kv[n * 8 + (lane % 8)][(ks + lane / 8) * 16]);
 #pragma unroll
             for (int e = 0; e < 4; ++e)
-              mma_16816<T>(acc[n], qf[ks + e], u8x2_to_half2(r4[e], kSelB01), u8x2_to_half2(r4[e], kSelB23));
-          }
-        } else {
-#pragma unroll
-          for (int ks = 0; ks < D / 16; ++ks) {
-            uint32_t b[2];
-            ldmatrix_x2(b, &st.k[kb + n * 8 + (lane % 8)][ks * 16 + ((lane / 8) % 2) * 8]);
-            mma_16816<T>(acc[n], qf[ks], b[0], b[1]);
+              mma_16816<T>(acc[n], qf[e], u8x2_to_half2(r4[e], kSelB01), u8x2_to_half2(r4[e], kSelB23));
           }
         }
-      }
-      const int r0 = rt * 16 + lane / 4;
+      } else {
 #pragma unroll
-      for (int n = 0; n < Tr::kN1; ++n) {
-        const int c = kb + n * 8 + 2 * (lane % 4);
-        *reinterpret_cast<float2*>(&sm.u.sp.s[r0][c]) = make_float2(acc[n][0], acc[n][1]);
-        *reinterpret_cast<float2*>(&sm.u.sp.s[r0 + 8][c]) = make_float2(acc[n][2], acc[n][3]);
-      }
-    }
-    __syncthreads();
-
-    // phase 2: masks, scores, online softmax. kLanesPerRow lanes own a row (8 keys each).
-    // `interior`: every key of the tile is visible to every row (no per-key mask needed).
-    const bool interior = j0 + kBlockKV <= w.kv_end && j0 + kBlockKV <= past + w.t0 + 1 &&
-                          (P.sliding_window == 0 || j0 >= past + w.t0 + w.nt - P.sliding_window) &&
-                          (P.qq_bias == nullptr || j0 + kBlockKV <= past);
+        for (int ks = 0; ks < D / 16; ks += 2) {
+          uint32_t qf[2][4];
 #pragma unroll
-    for (int ps = 0; ps < Tr::kPasses2; ++ps) {
-      const int r = ps * Tr::kRowsPerPass + warp * Tr::kRowsPerWarp + lane / Tr::kLanesPerRow;
-      if (r >= kRows) continue;  // warp-uniform: kRows is a multiple of 16
-      const int c0 = (lane % Tr::kLanesPerRow) * 8;
-      float p[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-      float alpha = 1.0f;
-      // warp-uniform: a warp whose rows are all padding only writes zeros
-      if (ps * Tr::kRowsPerPass + warp * Tr::kRowsPerWarp < rows) {
-      // NOTE: every lane runs the shuffles below (full mask): rows past `rows` are masked, not skipped
-      const bool valid = r < rows;
-      const int t = w.t0 + (valid ? r / G : 0);
-      const int h = hk * G + (valid ? r % G : 0);
-      const int qpos = past + t;
-      const int lo = P.sliding_window > 0 ? qpos - P.sliding_window + 1 : INT_MIN;
-      const float slope2 = (valid && P.alibi != nullptr) ? P.alibi[h] * kLog2e : 0.0f;
-      const uint8_t* qq = (valid && P.qq_bias != nullptr)
-                              ? P.qq_bias + P.qq_bias_begins[w.seq] + static_cast<int64_t>(t) * t_seq
-                              : nullptr;
-      const float4 s_lo = *reinterpret_cast<const float4*>(&sm.u.sp.s[r][c0]);
-      const float4 s_hi = *reinterpret_cast<const float4*>(&sm.u.sp.s[r][c0 + 4]);
-      float s[8] = {s_lo.x, s_lo.y, s_lo.z, s_lo.w, s_hi.x, s_hi.y, s_hi.z, s_hi.w};
-      float mt = -INFINITY;
+          for (int e = 0; e < 2; ++e) {
+            if constexpr (kQRegs) {
 #pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const int j = j0 + c0 + e;
-        const bool vis = valid && (interior || (j < w.kv_end && j <= qpos && j >= lo &&
-                                                (qq == nullptr || j < past || qq[j - past] != 0)));
-        float raw = s[e];
-        if constexpr (kU8) {
-          const float ks = __half2float(__ushort_as_half(st.par[0][c0 + e]));
-          const float kz = __half2float(__ushort_as_half(st.par[1][c0 + e]));
-          raw = ks * (raw - kz * sm.qsum[r]);
-        }
-        s[e] = vis ? raw * P.scale_log2 + slope2 * static_cast<float>(j - qpos) : -INFINITY;
-        mt = fmaxf(mt, s[e]);
-      }
+              for (int x = 0; x < 4; ++x) qf[e][x] = qreg[ks + e][x];
+            } else {
+              load_qf(qf[e], ks + e);
+            }
+          }
 #pragma unroll
-      for (int x = 1; x < Tr::kLanesPerRow; x *= 2) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, x));
-      const float m_new = fmaxf(row_m[ps], mt);
-      alpha = m_new != -INFINITY ? fast_exp2(row_m[ps] - m_new) : 1.0f;
-      float sum = 0.0f, cz = 0.0f;
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const float pe = s[e] == -INFINITY ? 0.0f : fast_exp2(s[e] - m_new);
-        sum += pe;
-        if constexpr (kU8) {
-          // NOTE: masked keys may carry NaN parameters (unwritten slots): never multiply them
-          const float vs = __half2float(__ushort_as_half(st.par[2][c0 + e]));
-          const float vz = __half2float(__ushort_as_half(st.par[3][c0 + e]));
-          p[e] = pe != 0.0f ? __half2float(__float2half_rn(pe * vs)) : 0.0f;
-          cz += pe != 0.0f ? p[e] * vz : 0.0f;
-        } else {
-          p[e] = pe;
+          for (int n = 0; n < kN1; ++n) {
+            uint32_t b[4];  // k-steps ks and ks+1 of keys n*8..n*8+7
+            ldmatrix_x4(b, &hb.kv[n * 8 + (lane % 8)][ks * 16 + (lane / 8) * 8]);
+            mma_16816<T>(acc[n], qf[0], b[0], b[1]);
+            mma_16816<T>(acc[n], qf[1], b[2], b[3]);
+          }
         }
       }
-#pragma unroll
-      for (int x = 1; x < Tr::kLanesPerRow; x *= 2) sum += __shfl_xor_sync(0xffffffffu, sum, x);
-      if constexpr (kU8) {
-#pragma unroll
-        for (int x = 1; x < Tr::kLanesPerRow; x *= 2) cz += __shfl_xor_sync(0xffffffffu, cz, x);
-        row_c[ps] = row_c[ps] * alpha + cz;
-      }
-      row_l[ps] = row_l[ps] * alpha + sum;
-      row_m[ps] = m_new;
-      }
-      alignas(16) T pt[8];
-#pragma unroll
-      for (int e = 0; e < 8; ++e) pt[e] = from_float<T>(p[e]);
-      *reinterpret_cast<uint4*>(&sm.u.sp.p[r][c0]) = *reinterpret_cast<const uint4*>(pt);
-      if (lane % Tr::kLanesPerRow == 0) sm.alpha[r] = alpha;
-    }
-    __syncthreads();
 
-    // phase 3: O = alpha * O + P V for this warp's row tile and columns [d0, d0 + kCols3)
-    if (warp < Tr::kWarps3) {
-      const int d0 = grp * Tr::kCols3;
-      const float a_lo = sm.alpha[rt * 16 + lane / 4], a_hi = sm.alpha[rt * 16 + lane / 4 + 8];
+      // scores (log2 units) with masks; element (n, e): row hf = e / 2, key js + n*8 + 2*(lane%4) + e%2
+      const bool interior = js + kKPW <= w.kv_end && js + kKPW <= past + w.t0 + 1 &&
+                            (P.sliding_window == 0 || js >= past + w.t0 + w.nt - P.sliding_window) &&
+                            (P.qq_bias == nullptr || js + kKPW <= past);
+      float mt[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-      for (int n = 0; n < Tr::kN3; ++n) {
-        o[n][0] *= a_lo;
-        o[n][1] *= a_lo;
-        o[n][2] *= a_hi;
-        o[n][3] *= a_hi;
+      for (int n = 0; n < kN1; ++n) {
+        const int kc = n * 8 + 2 * (lane % 4);  // key within the slice (and its neighbour kc + 1)
+        float2 kscale = make_float2(1.0f, 1.0f), kzp = make_float2(0.0f, 0.0f);
+        if constexpr (kU8) {
+          kscale = __half22float2(*reinterpret_cast<const __half2*>(&hb.par[0][kc]));
+          kzp = __half22float2(*reinterpret_cast<const __half2*>(&hb.par[1][kc]));
+        }
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int hf = e / 2;
+          const int j = js + kc + (e % 2);
+          float raw = acc[n][e];
+          if constexpr (kU8) raw = (e % 2 ? kscale.y : kscale.x) * (raw - (e % 2 ? kzp.y : kzp.x) * row_qsum[hf]);
+          bool vis = row_valid[hf];
+          if (!interior)
+            vis = vis && j < w.kv_end && j <= row_qpos[hf] && j >= row_lo[hf] &&
+                  (row_qq[hf] == nullptr || j < past || row_qq[hf][j - past] != 0);
+          const float sv = vis ? raw * P.scale_log2 + row_slope2[hf] * static_cast<float>(j - row_qpos[hf]) : -INFINITY;
+          acc[n][e] = sv;
+          mt[hf] = fmaxf(mt[hf], sv);
+        }
+      }
+      float alpha[2];
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        mt[hf] = fmaxf(mt[hf], __shfl_xor_sync(0xffffffffu, mt[hf], 1));
+        mt[hf] = fmaxf(mt[hf], __shfl_xor_sync(0xffffffffu, mt[hf], 2));
+        const float m_new = fmaxf(row_m[hf], mt[hf]);
+        alpha[hf] = m_new != -INFINITY ? fast_exp2(row_m[hf] - m_new) : 1.0f;
+        row_m[hf] = m_new;
+      }
+      float sum[2] = {0.0f, 0.0f}, cz[2] = {0.0f, 0.0f};
+#pragma unroll
+      for (int n = 0; n < kN1; ++n) {
+        const int kc = n * 8 + 2 * (lane % 4);
+        float2 vscale = make_float2(1.0f, 1.0f), vzp = make_float2(0.0f, 0.0f);
+        if constexpr (kU8) {
+          vscale = __half22float2(*reinterpret_cast<const __half2*>(&hb.par[2][kc]));
+          vzp = __half22float2(*reinterpret_cast<const __half2*>(&hb.par[3][kc]));
+        }
+        float p[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int hf = e / 2;
+          const float pe = acc[n][e] == -INFINITY ? 0.0f : fast_exp2(acc[n][e] - row_m[hf]);
+          sum[hf] += pe;
+          if constexpr (kU8) {
+            // NOTE: masked keys may carry NaN parameters (unwritten slots): never multiply them
+            p[e] = pe != 0.0f ? __half2float(__float2half_rn(pe * (e % 2 ? vscale.y : vscale.x))) : 0.0f;
+            cz[hf] += pe != 0.0f ? p[e] * (e % 2 ? vzp.y : vzp.x) : 0.0f;
+          } else {
+            p[e] = pe;
+          }
+        }
+        // accumulator (n) -> A fragment of k-step n/2: registers {0,1} from even n, {2,3} from odd n
+        pa[n / 2][(n % 2) * 2 + 0] = pack2<T>(p[0], p[1]);
+        pa[n / 2][(n % 2) * 2 + 1] = pack2<T>(p[2], p[3]);
       }
 #pragma unroll
-      for (int kk = 0; kk < kBlockKV / 16; ++kk) {
-        uint32_t a[4];
-        ldmatrix_x4(a, &sm.u.sp.p[rt * 16 + (lane % 16)][kk * 16 + (lane / 16) * 8]);
+      for (int hf = 0; hf < 2; ++hf) {
+        row_l[hf] = row_l[hf] * alpha[hf] + sum[hf];
+        row_c[hf] = row_c[hf] * alpha[hf] + cz[hf];
+      }
+      if (!__all_sync(0xffffffffu, alpha[0] == 1.0f && alpha[1] == 1.0f)) {
+#pragma unroll
+        for (int n = 0; n < kN3; ++n) {
+          o[n][0] *= alpha[0];
+          o[n][1] *= alpha[0];
+          o[n][2] *= alpha[1];
+          o[n][3] *= alpha[1];
+        }
+      }
+    }
+
+    // ---- V half: O += P V ----
+    cp_async_wait<kStages - 2>();
+    group_sync();
+    issue(2 * it + kStages);
+    if (active) {
+      const auto& hb = sm.u.ring[wkv][(2 * it + 1) % kStages];
+#pragma unroll
+      for (int kk = 0; kk < kK3; ++kk) {
         const int key = kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
         if constexpr (kU8) {
           // ldmatrix.trans on raw codes: a register holds codes (d, d+1) of keys (k, k+1); split into an
-          // even-d and an odd-d n-tile: n-tile 4b+{0,1,2,3} holds d = d0 + 32b + {0,1,16,17} + 2 * col.
+          // even-d and an odd-d n-tile: n-tile 4b+{0,1,2,3} holds d = 32b + {0,1,16,17} + 2 * col.
 #pragma unroll
-          for (int b = 0; b < Tr::kCols3 / 32; ++b) {
+          for (int b = 0; b < D / 32; ++b) {
             uint32_t r4[4];
-            ldmatrix_x4_trans(r4, &st.v[key][d0 + 32 * b + (lane / 16) * 16]);
-            mma_16816<T>(o[4 * b + 0], a, u8x2_to_half2(r4[0], kSelB02), u8x2_to_half2(r4[1], kSelB02));
-            mma_16816<T>(o[4 * b + 1], a, u8x2_to_half2(r4[0], kSelB13), u8x2_to_half2(r4[1], kSelB13));
-            mma_16816<T>(o[4 * b + 2], a, u8x2_to_half2(r4[2], kSelB02), u8x2_to_half2(r4[3], kSelB02));
-            mma_16816<T>(o[4 * b + 3], a, u8x2_to_half2(r4[2], kSelB13), u8x2_to_half2(r4[3], kSelB13));
+            ldmatrix_x4_trans(r4, &hb.kv[key][32 * b + (lane / 16) * 16]);
+            mma_16816<T>(o[4 * b + 0], pa[kk], u8x2_to_half2(r4[0], kSelB02), u8x2_to_half2(r4[1], kSelB02));
+            mma_16816<T>(o[4 * b + 1], pa[kk], u8x2_to_half2(r4[0], kSelB13), u8x2_to_half2(r4[1], kSelB13));
+            mma_16816<T>(o[4 * b + 2], pa[kk], u8x2_to_half2(r4[2], kSelB02), u8x2_to_half2(r4[3], kSelB02));
+            mma_16816<T>(o[4 * b + 3], pa[kk], u8x2_to_half2(r4[2], kSelB13), u8x2_to_half2(r4[3], kSelB13));
           }
         } else {
 #pragma unroll
-          for (int n = 0; n < Tr::kN3; n += 2) {
+          for (int n = 0; n < kN3; n += 2) {
             uint32_t b[4];
-            ldmatrix_x4_trans(b, &st.v[key][d0 + (n + lane / 16) * 8]);
-            mma_16816<T>(o[n], a, b[0], b[1]);
-            mma_16816<T>(o[n + 1], a, b[2], b[3]);
+            ldmatrix_x4_trans(b, &hb.kv[key][(n + lane / 16) * 8]);
+            mma_16816<T>(o[n], pa[kk], b[0], b[1]);
+            mma_16816<T>(o[n + 1], pa[kk], b[2], b[3]);
           }
         }
       }
     }
-    // the next iteration's barrier protects this stage and S/P before they are overwritten
   }
   cp_async_wait<0>();
 
   pdl_launch_dependents();
 
-  // --- row statistics to smem for the epilogue ---------------------------------------------------
-#pragma unroll
-  for (int ps = 0; ps < Tr::kPasses2; ++ps) {
-    const int r = ps * Tr::kRowsPerPass + warp * Tr::kRowsPerWarp + lane / Tr::kLanesPerRow;
-    if (r < kRows && lane % Tr::kLanesPerRow == 0) {
-      sm.m[r] = row_m[ps];
-      sm.l[r] = row_l[ps];
-      sm.corr[r] = row_c[ps];
-    }
-  }
-  __syncthreads();
-
-  // --- epilogue: normalised output (one partition) or a partial for the merge kernel --------------
-  if (warp >= Tr::kWarps3) return;
-  const int d0 = grp * Tr::kCols3;
+  // --- the quad's partial sums -> full row sums ---------------------------------------------------
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
-    const int r = rt * 16 + lane / 4 + hf * 8;
+#pragma unroll
+    for (int x = 1; x <= 2; x *= 2) {
+      row_l[hf] += __shfl_xor_sync(0xffffffffu, row_l[hf], x);
+      row_c[hf] += __shfl_xor_sync(0xffffffffu, row_c[hf], x);
+    }
+  }
+
+  // --- key groups -> one (m, l, O) per row: groups > 0 leave scaled partials in smem --------------
+  float fin_m[2] = {row_m[0], row_m[1]}, fin_l[2] = {row_l[0], row_l[1]};
+  if constexpr (Tr::kWKV > 1) {
+    __syncthreads();  // every group is done with its ring
+    if (lane % 4 == 0) {
+      sm.ml[wkv][wq * 16 + lane / 4] = make_float2(row_m[0], row_l[0]);
+      sm.ml[wkv][wq * 16 + lane / 4 + 8] = make_float2(row_m[1], row_l[1]);
+    }
+    __syncthreads();
+    float f[2];
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int r = wq * 16 + lane / 4 + 8 * hf;
+      float M = -INFINITY;
+#pragma unroll
+      for (int g = 0; g < Tr::kWKV; ++g) M = fmaxf(M, sm.ml[g][r].x);
+      float L = 0.0f;
+#pragma unroll
+      for (int g = 0; g < Tr::kWKV; ++g) {
+        const float2 ml = sm.ml[g][r];
+        L += ml.x == -INFINITY ? 0.0f : ml.y * fast_exp2(ml.x - M);
+      }
+      f[hf] = row_m[hf] == -INFINITY ? 0.0f : fast_exp2(row_m[hf] - M);
+      fin_m[hf] = M;
+      fin_l[hf] = L;
+    }
+#pragma unroll
+    for (int n = 0; n < kN3; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[n][e] = (o[n][e] - row_c[e / 2]) * f[e / 2];
+    }
+    row_c[0] = row_c[1] = 0.0f;
+    if (wkv > 0) {
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const int r = wq * 16 + lane / 4 + 8 * hf;
+        if (r >= rows) continue;
+#pragma unroll
+        for (int n = 0; n < kN3; ++n) {
+          const int c = o_col<kU8>(n, lane);
+          sm.u.red[wkv - 1][r][c] = o[n][2 * hf];
+          sm.u.red[wkv - 1][r][c + kPairStep] = o[n][2 * hf + 1];
+        }
+      }
+    }
+    __syncthreads();
+    if (wkv > 0) return;
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int r = wq * 16 + lane / 4 + 8 * hf;
+      if (r >= rows) continue;
+#pragma unroll
+      for (int n = 0; n < kN3; ++n) {
+        const int c = o_col<kU8>(n, lane);
+#pragma unroll
+        for (int g = 0; g < Tr::kWKV - 1; ++g) {
+          o[n][2 * hf] += sm.u.red[g][r][c];
+          o[n][2 * hf + 1] += sm.u.red[g][r][c + kPairStep];
+        }
+      }
+    }
+  }
+
+  // --- epilogue: normalised output (one partition) or a partial for the merge kernel --------------
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    const int r = wq * 16 + lane / 4 + hf * 8;
     if (r >= rows) continue;
-    const float m = sm.m[r], l = sm.l[r], corr = sm.corr[r];
+    const float m = fin_m[hf], l = fin_l[hf], corr = row_c[hf];
     const int h = hk * G + r % G;
     const int64_t token = tok0 + w.t0 + r / G;
     float scale = 1.0f;
@@ -558,29 +659,21 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT>::kThreads, FwdTraits<D, K
     } else {
       const int64_t slot = w.slot + static_cast<int64_t>(hk) * w.num_parts;
       wo = P.ws_o + (slot * kSlotRows + r) * D;
-      if (grp == 0 && lane % 4 == 0) {
+      if (lane % 4 == 0) {
         P.ws_ml[(slot * kSlotRows + r) * 2] = m;
         P.ws_ml[(slot * kSlotRows + r) * 2 + 1] = l;
       }
     }
 #pragma unroll
-    for (int n = 0; n < Tr::kN3; ++n) {
-      // column of accumulator element (n, e): see the phase-3 layouts
-      int c;
-      if constexpr (kU8) {
-        const int b = n / 4, q = n % 4;
-        c = d0 + 32 * b + (q >= 2 ? 16 : 0) + (q % 2) + 4 * (lane % 4);
-      } else {
-        c = d0 + n * 8 + 2 * (lane % 4);
-      }
-      const int step = kU8 ? 2 : 1;  // u8: the pair (e=0, e=1) is 2 columns apart
+    for (int n = 0; n < kN3; ++n) {
+      const int c = o_col<kU8>(n, lane);
       const float v0 = (o[n][2 * hf] - corr) * scale, v1 = (o[n][2 * hf + 1] - corr) * scale;
       if (wo != nullptr) {
         wo[c] = v0;
-        wo[c + step] = v1;
+        wo[c + kPairStep] = v1;
       } else {
         store_io(P.out, base + c, P.io_dtype, v0);
-        store_io(P.out, base + c + step, P.io_dtype, v1);
+        store_io(P.out, base + c + kPairStep, P.io_dtype, v1);
       }
     }
   }
