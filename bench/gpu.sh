@@ -23,11 +23,12 @@ pack() { tar czf "$OUT/results.tgz" -C "$OUT" run 2>/dev/null; }
 trap pack EXIT
 
 # the copy of the tree on the GPU machine has no .git: take the commit from .commit (carried)
+# NOTE: .commit first: the GPU machine's copy may carry a stale .git
 if [ -z "${PAGEDATTN_COMMIT:-}" ]; then
-  if git -C "$root" rev-parse --short HEAD >/dev/null 2>&1; then
-    PAGEDATTN_COMMIT="$(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet HEAD 2>/dev/null || echo +dirty)"
-  elif [ -f "$root/.commit" ]; then
+  if [ -f "$root/.commit" ]; then
     PAGEDATTN_COMMIT=$(cat "$root/.commit")
+  elif git -C "$root" rev-parse --short HEAD >/dev/null 2>&1; then
+    PAGEDATTN_COMMIT="$(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet HEAD 2>/dev/null || echo +dirty)"
   else
     PAGEDATTN_COMMIT=unknown
   fi

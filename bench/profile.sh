@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # GPU machine: Nsight Compute profile of the attention and merge kernels on one seed-scenario config.
-#   usage: bench/profile.sh [context] [T] [kv]     (carry .deps; logs under $OUT)
+#   usage: bench/profile.sh [context] [T[,T...]] [kv]     (carry .deps; logs under $OUT)
+#   SKIP_BUILD=1 reuses an existing build in $BUILD_DIR (e.g. the one bench/gpu.sh made).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-$root/gpu-out}
@@ -9,12 +10,17 @@ build=${BUILD_DIR:-/tmp/pagedattn-build}
 ctx=${1:-131072} T=${2:-1} kv=${3:-f16}
 prefix=()
 [ -d "$root/.deps" ] && prefix=(-DCMAKE_PREFIX_PATH="$root/.deps")
+[ "${SKIP_BUILD:-0}" = 1 ] && [ -x "$build/pagedattn" ] ||
 { cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPAGEDATTN_CUDA=ON -DPAGEDATTN_BUILD_TESTS=OFF \
     -DCMAKE_CUDA_ARCHITECTURES=90a-real "${prefix[@]}" && ninja -C "$build" -j "$(nproc)" pagedattn; } > "$OUT/build.log" 2>&1 ||
   { tail -30 "$OUT/build.log"; exit 1; }
-args=(bench --backend cuda --context "$ctx" --tokens "$T" --kv "$kv" --layers 1 --repeats 3 --warmup 1 --fill random --scenario seed)
-PAGEDATTN_PRINT_PLAN=1 timeout 120 "$build/pagedattn" "${args[@]}" 2>&1 | grep -E "plan|us/8|^(u8|f16)" | head -5
-timeout 300 ncu --clock-control none -k regex:"fwd_kernel|merge_kernel" -c 2 \
-  --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
-  --section LaunchStats --section SchedulerStats "$build/pagedattn" "${args[@]}" > "$OUT/ncu.txt" 2>&1
-grep -E "fwd_kernel|merge_kernel|Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Stall|Warp Cycles Per Issued|L1/TEX Hit|L2 Hit|Registers|Block Limit|Theoretical Occ|Issued Warp|No Eligible|One or More" "$OUT/ncu.txt" | head -60
+for t in ${T//,/ }; do
+  args=(bench --backend cuda --context "$ctx" --tokens "$t" --kv "$kv" --layers 1 --repeats 3 --warmup 1 --fill random --scenario seed)
+  echo "== context $ctx T=$t kv=$kv"
+  PAGEDATTN_PRINT_PLAN=1 timeout 120 "$build/pagedattn" "${args[@]}" 2>&1 | grep -E "plan|us/8|^(u8|f16)" | head -5
+  timeout 300 ncu --clock-control none -k regex:"fwd_kernel|merge_kernel" -c 2 \
+    --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
+    --section LaunchStats --section SchedulerStats "$build/pagedattn" "${args[@]}" > "$OUT/ncu_${ctx}_T${t}_${kv}.txt" 2>&1
+  grep -E "fwd_kernel|merge_kernel|Duration|DRAM Throughput|Achieved Occupancy|Warp Cycles Per Issued|Registers|Theoretical Occ|No Eligible" \
+    "$OUT/ncu_${ctx}_T${t}_${kv}.txt" | head -30
+done

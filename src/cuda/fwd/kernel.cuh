@@ -93,12 +93,15 @@ struct SharedStorage {
     alignas(16) C kv[Tr::kKPW][Tr::kLdKV];
     alignas(16) uint16_t par[Tr::kU8 ? 4 : 1][Tr::kKPW];
   };
-  union RingOrRed {  // the rings while streaming; the key groups' partial outputs after the last tile
+  struct Stream {
     Half ring[Tr::kWKV][Tr::kStages];
-    float red[Tr::kWKV > 1 ? Tr::kWKV - 1 : 1][Tr::kRows][D + 4];
+    alignas(16) T q[Tr::kRows][Tr::kLdQ];
   };
-  RingOrRed u;
-  alignas(16) T q[Tr::kRows][Tr::kLdQ];
+  union StreamOrRed {  // rings and Q while streaming; each key group's scaled partial output after
+    Stream s;
+    alignas(16) float red[Tr::kWKV][Tr::kRows][D + 4];
+  };
+  StreamOrRed u;
   float qsum[Tr::kRows];
   float2 ml[Tr::kWKV][Tr::kRows];  // (max, sum) of each key group's rows
 };
@@ -116,6 +119,21 @@ __device__ __forceinline__ void store_io(void* base, int64_t i, int io, float v)
     static_cast<__nv_bfloat16*>(base)[i] = __float2bfloat16_rn(v);
   else
     static_cast<float*>(base)[i] = v;
+}
+
+// Four consecutive output elements (16-byte aligned in f32, 8-byte in f16/bf16).
+__device__ __forceinline__ void store_io4(void* base, int64_t i, int io, float4 v) {
+  if (io == kIoF16) {
+    __half2 a = __floats2half2_rn(v.x, v.y), b = __floats2half2_rn(v.z, v.w);
+    *reinterpret_cast<uint2*>(static_cast<__half*>(base) + i) =
+        make_uint2(*reinterpret_cast<uint32_t*>(&a), *reinterpret_cast<uint32_t*>(&b));
+  } else if (io == kIoBF16) {
+    __nv_bfloat162 a = __floats2bfloat162_rn(v.x, v.y), b = __floats2bfloat162_rn(v.z, v.w);
+    *reinterpret_cast<uint2*>(static_cast<__nv_bfloat16*>(base) + i) =
+        make_uint2(*reinterpret_cast<uint32_t*>(&a), *reinterpret_cast<uint32_t*>(&b));
+  } else {
+    *reinterpret_cast<float4*>(static_cast<float*>(base) + i) = v;
+  }
 }
 
 // Row index (in units of D elements of a [num_blocks, Hk, bs, D] cache) of key position `pos`.
@@ -308,7 +326,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT>::kThreads, FwdTraits<D, K
     if (h < n_halves) {
       const int js = slice_begin(h / 2);
       if (js < w.kv_end)
-        load_half<D, KV, RT>(sm.u.ring[wkv][h % kStages], h % 2, P, table, hk, js, w.kv_end, gtid);
+        load_half<D, KV, RT>(sm.u.s.ring[wkv][h % kStages], h % 2, P, table, hk, js, w.kv_end, gtid);
     }
     cp_async_commit();
   };
@@ -328,13 +346,13 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT>::kThreads, FwdTraits<D, K
 #pragma unroll
       for (int e = 0; e < 8; ++e) v[e] = from_float<T>(0.0f);
     }
-    *reinterpret_cast<uint4*>(&sm.q[r][c]) = *reinterpret_cast<const uint4*>(v);
+    *reinterpret_cast<uint4*>(&sm.u.s.q[r][c]) = *reinterpret_cast<const uint4*>(v);
   }
   __syncthreads();
   if constexpr (kU8) {  // sum of each (f16-rounded) query row, for the key zero points
     for (int r = warp; r < kRows; r += kWarps) {
       float s = 0.0f;
-      for (int d = lane; d < D; d += 32) s += __half2float(sm.q[r][d]);
+      for (int d = lane; d < D; d += 32) s += __half2float(sm.u.s.q[r][d]);
       s = warp_sum(s);
       if (lane == 0) sm.qsum[r] = s;
     }
@@ -346,14 +364,14 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT>::kThreads, FwdTraits<D, K
   // B registers: k = 2i+b -> d = 4i+b, k = 8+2i+b -> d = 4i+2+b (i = lane % 4); Q follows suit.
   auto load_qf = [&](uint32_t (&f)[4], int ks) {
     if constexpr (kU8) {
-      const uint2 lo = *reinterpret_cast<const uint2*>(&sm.q[wq * 16 + lane / 4][ks * 16 + 4 * (lane % 4)]);
-      const uint2 hi = *reinterpret_cast<const uint2*>(&sm.q[wq * 16 + lane / 4 + 8][ks * 16 + 4 * (lane % 4)]);
+      const uint2 lo = *reinterpret_cast<const uint2*>(&sm.u.s.q[wq * 16 + lane / 4][ks * 16 + 4 * (lane % 4)]);
+      const uint2 hi = *reinterpret_cast<const uint2*>(&sm.u.s.q[wq * 16 + lane / 4 + 8][ks * 16 + 4 * (lane % 4)]);
       f[0] = lo.x;
       f[1] = hi.x;
       f[2] = lo.y;
       f[3] = hi.y;
     } else {
-      ldmatrix_x4(f, &sm.q[wq * 16 + (lane % 16)][ks * 16 + (lane / 16) * 8]);
+      ldmatrix_x4(f, &sm.u.s.q[wq * 16 + (lane % 16)][ks * 16 + (lane / 16) * 8]);
     }
   };
   uint32_t qreg[kQRegs ? D / 16 : 1][4];
@@ -400,7 +418,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT>::kThreads, FwdTraits<D, K
     group_sync();
     issue(2 * it + kStages - 1);
     if (active) {
-      const auto& hb = sm.u.ring[wkv][(2 * it) % kStages];
+      const auto& hb = sm.u.s.ring[wkv][(2 * it) % kStages];
       float acc[kN1][4];
 #pragma unroll
       for (int n = 0; n < kN1; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
@@ -535,7 +553,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT>::kThreads, FwdTraits<D, K
     group_sync();
     issue(2 * it + kStages);
     if (active) {
-      const auto& hb = sm.u.ring[wkv][(2 * it + 1) % kStages];
+      const auto& hb = sm.u.s.ring[wkv][(2 * it + 1) % kStages];
 #pragma unroll
       for (int kk = 0; kk < kK3; ++kk) {
         const int key = kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
@@ -577,104 +595,60 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT>::kThreads, FwdTraits<D, K
     }
   }
 
-  // --- key groups -> one (m, l, O) per row: groups > 0 leave scaled partials in smem --------------
-  float fin_m[2] = {row_m[0], row_m[1]}, fin_l[2] = {row_l[0], row_l[1]};
-  if constexpr (Tr::kWKV > 1) {
-    __syncthreads();  // every group is done with its ring
-    if (lane % 4 == 0) {
-      sm.ml[wkv][wq * 16 + lane / 4] = make_float2(row_m[0], row_l[0]);
-      sm.ml[wkv][wq * 16 + lane / 4 + 8] = make_float2(row_m[1], row_l[1]);
-    }
-    __syncthreads();
-    float f[2];
-#pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-      const int r = wq * 16 + lane / 4 + 8 * hf;
-      float M = -INFINITY;
-#pragma unroll
-      for (int g = 0; g < Tr::kWKV; ++g) M = fmaxf(M, sm.ml[g][r].x);
-      float L = 0.0f;
-#pragma unroll
-      for (int g = 0; g < Tr::kWKV; ++g) {
-        const float2 ml = sm.ml[g][r];
-        L += ml.x == -INFINITY ? 0.0f : ml.y * fast_exp2(ml.x - M);
-      }
-      f[hf] = row_m[hf] == -INFINITY ? 0.0f : fast_exp2(row_m[hf] - M);
-      fin_m[hf] = M;
-      fin_l[hf] = L;
-    }
-#pragma unroll
-    for (int n = 0; n < kN3; ++n) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) o[n][e] = (o[n][e] - row_c[e / 2]) * f[e / 2];
-    }
-    row_c[0] = row_c[1] = 0.0f;
-    if (wkv > 0) {
-#pragma unroll
-      for (int hf = 0; hf < 2; ++hf) {
-        const int r = wq * 16 + lane / 4 + 8 * hf;
-        if (r >= rows) continue;
-#pragma unroll
-        for (int n = 0; n < kN3; ++n) {
-          const int c = o_col<kU8>(n, lane);
-          sm.u.red[wkv - 1][r][c] = o[n][2 * hf];
-          sm.u.red[wkv - 1][r][c + kPairStep] = o[n][2 * hf + 1];
-        }
-      }
-    }
-    __syncthreads();
-    if (wkv > 0) return;
-#pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-      const int r = wq * 16 + lane / 4 + 8 * hf;
-      if (r >= rows) continue;
-#pragma unroll
-      for (int n = 0; n < kN3; ++n) {
-        const int c = o_col<kU8>(n, lane);
-#pragma unroll
-        for (int g = 0; g < Tr::kWKV - 1; ++g) {
-          o[n][2 * hf] += sm.u.red[g][r][c];
-          o[n][2 * hf + 1] += sm.u.red[g][r][c + kPairStep];
-        }
-      }
-    }
+  // --- key groups -> one (m, l, O) per row, through shared memory -------------------------------
+  // Each group leaves (m, l) per row and its output scaled to the rows' common max; then all threads
+  // sum the groups' outputs and write whole rows (coalesced), normalised or as a partial for the merge.
+  __syncthreads();  // every group is done with its ring and with Q
+  if (lane % 4 == 0) {
+    sm.ml[wkv][wq * 16 + lane / 4] = make_float2(row_m[0], row_l[0]);
+    sm.ml[wkv][wq * 16 + lane / 4 + 8] = make_float2(row_m[1], row_l[1]);
   }
-
-  // --- epilogue: normalised output (one partition) or a partial for the merge kernel --------------
+  __syncthreads();
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
-    const int r = wq * 16 + lane / 4 + hf * 8;
+    const int r = wq * 16 + lane / 4 + 8 * hf;
     if (r >= rows) continue;
-    const float m = fin_m[hf], l = fin_l[hf], corr = row_c[hf];
-    const int h = hk * G + r % G;
-    const int64_t token = tok0 + w.t0 + r / G;
-    float scale = 1.0f;
-    float* wo = nullptr;
-    int64_t base = 0;
-    if (w.slot < 0) {
-      float den = l;
-      if (P.sinks != nullptr) den += exp2f(P.sinks[h] * kLog2e - m);
-      scale = 1.0f / den;
-      base = token * P.H * D + static_cast<int64_t>(h) * D;
-    } else {
-      const int64_t slot = w.slot + static_cast<int64_t>(hk) * w.num_parts;
-      wo = P.ws_o + (slot * kSlotRows + r) * D;
-      if (lane % 4 == 0) {
-        P.ws_ml[(slot * kSlotRows + r) * 2] = m;
-        P.ws_ml[(slot * kSlotRows + r) * 2 + 1] = l;
-      }
-    }
+    float M = -INFINITY;
+#pragma unroll
+    for (int g = 0; g < Tr::kWKV; ++g) M = fmaxf(M, sm.ml[g][r].x);
+    const float f = row_m[hf] == -INFINITY ? 0.0f : fast_exp2(row_m[hf] - M);
 #pragma unroll
     for (int n = 0; n < kN3; ++n) {
       const int c = o_col<kU8>(n, lane);
-      const float v0 = (o[n][2 * hf] - corr) * scale, v1 = (o[n][2 * hf + 1] - corr) * scale;
-      if (wo != nullptr) {
-        wo[c] = v0;
-        wo[c + kPairStep] = v1;
-      } else {
-        store_io(P.out, base + c, P.io_dtype, v0);
-        store_io(P.out, base + c + kPairStep, P.io_dtype, v1);
-      }
+      sm.u.red[wkv][r][c] = (o[n][2 * hf] - row_c[hf]) * f;
+      sm.u.red[wkv][r][c + kPairStep] = (o[n][2 * hf + 1] - row_c[hf]) * f;
+    }
+  }
+  __syncthreads();
+  for (int idx = tid; idx < rows * (D / 4); idx += kThreads) {
+    const int r = idx / (D / 4), c = (idx % (D / 4)) * 4;
+    float M = -INFINITY;
+#pragma unroll
+    for (int g = 0; g < Tr::kWKV; ++g) M = fmaxf(M, sm.ml[g][r].x);
+    float L = 0.0f;
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int g = 0; g < Tr::kWKV; ++g) {
+      const float2 ml = sm.ml[g][r];
+      L += ml.x == -INFINITY ? 0.0f : ml.y * fast_exp2(ml.x - M);
+      const float4 v = *reinterpret_cast<const float4*>(&sm.u.red[g][r][c]);
+      acc.x += v.x;
+      acc.y += v.y;
+      acc.z += v.z;
+      acc.w += v.w;
+    }
+    const int h = hk * G + r % G;
+    const int64_t token = tok0 + w.t0 + r / G;
+    if (w.slot < 0) {
+      float den = L;
+      if (P.sinks != nullptr) den += exp2f(P.sinks[h] * kLog2e - M);
+      const float inv = 1.0f / den;
+      store_io4(P.out, token * P.H * D + static_cast<int64_t>(h) * D + c, P.io_dtype,
+                make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
+    } else {
+      const int64_t slot = (w.slot + static_cast<int64_t>(hk) * w.num_parts) * kSlotRows + r;
+      *reinterpret_cast<float4*>(P.ws_o + slot * D + c) = acc;
+      if (c == 0) *reinterpret_cast<float2*>(P.ws_ml + slot * 2) = make_float2(M, L);
     }
   }
 }
