@@ -1,16 +1,18 @@
 // The attention kernel of pagedattn: one CTA per (chunk of new tokens, KV partition, kv head).
 //
 // A chunk's T*G query rows (tokens x heads sharing one kv head) are loaded once; the partition's keys
-// stream through shared memory in 32- or 64-key tiles (cp.async, 2-4 stages, gathered through the block
-// table). Per tile:
-//   phase 1  S = Q K^T on tensor cores (f32 accumulate)                    -> smem
-//   phase 2  masks (causal past+t+1, tree, window), ALiBi, online softmax  -> P (f16/bf16) in smem
-//   phase 3  O = alpha * O + P V on tensor cores (registers)
-// Every K/V byte is read once for all T*G rows: this is what makes T=8 cost what T=1 costs.
-// u8 caches: the codes are converted exactly to f16 (integers 0..255) in shared memory, the MMAs run
-// on raw codes, and the affine parameters are folded into per-key epilogues:
-//   s_j = scale_j * (q . code_j - zp_j * sum(q))
-//   o   = sum_j (p_j * vscale_j) code_j - sum_j (p_j * vscale_j) * vzp_j
+// stream through shared memory, gathered through the block table by cp.async into per-group rings of
+// half-tiles (K, then V, of a group's key slice). Warps form key groups (decode/verify: 4 groups of one
+// warp, or 2 of two; prefill chunks: one group of 4 warps, FlashAttention-2 style); per slice a warp
+//   S = Q K^T on tensor cores (f32)  ->  masks (causal past+t+1, tree, window), ALiBi, online softmax on
+//   the accumulators in registers    ->  P as the A operand of O += P V (tensor cores, f32).
+// A one-warp group waits on its own copies only (no CTA barrier in the loop); the groups' (m, l, O) are
+// merged once at the end. Every K/V byte is read once for all T*G rows: this is what makes T=8 cost
+// what T=1 costs.
+// u8 caches: the MMAs run on the codes (biased by 1024, exact in f16) straight from shared memory, and
+// the affine parameters are folded into per-key epilogues:
+//   s_j = scale_j * (q . (code_j + 1024) - (zp_j + 1024) * sum(q))
+//   o   = sum_j (p_j * vscale_j) (code_j + 1024) - sum_j (p_j * vscale_j) * (vzp_j + 1024)
 // The op's KV write-in is fused: before reading, a CTA writes (and quantises) every new token that lies
 // in its key range, for its kv head. NOTE: several CTAs (chunks of one sequence) may write the same row;
 // they write identical bytes (same inputs, IEEE division and rint, no contraction), a formal race that
@@ -149,12 +151,12 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
-// u8 codes -> f16 pairs, exactly: 0x6400 | b is the half 1024 + b. `sel` picks the two bytes.
-__device__ __forceinline__ uint32_t u8x2_to_half2(uint32_t x, uint32_t sel) {
-  uint32_t h = __byte_perm(x, 0x64u, sel);
-  __half2 v = __hsub2(*reinterpret_cast<__half2*>(&h), __float2half2_rn(1024.0f));
-  return *reinterpret_cast<uint32_t*>(&v);
-}
+// u8 codes -> f16 pairs with a bias, in one PRMT: 0x6400 | b is the half 1024 + b (exact). The MMAs run
+// on the biased codes; the 1024 is folded into the zero points (key: kz + 1024 against sum(q); value:
+// vz + 1024 in the per-row correction), which costs at most 3 bits of the f32 accumulators (|code - zp|
+// < 256 against 1024) and saves the subtraction per register. `sel` picks the two bytes.
+__device__ __forceinline__ uint32_t u8x2_biased(uint32_t x, uint32_t sel) { return __byte_perm(x, 0x64u, sel); }
+constexpr float kU8Bias = 1024.0f;
 constexpr uint32_t kSelB01 = 0x4140u, kSelB23 = 0x4342u, kSelB02 = 0x4240u, kSelB13 = 0x4341u;
 
 // One warp writes (and for u8 quantises) one new key or value row of one kv head into the cache.
@@ -442,7 +444,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT>::kThreads, FwdTraits<D, K
             ldmatrix_x4(r4, &hb.kv[n * 8 + (lane % 8)][(ks + lane / 8) * 16]);
 #pragma unroll
             for (int e = 0; e < 4; ++e)
-              mma_16816<T>(acc[n], qf[e], u8x2_to_half2(r4[e], kSelB01), u8x2_to_half2(r4[e], kSelB23));
+              mma_16816<T>(acc[n], qf[e], u8x2_biased(r4[e], kSelB01), u8x2_biased(r4[e], kSelB23));
           }
         }
       } else {
@@ -486,7 +488,8 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT>::kThreads, FwdTraits<D, K
           const int hf = e / 2;
           const int j = js + kc + (e % 2);
           float raw = acc[n][e];
-          if constexpr (kU8) raw = (e % 2 ? kscale.y : kscale.x) * (raw - (e % 2 ? kzp.y : kzp.x) * row_qsum[hf]);
+          if constexpr (kU8)
+            raw = (e % 2 ? kscale.y : kscale.x) * (raw - ((e % 2 ? kzp.y : kzp.x) + kU8Bias) * row_qsum[hf]);
           bool vis = row_valid[hf];
           if (!interior)
             vis = vis && j < w.kv_end && j <= row_qpos[hf] && j >= row_lo[hf] &&
@@ -523,7 +526,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT>::kThreads, FwdTraits<D, K
           if constexpr (kU8) {
             // NOTE: masked keys may carry NaN parameters (unwritten slots): never multiply them
             p[e] = pe != 0.0f ? __half2float(__float2half_rn(pe * (e % 2 ? vscale.y : vscale.x))) : 0.0f;
-            cz[hf] += pe != 0.0f ? p[e] * (e % 2 ? vzp.y : vzp.x) : 0.0f;
+            cz[hf] += pe != 0.0f ? p[e] * ((e % 2 ? vzp.y : vzp.x) + kU8Bias) : 0.0f;
           } else {
             p[e] = pe;
           }
@@ -564,10 +567,10 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT>::kThreads, FwdTraits<D, K
           for (int b = 0; b < D / 32; ++b) {
             uint32_t r4[4];
             ldmatrix_x4_trans(r4, &hb.kv[key][32 * b + (lane / 16) * 16]);
-            mma_16816<T>(o[4 * b + 0], pa[kk], u8x2_to_half2(r4[0], kSelB02), u8x2_to_half2(r4[1], kSelB02));
-            mma_16816<T>(o[4 * b + 1], pa[kk], u8x2_to_half2(r4[0], kSelB13), u8x2_to_half2(r4[1], kSelB13));
-            mma_16816<T>(o[4 * b + 2], pa[kk], u8x2_to_half2(r4[2], kSelB02), u8x2_to_half2(r4[3], kSelB02));
-            mma_16816<T>(o[4 * b + 3], pa[kk], u8x2_to_half2(r4[2], kSelB13), u8x2_to_half2(r4[3], kSelB13));
+            mma_16816<T>(o[4 * b + 0], pa[kk], u8x2_biased(r4[0], kSelB02), u8x2_biased(r4[1], kSelB02));
+            mma_16816<T>(o[4 * b + 1], pa[kk], u8x2_biased(r4[0], kSelB13), u8x2_biased(r4[1], kSelB13));
+            mma_16816<T>(o[4 * b + 2], pa[kk], u8x2_biased(r4[2], kSelB02), u8x2_biased(r4[3], kSelB02));
+            mma_16816<T>(o[4 * b + 3], pa[kk], u8x2_biased(r4[2], kSelB13), u8x2_biased(r4[3], kSelB13));
           }
         } else {
 #pragma unroll
