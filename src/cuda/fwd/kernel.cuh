@@ -12,7 +12,7 @@
 // u8 caches: the MMAs run on the codes (biased by 1024, exact in f16) straight from shared memory, and
 // the affine parameters are folded into per-key epilogues:
 //   s_j = scale_j * (q . (code_j + 1024) - (zp_j + 1024) * sum(q))
-//   o   = sum_j (p_j * vscale_j) (code_j + 1024) - sum_j (p_j * vscale_j) * (vzp_j + 1024)
+//   o   = sum_j (p_j * vscale_j) code_j - sum_j (p_j * vscale_j) * vzp_j
 // The op's KV write-in is fused: before reading, a CTA writes (and quantises) every new token that lies
 // in its key range, for its kv head. NOTE: several CTAs (chunks of one sequence) may write the same row;
 // they write identical bytes (same inputs, IEEE division and rint, no contraction), a formal race that
@@ -151,11 +151,17 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
-// u8 codes -> f16 pairs with a bias, in one PRMT: 0x6400 | b is the half 1024 + b (exact). The MMAs run
-// on the biased codes; the 1024 is folded into the zero points (key: kz + 1024 against sum(q); value:
-// vz + 1024 in the per-row correction), which costs at most 3 bits of the f32 accumulators (|code - zp|
-// < 256 against 1024) and saves the subtraction per register. `sel` picks the two bytes.
+// u8 codes -> f16 pairs. 0x6400 | b is the half 1024 + b (exact), made by one PRMT; `sel` picks the two
+// bytes. The key MMAs run on these biased codes and fold the 1024 into the key zero point (against
+// sum(q)): the bias costs at most 3 bits of an f32 sum over one head's D products. The value MMAs
+// subtract it (u8x2_to_half2): there the f32 accumulators sum over thousands of keys, and a bias of
+// 1024 * sum(p) measurably lost accuracy (rel_l2 5.8e-3 on a 23k-token case with sinks).
 __device__ __forceinline__ uint32_t u8x2_biased(uint32_t x, uint32_t sel) { return __byte_perm(x, 0x64u, sel); }
+__device__ __forceinline__ uint32_t u8x2_to_half2(uint32_t x, uint32_t sel) {
+  uint32_t h = u8x2_biased(x, sel);
+  __half2 v = __hsub2(*reinterpret_cast<__half2*>(&h), __float2half2_rn(1024.0f));
+  return *reinterpret_cast<uint32_t*>(&v);
+}
 constexpr float kU8Bias = 1024.0f;
 constexpr uint32_t kSelB01 = 0x4140u, kSelB23 = 0x4342u, kSelB02 = 0x4240u, kSelB13 = 0x4341u;
 
@@ -526,7 +532,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT>::kThreads, FwdTraits<D, K
           if constexpr (kU8) {
             // NOTE: masked keys may carry NaN parameters (unwritten slots): never multiply them
             p[e] = pe != 0.0f ? __half2float(__float2half_rn(pe * (e % 2 ? vscale.y : vscale.x))) : 0.0f;
-            cz[hf] += pe != 0.0f ? p[e] * ((e % 2 ? vzp.y : vzp.x) + kU8Bias) : 0.0f;
+            cz[hf] += pe != 0.0f ? p[e] * (e % 2 ? vzp.y : vzp.x) : 0.0f;
           } else {
             p[e] = pe;
           }
@@ -567,10 +573,10 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT>::kThreads, FwdTraits<D, K
           for (int b = 0; b < D / 32; ++b) {
             uint32_t r4[4];
             ldmatrix_x4_trans(r4, &hb.kv[key][32 * b + (lane / 16) * 16]);
-            mma_16816<T>(o[4 * b + 0], pa[kk], u8x2_biased(r4[0], kSelB02), u8x2_biased(r4[1], kSelB02));
-            mma_16816<T>(o[4 * b + 1], pa[kk], u8x2_biased(r4[0], kSelB13), u8x2_biased(r4[1], kSelB13));
-            mma_16816<T>(o[4 * b + 2], pa[kk], u8x2_biased(r4[2], kSelB02), u8x2_biased(r4[3], kSelB02));
-            mma_16816<T>(o[4 * b + 3], pa[kk], u8x2_biased(r4[2], kSelB13), u8x2_biased(r4[3], kSelB13));
+            mma_16816<T>(o[4 * b + 0], pa[kk], u8x2_to_half2(r4[0], kSelB02), u8x2_to_half2(r4[1], kSelB02));
+            mma_16816<T>(o[4 * b + 1], pa[kk], u8x2_to_half2(r4[0], kSelB13), u8x2_to_half2(r4[1], kSelB13));
+            mma_16816<T>(o[4 * b + 2], pa[kk], u8x2_to_half2(r4[2], kSelB02), u8x2_to_half2(r4[3], kSelB02));
+            mma_16816<T>(o[4 * b + 3], pa[kk], u8x2_to_half2(r4[2], kSelB13), u8x2_to_half2(r4[3], kSelB13));
           }
         } else {
 #pragma unroll
