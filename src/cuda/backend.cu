@@ -43,7 +43,8 @@ FwdKernelInfo fwd_kernel_info(int head_size, int kv, int row_tiles) {
 }
 
 void launch_merge(const FwdParams& P, int head_size, int num_rows, int max_parts, cudaStream_t stream, bool pdl) {
-  const std::size_t smem = static_cast<std::size_t>(max_parts) * sizeof(float);
+  (void)max_parts;  // the merge folds any number of partitions in registers
+  const std::size_t smem = 0;
   const dim3 block(kMergeThreads);
   switch (head_size) {
     case 64: launch_ex(merge_kernel<64>, dim3(num_rows), block, smem, stream, pdl, P); break;
@@ -208,11 +209,6 @@ class CudaPlan final : public detail::PlanImpl {
     }
     num_merge_rows_ = static_cast<int>(rows.size());
     for (const planner::MergeItem& m : wl_.merges) max_parts_ = std::max(max_parts_, m.num_parts);
-    // merge weights: dynamic shared memory beside the merge kernel's static arrays, within 48 KB
-    constexpr int kMaxMergeParts = (48 * 1024 - kMergeStaticSmem) / 4;
-    if (max_parts_ > kMaxMergeParts)
-      throw UnsupportedError("more than " + std::to_string(kMaxMergeParts) +
-                             " KV partitions in one chunk: raise Options::partition_tokens");
 
     // --- metadata to the device (read by run) ----------------------------------------------------
     // NOTE: copied into plan-owned vectors first: if the caller's buffers are pinned, cudaMemcpyAsync

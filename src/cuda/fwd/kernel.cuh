@@ -302,13 +302,17 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT>::kThreads, FwdTraits<D, K
     }
   };
 
-  // NOTE: everything below may read what the previous kernel in the stream wrote.
-  pdl_wait();
+  // Plan data (work items, block tables: uploaded by plan(), never written by a kernel) is read before
+  // waiting for the previous grid; the first slice's table entry is prefetched into L1.
   const planner::WorkItem w = P.items[item_offset + blockIdx.x];
   const int G = P.G;
   const int rows = w.nt * G;
   const int past = w.past, tok0 = w.tok0, t_seq = w.t_seq;
   const int32_t* table = P.block_indices + w.table;
+  if (lane == 0 && w.kv_begin + wkv * Tr::kKPW < w.kv_end)
+    asm volatile("prefetch.global.L1 [%0];\n" ::"l"(table + ((w.kv_begin + wkv * Tr::kKPW) >> P.block_size_log2)));
+  // NOTE: everything below may read what the previous kernel in the stream wrote.
+  pdl_wait();
 
   // --- fused KV write-in: new tokens inside this CTA's key range ----------------------------------
   if (P.k_new != nullptr) {
@@ -663,80 +667,75 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT>::kThreads, FwdTraits<D, K
 }
 
 // Combines the partitions of one query row: out = sum_p 2^(m_p - M) O_p / (sum_p 2^(m_p - M) l_p + sink).
-// One CTA per row; threads spread over (partition group, 4-column chunk) so the loads of all partitions
-// are in flight together; the partition weights go through shared memory (num_parts floats, dynamic).
+// One CTA per row; a thread owns (partition group, 4-column chunk) and folds its partitions in one pass
+// with a running max (m, l and O loaded together, so the loads of all partitions are in flight at
+// once); the groups are combined in a fixed order (bit-reproducible).
 constexpr int kMergeThreads = 512;
-// static shared memory of merge_kernel at the largest head size (red + acc_s); the weights come after
-constexpr int kMergeStaticSmem = (kMergeThreads / 32) * 4 + kMergeThreads * 16;
 template <int D>
 __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_constant__ FwdParams P) {
   constexpr int kCols4 = D / 4;                       // float4 chunks per row
   constexpr int kGroupsM = kMergeThreads / kCols4;    // partition groups
-  extern __shared__ float merge_smem[];               // [num_parts] weights
-  __shared__ float red[kMergeThreads / 32];
+  __shared__ float2 ml_s[kGroupsM];
   __shared__ float4 acc_s[kGroupsM][kCols4];
-  pdl_wait();
+  // plan data (never written by a kernel): read before waiting for the previous grid
   const MergeRow mr = P.merge_rows[blockIdx.x];
-  const int tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+  const int tid = threadIdx.x;
+  const int c4 = tid % kCols4, g = tid / kCols4;
   const float* ml = P.ws_ml + (static_cast<int64_t>(mr.slot) * kSlotRows + mr.row) * 2;
+  const float* wo = P.ws_o + (static_cast<int64_t>(mr.slot) * kSlotRows + mr.row) * D + c4 * 4;
   constexpr int64_t kMlStride = static_cast<int64_t>(kSlotRows) * 2;
+  constexpr int64_t kOStride = static_cast<int64_t>(kSlotRows) * D;
+  pdl_wait();
   const float sink2 = P.sinks != nullptr ? P.sinks[mr.head] * kLog2e : -INFINITY;
 
-  // max over partitions (and the sink)
-  float M = sink2;
-  for (int p = tid; p < mr.num_parts; p += kMergeThreads) M = fmaxf(M, __ldcg(ml + p * kMlStride));
-  M = warp_max(M);
-  if (lane == 0) red[warp] = M;
-  __syncthreads();
-  M = red[0];
-#pragma unroll
-  for (int i = 1; i < kMergeThreads / 32; ++i) M = fmaxf(M, red[i]);
-  __syncthreads();
-  // weights and denominator
-  float den = 0.0f;
-  for (int p = tid; p < mr.num_parts; p += kMergeThreads) {
-    const float m = __ldcg(ml + p * kMlStride);
-    const float wgt = m == -INFINITY ? 0.0f : exp2f(m - M);
-    merge_smem[p] = wgt;
-    den += wgt * __ldcg(ml + p * kMlStride + 1);
-  }
-  den = warp_sum(den);
-  if (lane == 0) red[warp] = den;
-  __syncthreads();
-  den = sink2 == -INFINITY ? 0.0f : exp2f(sink2 - M);
-#pragma unroll
-  for (int i = 0; i < kMergeThreads / 32; ++i) den += red[i];
-  // weighted sum of the partial outputs
-  const int c4 = tid % kCols4, g = tid / kCols4;
-  const float* wo = P.ws_o + (static_cast<int64_t>(mr.slot) * kSlotRows + mr.row) * D + c4 * 4;
+  float M = -INFINITY, den = 0.0f;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll 4
   for (int p = g; p < mr.num_parts; p += kGroupsM) {
-    const float wgt = merge_smem[p];
-    const float4 v = __ldcg(reinterpret_cast<const float4*>(wo + static_cast<int64_t>(p) * kSlotRows * D));
+    const float2 mlp = __ldcg(reinterpret_cast<const float2*>(ml + p * kMlStride));
+    const float4 v = __ldcg(reinterpret_cast<const float4*>(wo + p * kOStride));
+    if (mlp.x == -INFINITY) continue;  // no visible key in this partition
+    if (mlp.x > M) {
+      const float s = fast_exp2(M - mlp.x);  // 0 while M is -inf
+      den *= s;
+      acc.x *= s;
+      acc.y *= s;
+      acc.z *= s;
+      acc.w *= s;
+      M = mlp.x;
+    }
+    const float wgt = fast_exp2(mlp.x - M);
+    den += wgt * mlp.y;
     acc.x += wgt * v.x;
     acc.y += wgt * v.y;
     acc.z += wgt * v.z;
     acc.w += wgt * v.w;
   }
+  if (c4 == 0) ml_s[g] = make_float2(M, den);
   acc_s[g][c4] = acc;
   __syncthreads();
   pdl_launch_dependents();
   if (g == 0) {
+    float Mt = sink2;
 #pragma unroll
-    for (int i = 1; i < kGroupsM; ++i) {
+    for (int i = 0; i < kGroupsM; ++i) Mt = fmaxf(Mt, ml_s[i].x);
+    float dt = sink2 == -INFINITY ? 0.0f : exp2f(sink2 - Mt);
+    float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int i = 0; i < kGroupsM; ++i) {
+      const float2 mi = ml_s[i];
+      if (mi.x == -INFINITY) continue;
+      const float wgt = fast_exp2(mi.x - Mt);
       const float4 v = acc_s[i][c4];
-      acc.x += v.x;
-      acc.y += v.y;
-      acc.z += v.z;
-      acc.w += v.w;
+      dt += wgt * mi.y;
+      a.x += wgt * v.x;
+      a.y += wgt * v.y;
+      a.z += wgt * v.z;
+      a.w += wgt * v.w;
     }
-    const float inv = 1.0f / den;
+    const float inv = 1.0f / dt;
     const int64_t base = static_cast<int64_t>(mr.token) * P.H * D + static_cast<int64_t>(mr.head) * D + c4 * 4;
-    store_io(P.out, base + 0, P.io_dtype, acc.x * inv);
-    store_io(P.out, base + 1, P.io_dtype, acc.y * inv);
-    store_io(P.out, base + 2, P.io_dtype, acc.z * inv);
-    store_io(P.out, base + 3, P.io_dtype, acc.w * inv);
+    store_io4(P.out, base, P.io_dtype, make_float4(a.x * inv, a.y * inv, a.z * inv, a.w * inv));
   }
 }
 
