@@ -7,7 +7,9 @@ Peers (each a "system" in the rows):
                (CausalBias would route to the flash kernel whatever sdpa_kernel says: see mask_for)
   flex-paged   FlexAttention (torch.compile) over a paged KV pool [1, Hk, pages*bs, D], shuffled block table,
                a mask_mod that maps physical slots to logical positions (causal past + t + 1), enable_gqa
-  flashinfer   FlashInfer paged decode (T=1) / paged prefill (T>1), HND pages, if `import flashinfer` works
+  flashinfer   FlashInfer paged decode (T=1) / paged prefill (T>1), HND pages; if `import flashinfer` fails, the
+               wheels of <repo>/.wheels (bench/peers/fetch_flashinfer.sh) are installed into /tmp first, and its
+               JIT compile runs in child processes bounded by --flashinfer-compile-seconds
 pagedattn's own rows come from `pagedattn bench --json` (--pagedattn-json), merged into the same table.
 
 Every timed row: the layers' calls captured in one CUDA graph per layer set (eager with events if capture
@@ -17,18 +19,27 @@ disagrees is marked "mismatch". Bytes per row: KV (L+T)*Hk*D*2*2 + Q + O, per se
 The read ceiling is measured here: torch sum over a 2 GiB tensor, median of 20.
 
   python3 bench/peers/run_peers.py --json OUT.json [--pagedattn-json bench.json] [--quick] [--max-seconds S]
+  python3 bench/peers/run_peers.py --json OUT.json --only flashinfer --merge-json EARLIER.json --max-seconds 540
   python3 bench/peers/run_peers.py --cpu-smoke        # tiny sizes on CPU: exercises the logic, no graphs
 """
 import argparse
+import glob
 import importlib
+import io
 import json
 import math
 import os
 import platform
+import re
+import shutil
+import signal
 import statistics
+import subprocess
 import sys
+import tarfile
 import time
 import traceback
+import zipfile
 
 T_START = time.monotonic()
 
@@ -151,13 +162,16 @@ def write_json(ctx):
            "config": {"heads": a.heads, "kv_heads": a.kv_heads, "head_size": a.head_size, "layers": a.layers,
                       "block_size": a.block_size, "dtype": "f16", "repeats": a.repeats, "tol": a.tol,
                       "cpu_smoke": a.cpu_smoke, "quick": a.quick, "max_seconds": a.max_seconds,
+                      "flashinfer_compile_seconds": a.flashinfer_compile_seconds,
+                      "flashinfer_backend": a.flashinfer_backend,
                       "timing": "median of CUDA graph replays (one graph per layer set, events around each replay)"},
            "bytes_formula": {"kv": "(L+T)*Hk*D*2*sizeof(f16)", "q": "T*H*D*2", "o": "T*H*D*2",
                              "scope": "summed over sequences and layers",
                              "pagedattn rows": "pagedattn's own bytes (adds the new K/V rows; u8 adds scales)"},
            "command": " ".join(sys.argv), "pagedattn": ctx.meta.get("pagedattn"),
            "flex": ctx.meta.get("flex"), "flex_compile_s": ctx.meta.get("flex_compile_s"),
-           "inductor_pool": ctx.meta.get("inductor_pool"), "rows": ctx.rows}
+           "inductor_pool": ctx.meta.get("inductor_pool"), "flashinfer": ctx.meta.get("flashinfer"),
+           "merged": ctx.meta.get("merged"), "rows": ctx.rows}
     tmp = a.json + ".tmp"
     with open(tmp, "w") as f:
         json.dump(doc, f, indent=1)
@@ -555,89 +569,432 @@ def run_flex(ctx, scen):
         torch.cuda.empty_cache()
 
 
-# --- FlashInfer (only if importable) ------------------------------------------------------------------------
-def flashinfer_status():
+# --- FlashInfer (imported, or installed from the carried wheels) ------------------------------------------------
+# The GPU machine has no network and no flashinfer. bench/peers/fetch_flashinfer.sh puts flashinfer-python and
+# the dependency wheels it lacks into <repo>/.wheels; they are installed from there into --flashinfer-target.
+# FlashInfer compiles its kernels with nvcc at first use: that happens in child processes (one per module kind,
+# in parallel), bounded by --flashinfer-compile-seconds, so that a slow or failing compile gives `not run` rows
+# with the reason instead of eating the run. The JIT cache lives under /tmp and is reused by the timed calls.
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+FI_MARK = "FLASHINFER_WARMUP "
+
+
+def fi_kind(T):
+    return "decode" if T == 1 else "prefill"
+
+
+def fi_env(a, arch=None):
+    """FlashInfer's environment: JIT cache and cubin dir under /tmp, one target arch, no downloads. Values
+    already set by the caller win. Must run before `import flashinfer` (it reads them at import)."""
+    base = a.flashinfer_target + "-jit"
+    os.environ.setdefault("FLASHINFER_WORKSPACE_BASE", base)  # cache: $base/.cache/flashinfer/<ver>/<arch>
+    os.environ.setdefault("FLASHINFER_CUBIN_DIR", os.path.join(base, "cubins"))
+    os.environ.setdefault("FLASHINFER_NO_DOWNLOAD", "1")  # no network there: fail at once, not after a timeout
+    if arch:
+        os.environ.setdefault("FLASHINFER_CUDA_ARCH_LIST", arch)
+        os.environ.setdefault("TORCH_CUDA_ARCH_LIST", arch)
+    return os.environ["FLASHINFER_WORKSPACE_BASE"]
+
+
+def fi_use_target(a):
+    """Puts --flashinfer-target first on sys.path, and its ninja on PATH if there is none."""
+    if a.flashinfer_target not in sys.path:
+        sys.path.insert(0, a.flashinfer_target)
+    importlib.invalidate_caches()
+    if not shutil.which("ninja"):  # FlashInfer runs `ninja`; the ninja wheel carries one
+        for nb in fi_ninja_dirs(a.flashinfer_target):
+            os.environ["PATH"] = nb + os.pathsep + os.environ.get("PATH", "")
+            break
+
+
+def fi_ninja_dirs(target):
+    """Directories under target holding the ninja wheel's binary: bin/ (pip --target), or where unzip put it."""
+    dirs = [os.path.join(target, "bin")] + glob.glob(os.path.join(target, "ninja-*.data", "scripts"))
+    return [d for d in dirs if os.path.isfile(os.path.join(d, "ninja"))]
+
+
+def fi_arch():
+    """nvcc target for this device: 9.0a on Hopper (FlashInfer's FA3 kernels need the `a` features)."""
+    major, minor = torch.cuda.get_device_capability(0)
+    return f"{major}.{minor}a" if major >= 9 else f"{major}.{minor}"
+
+
+def fi_aot_name(version, arch):
+    return f"flashinfer-aot-{version}-sm{arch.replace('.', '')}.tar.gz"
+
+
+def fi_install(a):
+    """Installs the wheels of --flashinfer-wheels into --flashinfer-target (pip, else unzip), and unpacks a
+    prebuilt module archive of the same FlashInfer version (fetch_flashinfer.sh with PREBUILD=1) into its
+    data/aot, where FlashInfer looks before compiling. Returns (description, None) or (None, why not)."""
+    wheels = sorted(glob.glob(os.path.join(a.flashinfer_wheels, "*.whl")))
+    fiw = [w for w in wheels if os.path.basename(w).startswith("flashinfer_python-")]
+    if not fiw:
+        return None, (f"no flashinfer_python wheel in {a.flashinfer_wheels} (bench/peers/fetch_flashinfer.sh "
+                      "fetches it)")
+    version = os.path.basename(fiw[-1]).split("-")[1]
+    aots = sorted(glob.glob(os.path.join(a.flashinfer_wheels, fi_aot_name(version, "*"))))
+    names = "\n".join(os.path.basename(w) for w in wheels + aots)
+    stamp = os.path.join(a.flashinfer_target, ".pagedattn-wheels")
     try:
-        importlib.import_module("flashinfer")
-        return None
+        with open(stamp) as f:
+            if f.read() == names:
+                return (f"already installed in {a.flashinfer_target} from the same files ({len(wheels)} wheels, "
+                        f"{len(aots)} prebuilt module archive{'' if len(aots) == 1 else 's'})"), None
+    except OSError:
+        pass
+    t0 = time.monotonic()
+    shutil.rmtree(a.flashinfer_target, ignore_errors=True)
+    cmd = [sys.executable, "-m", "pip", "install", "--no-index", "--no-deps", "--disable-pip-version-check",
+           "--no-compile", "--find-links", a.flashinfer_wheels, "--target", a.flashinfer_target] + wheels
+    how = "pip install --no-index --no-deps --target"
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=180, check=False)
+        pip_err = None if p.returncode == 0 else f"pip exited with {p.returncode}: " + \
+            " ".join((p.stderr or p.stdout).strip().splitlines()[-3:])
+    except Exception as e:  # noqa: BLE001 - no pip, or it hung: unzip below
+        pip_err = "pip: " + short(e, 200)
+    if pip_err:
+        log(f"flashinfer: {pip_err[:300]}; unpacking the wheels instead")
+        shutil.rmtree(a.flashinfer_target, ignore_errors=True)
+        how = f"unzip ({pip_err[:120]})"
+        try:
+            for w in wheels:
+                with zipfile.ZipFile(w) as z:
+                    z.extractall(a.flashinfer_target)
+            for nb in fi_ninja_dirs(a.flashinfer_target):
+                os.chmod(os.path.join(nb, "ninja"), 0o755)  # zipfile drops the mode bits
+        except Exception as e:  # noqa: BLE001
+            return None, f"installing the wheels failed: {pip_err}; unzip: {short(e, 150)}"
+    how = f"{how} {a.flashinfer_target}: {len(wheels)} wheels"
+    for t in aots:
+        try:
+            with tarfile.open(t) as tf:
+                dest = os.path.join(a.flashinfer_target, "flashinfer", "data", "aot")
+                tf.extractall(dest, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+            how += f", prebuilt modules of {os.path.basename(t)}"
+        except Exception as e:  # noqa: BLE001 - FlashInfer compiles them then
+            how += f", could not unpack {os.path.basename(t)}: {short(e, 120)}"
+    with open(stamp, "w") as f:
+        f.write(names)
+    return f"{how} in {time.monotonic() - t0:.1f} s", None
+
+
+def fi_prebuild(a):
+    """--flashinfer-prebuild (fetch_flashinfer.sh with PREBUILD=1; no GPU needed, nvcc of the GPU machine's CUDA
+    major version): compiles the modules that the timed calls load (f16, --head-size, index int32; decode:
+    tensor-core decode = FA2 prefill kernels; prefill: FA3, what backend auto picks on Hopper) for
+    --flashinfer-arch, and packs them into <wheels>/flashinfer-aot-<version>-sm<arch>.tar.gz. On the GPU
+    machine fi_install unpacks that into flashinfer/data/aot: FlashInfer loads a module from there without
+    compiling, and compiles it as usual if it does not load."""
+    os.environ["FLASHINFER_CUDA_ARCH_LIST"] = os.environ["TORCH_CUDA_ARCH_LIST"] = a.flashinfer_arch
+    base = fi_env(a)
+    how, why = fi_install(a)
+    if why:
+        log("prebuild: " + why)
+        return 1
+    log("prebuild: " + how)
+    fi_use_target(a)
+    import flashinfer as fi
+    from flashinfer.jit.attention import gen_batch_prefill_module
+    nvcc = subprocess.run([os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc"),
+                           "--version"], capture_output=True, text=True, check=False).stdout.strip().splitlines()
+    f16, D = torch.float16, a.head_size
+    info = {"flashinfer": fi.__version__, "arch": a.flashinfer_arch, "nvcc": nvcc[-2] if len(nvcc) > 1 else "?",
+            "modules": {}}
+    out = os.path.join(a.flashinfer_wheels, fi_aot_name(fi.__version__, a.flashinfer_arch))
+    with tarfile.open(out + ".tmp", "w:gz") as tf:
+        for kind, backend in (("decode", "fa2"), ("prefill", "fa3")):
+            t0 = time.monotonic()
+            spec = gen_batch_prefill_module(backend, f16, f16, f16, torch.int32, D, D, 0, False, False, False)
+            spec.build(verbose=a.verbose)
+            so = spec.jit_library_path
+            tf.add(so, arcname=f"{spec.name}/{spec.name}.so")
+            info["modules"][spec.name] = {"kind": kind, "backend": backend,
+                                          "compile_s": round(time.monotonic() - t0, 1)}
+            log(f"prebuild: {kind} ({backend}) {spec.name}: {time.monotonic() - t0:.1f} s, "
+                f"{os.path.getsize(so) / 1e6:.1f} MB")
+        data = json.dumps(info, indent=1).encode()
+        ti = tarfile.TarInfo("pagedattn-aot.json")
+        ti.size = len(data)
+        tf.addfile(ti, io.BytesIO(data))
+    os.replace(out + ".tmp", out)
+    log(f"prebuild: wrote {out} ({os.path.getsize(out) / 1e6:.1f} MB; {info['nvcc']}; JIT workspace {base})")
+    return 0
+
+
+def fi_import(ctx, arch=None):
+    """Imports flashinfer, installing the carried wheels first if it is missing. Returns (module, None) or
+    (None, why not). Records how in ctx.meta['flashinfer']."""
+    a = ctx.args
+    meta = ctx.meta.setdefault("flashinfer", {})
+    fi_env(a, arch)
+    first = None
+    try:
+        fi = importlib.import_module("flashinfer")
+        meta["install"] = "already importable (" + os.path.dirname(fi.__file__) + ")"
     except ModuleNotFoundError as e:
-        return ("not installed (" + short(e, 120) + "); its wheel JIT-compiles its kernels with nvcc at first use, "
-                "which does not fit this run's device budget")
+        first = short(e, 120)
     except Exception as e:  # noqa: BLE001
-        return "import flashinfer failed: " + short(e)
+        return None, "import flashinfer failed: " + short(e)
+    if first:
+        how, why = fi_install(a)
+        if why:
+            return None, f"not installed ({first}); {why}"
+        meta["install"], meta["target"] = how, a.flashinfer_target
+        for m in [m for m in sys.modules if m == "flashinfer" or m.startswith("flashinfer.")]:
+            del sys.modules[m]  # a half-done import of an installed flashinfer missing a dependency
+        fi_use_target(a)
+        try:
+            fi = importlib.import_module("flashinfer")
+        except Exception as e:  # noqa: BLE001
+            return None, f"import flashinfer failed after installing the wheels ({how}): {short(e)}"
+    meta["version"] = getattr(fi, "__version__", "?")
+    meta["env"] = {k: os.environ.get(k) for k in ("FLASHINFER_WORKSPACE_BASE", "FLASHINFER_CUDA_ARCH_LIST",
+                                                  "TORCH_CUDA_ARCH_LIST", "FLASHINFER_NO_DOWNLOAD")}
+    return fi, None
 
 
-def run_flashinfer(ctx, scenario, B, L_list, Ts):
-    import flashinfer
+def fi_build_errors(text):
+    """The compiler's error lines in ninja's output (not the command lines), paths cut to file names."""
+    return [re.sub(r"(?:/[^/\s:()]+)+/([^/\s:()]+)", r"\1", ln.strip()) for ln in text.splitlines()
+            if re.search(r"\berror\b\s*[:#]|fatal error", ln, re.IGNORECASE) and "Ninja build failed" not in ln
+            and not ln.lstrip().startswith(("[", "Traceback", "File "))]
+
+
+def fi_one_line(text, n=300):
+    text = " ".join(str(text).split())
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+def fi_error(e):
+    """An exception as a row note (at most 300 characters): FlashInfer's 'Ninja build failed' text starts with
+    the compile commands, so the compiler's error lines are picked out."""
+    text = f"{type(e).__name__}: {e}"
+    errs = fi_build_errors(text) if "Ninja build failed" in text else []
+    return fi_one_line("Ninja build failed: " + " | ".join(errs[:4]) if errs else text)
+
+
+def fi_plan(fi, a, dev, B, S, T, table, backend):
+    """A planned FlashInfer wrapper for B sequences of S = L + T tokens in HND pages of --block-size
+    (table [B, n] int32), T new tokens each: tensor-core decode (T=1) or causal paged prefill (T>1). The
+    wrappers are made with use_cuda_graph=True (fixed index buffers), so their run() can be captured.
+    Returns (wrapper, its workspace, description)."""
+    H, Hk, D, bs = a.heads, a.kv_heads, a.head_size, a.block_size
+    n = table.shape[1]
+    ws = torch.zeros(256 << 20, dtype=torch.uint8, device=dev)  # must be zero at first use
+    kv_indptr = torch.arange(B + 1, device=dev, dtype=torch.int32) * n
+    indices = table.flatten().contiguous()
+    last = torch.full((B,), S - (n - 1) * bs, dtype=torch.int32, device=dev)
+    bufs = [torch.empty_like(kv_indptr), torch.empty_like(indices), torch.empty_like(last)]
+    if T == 1:
+        w = fi.BatchDecodeWithPagedKVCacheWrapper(
+            ws, "HND", use_cuda_graph=True, use_tensor_cores=True, paged_kv_indptr_buffer=bufs[0],
+            paged_kv_indices_buffer=bufs[1], paged_kv_last_page_len_buffer=bufs[2], backend=backend)
+        w.plan(kv_indptr, indices, last, H, Hk, D, bs, q_data_type=torch.float16, kv_data_type=torch.float16)
+        what = "decode (T=1), tensor-core decode"
+    else:
+        qo_indptr = torch.arange(B + 1, device=dev, dtype=torch.int32) * T
+        w = fi.BatchPrefillWithPagedKVCacheWrapper(
+            ws, "HND", use_cuda_graph=True, qo_indptr_buf=torch.empty_like(qo_indptr), paged_kv_indptr_buf=bufs[0],
+            paged_kv_indices_buf=bufs[1], paged_kv_last_page_len_buf=bufs[2], backend=backend)
+        w.plan(qo_indptr, kv_indptr, indices, last, H, Hk, D, bs, causal=True, q_data_type=torch.float16,
+               kv_data_type=torch.float16)
+        what = "paged prefill, causal (bottom-right aligned)"
+    return w, ws, f"{what}; backend {getattr(w, '_backend', '?')}"
+
+
+def fi_warmup_child(a):
+    """--flashinfer-warmup KIND (a child process): one call of a tiny problem with the run's dtype, heads and
+    head size builds (JIT-compiles) the module that the timed calls of that kind load. The last line of the
+    output is FI_MARK + JSON {ok, s, what | error}."""
+    t0 = time.monotonic()
+    res = {"kind": a.flashinfer_warmup, "ok": False}
+    try:
+        fi_env(a)
+        if not a.flashinfer_no_target:
+            fi_use_target(a)
+        import flashinfer as fi
+        res["version"] = getattr(fi, "__version__", "?")
+        dev = torch.device("cuda")
+        T = 1 if a.flashinfer_warmup == "decode" else 2
+        B, bs = 1, a.block_size
+        S = 2 * bs + T
+        n = -(-S // bs)
+        table = torch.arange(n, dtype=torch.int32, device=dev).view(B, n)
+        w, _, res["what"] = fi_plan(fi, a, dev, B, S, T, table, a.flashinfer_backend)
+        kc = torch.randn(n, a.kv_heads, bs, a.head_size, device=dev, dtype=torch.float16)
+        q = torch.randn(B * T, a.heads, a.head_size, device=dev, dtype=torch.float16)
+        w.run(q, (kc, kc))
+        torch.cuda.synchronize()
+        res["ok"] = True
+    except BaseException as e:  # noqa: BLE001 - reported to the parent
+        traceback.print_exc()
+        res["error"] = fi_error(e)
+    res["s"] = round(time.monotonic() - t0, 1)
+    print("\n" + FI_MARK + json.dumps(res), flush=True)
+    return 0 if res["ok"] else 1
+
+
+def fi_compile(ctx, kinds):
+    """Builds FlashInfer's modules for `kinds` in child processes (in parallel), bounded by
+    --flashinfer-compile-seconds and by the time left. Returns {kind: None (ready) or why not}."""
+    a = ctx.args
+    meta = ctx.meta.setdefault("flashinfer", {})
+    left = ctx.left() - 10.0  # keep a little for the rows' own first calls
+    limit = min(a.flashinfer_compile_seconds, left)
+    if left < 10:
+        why = (f"skipped: time budget --max-seconds {a.max_seconds:g} (at {ctx.elapsed():.0f} s); FlashInfer's "
+               f"JIT compile needs up to --flashinfer-compile-seconds {a.flashinfer_compile_seconds:g}")
+        return {k: why for k in kinds}
+    base = os.environ["FLASHINFER_WORKSPACE_BASE"]
+    os.makedirs(base, exist_ok=True)
+    env = dict(os.environ)
+    target = meta.get("target")  # None: flashinfer was importable without the carried wheels
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [target, env.get("PYTHONPATH")] if p)
+    # ninja -j per child: all cores each. A module has 10 sources; the FA2 ones take ~15 s each, the FA3 (sm90)
+    # ones 70-110 s (measured on one core of a 2-core box), so the prefill child soon has the cores to itself.
+    env.setdefault("MAX_JOBS", str(os.cpu_count() or 1))
+    env.setdefault("FLASHINFER_JIT_VERBOSE", "1")  # ninja's progress and compiler errors go to the child's log
+    meta["max_jobs"] = env["MAX_JOBS"]
+    procs = {}
+    t0 = time.monotonic()
+    for k in kinds:
+        path = os.path.join(base, f"warmup-{k}.log")
+        out = open(path, "w")
+        cmd = [sys.executable, os.path.abspath(__file__), "--flashinfer-warmup", k, "--heads", str(a.heads),
+               "--kv-heads", str(a.kv_heads), "--head-size", str(a.head_size), "--block-size", str(a.block_size),
+               "--flashinfer-backend", a.flashinfer_backend, "--flashinfer-target", a.flashinfer_target] + \
+            ([] if target else ["--flashinfer-no-target"])
+        procs[k] = (subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True),
+                    out, path)
+    log(f"flashinfer: JIT compile of {', '.join(kinds)} started (limit {limit:.0f} s, MAX_JOBS {env['MAX_JOBS']} "
+        f"each, logs {base}/warmup-*.log)")
+    status, took = {}, {}
+    for k, (p, out, path) in procs.items():
+        timed_out = False
+        try:
+            p.wait(timeout=max(0.1, t0 + limit - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            try:
+                os.killpg(p.pid, signal.SIGKILL)  # the child and its ninja/nvcc (its own session)
+            except OSError:
+                pass
+            p.wait()
+        out.close()
+        with open(path, errors="replace") as f:
+            text = f.read()
+        lines = [ln for ln in text.splitlines() if ln.strip()]
+        res = None
+        for ln in reversed(lines):
+            if ln.startswith(FI_MARK):
+                res = json.loads(ln[len(FI_MARK):])
+                break
+        took[k] = res["s"] if res else round(time.monotonic() - t0, 1)
+        if timed_out:
+            cut = " (cut to the time left in --max-seconds)" if limit < a.flashinfer_compile_seconds else ""
+            steps = re.findall(r"^\[(\d+/\d+)\].* -c (\S+)", text, re.MULTILINE)
+            where = f"ninja at step {steps[-1][0]} ({os.path.basename(steps[-1][1])})" if steps else \
+                "last output: " + (lines[-1][:120] if lines else "(none)")
+            status[k] = (f"JIT compile + first call of the {k} module not done after {limit:.0f} s "
+                         f"(--flashinfer-compile-seconds {a.flashinfer_compile_seconds:g}{cut}); killed, {where}")
+        elif res and res.get("ok"):
+            status[k] = None
+            meta.setdefault("backend", {})[k] = res.get("what")
+        elif res:
+            status[k] = res.get("error") or f"warm-up failed (exit {p.returncode})"
+            errs = fi_build_errors(text) if "Ninja build failed" in status[k] else []
+            if errs:  # verbose ninja: the compiler's errors are in the log, not in the exception
+                status[k] = fi_one_line("Ninja build failed: " + " | ".join(errs[:4]))
+        else:
+            status[k] = f"JIT warm-up process exited with {p.returncode}: " + " ".join(lines[-3:])[-250:]
+        if status[k]:
+            log(f"flashinfer: {k} module failed after {took[k]:.1f} s: {status[k]}")
+            log("  last lines of " + path + ":\n    " + "\n    ".join(ln[:240] for ln in lines[-25:]))
+    wall = time.monotonic() - t0
+    meta["compile_s"], meta["compile_wall_s"] = took, round(wall, 1)
+    meta["compile_ok"] = {k: status[k] is None for k in kinds}
+    log(f"flashinfer: JIT compile + first call took {wall:.1f} s wall ("
+        + ", ".join(f"{k} {took[k]:.1f} s {'ok' if status[k] is None else 'FAILED'}" for k in kinds) + ")")
+    return status
+
+
+def run_flashinfer_all(ctx, scen):
+    """Every FlashInfer row: import (installing the carried wheels), JIT compile (bounded), then the rows.
+    Every row that cannot run says why."""
+    system = "flashinfer"
+    kinds = sorted({fi_kind(T) for _, _, _, Ts in scen for T in Ts})
+    fi, why = fi_import(ctx, None if ctx.cpu else fi_arch())
+    status = {k: why for k in kinds}
+    if not why:
+        log(f"flashinfer {ctx.meta['flashinfer'].get('version')}: {ctx.meta['flashinfer'].get('install')}")
+        status = fi_compile(ctx, kinds)
+    for name, B, Ls, Ts in scen:
+        for L in Ls:
+            for T in Ts:
+                st = status[fi_kind(T)]
+                if st:
+                    skip_rows(ctx, system, name, B, L, [T], "skipped" if st.startswith("skipped") else "not run", st)
+                else:
+                    run_flashinfer(ctx, fi, name, B, L, T)
+
+
+def run_flashinfer(ctx, fi, scenario, B, L, T):
     a = ctx.args
     system = "flashinfer"
     H, Hk, D, bs = a.heads, a.kv_heads, a.head_size, a.block_size
     dev = ctx.dev
-    for L in L_list:
-        for T in Ts:
-            why = over_budget(ctx, system, 0.0 if system in ctx.est else 30.0)
-            if why:
-                skip_rows(ctx, system, scenario, B, L, [T], "skipped", why)
-                continue
-            t0 = time.monotonic()
-            row = new_row(ctx, system, scenario, B, L, T)
-            row["gqa"], row["kv_layout"] = "native", f"HND pages [pages, Hk, {bs}, D], shuffled table"
-            try:
-                S = L + T
-                n = -(-S // bs)
-                sets = layer_sets(ctx, bytes_terms(a, B, L, T)["kv"])
-                gen = torch.Generator(device=dev).manual_seed(a.seed + L + T)
-                pages = B * n
-                kc = [[torch.randn(pages, Hk, bs, D, generator=gen, device=dev, dtype=torch.float16)
-                       for _ in range(a.layers)] for _ in range(sets)]
-                vc = [[torch.randn(pages, Hk, bs, D, generator=gen, device=dev, dtype=torch.float16)
-                       for _ in range(a.layers)] for _ in range(sets)]
-                q = [[torch.randn(B * T, H, D, generator=gen, device=dev, dtype=torch.float16)
-                      for _ in range(a.layers)] for _ in range(sets)]
-                table = torch.randperm(pages, device=dev).to(torch.int32).view(B, n)
-                kv_indptr = torch.arange(B + 1, device=dev, dtype=torch.int32) * n
-                last = torch.full((B,), S - (n - 1) * bs, dtype=torch.int32, device=dev)
-                ws = torch.empty(256 << 20, dtype=torch.uint8, device=dev)
-                if T == 1:
-                    w = flashinfer.BatchDecodeWithPagedKVCacheWrapper(ws, "HND", use_tensor_cores=True)
-                    w.plan(kv_indptr, table.flatten(), last, H, Hk, D, bs, q_data_type=torch.float16,
-                           kv_data_type=torch.float16)
-                    row["mask"] = "decode (T=1), tensor-core decode"
-                else:
-                    w = flashinfer.BatchPrefillWithPagedKVCacheWrapper(ws, "HND")
-                    qo_indptr = torch.arange(B + 1, device=dev, dtype=torch.int32) * T
-                    w.plan(qo_indptr, kv_indptr, table.flatten(), last, H, Hk, D, bs, causal=True,
-                           q_data_type=torch.float16, kv_data_type=torch.float16)
-                    row["mask"] = "paged prefill, causal (bottom-right aligned)"
+    why = over_budget(ctx, system, 0.0 if system in ctx.est else 30.0)
+    if why:
+        skip_rows(ctx, system, scenario, B, L, [T], "skipped", why)
+        return
+    t0 = time.monotonic()
+    row = new_row(ctx, system, scenario, B, L, T)
+    row["gqa"], row["kv_layout"] = "native", f"HND pages [pages, Hk, {bs}, D], shuffled table"
+    try:
+        S = L + T
+        n = -(-S // bs)
+        sets = layer_sets(ctx, bytes_terms(a, B, L, T)["kv"])
+        gen = torch.Generator(device=dev).manual_seed(a.seed + L + T)
+        pages = B * n
+        kc = [[torch.randn(pages, Hk, bs, D, generator=gen, device=dev, dtype=torch.float16)
+               for _ in range(a.layers)] for _ in range(sets)]
+        vc = [[torch.randn(pages, Hk, bs, D, generator=gen, device=dev, dtype=torch.float16)
+               for _ in range(a.layers)] for _ in range(sets)]
+        q = [[torch.randn(B * T, H, D, generator=gen, device=dev, dtype=torch.float16)
+              for _ in range(a.layers)] for _ in range(sets)]
+        table = torch.randperm(pages, device=dev).to(torch.int32).view(B, n)
+        w, _, row["mask"] = fi_plan(fi, a, dev, B, S, T, table, a.flashinfer_backend)
 
-                def call(s_, l_):
-                    return w.run(q[s_][l_], (kc[s_][l_], vc[s_][l_]))
+        def call(s_, l_):
+            return w.run(q[s_][l_], (kc[s_][l_], vc[s_][l_]))
 
-                tc = time.monotonic()
-                out0 = call(0, 0)
-                ctx.sync()
-                row["note"] = f"first call {time.monotonic() - tc:.1f} s"
+        tc = time.monotonic()
+        out0 = call(0, 0)
+        ctx.sync()
+        row["note"] = f"first call {time.monotonic() - tc:.1f} s"
 
-                pos = torch.arange(S, device=dev)
-                pg, off = table[:, pos // bs].long(), pos % bs  # [B, S]
-                kl = kc[0][0][pg, :, off].permute(0, 2, 1, 3)  # [B, Hk, S, D]
-                vl = vc[0][0][pg, :, off].permute(0, 2, 1, 3)
-                ref = reference(q[0][0].view(B, T, H, D).permute(0, 2, 1, 3), kl, vl, L)
-                kl = vl = None
+        pos = torch.arange(S, device=dev)
+        pg, off = table[:, pos // bs].long(), pos % bs  # [B, S]
+        kl = kc[0][0][pg, :, off].permute(0, 2, 1, 3)  # [B, Hk, S, D]
+        vl = vc[0][0][pg, :, off].permute(0, 2, 1, 3)
+        ref = reference(q[0][0].view(B, T, H, D).permute(0, 2, 1, 3), kl, vl, L)
+        kl = vl = None
 
-                def check(out):  # flashinfer's output is [B*T, H, D]
-                    return rel_err(out.reshape(B, T, H, D).permute(0, 2, 1, 3), ref)
+        def check(out):  # flashinfer's output is [B*T, H, D]
+            return rel_err(out.reshape(B, T, H, D).permute(0, 2, 1, 3), ref)
 
-                calls = [[(lambda s_=s_, l_=l_: call(s_, l_)) for l_ in range(a.layers)] for s_ in range(sets)]
-                timed_row(ctx, row, calls, check, out0, t0)
-                kc = vc = q = w = ws = None
-            except Exception as e:  # noqa: BLE001
-                row["status"], row["note"] = "error", short(e)
-                if a.verbose:
-                    traceback.print_exc()
-                finish_row(ctx, row, t0)
-            if not ctx.cpu:
-                torch.cuda.empty_cache()
+        calls = [[(lambda s_=s_, l_=l_: call(s_, l_)) for l_ in range(a.layers)] for s_ in range(sets)]
+        timed_row(ctx, row, calls, check, out0, t0)
+        kc = vc = q = w = None
+    except Exception as e:  # noqa: BLE001
+        row["status"], row["note"] = "error", fi_error(e)
+        if a.verbose:
+            traceback.print_exc()
+        finish_row(ctx, row, t0)
+    if not ctx.cpu:
+        torch.cuda.empty_cache()
 
 
 # --- the check can fail ------------------------------------------------------------------------------------
@@ -661,6 +1018,42 @@ def self_check(ctx):
     return ok
 
 
+# --- rows of earlier runs -----------------------------------------------------------------------------------------
+def merged_rows(ctx, paths):
+    """Rows of earlier peers.json files (--merge-json) whose system this run does not time; a later file's row
+    replaces an earlier one of the same system, scenario, sequences, context and T. gbs is absolute, so % of
+    ceiling is recomputed against this run's ceiling (the earlier value stays as pct_prev_ceiling)."""
+    a = ctx.args
+    mine = set(a.systems)
+    rows, infos = {}, []
+    for path in paths:
+        try:
+            with open(path) as f:
+                doc = json.load(f)
+        except Exception as e:  # noqa: BLE001 - one unreadable file does not stop the run
+            infos.append({"path": path, "error": short(e)})
+            log(f"merge: could not read {path}: {short(e)}")
+            continue
+        n = 0
+        for r in doc.get("rows", []):
+            s = r.get("system", "")
+            if s in mine or (a.pagedattn_json and s.startswith("pagedattn-")):
+                continue
+            r = dict(r, merged_from=path, pct_prev_ceiling=r.get("pct_ceiling"))
+            r["pct_ceiling"] = 100.0 * r["gbs"] / ctx.ceiling_gbs if r.get("gbs") and ctx.ceiling_gbs else None
+            rows[(s, r["scenario"], r["seqs"], r["context"], r["T"])] = r
+            n += 1
+        infos.append({"path": path, "rows": n, **{k: doc.get(k) for k in ("device", "date", "torch", "ceiling_gbs",
+                                                                           "command")}})
+        log(f"merge: {n} rows from {path} ({doc.get('date')}, its ceiling {(doc.get('ceiling_gbs') or 0):.1f} GB/s)")
+        for k in ("flex", "flex_compile_s", "inductor_pool", "pagedattn"):
+            if ctx.meta.get(k) is None and doc.get(k) is not None and \
+                    (k == "pagedattn" or "flex-paged" not in mine):
+                ctx.meta[k] = doc[k]
+    ctx.meta["merged"] = infos
+    return list(rows.values())
+
+
 # --- main --------------------------------------------------------------------------------------------------------
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -672,7 +1065,26 @@ def parse_args(argv=None):
                    help="time budget from process start (import included); rows that would not fit are skipped")
     p.add_argument("--cpu-smoke", action="store_true", help="tiny sizes on CPU, no graphs: checks the logic")
     p.add_argument("--smoke-compile", action="store_true", help="with --cpu-smoke: torch.compile flex too (slow)")
-    p.add_argument("--systems", default=",".join(SYSTEMS), help="comma list of " + ",".join(SYSTEMS))
+    p.add_argument("--systems", "--only", dest="systems", default=",".join(SYSTEMS),
+                   help="comma list of the systems to time, out of " + ",".join(SYSTEMS))
+    p.add_argument("--merge-json", nargs="+", action="extend", metavar="FILE",
+                   help="earlier outputs of this script: their rows of systems not timed in this run join the table "
+                        "(a later file wins); %% of ceiling recomputed against this run's ceiling")
+    p.add_argument("--flashinfer-wheels", default=os.path.join(REPO_ROOT, ".wheels"), metavar="DIR",
+                   help="wheels installed when `import flashinfer` fails (bench/peers/fetch_flashinfer.sh)")
+    p.add_argument("--flashinfer-target", default="/tmp/pagedattn-flashinfer", metavar="DIR",
+                   help="where they are installed (pip --target); the JIT cache goes to DIR-jit")
+    p.add_argument("--flashinfer-compile-seconds", type=float, default=240.0,
+                   help="limit for FlashInfer's JIT compile and first call (all its modules, in parallel); past it, "
+                        "or on an error, its rows are `not run` with the reason")
+    p.add_argument("--flashinfer-backend", default="auto", choices=["auto", "fa2", "fa3"],
+                   help="FlashInfer wrapper backend (auto: its own choice, fa2 for f16 tensor-core decode)")
+    p.add_argument("--flashinfer-prebuild", action="store_true",
+                   help="no GPU needed: compile FlashInfer's modules for --flashinfer-arch here and pack them into "
+                        "the wheels directory (fetch_flashinfer.sh with PREBUILD=1), then exit")
+    p.add_argument("--flashinfer-arch", default="9.0a", help="with --flashinfer-prebuild: the target (9.0a: H100/H200)")
+    p.add_argument("--flashinfer-warmup", choices=["decode", "prefill"], help=argparse.SUPPRESS)
+    p.add_argument("--flashinfer-no-target", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--scenario", default="all", choices=["seed", "batch", "all"])
     p.add_argument("--contexts", help="seed contexts, comma list (default 8192,32768,131072)")
     p.add_argument("--tokens", help="seed T values (default 1,2,3,4,8)")
@@ -715,6 +1127,10 @@ def parse_args(argv=None):
 
 def main(argv=None):
     a = parse_args(argv)
+    if a.flashinfer_warmup:  # a child of fi_compile
+        return fi_warmup_child(a)
+    if a.flashinfer_prebuild:
+        return fi_prebuild(a)
     ctx = Ctx(a)
     ctx.meta["date"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     if not ctx.cpu:
@@ -757,6 +1173,8 @@ def main(argv=None):
             log(f"pagedattn: could not read {a.pagedattn_json}: {short(e)}")
     else:
         prow = []
+    if a.merge_json:
+        prow = merged_rows(ctx, a.merge_json) + prow
     print_header()
     for r in prow:
         ctx.rows.append(r)
@@ -776,13 +1194,7 @@ def main(argv=None):
     if "flex-paged" in a.systems:
         run_flex(ctx, scen)
     if "flashinfer" in a.systems:
-        why = flashinfer_status()
-        for name, B, Ls, Ts in scen:
-            if why:
-                for L in Ls:
-                    skip_rows(ctx, "flashinfer", name, B, L, Ts, "not run", why)
-            else:
-                run_flashinfer(ctx, name, B, Ls, Ts)
+        run_flashinfer_all(ctx, scen)
 
     rc = 0
     if ctx.cpu and not self_check(ctx):
