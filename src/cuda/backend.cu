@@ -179,7 +179,11 @@ class CudaPlan final : public detail::PlanImpl {
       w.tok0 = sb[w.seq];
       w.t_seq = sb[w.seq + 1] - sb[w.seq];
       w.table = bib[w.seq];
+      // a sequence in several chunks: one write-in launch instead of every chunk rewriting its rows
+      if (w.nt < w.t_seq) separate_write_ = true;
     }
+    num_seqs_ = num_seqs;
+    num_tokens_ = sb[num_seqs];
 
     // one launch per kernel variant (items are sorted by row tiles)
     for (size_t i = 0; i < wl_.items.size();) {
@@ -286,6 +290,11 @@ class CudaPlan final : public detail::PlanImpl {
     P.scale_log2 = scale_ * kLog2e;
     P.io_dtype = io_type(p.query.dtype);
 
+    if (P.k_new != nullptr && separate_write_) {
+      fwd_kernel_info(D_, kv_, 1).launch_write(P, num_tokens_, num_seqs_, stream_, pdl_);
+      PA_CUDA_CHECK(cudaGetLastError());
+      P.k_new = P.v_new = nullptr;  // the attention kernels read the rows just written
+    }
     for (const Launch& l : launches_) {
       fwd_kernel_info(D_, kv_, l.rt).launch(P, l.offset, l.count, stream_, pdl_);
       PA_CUDA_CHECK(cudaGetLastError());
@@ -306,7 +315,8 @@ class CudaPlan final : public detail::PlanImpl {
     for (size_t i = 0; i < launches_.size(); ++i)
       os << (i ? "," : "") << "[rt=" << launches_[i].rt << " ctas=" << launches_[i].count << "x" << Hk_
          << " smem=" << smem_[i] / 1024 << "KiB]";
-    os << " merge_rows=" << num_merge_rows_ << " pdl=" << (pdl_ ? "on" : "off")
+    os << " merge_rows=" << num_merge_rows_ << " kv_write=" << (separate_write_ ? "separate" : "fused")
+       << " pdl=" << (pdl_ ? "on" : "off")
        << " workspace=" << workspace_bytes() / 1024 << "KiB";
     return os.str();
   }
@@ -323,6 +333,8 @@ class CudaPlan final : public detail::PlanImpl {
   cudaStream_t stream_;
   int D_ = 0, H_ = 0, Hk_ = 0, G_ = 1, kv_ = 0, bs_log2_ = 0;
   bool pdl_ = false;
+  bool separate_write_ = false;  // KV write-in as its own launch (some sequence has several chunks)
+  int num_seqs_ = 0, num_tokens_ = 0;
   float scale_ = 1.0f;
   planner::Plan wl_;
   std::vector<Launch> launches_;

@@ -26,7 +26,12 @@ struct FwdVariant {
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fwd_kernel<D, KV, RT>, FwdTraits<D, KV, RT>::kThreads, kSmem) != cudaSuccess) n = 1;
     return n;
   }
-  static FwdKernelInfo info() { return FwdKernelInfo{&launch, &ctas_per_sm, &prepare, kSmem}; }
+  static void launch_write(const FwdParams& P, int num_tokens, int num_seqs, cudaStream_t stream, bool pdl) {
+    const int64_t rows = static_cast<int64_t>(num_tokens) * P.Hk;
+    launch_ex(write_kernel<D, KV>, dim3(static_cast<unsigned>((rows + 3) / 4)), dim3(128), 0, stream, pdl, P,
+              num_tokens, num_seqs);
+  }
+  static FwdKernelInfo info() { return FwdKernelInfo{&launch, &launch_write, &ctas_per_sm, &prepare, kSmem}; }
 };
 
 template <int D>

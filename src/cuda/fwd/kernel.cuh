@@ -666,6 +666,29 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT>::kThreads, FwdTraits<D, K
   }
 }
 
+// Writes (and for u8 quantises) every new key and value row into the cache, one warp per (token, kv
+// head). Used instead of the fused write-in when a sequence is cut into several chunks (prefill): there
+// every chunk's CTA would rewrite all earlier new rows of its sequence (O(T^2) writes).
+template <int D, int KV>
+__global__ void __launch_bounds__(128) write_kernel(const __grid_constant__ FwdParams P, int num_tokens, int num_seqs) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * 4 + warp;
+  pdl_wait();
+  pdl_launch_dependents();  // the attention kernel still waits for this grid to complete
+  if (i >= static_cast<int64_t>(num_tokens) * P.Hk) return;
+  const int token = static_cast<int>(i / P.Hk), hk = static_cast<int>(i % P.Hk);
+  int lo = 0, hi = num_seqs - 1;  // the last sequence that begins at or before the token
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (P.subseq_begins[mid] <= token) lo = mid; else hi = mid - 1;
+  }
+  const int pos = P.past_lens[lo] + token - P.subseq_begins[lo];
+  const int64_t row = cache_row(P.block_indices + P.block_indices_begins[lo], pos, hk, P.Hk, P.block_size_log2);
+  const int64_t src = static_cast<int64_t>(token) * P.Hk * D + static_cast<int64_t>(hk) * D;
+  write_row<D, KV>(P.k_new, src, P.k_cache, P.k_scale, P.k_zp, row, P.io_dtype, lane);
+  write_row<D, KV>(P.v_new, src, P.v_cache, P.v_scale, P.v_zp, row, P.io_dtype, lane);
+}
+
 // Combines the partitions of one query row: out = sum_p 2^(m_p - M) O_p / (sum_p 2^(m_p - M) l_p + sink).
 // One CTA per row; a thread owns (partition group, 4-column chunk) and folds its partitions in one pass
 // with a running max (m, l and O loaded together, so the loads of all partitions are in flight at
