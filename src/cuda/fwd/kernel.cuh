@@ -13,11 +13,9 @@
 // the affine parameters are folded into per-key epilogues:
 //   s_j = scale_j * (q . (code_j + 1024) - (zp_j + 1024) * sum(q))
 //   o   = sum_j (p_j * vscale_j) code_j - sum_j (p_j * vscale_j) * vzp_j
-// The op's KV write-in is fused: before reading, a CTA writes (and quantises) every new token that lies
-// in its key range, for its kv head. NOTE: several CTAs (chunks of one sequence) may write the same row;
-// they write identical bytes (same inputs, IEEE division and rint, no contraction), a formal race that
-// is benign only while that holds: a change to the write path must keep it bit-reproducible or give each
-// row a single writer.
+// The op's KV write-in is fused when every sequence is one chunk: before reading, a CTA writes (and
+// quantises) every new token that lies in its key range, for its kv head; each row then has one writer.
+// Plans with multi-chunk sequences run write_kernel first and clear k_new for this kernel.
 // Partitions of one chunk leave (m, l, O) partials; merge_kernel combines them.
 #pragma once
 
