@@ -4,9 +4,10 @@
 # back as $OUT/results.tgz (the device tool returns at most 8 files); a short table is printed last.
 #   usage: bench/gpu.sh [stages...]    stages: build test cputest sanitizer bench python peers
 #                                       (default: all but cputest; CI runs the CPU tests)
-# Here, before the call: bench/prepare_deps.sh, and
+# Here, before the call: bench/prepare_deps.sh, bench/peers/fetch_flashinfer.sh (FlashInfer wheels and
+# prebuilt modules into .wheels; optional), and
 #   echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo +dirty)" > .commit
-# then carry .deps and .commit.
+# then carry .deps, .commit and .wheels. A full run (all stages) takes about 7 minutes.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-$root/gpu-out}
@@ -14,7 +15,7 @@ run_dir=$OUT/run
 mkdir -p "$run_dir"
 stages=${*:-build test sanitizer bench python peers}
 build=${BUILD_DIR:-/tmp/pagedattn-build}
-budget=${GPU_SH_BUDGET:-420}  # seconds; later stages are skipped (and say so) past this
+budget=${GPU_SH_BUDGET:-540}  # seconds; later stages are skipped (and say so) past this
 t_start=$(date +%s)
 log() { echo "== $(date -u +%H:%M:%S) (+$(( $(date +%s) - t_start ))s) $*"; }
 has() { [[ " $stages " == *" $1 "* ]]; }
@@ -107,7 +108,9 @@ if has peers && [ "$(left)" -gt 90 ]; then
   [ -f "$run_dir/bench_batch.json" ] && extra=("$run_dir/bench_batch.json")
   # leave ~60 s for the prefill/chunk/mixed scenarios after the peers
   timeout $(( $(left) - 50 )) python3 "$root/bench/peers/run_peers.py" --json "$run_dir/peers.json" \
-    --pagedattn-json "$run_dir/bench.json" "${extra[@]}" --max-seconds $(( $(left) - 65 )) > "$run_dir/peers.log" 2>&1 || status=1
+    --pagedattn-json "$run_dir/bench.json" "${extra[@]}" --max-seconds $(( $(left) - 65 )) \
+    --flashinfer-compile-seconds 120 > "$run_dir/peers.log" 2>&1 || status=1
+  cp /tmp/pagedattn-flashinfer-jit/warmup-*.log "$run_dir/" 2>/dev/null
   python3 "$root/bench/peers/plot.py" --json "$run_dir/peers.json" --out-dir "$run_dir/peers" > "$run_dir/plot.log" 2>&1 || status=1
   tail -25 "$run_dir/peers.log"
 elif has peers; then
