@@ -7,9 +7,12 @@ Peers (each a "system" in the rows):
                (CausalBias would route to the flash kernel whatever sdpa_kernel says: see mask_for)
   flex-paged   FlexAttention (torch.compile) over a paged KV pool [1, Hk, pages*bs, D], shuffled block table,
                a mask_mod that maps physical slots to logical positions (causal past + t + 1), enable_gqa
-  flashinfer   FlashInfer paged decode (T=1) / paged prefill (T>1), HND pages; if `import flashinfer` fails, the
-               wheels of <repo>/.wheels (bench/peers/fetch_flashinfer.sh) are installed into /tmp first, and its
-               JIT compile runs in child processes bounded by --flashinfer-compile-seconds
+  flashinfer   FlashInfer paged decode (T=1, tensor cores) / paged prefill (T>1, causal, backend fa2 unless
+               --flashinfer-prefill-backend), HND pages; if `import flashinfer` fails, the wheels of <repo>/.wheels
+               (bench/peers/fetch_flashinfer.sh) are installed into /tmp first (with prebuilt modules), and its JIT
+               compile runs in child processes bounded by --flashinfer-compile-seconds
+  flashinfer-tcdecode  T>1 only: FlashInfer's tensor-core decode with q_len_per_req=T (same FA2 module, the plan
+               sized for exactly T rows per sequence); --flashinfer-multitoken picks prefill, this, or both
 pagedattn's own rows come from `pagedattn bench --json` (--pagedattn-json), merged into the same table.
 
 Every timed row: the layers' calls captured in one CUDA graph per layer set (eager with events if capture
@@ -137,7 +140,7 @@ def skip_rows(ctx, system, scenario, B, L, Ts, status, note):
 
 
 def print_header():
-    log(f"{'system':<14} {'scen':<5} {'seqs':>4} {'L':>7} {'T':>2} {'us/layers':>10} {'GB/s':>7} {'%ceil':>6}"
+    log(f"{'system':<19} {'scen':<5} {'seqs':>4} {'L':>7} {'T':>2} {'us/layers':>10} {'GB/s':>7} {'%ceil':>6}"
         f" {'rel_err':>8}  status / timing / note")
 
 
@@ -147,7 +150,7 @@ def print_row(r):
     pct = f"{r['pct_ceiling']:6.1f}" if r["pct_ceiling"] else f"{'-':>6}"
     err = f"{r['rel_err']:8.1e}" if r["rel_err"] is not None else f"{'-':>8}"
     extra = " ".join(x for x in [r["timing"] if r["status"] in ("ok", "mismatch") else "", r["note"]] if x)
-    log(f"{r['system']:<14} {r['scenario']:<5} {r['seqs']:>4} {r['context']:>7} {r['T']:>2} {us} {gbs} {pct} {err}"
+    log(f"{r['system']:<19} {r['scenario']:<5} {r['seqs']:>4} {r['context']:>7} {r['T']:>2} {us} {gbs} {pct} {err}"
         f"  {r['status']}{' ' + extra if extra else ''}")
 
 
@@ -164,6 +167,8 @@ def write_json(ctx):
                       "cpu_smoke": a.cpu_smoke, "quick": a.quick, "max_seconds": a.max_seconds,
                       "flashinfer_compile_seconds": a.flashinfer_compile_seconds,
                       "flashinfer_backend": a.flashinfer_backend,
+                      "flashinfer_prefill_backend": a.flashinfer_prefill_backend,
+                      "flashinfer_multitoken": a.flashinfer_multitoken,
                       "timing": "median of CUDA graph replays (one graph per layer set, events around each replay)"},
            "bytes_formula": {"kv": "(L+T)*Hk*D*2*sizeof(f16)", "q": "T*H*D*2", "o": "T*H*D*2",
                              "scope": "summed over sequences and layers",
@@ -579,8 +584,31 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__fi
 FI_MARK = "FLASHINFER_WARMUP "
 
 
-def fi_kind(T):
-    return "decode" if T == 1 else "prefill"
+FI_TC = "flashinfer-tcdecode"
+
+
+def fi_jobs(a, T):
+    """(system, kind) of the FlashInfer rows for T new tokens. Kinds: decode (T=1: tensor-core decode), prefill
+    (T>1: BatchPrefillWithPagedKVCacheWrapper, causal), tcdecode (T>1: tensor-core decode with q_len_per_req=T,
+    causal within the request; FlashInfer >= 0.6.18 has it)."""
+    if T == 1:
+        return [("flashinfer", "decode")]
+    jobs = []
+    if a.flashinfer_multitoken in ("prefill", "both"):
+        jobs.append(("flashinfer", "prefill"))
+    if a.flashinfer_multitoken in ("decode", "both"):
+        jobs.append((FI_TC, "tcdecode"))
+    return jobs
+
+
+def fi_module_key(a, kind):
+    """Which JIT module a kind loads, as far as known before planning: the decode wrapper with tensor cores
+    resolves `auto` to fa2 for f16; the prefill wrapper's `auto` is FA3 on Hopper. Kinds with the same key share
+    one module and so one warm-up child."""
+    if kind in ("decode", "tcdecode"):
+        return "fa2" if a.flashinfer_backend in ("auto", "fa2") else a.flashinfer_backend
+    return "prefill-" + a.flashinfer_prefill_backend if a.flashinfer_prefill_backend == "auto" else \
+        a.flashinfer_prefill_backend
 
 
 def fi_env(a, arch=None):
@@ -634,7 +662,7 @@ def fi_install(a):
                       "fetches it)")
     version = os.path.basename(fiw[-1]).split("-")[1]
     aots = sorted(glob.glob(os.path.join(a.flashinfer_wheels, fi_aot_name(version, "*"))))
-    names = "\n".join(os.path.basename(w) for w in wheels + aots)
+    names = "\n".join(f"{os.path.basename(w)} {os.path.getsize(w)}" for w in wheels + aots)  # a new archive: redo
     stamp = os.path.join(a.flashinfer_target, ".pagedattn-wheels")
     try:
         with open(stamp) as f:
@@ -680,39 +708,109 @@ def fi_install(a):
     return f"{how} in {time.monotonic() - t0:.1f} s", None
 
 
+def fi_requested_modules(fi, a, kinds):
+    """Dry run, no GPU needed: makes and plans each kind's wrapper through fi_plan (the same call the timed rows
+    make; tiny problem, CPU tensors) up to where FlashInfer asks for its JIT module, and records that request.
+    kinds: [(kind, prefill backend)]. Returns [(kind, backend, args)], args as passed to
+    flashinfer.prefill.get_batch_prefill_module(backend, *args) (dtypes, head dims, pos-encoding, sliding window,
+    logits cap, fp16 qk reduction), which builds gen_batch_prefill_module(backend, *args)."""
+    import flashinfer.decode as fd
+    import flashinfer.prefill as fp
+
+    class Asked(Exception):
+        pass
+
+    asked = []
+
+    def ask(backend, *args):
+        asked.append((backend, args))
+        raise Asked()
+
+    saved = (fp.get_batch_prefill_module, fd.get_batch_prefill_module, torch.empty)
+
+    def empty(*x, **k):  # the wrappers pin a host buffer, which needs a driver
+        k.pop("pin_memory", None)
+        return saved[2](*x, **k)
+
+    out = []
+    try:
+        fp.get_batch_prefill_module = fd.get_batch_prefill_module = ask
+        torch.empty = empty
+        for kind, pb in kinds:
+            b = argparse.Namespace(**dict(vars(a), flashinfer_prefill_backend=pb or a.flashinfer_prefill_backend))
+            T = 1 if kind == "decode" else 2
+            S = 2 * b.block_size + T
+            n = -(-S // b.block_size)
+            table = torch.arange(n, dtype=torch.int32).view(1, n)
+            before = len(asked)
+            try:
+                fi_plan(fi, b, torch.device("cpu"), 1, S, T, table, kind, ws_bytes=1 << 20)
+            except Asked:
+                pass
+            if len(asked) == before:
+                raise RuntimeError(f"the {kind} wrapper did not ask for a batch prefill module")
+            out.append((kind,) + asked[-1])
+    finally:
+        fp.get_batch_prefill_module, fd.get_batch_prefill_module, torch.empty = saved
+    return out
+
+
+def fi_install_import(a, tag):
+    """fi_install, then import flashinfer from --flashinfer-target (the no-GPU tools). Returns the module or None."""
+    how, why = fi_install(a)
+    log(f"{tag}: {why or how}")
+    if why:
+        return None
+    fi_use_target(a)
+    return importlib.import_module("flashinfer")
+
+
+def fi_prebuild_kinds(a):
+    """The kinds (and prefill backends) whose modules --flashinfer-prebuild packs."""
+    pbs = [x.strip() for x in a.flashinfer_prebuild_backends.split(",") if x.strip()]
+    return [("decode", None), ("tcdecode", None)] + [("prefill", pb) for pb in pbs]
+
+
 def fi_prebuild(a):
     """--flashinfer-prebuild (fetch_flashinfer.sh with PREBUILD=1; no GPU needed, nvcc of the GPU machine's CUDA
-    major version): compiles the modules that the timed calls load (f16, --head-size, index int32; decode:
-    tensor-core decode = FA2 prefill kernels; prefill: FA3, what backend auto picks on Hopper) for
-    --flashinfer-arch, and packs them into <wheels>/flashinfer-aot-<version>-sm<arch>.tar.gz. On the GPU
-    machine fi_install unpacks that into flashinfer/data/aot: FlashInfer loads a module from there without
-    compiling, and compiles it as usual if it does not load."""
+    major version): compiles the modules that the timed calls load, for --flashinfer-arch, and packs them into
+    <wheels>/flashinfer-aot-<version>-sm<arch>.tar.gz. Which modules: the ones the wrappers ask for, found by a
+    dry run of fi_plan (fi_requested_modules) for tensor-core decode (T=1 and q_len_per_req>1) and paged prefill
+    with each of --flashinfer-prebuild-backends (fa2: the default; fa3: what backend auto picks on Hopper). With
+    f16 and D=256 that is two modules: the FA2 one (decode, tcdecode and fa2 prefill share it; it holds the
+    paged and ragged kernels for every mask mode) and the FA3 one. On the GPU machine fi_install unpacks the
+    archive into flashinfer/data/aot: FlashInfer loads a module from there without compiling, and compiles it
+    as usual if it does not load."""
     os.environ["FLASHINFER_CUDA_ARCH_LIST"] = os.environ["TORCH_CUDA_ARCH_LIST"] = a.flashinfer_arch
     base = fi_env(a)
-    how, why = fi_install(a)
-    if why:
-        log("prebuild: " + why)
+    fi = fi_install_import(a, "prebuild")
+    if fi is None:
         return 1
-    log("prebuild: " + how)
-    fi_use_target(a)
-    import flashinfer as fi
-    from flashinfer.jit.attention import gen_batch_prefill_module
+    from flashinfer.jit.attention import gen_batch_prefill_module, get_batch_prefill_uri
     nvcc = subprocess.run([os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvcc"),
                            "--version"], capture_output=True, text=True, check=False).stdout.strip().splitlines()
-    f16, D = torch.float16, a.head_size
     info = {"flashinfer": fi.__version__, "arch": a.flashinfer_arch, "nvcc": nvcc[-2] if len(nvcc) > 1 else "?",
-            "modules": {}}
+            "config": {"heads": a.heads, "kv_heads": a.kv_heads, "head_size": a.head_size,
+                       "block_size": a.block_size}, "modules": {}}
+    mods = {}
+    for kind, backend, args in fi_requested_modules(fi, a, fi_prebuild_kinds(a)):
+        uri = get_batch_prefill_uri(backend, *args)
+        m = mods.setdefault(uri, {"backend": backend, "args": args, "kinds": []})
+        m["kinds"].append(kind if kind != "prefill" else f"prefill ({backend})")
+        log(f"prebuild: {kind} asks for {backend} {uri}")
     out = os.path.join(a.flashinfer_wheels, fi_aot_name(fi.__version__, a.flashinfer_arch))
     with tarfile.open(out + ".tmp", "w:gz") as tf:
-        for kind, backend in (("decode", "fa2"), ("prefill", "fa3")):
+        for uri, m in mods.items():
             t0 = time.monotonic()
-            spec = gen_batch_prefill_module(backend, f16, f16, f16, torch.int32, D, D, 0, False, False, False)
+            spec = gen_batch_prefill_module(m["backend"], *m["args"])  # what get_batch_prefill_module builds
+            assert spec.name == uri, (spec.name, uri)
             spec.build(verbose=a.verbose)
             so = spec.jit_library_path
             tf.add(so, arcname=f"{spec.name}/{spec.name}.so")
-            info["modules"][spec.name] = {"kind": kind, "backend": backend,
+            info["modules"][spec.name] = {"kinds": m["kinds"], "backend": m["backend"],
+                                          "args": [str(x) for x in m["args"]],
                                           "compile_s": round(time.monotonic() - t0, 1)}
-            log(f"prebuild: {kind} ({backend}) {spec.name}: {time.monotonic() - t0:.1f} s, "
+            log(f"prebuild: {', '.join(m['kinds'])}: {spec.name}: {time.monotonic() - t0:.1f} s, "
                 f"{os.path.getsize(so) / 1e6:.1f} MB")
         data = json.dumps(info, indent=1).encode()
         ti = tarfile.TarInfo("pagedattn-aot.json")
@@ -721,6 +819,34 @@ def fi_prebuild(a):
     os.replace(out + ".tmp", out)
     log(f"prebuild: wrote {out} ({os.path.getsize(out) / 1e6:.1f} MB; {info['nvcc']}; JIT workspace {base})")
     return 0
+
+
+def fi_check_aot(a):
+    """--flashinfer-check-aot (no GPU needed): installs the wheels and the prebuilt archive into a fresh
+    --flashinfer-target, sets FLASHINFER_DISABLE_JIT=1 and a fresh JIT workspace, asks the wrappers (dry run) for
+    their modules (the kinds and prefill backends --flashinfer-prebuild packs) and loads each through FlashInfer's
+    own build_and_load: every one must come from data/aot without compiling. Exit 0 when all load."""
+    shutil.rmtree(a.flashinfer_target, ignore_errors=True)
+    shutil.rmtree(a.flashinfer_target + "-jit", ignore_errors=True)
+    os.environ["FLASHINFER_DISABLE_JIT"] = "1"
+    fi_env(a, a.flashinfer_arch)
+    fi = fi_install_import(a, "check-aot")
+    if fi is None:
+        return 1
+    from flashinfer.jit.attention import gen_batch_prefill_module
+    bad = 0
+    for kind, backend, args in fi_requested_modules(fi, a, fi_prebuild_kinds(a)):  # what the prebuild packs
+        spec = gen_batch_prefill_module(backend, *args)
+        try:
+            mod = spec.build_and_load()
+            ok = spec.is_aot and hasattr(mod, "paged_run") and hasattr(mod, "plan")
+            log(f"check-aot: {kind} ({backend}) {'loaded from ' + str(spec.aot_path) if ok else 'NOT from data/aot'}")
+            bad += not ok
+        except Exception as e:  # noqa: BLE001
+            log(f"check-aot: {kind} ({backend}) {spec.name} did not load: {short(e, 400)}")
+            bad += 1
+    log(f"check-aot: {'ok' if not bad else f'{bad} FAILED'}")
+    return 1 if bad else 0
 
 
 def fi_import(ctx, arch=None):
@@ -775,41 +901,49 @@ def fi_error(e):
     return fi_one_line("Ninja build failed: " + " | ".join(errs[:4]) if errs else text)
 
 
-def fi_plan(fi, a, dev, B, S, T, table, backend):
+def fi_plan(fi, a, dev, B, S, T, table, kind, ws_bytes=256 << 20):
     """A planned FlashInfer wrapper for B sequences of S = L + T tokens in HND pages of --block-size
-    (table [B, n] int32), T new tokens each: tensor-core decode (T=1) or causal paged prefill (T>1). The
-    wrappers are made with use_cuda_graph=True (fixed index buffers), so their run() can be captured.
-    Returns (wrapper, its workspace, description)."""
+    (table [B, n] int32), T new tokens each (fi_jobs' kinds):
+      decode    T=1, BatchDecodeWithPagedKVCacheWrapper(use_tensor_cores=True), backend --flashinfer-backend
+      tcdecode  T>1, the same with plan(q_len_per_req=T): causal within the request, bottom-right aligned
+      prefill   T>1, BatchPrefillWithPagedKVCacheWrapper, causal=True (bottom-right aligned: FlashInfer aligns
+                the query rows to the end of the KV), backend --flashinfer-prefill-backend
+    The wrappers are made with use_cuda_graph=True (fixed index buffers), so their run() can be captured.
+    Returns (wrapper, its workspace, description, the backend that the plan resolved)."""
     H, Hk, D, bs = a.heads, a.kv_heads, a.head_size, a.block_size
     n = table.shape[1]
-    ws = torch.zeros(256 << 20, dtype=torch.uint8, device=dev)  # must be zero at first use
+    ws = torch.zeros(ws_bytes, dtype=torch.uint8, device=dev)  # must be zero at first use
     kv_indptr = torch.arange(B + 1, device=dev, dtype=torch.int32) * n
     indices = table.flatten().contiguous()
     last = torch.full((B,), S - (n - 1) * bs, dtype=torch.int32, device=dev)
     bufs = [torch.empty_like(kv_indptr), torch.empty_like(indices), torch.empty_like(last)]
-    if T == 1:
+    if kind in ("decode", "tcdecode"):
         w = fi.BatchDecodeWithPagedKVCacheWrapper(
             ws, "HND", use_cuda_graph=True, use_tensor_cores=True, paged_kv_indptr_buffer=bufs[0],
-            paged_kv_indices_buffer=bufs[1], paged_kv_last_page_len_buffer=bufs[2], backend=backend)
-        w.plan(kv_indptr, indices, last, H, Hk, D, bs, q_data_type=torch.float16, kv_data_type=torch.float16)
-        what = "decode (T=1), tensor-core decode"
+            paged_kv_indices_buffer=bufs[1], paged_kv_last_page_len_buffer=bufs[2], backend=a.flashinfer_backend)
+        w.plan(kv_indptr, indices, last, H, Hk, D, bs, q_data_type=torch.float16, kv_data_type=torch.float16,
+               **({"q_len_per_req": T} if T > 1 else {}))
+        what = "decode (T=1), tensor-core decode" if T == 1 else \
+            f"tensor-core decode, q_len_per_req={T}, causal (bottom-right aligned)"
     else:
         qo_indptr = torch.arange(B + 1, device=dev, dtype=torch.int32) * T
         w = fi.BatchPrefillWithPagedKVCacheWrapper(
             ws, "HND", use_cuda_graph=True, qo_indptr_buf=torch.empty_like(qo_indptr), paged_kv_indptr_buf=bufs[0],
-            paged_kv_indices_buf=bufs[1], paged_kv_last_page_len_buf=bufs[2], backend=backend)
+            paged_kv_indices_buf=bufs[1], paged_kv_last_page_len_buf=bufs[2], backend=a.flashinfer_prefill_backend)
         w.plan(qo_indptr, kv_indptr, indices, last, H, Hk, D, bs, causal=True, q_data_type=torch.float16,
                kv_data_type=torch.float16)
         what = "paged prefill, causal (bottom-right aligned)"
-    return w, ws, f"{what}; backend {getattr(w, '_backend', '?')}"
+    ran = str(getattr(w, "_backend", "?"))
+    return w, ws, f"{what}; backend {ran}", ran
 
 
 def fi_warmup_child(a):
-    """--flashinfer-warmup KIND (a child process): one call of a tiny problem with the run's dtype, heads and
-    head size builds (JIT-compiles) the module that the timed calls of that kind load. The last line of the
-    output is FI_MARK + JSON {ok, s, what | error}."""
+    """--flashinfer-warmup KIND[,KIND] (a child process): per kind, one call of a tiny problem with the run's dtype,
+    heads and head size, which builds (JIT-compiles) or loads the module that the timed calls of that kind load.
+    After each kind, and at the end, it prints FI_MARK + JSON {ok, s, kinds: {kind: {ok, s, what, backend | error}}}
+    (the parent reads the last one)."""
     t0 = time.monotonic()
-    res = {"kind": a.flashinfer_warmup, "ok": False}
+    res = {"ok": False, "kinds": {}}
     try:
         fi_env(a)
         if not a.flashinfer_no_target:
@@ -817,17 +951,28 @@ def fi_warmup_child(a):
         import flashinfer as fi
         res["version"] = getattr(fi, "__version__", "?")
         dev = torch.device("cuda")
-        T = 1 if a.flashinfer_warmup == "decode" else 2
-        B, bs = 1, a.block_size
-        S = 2 * bs + T
-        n = -(-S // bs)
-        table = torch.arange(n, dtype=torch.int32, device=dev).view(B, n)
-        w, _, res["what"] = fi_plan(fi, a, dev, B, S, T, table, a.flashinfer_backend)
-        kc = torch.randn(n, a.kv_heads, bs, a.head_size, device=dev, dtype=torch.float16)
-        q = torch.randn(B * T, a.heads, a.head_size, device=dev, dtype=torch.float16)
-        w.run(q, (kc, kc))
-        torch.cuda.synchronize()
-        res["ok"] = True
+        for kind in a.flashinfer_warmup.split(","):
+            t1 = time.monotonic()
+            r = res["kinds"][kind] = {"ok": False}
+            try:
+                T = 1 if kind == "decode" else 2
+                B, bs = 1, a.block_size
+                S = 2 * bs + T
+                n = -(-S // bs)
+                table = torch.arange(n, dtype=torch.int32, device=dev).view(B, n)
+                w, _, r["what"], r["backend"] = fi_plan(fi, a, dev, B, S, T, table, kind)
+                kc = torch.randn(n, a.kv_heads, bs, a.head_size, device=dev, dtype=torch.float16)
+                q = torch.randn(B * T, a.heads, a.head_size, device=dev, dtype=torch.float16)
+                w.run(q, (kc, kc))
+                torch.cuda.synchronize()
+                r["ok"] = True
+            except Exception as e:  # noqa: BLE001 - reported to the parent, per kind
+                traceback.print_exc()
+                r["error"] = fi_error(e)
+            r["s"] = round(time.monotonic() - t1, 1)
+            res["s"] = round(time.monotonic() - t0, 1)
+            print("\n" + FI_MARK + json.dumps(res), flush=True)  # so far: kept if a later kind is killed
+        res["ok"] = all(r["ok"] for r in res["kinds"].values())
     except BaseException as e:  # noqa: BLE001 - reported to the parent
         traceback.print_exc()
         res["error"] = fi_error(e)
@@ -837,7 +982,8 @@ def fi_warmup_child(a):
 
 
 def fi_compile(ctx, kinds):
-    """Builds FlashInfer's modules for `kinds` in child processes (in parallel), bounded by
+    """Builds (or loads the prebuilt) FlashInfer modules for `kinds` in child processes, one per module
+    (fi_module_key: kinds that share a module warm up one after the other in one child), in parallel, bounded by
     --flashinfer-compile-seconds and by the time left. Returns {kind: None (ready) or why not}."""
     a = ctx.args
     meta = ctx.meta.setdefault("flashinfer", {})
@@ -853,25 +999,30 @@ def fi_compile(ctx, kinds):
     target = meta.get("target")  # None: flashinfer was importable without the carried wheels
     env["PYTHONPATH"] = os.pathsep.join(p for p in [target, env.get("PYTHONPATH")] if p)
     # ninja -j per child: all cores each. A module has 10 sources; the FA2 ones take ~15 s each, the FA3 (sm90)
-    # ones 70-110 s (measured on one core of a 2-core box), so the prefill child soon has the cores to itself.
+    # ones 70-110 s (measured on one core of a 2-core box), so the slow child soon has the cores to itself.
     env.setdefault("MAX_JOBS", str(os.cpu_count() or 1))
     env.setdefault("FLASHINFER_JIT_VERBOSE", "1")  # ninja's progress and compiler errors go to the child's log
     meta["max_jobs"] = env["MAX_JOBS"]
+    groups = {}
+    for k in kinds:
+        groups.setdefault(fi_module_key(a, k), []).append(k)
     procs = {}
     t0 = time.monotonic()
-    for k in kinds:
-        path = os.path.join(base, f"warmup-{k}.log")
+    for key, ks in groups.items():
+        path = os.path.join(base, f"warmup-{key}.log")
         out = open(path, "w")
-        cmd = [sys.executable, os.path.abspath(__file__), "--flashinfer-warmup", k, "--heads", str(a.heads),
-               "--kv-heads", str(a.kv_heads), "--head-size", str(a.head_size), "--block-size", str(a.block_size),
-               "--flashinfer-backend", a.flashinfer_backend, "--flashinfer-target", a.flashinfer_target] + \
-            ([] if target else ["--flashinfer-no-target"])
-        procs[k] = (subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True),
-                    out, path)
-    log(f"flashinfer: JIT compile of {', '.join(kinds)} started (limit {limit:.0f} s, MAX_JOBS {env['MAX_JOBS']} "
-        f"each, logs {base}/warmup-*.log)")
+        cmd = [sys.executable, os.path.abspath(__file__), "--flashinfer-warmup", ",".join(ks),
+               "--heads", str(a.heads), "--kv-heads", str(a.kv_heads), "--head-size", str(a.head_size),
+               "--block-size", str(a.block_size), "--flashinfer-backend", a.flashinfer_backend,
+               "--flashinfer-prefill-backend", a.flashinfer_prefill_backend,
+               "--flashinfer-target", a.flashinfer_target] + ([] if target else ["--flashinfer-no-target"])
+        procs[key] = (subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True),
+                      out, path, ks)
+    log(f"flashinfer: JIT compile (or prebuilt load) + first call of "
+        f"{'; '.join(k + ': ' + ', '.join(ks) for k, ks in groups.items())} started (limit {limit:.0f} s, "
+        f"MAX_JOBS {env['MAX_JOBS']} each, logs {base}/warmup-*.log)")
     status, took = {}, {}
-    for k, (p, out, path) in procs.items():
+    for key, (p, out, path, ks) in procs.items():
         timed_out = False
         try:
             p.wait(timeout=max(0.1, t0 + limit - time.monotonic()))
@@ -891,40 +1042,50 @@ def fi_compile(ctx, kinds):
             if ln.startswith(FI_MARK):
                 res = json.loads(ln[len(FI_MARK):])
                 break
-        took[k] = res["s"] if res else round(time.monotonic() - t0, 1)
-        if timed_out:
-            cut = " (cut to the time left in --max-seconds)" if limit < a.flashinfer_compile_seconds else ""
-            steps = re.findall(r"^\[(\d+/\d+)\].* -c (\S+)", text, re.MULTILINE)
-            where = f"ninja at step {steps[-1][0]} ({os.path.basename(steps[-1][1])})" if steps else \
-                "last output: " + (lines[-1][:120] if lines else "(none)")
-            status[k] = (f"JIT compile + first call of the {k} module not done after {limit:.0f} s "
-                         f"(--flashinfer-compile-seconds {a.flashinfer_compile_seconds:g}{cut}); killed, {where}")
-        elif res and res.get("ok"):
-            status[k] = None
-            meta.setdefault("backend", {})[k] = res.get("what")
-        elif res:
-            status[k] = res.get("error") or f"warm-up failed (exit {p.returncode})"
-            errs = fi_build_errors(text) if "Ninja build failed" in status[k] else []
-            if errs:  # verbose ninja: the compiler's errors are in the log, not in the exception
-                status[k] = fi_one_line("Ninja build failed: " + " | ".join(errs[:4]))
-        else:
-            status[k] = f"JIT warm-up process exited with {p.returncode}: " + " ".join(lines[-3:])[-250:]
-        if status[k]:
-            log(f"flashinfer: {k} module failed after {took[k]:.1f} s: {status[k]}")
+        took[key] = res["s"] if res else round(time.monotonic() - t0, 1)
+        if res:
+            meta.setdefault("warmup_s", {}).update({k: r.get("s") for k, r in res.get("kinds", {}).items()})
+        for k in ks:
+            r = (res or {}).get("kinds", {}).get(k)
+            if r and r.get("ok"):  # done before any time-out
+                status[k] = None
+                meta.setdefault("backend", {})[k] = r.get("what")
+            elif timed_out:
+                cut = " (cut to the time left in --max-seconds)" if limit < a.flashinfer_compile_seconds else ""
+                steps = re.findall(r"^\[(\d+/\d+)\].* -c (\S+)", text, re.MULTILINE)
+                where = f"ninja at step {steps[-1][0]} ({os.path.basename(steps[-1][1])})" if steps else \
+                    "last output: " + (lines[-1][:120] if lines else "(none)")
+                status[k] = (f"JIT compile + first call of the {k} module ({key}) not done after {limit:.0f} s "
+                             f"(--flashinfer-compile-seconds {a.flashinfer_compile_seconds:g}{cut}); killed, {where}")
+            elif r or res:
+                status[k] = (r or res).get("error") or f"warm-up failed (exit {p.returncode})"
+                errs = fi_build_errors(text) if "Ninja build failed" in status[k] else []
+                if errs:  # verbose ninja: the compiler's errors are in the log, not in the exception
+                    status[k] = fi_one_line("Ninja build failed: " + " | ".join(errs[:4]))
+            else:
+                status[k] = f"JIT warm-up process exited with {p.returncode}: " + " ".join(lines[-3:])[-250:]
+        failed = [k for k in ks if status[k]]
+        if failed:
+            log(f"flashinfer: {key} module ({', '.join(failed)}) failed after {took[key]:.1f} s: {status[failed[0]]}")
             log("  last lines of " + path + ":\n    " + "\n    ".join(ln[:240] for ln in lines[-25:]))
+        built = re.findall(r"^\[(\d+)/(\d+)\]", text, re.MULTILINE)
+        meta.setdefault("compiled", {})[key] = ("killed; " if timed_out else "") + \
+            ("ninja ran (" + built[-1][1] + " steps)" if built else "no ninja steps in the log" +
+             ("" if timed_out else " (prebuilt module or JIT cache)"))
     wall = time.monotonic() - t0
     meta["compile_s"], meta["compile_wall_s"] = took, round(wall, 1)
     meta["compile_ok"] = {k: status[k] is None for k in kinds}
     log(f"flashinfer: JIT compile + first call took {wall:.1f} s wall ("
-        + ", ".join(f"{k} {took[k]:.1f} s {'ok' if status[k] is None else 'FAILED'}" for k in kinds) + ")")
+        + ", ".join(f"{key} {took[key]:.1f} s {meta['compiled'][key]}" for key in groups) + "; "
+        + ", ".join(f"{k} {'ok' if status[k] is None else 'FAILED'}" for k in kinds) + ")")
     return status
 
 
 def run_flashinfer_all(ctx, scen):
     """Every FlashInfer row: import (installing the carried wheels), JIT compile (bounded), then the rows.
     Every row that cannot run says why."""
-    system = "flashinfer"
-    kinds = sorted({fi_kind(T) for _, _, _, Ts in scen for T in Ts})
+    a = ctx.args
+    kinds = sorted({k for _, _, _, Ts in scen for T in Ts for _, k in fi_jobs(a, T)})
     fi, why = fi_import(ctx, None if ctx.cpu else fi_arch())
     status = {k: why for k in kinds}
     if not why:
@@ -933,25 +1094,27 @@ def run_flashinfer_all(ctx, scen):
     for name, B, Ls, Ts in scen:
         for L in Ls:
             for T in Ts:
-                st = status[fi_kind(T)]
-                if st:
-                    skip_rows(ctx, system, name, B, L, [T], "skipped" if st.startswith("skipped") else "not run", st)
-                else:
-                    run_flashinfer(ctx, fi, name, B, L, T)
+                for system, kind in fi_jobs(a, T):
+                    st = status[kind]
+                    if st:
+                        skip_rows(ctx, system, name, B, L, [T], "skipped" if st.startswith("skipped") else "not run",
+                                  st)
+                    else:
+                        run_flashinfer(ctx, fi, name, B, L, T, system, kind)
 
 
-def run_flashinfer(ctx, fi, scenario, B, L, T):
+def run_flashinfer(ctx, fi, scenario, B, L, T, system, kind):
     a = ctx.args
-    system = "flashinfer"
     H, Hk, D, bs = a.heads, a.kv_heads, a.head_size, a.block_size
     dev = ctx.dev
-    why = over_budget(ctx, system, 0.0 if system in ctx.est else 30.0)
+    why = over_budget(ctx, system, 0.0 if system in ctx.est else ctx.est.get("flashinfer", 30.0))
     if why:
         skip_rows(ctx, system, scenario, B, L, [T], "skipped", why)
         return
     t0 = time.monotonic()
     row = new_row(ctx, system, scenario, B, L, T)
     row["gqa"], row["kv_layout"] = "native", f"HND pages [pages, Hk, {bs}, D], shuffled table"
+    row["backend"] = ""
     try:
         S = L + T
         n = -(-S // bs)
@@ -965,7 +1128,7 @@ def run_flashinfer(ctx, fi, scenario, B, L, T):
         q = [[torch.randn(B * T, H, D, generator=gen, device=dev, dtype=torch.float16)
               for _ in range(a.layers)] for _ in range(sets)]
         table = torch.randperm(pages, device=dev).to(torch.int32).view(B, n)
-        w, _, row["mask"] = fi_plan(fi, a, dev, B, S, T, table, a.flashinfer_backend)
+        w, _, row["mask"], row["backend"] = fi_plan(fi, a, dev, B, S, T, table, kind)
 
         def call(s_, l_):
             return w.run(q[s_][l_], (kc[s_][l_], vc[s_][l_]))
@@ -1024,7 +1187,7 @@ def merged_rows(ctx, paths):
     replaces an earlier one of the same system, scenario, sequences, context and T. gbs is absolute, so % of
     ceiling is recomputed against this run's ceiling (the earlier value stays as pct_prev_ceiling)."""
     a = ctx.args
-    mine = set(a.systems)
+    mine = set(a.systems) | ({FI_TC} if "flashinfer" in a.systems else set())
     rows, infos = {}, []
     for path in paths:
         try:
@@ -1078,12 +1241,24 @@ def parse_args(argv=None):
                    help="limit for FlashInfer's JIT compile and first call (all its modules, in parallel); past it, "
                         "or on an error, its rows are `not run` with the reason")
     p.add_argument("--flashinfer-backend", default="auto", choices=["auto", "fa2", "fa3"],
-                   help="FlashInfer wrapper backend (auto: its own choice, fa2 for f16 tensor-core decode)")
+                   help="backend of FlashInfer's tensor-core decode wrapper (T=1 and flashinfer-tcdecode; auto: fa2 "
+                        "for f16)")
+    p.add_argument("--flashinfer-prefill-backend", default="fa2", choices=["auto", "fa2", "fa3"],
+                   help="backend of FlashInfer's paged prefill wrapper, the T>1 rows of `flashinfer` (auto picks fa3 "
+                        "on Hopper, 13-30x slower here than fa2 for these shapes)")
+    p.add_argument("--flashinfer-multitoken", default="both", choices=["prefill", "decode", "both"],
+                   help="FlashInfer's T>1 rows: paged prefill (system flashinfer), tensor-core decode with "
+                        "q_len_per_req=T (system flashinfer-tcdecode; same FA2 module), or both")
     p.add_argument("--flashinfer-prebuild", action="store_true",
                    help="no GPU needed: compile FlashInfer's modules for --flashinfer-arch here and pack them into "
                         "the wheels directory (fetch_flashinfer.sh with PREBUILD=1), then exit")
     p.add_argument("--flashinfer-arch", default="9.0a", help="with --flashinfer-prebuild: the target (9.0a: H100/H200)")
-    p.add_argument("--flashinfer-warmup", choices=["decode", "prefill"], help=argparse.SUPPRESS)
+    p.add_argument("--flashinfer-prebuild-backends", default="fa2,fa3", metavar="LIST",
+                   help="with --flashinfer-prebuild: the paged prefill backends whose modules are packed too")
+    p.add_argument("--flashinfer-check-aot", action="store_true",
+                   help="no GPU needed: install the wheels and the prebuilt archive into a fresh --flashinfer-target "
+                        "and check that FlashInfer loads every module the rows ask for from it, JIT disabled")
+    p.add_argument("--flashinfer-warmup", help=argparse.SUPPRESS)
     p.add_argument("--flashinfer-no-target", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--scenario", default="all", choices=["seed", "batch", "all"])
     p.add_argument("--contexts", help="seed contexts, comma list (default 8192,32768,131072)")
@@ -1131,6 +1306,8 @@ def main(argv=None):
         return fi_warmup_child(a)
     if a.flashinfer_prebuild:
         return fi_prebuild(a)
+    if a.flashinfer_check_aot:
+        return fi_check_aot(a)
     ctx = Ctx(a)
     ctx.meta["date"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     if not ctx.cpu:
