@@ -53,6 +53,8 @@ struct Worst {
   double err = 0;
   std::string where;
   int cases = 0;
+  int scores_cases = 0;
+  double scores_err = 0;
 };
 
 std::vector<float> as_floats(const std::vector<uint8_t>& bytes, DType t, int64_t n) {
@@ -132,16 +134,25 @@ void run_suite(const char* name, const CaseConfig& cfg, uint64_t seed0, int n, c
       wk.where = c.describe();
     }
     const std::string cache_msg = compare_cache(c, ref);
-    if (!cmp.ok(tol) || !cache_msg.empty()) {
+    std::string scores_msg;
+    if (c.want_scores) {  // summed attention weights per key: same tolerance as the output
+      const Compare cs = compare(reinterpret_cast<const uint8_t*>(c.scores.data()), DType::f32, ref.scores.data(),
+                                 static_cast<int64_t>(ref.scores.size()));
+      wk.scores_cases++;
+      wk.scores_err = std::max(wk.scores_err, cs.rel_l2);
+      if (!cs.ok(tol)) scores_msg = cs.describe();
+    }
+    if (!cmp.ok(tol) || !cache_msg.empty() || !scores_msg.empty()) {
       ++failures;
       ADD_FAILURE() << "case " << c.describe() << "\n  out: " << cmp.describe() << " (tolerance " << tol << ")"
-                    << (cache_msg.empty() ? "" : "\n  cache: " + cache_msg);
+                    << (cache_msg.empty() ? "" : "\n  cache: " + cache_msg)
+                    << (scores_msg.empty() ? "" : "\n  scores: " + scores_msg);
       if (failures > 10) break;
     }
   }
   for (const auto& [p, wk] : worst)
-    std::printf("[%s] kv %-4s: %4d cases, worst rel_l2 %.3e  (%s)\n", name, kv_precision_name(p), wk.cases, wk.err,
-                wk.where.c_str());
+    std::printf("[%s] kv %-4s: %4d cases, worst rel_l2 %.3e  (%s); scores in %d cases, worst rel_l2 %.3e\n", name,
+                kv_precision_name(p), wk.cases, wk.err, wk.where.c_str(), wk.scores_cases, wk.scores_err);
 }
 
 CaseConfig few_query_config() {
@@ -156,7 +167,7 @@ CaseConfig few_query_config() {
   cfg.head_sizes = {64, 128, 256};
   cfg.block_sizes = {16, 32, 64, 128};
   cfg.query_dtypes = {DType::f16, DType::bf16};
-  cfg.p_scores = 0.0;  // not supported by the cuda backend yet
+  cfg.p_scores = 0.3;  // the optional scores output, compared like `out`
   cfg.max_total_context = 12000;
   return cfg;
 }

@@ -146,8 +146,6 @@ class CudaPlan final : public detail::PlanImpl {
       throw UnsupportedError("block_size " + std::to_string(bs) + ": the cuda backend needs a power of two >= 16");
     if (G_ > planner::kMaxRows)
       throw UnsupportedError("group size H/Hk = " + std::to_string(G_) + ": the cuda backend supports at most 64");
-    if (p.scores.present())
-      throw UnsupportedError("scores output: not supported yet by the cuda backend (use the cpu backend)");
     bs_log2_ = 0;
     while ((1 << bs_log2_) < bs) ++bs_log2_;
 
@@ -236,6 +234,18 @@ class CudaPlan final : public detail::PlanImpl {
     upload(d_items_, wl_.items.data(), wl_.items.size(), stream_);
     merge_rows_ = std::move(rows);
     upload(d_merge_, merge_rows_.data(), merge_rows_.size(), stream_);
+    if (p.scores.present()) {  // 32-key tiles of every sequence's context; final row statistics
+      std::vector<ScoreTile> tiles;
+      int64_t base = 0;
+      for (int s = 0; s < num_seqs; ++s) {
+        const int ctx = past[s] + sb[s + 1] - sb[s];
+        for (int j0 = 0; j0 < ctx; j0 += kScoreKeys) tiles.push_back(ScoreTile{s, j0, base});
+        base += ctx;
+      }
+      num_score_tiles_ = static_cast<int>(tiles.size());
+      upload(d_score_tiles_, tiles.data(), tiles.size(), stream_);
+      row_stats_.alloc(std::max<std::size_t>(static_cast<std::size_t>(sb[num_seqs]) * H_ * 2 * sizeof(float), 16));
+    }
     const std::size_t ws_bytes = static_cast<std::size_t>(wl_.num_slots) * planner::kMaxRows * D_ * sizeof(float);
     if (ws_bytes > (std::size_t{4} << 30))
       throw UnsupportedError("the partials workspace would take " + std::to_string(ws_bytes >> 20) +
@@ -281,6 +291,11 @@ class CudaPlan final : public detail::PlanImpl {
     P.merge_rows = d_merge_.as<MergeRow>();
     P.ws_o = ws_o_.as<float>();
     P.ws_ml = ws_ml_.as<float>();
+    if (p.scores.present()) {
+      P.scores = p.scores.ptr<float>();
+      P.row_stats = row_stats_.as<float>();
+      P.score_tiles = d_score_tiles_.as<ScoreTile>();
+    }
     P.H = H_;
     P.Hk = Hk_;
     P.G = G_;
@@ -303,6 +318,10 @@ class CudaPlan final : public detail::PlanImpl {
       launch_merge(P, D_, num_merge_rows_, max_parts_, stream_, pdl_);
       PA_CUDA_CHECK(cudaGetLastError());
     }
+    if (P.scores != nullptr && num_score_tiles_ > 0) {
+      fwd_kernel_info(D_, kv_, 1).launch_scores(P, num_score_tiles_, stream_, pdl_);
+      PA_CUDA_CHECK(cudaGetLastError());
+    }
   }
 
   Backend backend() const override { return Backend::cuda; }
@@ -322,7 +341,8 @@ class CudaPlan final : public detail::PlanImpl {
   }
 
   std::size_t workspace_bytes() const override {
-    return ws_o_.bytes + ws_ml_.bytes + d_items_.bytes + d_merge_.bytes + d_bi_.bytes + d_qq_.bytes;
+    return ws_o_.bytes + ws_ml_.bytes + d_items_.bytes + d_merge_.bytes + d_bi_.bytes + d_qq_.bytes +
+           d_score_tiles_.bytes + row_stats_.bytes;
   }
 
  private:
@@ -342,7 +362,9 @@ class CudaPlan final : public detail::PlanImpl {
   int num_merge_rows_ = 0, max_parts_ = 1;
   std::vector<std::vector<uint8_t>> host_;  // plan-owned copies of the host metadata (see upload)
   std::vector<MergeRow> merge_rows_;
+  int num_score_tiles_ = 0;
   DeviceBuffer d_past_, d_sb_, d_bi_, d_bib_, d_qq_, d_qqb_, d_items_, d_merge_, ws_o_, ws_ml_;
+  DeviceBuffer d_score_tiles_, row_stats_;  // scores output only
 };
 
 }  // namespace

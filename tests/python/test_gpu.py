@@ -59,8 +59,8 @@ def gpu_case(seed, qdtype, **kw):
 
 
 def call(case, t, **extra):
-    """pagedattn.forward on the case. While the cuda backend refuses `scores` (UnsupportedError, raised at
-    plan time before anything is written), the case is rerun without them and says so."""
+    """pagedattn.forward on the case. Should the backend refuse `scores` (UnsupportedError, raised at plan time
+    before anything is written), the case is rerun without them and says so."""
     kw = {**t, "scale": case.scale, "sliding_window": case.sliding_window, "num_heads": case.num_heads, **extra}
     try:
         return pagedattn.forward(**kw)

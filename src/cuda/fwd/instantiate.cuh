@@ -31,7 +31,12 @@ struct FwdVariant {
     launch_ex(write_kernel<D, KV>, dim3(static_cast<unsigned>((rows + 3) / 4)), dim3(128), 0, stream, pdl, P,
               num_tokens, num_seqs);
   }
-  static FwdKernelInfo info() { return FwdKernelInfo{&launch, &launch_write, &ctas_per_sm, &prepare, kSmem}; }
+  static void launch_scores(const FwdParams& P, int num_tiles, cudaStream_t stream, bool pdl) {
+    launch_ex(scores_kernel<D, KV>, dim3(num_tiles), dim3(128), 0, stream, pdl, P);
+  }
+  static FwdKernelInfo info() {
+    return FwdKernelInfo{&launch, &launch_write, &launch_scores, &ctas_per_sm, &prepare, kSmem};
+  }
 };
 
 template <int D>

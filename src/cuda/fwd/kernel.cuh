@@ -654,6 +654,8 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT>::kThreads, FwdTraits<D, K
       float den = L;
       if (P.sinks != nullptr) den += exp2f(P.sinks[h] * kLog2e - M);
       const float inv = 1.0f / den;
+      if (P.row_stats != nullptr && c == 0)
+        *reinterpret_cast<float2*>(P.row_stats + (token * P.H + h) * 2) = make_float2(M, den);
       store_io4(P.out, token * P.H * D + static_cast<int64_t>(h) * D + c, P.io_dtype,
                 make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
     } else {
@@ -755,9 +757,72 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_const
       a.w += wgt * v.w;
     }
     const float inv = 1.0f / dt;
+    if (P.row_stats != nullptr && c4 == 0)
+      *reinterpret_cast<float2*>(P.row_stats + (static_cast<int64_t>(mr.token) * P.H + mr.head) * 2) =
+          make_float2(Mt, dt);
     const int64_t base = static_cast<int64_t>(mr.token) * P.H * D + static_cast<int64_t>(mr.head) * D + c4 * 4;
     store_io4(P.out, base, P.io_dtype, make_float4(a.x * inv, a.y * inv, a.z * inv, a.w * inv));
   }
+}
+
+// Scores output (launched only when requested): for each key position j of a sequence, the attention
+// weight summed over the sequence's new tokens and query heads. The weights are recomputed from Q and
+// the dequantised keys (a second read of the keys, paid only by callers who ask) against the final row
+// statistics that the attention kernel or the merge stored. A CTA takes 32 keys: lane = key, the four
+// warps split the query rows, the key tile sits dequantised in shared memory (rows padded: no bank
+// conflicts); sums in a fixed order, so the result is bit-reproducible.
+constexpr int kScoreKeys = 32;
+template <int D, int KV>
+__global__ void __launch_bounds__(128) scores_kernel(const __grid_constant__ FwdParams P) {
+  __shared__ float kt[kScoreKeys][D + 1];
+  __shared__ float part[4][kScoreKeys];
+  const ScoreTile st = P.score_tiles[blockIdx.x];  // plan data: read before the PDL wait
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  pdl_wait();
+  const int s = st.seq, G = P.G;
+  const int past = P.past_lens[s], tok0 = P.subseq_begins[s], T = P.subseq_begins[s + 1] - tok0;
+  const int ctx = past + T;
+  const int32_t* table = P.block_indices + P.block_indices_begins[s];
+  const int j = st.j0 + lane;
+  float acc = 0.0f;
+  for (int hk = 0; hk < P.Hk; ++hk) {
+    __syncthreads();  // the previous head's tile is no longer read
+    for (int r = warp; r < kScoreKeys; r += 4) {
+      const int jr = st.j0 + r;
+      if (jr >= ctx) {
+        for (int d = lane; d < D; d += 32) kt[r][d] = 0.0f;
+        continue;
+      }
+      const int64_t row = cache_row(table, jr, hk, P.Hk, P.block_size_log2);
+      if constexpr (KV == kKvU8) {
+        const float sc = __half2float(__ushort_as_half(P.k_scale[row]));
+        const float zp = __half2float(__ushort_as_half(P.k_zp[row]));
+        const uint8_t* src = static_cast<const uint8_t*>(P.k_cache) + row * D;
+        for (int d = lane; d < D; d += 32) kt[r][d] = num::u8_dequantize(src[d], sc, zp);
+      } else {
+        for (int d = lane; d < D; d += 32) kt[r][d] = load_io(P.k_cache, row * D + d, KV == kKvF16 ? kIoF16 : kIoBF16);
+      }
+    }
+    __syncthreads();
+    if (j >= ctx) continue;
+    for (int r = warp; r < T * G; r += 4) {  // warp-uniform loop; the lanes differ only in the key
+      const int t = r / G, h = hk * G + r % G;
+      const int qpos = past + t;
+      bool vis = j <= qpos && (P.sliding_window == 0 || qpos - j < P.sliding_window);
+      if (vis && P.qq_bias != nullptr && j >= past)
+        vis = P.qq_bias[P.qq_bias_begins[s] + static_cast<int64_t>(t) * T + (j - past)] != 0;
+      if (!vis) continue;
+      const int64_t qb = static_cast<int64_t>(tok0 + t) * P.H * D + static_cast<int64_t>(h) * D;
+      float dot = 0.0f;
+      for (int d = 0; d < D; ++d) dot += load_io(P.q, qb + d, P.io_dtype) * kt[lane][d];
+      const float2 ms = *reinterpret_cast<const float2*>(P.row_stats + (static_cast<int64_t>(tok0 + t) * P.H + h) * 2);
+      const float slope2 = P.alibi != nullptr ? P.alibi[h] * kLog2e : 0.0f;
+      acc += exp2f(dot * P.scale_log2 + slope2 * static_cast<float>(j - qpos) - ms.x) / ms.y;
+    }
+  }
+  part[warp][lane] = acc;
+  __syncthreads();
+  if (warp == 0 && j < ctx) P.scores[st.base + j] = ((part[0][lane] + part[1][lane]) + part[2][lane]) + part[3][lane];
 }
 
 }  // namespace cuda

@@ -15,6 +15,8 @@ struct FwdKernelInfo {
   void (*launch)(const FwdParams& P, int item_offset, int num_items, cudaStream_t stream, bool pdl);
   // the separate KV write-in (write_kernel<D, KV>), the same for every row-tile variant
   void (*launch_write)(const FwdParams& P, int num_tokens, int num_seqs, cudaStream_t stream, bool pdl);
+  // the scores output (scores_kernel<D, KV>), one CTA per ScoreTile
+  void (*launch_scores)(const FwdParams& P, int num_tiles, cudaStream_t stream, bool pdl);
   int (*ctas_per_sm)();        // occupancy with the kernel's shared memory (current device)
   cudaError_t (*prepare)();    // raises the kernel's dynamic shared-memory limit on the current device
   std::size_t smem_bytes;

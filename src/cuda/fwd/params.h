@@ -19,6 +19,12 @@ struct MergeRow {       // one query row (token, head) whose partitions the merg
   int32_t num_parts;
 };
 
+struct ScoreTile {      // 32 key positions of one sequence for the scores kernel
+  int32_t seq;
+  int32_t j0;           // first key position
+  int64_t base;         // offset of the sequence's first key in `scores`
+};
+
 struct FwdParams {
   const void* q;              // [num_tokens, H*D]  io dtype
   void* out;                  // [num_tokens, H*D]  io dtype
@@ -42,6 +48,10 @@ struct FwdParams {
   const MergeRow* merge_rows;
   float* ws_o;                // [num_slots, 64, D] partial outputs (unnormalised, relative to ws_ml.m)
   float* ws_ml;               // [num_slots, 64, 2] partial (max in log2 units, sum)
+  // scores output (all null when not requested)
+  float* scores;              // [sum ctx] f32
+  float* row_stats;           // [num_tokens * H, 2] final (max in log2 units, denominator incl. sink)
+  const ScoreTile* score_tiles;
   int H, Hk, G, D;
   int block_size_log2;
   int sliding_window;
