@@ -305,10 +305,9 @@ class CudaPlan final : public detail::PlanImpl {
     P.scale_log2 = scale_ * kLog2e;
     P.io_dtype = io_type(p.query.dtype);
 
-    if (P.k_new != nullptr && separate_write_) {
+    if (P.k_new != nullptr && separate_write_) {  // rows of multi-chunk sequences (the rest stay fused)
       fwd_kernel_info(D_, kv_, 1).launch_write(P, num_tokens_, num_seqs_, stream_, pdl_);
       PA_CUDA_CHECK(cudaGetLastError());
-      P.k_new = P.v_new = nullptr;  // the attention kernels read the rows just written
     }
     for (const Launch& l : launches_) {
       fwd_kernel_info(D_, kv_, l.rt).launch(P, l.offset, l.count, stream_, pdl_);

@@ -13,9 +13,9 @@
 // the affine parameters are folded into per-key epilogues:
 //   s_j = scale_j * (q . (code_j + 1024) - (zp_j + 1024) * sum(q))
 //   o   = sum_j (p_j * vscale_j) code_j - sum_j (p_j * vscale_j) * vzp_j
-// The op's KV write-in is fused when every sequence is one chunk: before reading, a CTA writes (and
-// quantises) every new token that lies in its key range, for its kv head; each row then has one writer.
-// Plans with multi-chunk sequences run write_kernel first and clear k_new for this kernel.
+// The op's KV write-in is fused for sequences that are one chunk: before reading, a CTA writes (and
+// quantises) every new token that lies in its key range, for its kv head; each row has one writer.
+// Sequences cut into several chunks are written by write_kernel, launched before this kernel.
 // Partitions of one chunk leave (m, l, O) partials; merge_kernel combines them.
 #pragma once
 
@@ -313,7 +313,8 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT>::kThreads, FwdTraits<D, K
   pdl_wait();
 
   // --- fused KV write-in: new tokens inside this CTA's key range ----------------------------------
-  if (P.k_new != nullptr) {
+  // (sequences cut into several chunks have their rows written by write_kernel before this launch)
+  if (P.k_new != nullptr && w.nt == t_seq) {
     const int wb = max(w.kv_begin, past), we = min(w.kv_end, past + t_seq);
     if (wb < we) {
       for (int pos = wb + warp; pos < we; pos += kWarps) {
@@ -666,9 +667,9 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT>::kThreads, FwdTraits<D, K
   }
 }
 
-// Writes (and for u8 quantises) every new key and value row into the cache, one warp per (token, kv
-// head). Used instead of the fused write-in when a sequence is cut into several chunks (prefill): there
-// every chunk's CTA would rewrite all earlier new rows of its sequence (O(T^2) writes).
+// Writes (and for u8 quantises) the new key and value rows of the sequences cut into several chunks
+// (prefill), one warp per (token, kv head): fused, every chunk's CTA would rewrite all earlier new rows
+// of its sequence (O(T^2) writes). Single-chunk sequences keep the fused write-in.
 template <int D, int KV>
 __global__ void __launch_bounds__(128) write_kernel(const __grid_constant__ FwdParams P, int num_tokens, int num_seqs) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -682,6 +683,8 @@ __global__ void __launch_bounds__(128) write_kernel(const __grid_constant__ FwdP
     const int mid = (lo + hi + 1) / 2;
     if (P.subseq_begins[mid] <= token) lo = mid; else hi = mid - 1;
   }
+  // single-chunk sequences write their rows inside the attention kernel (planner: T > 64/G -> chunks)
+  if (P.subseq_begins[lo + 1] - P.subseq_begins[lo] <= planner::kMaxRows / P.G) return;
   const int pos = P.past_lens[lo] + token - P.subseq_begins[lo];
   const int64_t row = cache_row(P.block_indices + P.block_indices_begins[lo], pos, hk, P.Hk, P.block_size_log2);
   const int64_t src = static_cast<int64_t>(token) * P.Hk * D + static_cast<int64_t>(hk) * D;
