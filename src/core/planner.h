@@ -17,6 +17,8 @@ namespace pagedattn {
 namespace planner {
 
 constexpr int kMaxRows = 64;    // query rows (tokens x heads of one kv head) per CTA
+// NOTE: a sequence is cut into chunks iff T > kMaxRows / G; the CUDA write_kernel relies on that rule
+// to know which sequences' rows it writes (the others are written inside the attention kernel).
 constexpr int kBlockKV = 64;    // keys per pipeline tile
 constexpr int kMinPartition = 128;  // 8k, one sequence, Hk=4: 256 CTAs of 128 keys, not 128 of 256
 constexpr int kDeterministicPartition = 512;

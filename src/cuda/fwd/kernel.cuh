@@ -652,11 +652,19 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT>::kThreads, FwdTraits<D, K
     const int h = hk * G + r % G;
     const int64_t token = tok0 + w.t0 + r / G;
     if (w.slot < 0) {
-      float den = L;
-      if (P.sinks != nullptr) den += exp2f(P.sinks[h] * kLog2e - M);
-      const float inv = 1.0f / den;
+      // the sink joins the max (as in the merge): exp2(sink - M) alone could overflow for a large sink
+      float Ms = M, den = L, inv;
+      if (P.sinks != nullptr) {
+        const float sink2 = P.sinks[h] * kLog2e;
+        Ms = fmaxf(M, sink2);
+        const float f = fast_exp2(M - Ms);
+        den = L * f + fast_exp2(sink2 - Ms);
+        inv = f / den;
+      } else {
+        inv = 1.0f / den;
+      }
       if (P.row_stats != nullptr && c == 0)
-        *reinterpret_cast<float2*>(P.row_stats + (token * P.H + h) * 2) = make_float2(M, den);
+        *reinterpret_cast<float2*>(P.row_stats + (token * P.H + h) * 2) = make_float2(Ms, den);
       store_io4(P.out, token * P.H * D + static_cast<int64_t>(h) * D + c, P.io_dtype,
                 make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
     } else {
