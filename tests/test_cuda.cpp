@@ -196,17 +196,22 @@ TEST(Cuda, DecodeOnlyLongContext) {
   run_suite("decode-long", cfg, base_seed() + 100000, 24);
 }
 
-TEST(Cuda, TileAndMixedRandom) {
-  REQUIRE_GPU();
+// Mixed batches: decodes, verifies and prefill chunks of up to `max_tokens` tokens.
+CaseConfig mixed_config(int max_tokens, int max_past, int max_total_tokens, int max_total_context) {
   CaseConfig cfg = few_query_config();
   cfg.min_tokens = 1;
-  cfg.max_tokens = 160;
-  cfg.max_past = 2000;
+  cfg.max_tokens = max_tokens;
+  cfg.max_past = max_past;
   cfg.group_sizes = {1, 2, 4, 8};
   cfg.kv_heads = {1, 2};
-  cfg.max_total_tokens = 400;
-  cfg.max_total_context = 8000;
-  run_suite("tile-mixed", cfg, base_seed() + 200000, 200);
+  cfg.max_total_tokens = max_total_tokens;
+  cfg.max_total_context = max_total_context;
+  return cfg;
+}
+
+TEST(Cuda, TileAndMixedRandom) {
+  REQUIRE_GPU();
+  run_suite("tile-mixed", mixed_config(160, 2000, 400, 8000), base_seed() + 200000, 200);
 }
 
 TEST(Cuda, TileLongContextRandom) {
@@ -239,6 +244,17 @@ TEST(Cuda, LongPrefillAndChunk) {
   cfg.max_past = 32768;
   cfg.p_tree = 0.0;
   run_suite("long-prefill", cfg, base_seed() + 300000, 4);
+}
+
+// Wide prefill tiles (experimental, PAGEDATTN_WIDE_PREFILL=1): 128-row chunks on the 8-row-tile
+// variant, the same cases and tolerances as the tile suites.
+TEST(Cuda, WidePrefillTilesRandom) {
+  REQUIRE_GPU();
+  struct EnvGuard {
+    EnvGuard() { setenv("PAGEDATTN_WIDE_PREFILL", "1", 1); }
+    ~EnvGuard() { unsetenv("PAGEDATTN_WIDE_PREFILL"); }
+  } guard;
+  run_suite("wide-prefill", mixed_config(300, 4000, 600, 12000), base_seed() + 800000, 100);
 }
 
 TEST(Cuda, DeterministicModeIsBatchInvariant) {

@@ -9,7 +9,7 @@
 //     token rounded down to kBlockKV; every key a token of the chunk may see (params.h: i - j < window)
 //     is inside, and the first tile holds at least one of them;
 //   - kv_begin is a multiple of kBlockKV and partitions are aligned to absolute multiples of
-//     partition_tokens; row_tiles is the smallest of 1/2/4 with 16 * row_tiles >= nt * G;
+//     partition_tokens; row_tiles is the smallest of 1/2/4/8 with 16 * row_tiles >= nt * G;
 //   - partial slots: one-partition chunks write out directly (slot -1); the items of a chunk with
 //     num_parts > 1 have distinct slots in [slot, slot + num_parts); chunk slot ranges
 //     [slot, slot + num_parts * Hk) do not overlap and lie below num_slots; merges list exactly those chunks;
@@ -136,7 +136,8 @@ int64_t parts_needed(int lo, int hi, int part) { return ceil_div(hi, part) - lo 
 void check_plan(const Inputs& in, const Plan& plan) {
   const int G = in.group, Hk = in.num_kv_heads, P = plan.partition_tokens;
   const int num_seqs = static_cast<int>(in.past_lens.size());
-  const int max_tokens_per_chunk = pl::kMaxRows / G;
+  const int max_tokens_per_chunk = in.max_rows / G;
+  EXPECT_EQ(plan.slot_rows, in.max_rows) << "partial slots must hold a whole chunk's rows";
 
   // partition size
   ASSERT_GT(P, 0);
@@ -157,10 +158,11 @@ void check_plan(const Inputs& in, const Plan& plan) {
     EXPECT_GE(w.t0, 0);
     EXPECT_GE(w.nt, 1);
     EXPECT_LE(w.t0 + w.nt, T) << "chunk runs past the sequence's T=" << T;
-    EXPECT_LE(w.nt * G, pl::kMaxRows) << "too many query rows for one CTA";
+    EXPECT_LE(w.nt * G, in.max_rows) << "too many query rows for one CTA";
     const int rows = w.nt * G;
-    const int smallest_rt = rows <= 16 ? 1 : (rows <= 32 ? 2 : 4);
-    EXPECT_TRUE(w.row_tiles == 1 || w.row_tiles == 2 || w.row_tiles == 4) << "no such kernel variant";
+    const int smallest_rt = rows <= 16 ? 1 : rows <= 32 ? 2 : rows <= 64 ? 4 : 8;
+    EXPECT_TRUE(w.row_tiles == 1 || w.row_tiles == 2 || w.row_tiles == 4 || (w.row_tiles == 8 && in.max_rows == 128))
+        << "no such kernel variant";
     EXPECT_GE(w.row_tiles, ceil_div(rows, 16)) << "row tiles too few for " << rows << " rows";
     EXPECT_EQ(w.row_tiles, smallest_rt) << "row tiles not the smallest variant for " << rows << " rows";
     EXPECT_EQ(w.kv_begin % pl::kBlockKV, 0) << "kv_begin not a multiple of kBlockKV";
@@ -289,11 +291,12 @@ void check_plan(const Inputs& in, const Plan& plan) {
   }
 }
 
-void run_random(int cases, uint64_t offset) {
+void run_random(int cases, uint64_t offset, int max_rows = pl::kMaxRows) {
   for (int i = 0; i < cases; ++i) {
     const uint64_t seed = base_seed() + offset + static_cast<uint64_t>(i);
     std::mt19937_64 rng(seed);
-    const Inputs in = random_inputs(rng);
+    Inputs in = random_inputs(rng);
+    in.max_rows = max_rows;
     SCOPED_TRACE("case seed " + std::to_string(seed) + " (base + " + std::to_string(offset + i) + "): " + describe(in));
     const Plan plan = pl::make_plan(in);
     check_plan(in, plan);
@@ -309,6 +312,9 @@ void run_random(int cases, uint64_t offset) {
 }
 
 TEST(Planner, RandomBatchesKeepEveryRule) { run_random(1500, 0); }
+
+// Wide prefill tiles (128-row chunks, 8 row tiles; PAGEDATTN_WIDE_PREFILL=1 on the CUDA backend).
+TEST(Planner, RandomBatchesWideChunks) { run_random(500, 2000000, pl::kMaxRowsWide); }
 
 // Deterministic and forced modes, drawn on their own so each case exercises them.
 TEST(Planner, RandomForcedAndDeterministic) {

@@ -21,7 +21,9 @@ int64_t count_parts(const std::vector<Chunk>& chunks, int part) {
 
 Plan make_plan(const Inputs& in) {
   if (in.group < 1 || in.group > kMaxRows) throw std::invalid_argument("group size must be in [1, 64]");
-  const int max_tokens_per_chunk = kMaxRows / in.group;
+  if (in.max_rows != kMaxRows && in.max_rows != kMaxRowsWide)
+    throw std::invalid_argument("max_rows must be 64 or 128");
+  const int max_tokens_per_chunk = in.max_rows / in.group;
   std::vector<Chunk> chunks;
   for (size_t s = 0; s < in.past_lens.size(); ++s) {
     const int T = in.tokens[s], past = in.past_lens[s];
@@ -58,6 +60,7 @@ Plan make_plan(const Inputs& in) {
     part = std::max(part, kBlockKV);
   }
   plan.partition_tokens = part;
+  plan.slot_rows = in.max_rows;
 
   // --- work items and partial slots ---------------------------------------------------------------
   int slot = 0;
@@ -65,7 +68,7 @@ Plan make_plan(const Inputs& in) {
     const int p0 = c.lo / part, p1 = static_cast<int>((int64_t{c.hi} + part - 1) / part);
     const int nparts = p1 - p0;
     const int rows = c.nt * in.group;
-    const int rt = rows <= 16 ? 1 : (rows <= 32 ? 2 : 4);  // kernel variants: 1, 2, 4 row tiles
+    const int rt = rows <= 16 ? 1 : rows <= 32 ? 2 : rows <= 64 ? 4 : 8;  // kernel variants: row tiles
     for (int p = p0; p < p1; ++p) {
       WorkItem w;
       w.seq = c.seq;
@@ -96,10 +99,10 @@ Plan make_plan(const Inputs& in) {
 
 std::string Plan::describe() const {
   std::ostringstream os;
-  int counts[5] = {0, 0, 0, 0, 0};  // index: row tiles
+  int counts[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};  // index: row tiles
   for (const WorkItem& w : items) counts[w.row_tiles]++;
   os << "partition_tokens=" << partition_tokens << " items=" << items.size() << " ctas=" << ctas
-     << " (row tiles 1/2/4: " << counts[1] << "/" << counts[2] << "/" << counts[4] << ")"
+     << " (row tiles 1/2/4/8: " << counts[1] << "/" << counts[2] << "/" << counts[4] << "/" << counts[8] << ")"
      << " merges=" << merges.size() << " partial_slots=" << num_slots;
   return os.str();
 }

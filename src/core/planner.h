@@ -16,8 +16,9 @@
 namespace pagedattn {
 namespace planner {
 
-constexpr int kMaxRows = 64;    // query rows (tokens x heads of one kv head) per CTA
-// NOTE: a sequence is cut into chunks iff T > kMaxRows / G; the CUDA write_kernel relies on that rule
+constexpr int kMaxRows = 64;    // query rows (tokens x heads of one kv head) per CTA, by default
+constexpr int kMaxRowsWide = 128;  // with wide prefill tiles (Inputs::max_rows; experimental)
+// NOTE: a sequence is cut into chunks iff T > max_rows / G; the CUDA write_kernel relies on that rule
 // to know which sequences' rows it writes (the others are written inside the attention kernel).
 constexpr int kBlockKV = 64;    // keys per pipeline tile
 constexpr int kMinPartition = 128;  // 8k, one sequence, Hk=4: 256 CTAs of 128 keys, not 128 of 256
@@ -31,7 +32,7 @@ struct WorkItem {
   int32_t slot;       // partial slot of (chunk, part) for kv head 0, or -1 when the chunk has one
                       // partition (the CTA writes `out` directly); kv head h uses slot + h * num_parts
   int32_t num_parts;  // partitions of this chunk
-  int32_t row_tiles;  // kernel variant: 16-row MMA tiles, 1, 2 or 4 (>= ceil(nt * G / 16))
+  int32_t row_tiles;  // kernel variant: 16-row MMA tiles, 1, 2, 4 or 8 (>= ceil(nt * G / 16))
   // Filled by the backend from the call's metadata (so the kernel needs one dependent load, not four):
   int32_t past;       // past_lens[seq]
   int32_t tok0;       // subsequence_begins[seq]
@@ -54,11 +55,13 @@ struct Inputs {
   int ctas_per_sm = 1;                     // occupancy of the attention kernel
   bool deterministic = false;
   int forced_partition = 0;                // 0: choose
+  int max_rows = kMaxRows;                 // rows per chunk: kMaxRows, or kMaxRowsWide (8 row tiles)
 };
 
 struct Plan {
   int partition_tokens = 0;
-  int num_slots = 0;                       // partial slots (each kMaxRows rows) for all kv heads
+  int num_slots = 0;                       // partial slots (each slot_rows rows) for all kv heads
+  int slot_rows = kMaxRows;                // = Inputs::max_rows
   int max_row_tiles = 1;
   int64_t ctas = 0;                        // attention CTAs (items x kv heads)
   std::vector<WorkItem> items;             // sorted by row_tiles, then longest key range first

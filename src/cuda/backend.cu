@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
+#include <string>
 #include <vector>
 
 #include "core/plan_impl.h"
@@ -170,6 +172,9 @@ class CudaPlan final : public detail::PlanImpl {
     in.ctas_per_sm = fwd_kernel_info(D_, kv_, 1).ctas_per_sm();
     in.deterministic = opt.deterministic;
     in.forced_partition = opt.partition_tokens;
+    // Experimental (A/B on the GPU, not yet the default): 128-row chunks for prefill on 8-warp CTAs.
+    if (const char* e = std::getenv("PAGEDATTN_WIDE_PREFILL"); e != nullptr && std::string(e) == "1")
+      in.max_rows = planner::kMaxRowsWide;
     wl_ = planner::make_plan(in);
     const int32_t* bib = p.block_indices_begins.ptr<int32_t>();
     for (planner::WorkItem& w : wl_.items) {
@@ -246,13 +251,13 @@ class CudaPlan final : public detail::PlanImpl {
       upload(d_score_tiles_, tiles.data(), tiles.size(), stream_);
       row_stats_.alloc(std::max<std::size_t>(static_cast<std::size_t>(sb[num_seqs]) * H_ * 2 * sizeof(float), 16));
     }
-    const std::size_t ws_bytes = static_cast<std::size_t>(wl_.num_slots) * planner::kMaxRows * D_ * sizeof(float);
+    const std::size_t ws_bytes = static_cast<std::size_t>(wl_.num_slots) * wl_.slot_rows * D_ * sizeof(float);
     if (ws_bytes > (std::size_t{4} << 30))
       throw UnsupportedError("the partials workspace would take " + std::to_string(ws_bytes >> 20) +
                              " MiB (" + std::to_string(wl_.num_slots) +
                              " partition slots): raise Options::partition_tokens or leave deterministic mode off");
     ws_o_.alloc(ws_bytes + 16);
-    ws_ml_.alloc(static_cast<std::size_t>(wl_.num_slots) * planner::kMaxRows * 2 * sizeof(float) + 16);
+    ws_ml_.alloc(static_cast<std::size_t>(wl_.num_slots) * wl_.slot_rows * 2 * sizeof(float) + 16);
 
     scale_ = p.scale ? *p.scale : 1.0f / std::sqrt(static_cast<float>(D_));
   }
@@ -304,6 +309,7 @@ class CudaPlan final : public detail::PlanImpl {
     P.sliding_window = p.sliding_window;
     P.scale_log2 = scale_ * kLog2e;
     P.io_dtype = io_type(p.query.dtype);
+    P.slot_rows = wl_.slot_rows;
 
     if (P.k_new != nullptr && separate_write_) {  // rows of multi-chunk sequences (the rest stay fused)
       fwd_kernel_info(D_, kv_, 1).launch_write(P, num_tokens_, num_seqs_, stream_, pdl_);

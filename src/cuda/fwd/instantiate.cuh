@@ -46,7 +46,8 @@ FwdKernelInfo fwd_kernel_info_for(int kv, int rt) {
   switch (rt) {                                            \
     case 1: return FwdVariant<D, KVK, 1>::info();          \
     case 2: return FwdVariant<D, KVK, 2>::info();          \
-    default: return FwdVariant<D, KVK, 4>::info();         \
+    case 4: return FwdVariant<D, KVK, 4>::info();          \
+    default: return FwdVariant<D, KVK, 8>::info();         \
   }
   switch (kv) {
     case kKvF16: PA_RT_CASES(kKvF16)

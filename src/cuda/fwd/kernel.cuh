@@ -31,7 +31,6 @@ namespace pagedattn {
 namespace cuda {
 
 constexpr float kLog2e = 1.4426950408889634f;
-constexpr int kSlotRows = planner::kMaxRows;
 
 template <int KV>
 struct KvTraits;
@@ -64,20 +63,20 @@ struct FwdTraits {
   static constexpr bool kU8 = KV == kKvU8;
   static constexpr int kRows = RT * 16;
   static constexpr int kWQ = RT;                          // warps along rows (one 16-row tile each)
-  static constexpr int kWKV = RT == 1 ? 4 : RT == 2 ? 2 : 1;  // key groups
+  static constexpr int kWKV = RT == 1 ? 4 : RT == 2 ? 2 : 1;  // key groups (8 row tiles: 8 warps, one group)
   static constexpr int kWarps = kWQ * kWKV;
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kGroupThreads = kWQ * 32;
-  static constexpr int kKPW = RT == 4 ? (D >= 256 ? 32 : 64) : (D >= 256 ? 16 : 32);  // keys per group slice
+  static constexpr int kKPW = RT >= 4 ? (D >= 256 ? 32 : 64) : (D >= 256 ? 16 : 32);  // keys per group slice
   static constexpr int kTileKV = kWKV * kKPW;             // keys per iteration of the CTA
-  static constexpr int kMinCtas = 2;                      // __launch_bounds__ occupancy hint
+  static constexpr int kMinCtas = RT == 8 ? 1 : 2;        // __launch_bounds__ occupancy hint
   static constexpr int kLdQ = D + 8;                      // Q row (elements)
   static constexpr int kLdKV = kU8 ? D + 16 : D + 8;      // K/V row (cache elements)
   static constexpr int kParBytes = (kU8 ? 4 : 1) * kKPW * 2;  // u8: key scale, key zp, value scale, value zp
   static constexpr int kHalfBytes = kKPW * kLdKV * static_cast<int>(sizeof(C)) + kParBytes;
   static constexpr int kQBytes = kRows * kLdQ * static_cast<int>(sizeof(T));
   static constexpr int kFixed = kQBytes + kRows * 4 + kWKV * kRows * 8 + 128;
-  static constexpr int kBudget = 113 * 1024;  // two CTAs per SM
+  static constexpr int kBudget = RT == 8 ? 227 * 1024 : 113 * 1024;  // two CTAs per SM (8 row tiles: one)
   static constexpr int kFit = (kBudget - kFixed) / (kWKV * kHalfBytes);
   static constexpr int kStages = kFit > 6 ? 6 : kFit;     // half-tiles in each group's ring
   static_assert(kStages >= 3, "pipeline depth");
@@ -668,7 +667,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT>::kThreads, FwdTraits<D, K
       store_io4(P.out, token * P.H * D + static_cast<int64_t>(h) * D + c, P.io_dtype,
                 make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
     } else {
-      const int64_t slot = (w.slot + static_cast<int64_t>(hk) * w.num_parts) * kSlotRows + r;
+      const int64_t slot = (w.slot + static_cast<int64_t>(hk) * w.num_parts) * P.slot_rows + r;
       *reinterpret_cast<float4*>(P.ws_o + slot * D + c) = acc;
       if (c == 0) *reinterpret_cast<float2*>(P.ws_ml + slot * 2) = make_float2(M, L);
     }
@@ -692,7 +691,7 @@ __global__ void __launch_bounds__(128) write_kernel(const __grid_constant__ FwdP
     if (P.subseq_begins[mid] <= token) lo = mid; else hi = mid - 1;
   }
   // single-chunk sequences write their rows inside the attention kernel (planner: T > 64/G -> chunks)
-  if (P.subseq_begins[lo + 1] - P.subseq_begins[lo] <= planner::kMaxRows / P.G) return;
+  if (P.subseq_begins[lo + 1] - P.subseq_begins[lo] <= P.slot_rows / P.G) return;
   const int pos = P.past_lens[lo] + token - P.subseq_begins[lo];
   const int64_t row = cache_row(P.block_indices + P.block_indices_begins[lo], pos, hk, P.Hk, P.block_size_log2);
   const int64_t src = static_cast<int64_t>(token) * P.Hk * D + static_cast<int64_t>(hk) * D;
@@ -715,10 +714,10 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_const
   const MergeRow mr = P.merge_rows[blockIdx.x];
   const int tid = threadIdx.x;
   const int c4 = tid % kCols4, g = tid / kCols4;
-  const float* ml = P.ws_ml + (static_cast<int64_t>(mr.slot) * kSlotRows + mr.row) * 2;
-  const float* wo = P.ws_o + (static_cast<int64_t>(mr.slot) * kSlotRows + mr.row) * D + c4 * 4;
-  constexpr int64_t kMlStride = static_cast<int64_t>(kSlotRows) * 2;
-  constexpr int64_t kOStride = static_cast<int64_t>(kSlotRows) * D;
+  const float* ml = P.ws_ml + (static_cast<int64_t>(mr.slot) * P.slot_rows + mr.row) * 2;
+  const float* wo = P.ws_o + (static_cast<int64_t>(mr.slot) * P.slot_rows + mr.row) * D + c4 * 4;
+  const int64_t kMlStride = static_cast<int64_t>(P.slot_rows) * 2;
+  const int64_t kOStride = static_cast<int64_t>(P.slot_rows) * D;
   pdl_wait();
   const float sink2 = P.sinks != nullptr ? P.sinks[mr.head] * kLog2e : -INFINITY;
 

@@ -15,7 +15,7 @@ struct MergeRow {       // one query row (token, head) whose partitions the merg
   int32_t token;        // global query row
   int32_t head;         // query head
   int32_t slot;         // partial slot of partition 0 of this row's kv head
-  int32_t row;          // row within the slot (0..63)
+  int32_t row;          // row within the slot (0..slot_rows-1)
   int32_t num_parts;
 };
 
@@ -57,6 +57,7 @@ struct FwdParams {
   int sliding_window;
   float scale_log2;           // softmax scale * log2(e)
   int io_dtype;               // IoType
+  int slot_rows;              // rows per partial slot = query rows per chunk (64, or 128: wide tiles)
 };
 
 }  // namespace cuda
