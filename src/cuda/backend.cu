@@ -173,7 +173,11 @@ class CudaPlan final : public detail::PlanImpl {
     in.deterministic = opt.deterministic;
     in.forced_partition = opt.partition_tokens;
     // Experimental (A/B on the GPU, not yet the default): 128-row chunks for prefill on 8-warp CTAs.
-    if (const char* e = std::getenv("PAGEDATTN_WIDE_PREFILL"); e != nullptr && std::string(e) == "1")
+    // (only where the 8-row-tile variant fits the device's shared memory; sm_80 at D=256 does not)
+    int optin = 0;
+    PA_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    if (const char* e = std::getenv("PAGEDATTN_WIDE_PREFILL"); e != nullptr && std::string(e) == "1" &&
+        static_cast<int>(fwd_kernel_info(D_, kv_, 8).smem_bytes) <= optin)
       in.max_rows = planner::kMaxRowsWide;
     wl_ = planner::make_plan(in);
     const int32_t* bib = p.block_indices_begins.ptr<int32_t>();

@@ -690,7 +690,7 @@ __global__ void __launch_bounds__(128) write_kernel(const __grid_constant__ FwdP
     const int mid = (lo + hi + 1) / 2;
     if (P.subseq_begins[mid] <= token) lo = mid; else hi = mid - 1;
   }
-  // single-chunk sequences write their rows inside the attention kernel (planner: T > 64/G -> chunks)
+  // single-chunk sequences write their rows inside the attention kernel (planner: T > max_rows/G -> chunks)
   if (P.subseq_begins[lo + 1] - P.subseq_begins[lo] <= P.slot_rows / P.G) return;
   const int pos = P.past_lens[lo] + token - P.subseq_begins[lo];
   const int64_t row = cache_row(P.block_indices + P.block_indices_begins[lo], pos, hk, P.Hk, P.block_size_log2);
@@ -824,7 +824,12 @@ __global__ void __launch_bounds__(128) scores_kernel(const __grid_constant__ Fwd
       if (!vis) continue;
       const int64_t qb = static_cast<int64_t>(tok0 + t) * P.H * D + static_cast<int64_t>(h) * D;
       float dot = 0.0f;
-      for (int d = 0; d < D; ++d) dot += load_io(P.q, qb + d, P.io_dtype) * kt[lane][d];
+      // q rounded to the MMA type, as the attention kernel saw it (its statistics are in ms)
+      for (int d = 0; d < D; ++d) {
+        const float qd = load_io(P.q, qb + d, P.io_dtype);
+        dot += (KV == kKvBF16 ? __bfloat162float(__float2bfloat16_rn(qd)) : __half2float(__float2half_rn(qd))) *
+               kt[lane][d];
+      }
       const float2 ms = *reinterpret_cast<const float2*>(P.row_stats + (static_cast<int64_t>(tok0 + t) * P.H + h) * 2);
       const float slope2 = P.alibi != nullptr ? P.alibi[h] * kLog2e : 0.0f;
       acc += exp2f(dot * P.scale_log2 + slope2 * static_cast<float>(j - qpos) - ms.x) / ms.y;
