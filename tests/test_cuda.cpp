@@ -30,10 +30,7 @@ namespace {
     if (!cuda_available()) GTEST_SKIP() << "no CUDA device visible: GPU test skipped"; \
   } while (0)
 
-uint64_t base_seed() {
-  const char* s = std::getenv("PAGEDATTN_SEED");
-  return s ? std::strtoull(s, nullptr, 10) : 20261129ull;
-}
+uint64_t base_seed() { return pagedattn::testing::base_seed("test_cuda", 20261129ull); }
 
 // PAGEDATTN_GPU_CASES caps each suite's case count (the sanitizer run uses a small subset).
 int case_count(int n) {

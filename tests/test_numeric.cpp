@@ -13,20 +13,13 @@
 #include <vector>
 
 #include "common/numeric.h"
+#include "testing/case.h"
 
 using namespace pagedattn;
 
 namespace {
 
-uint64_t base_seed() {
-  static const uint64_t seed = [] {
-    const char* env = std::getenv("PAGEDATTN_SEED");
-    uint64_t s = env ? std::strtoull(env, nullptr, 0) : 0x5eed0001ull;
-    std::printf("test_numeric: base seed %llu (set PAGEDATTN_SEED to change)\n", static_cast<unsigned long long>(s));
-    return s;
-  }();
-  return seed;
-}
+uint64_t base_seed() { return pagedattn::testing::base_seed("test_numeric", 0x5eed0001ull); }
 
 float from_bits(uint32_t u) {
   float f;

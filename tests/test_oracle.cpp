@@ -26,15 +26,7 @@ using pt::CaseConfig;
 
 namespace {
 
-uint64_t base_seed() {
-  static const uint64_t seed = [] {
-    const char* env = std::getenv("PAGEDATTN_SEED");
-    uint64_t s = env ? std::strtoull(env, nullptr, 0) : 20250601ull;
-    std::printf("test_oracle: base seed %llu (set PAGEDATTN_SEED to change)\n", static_cast<unsigned long long>(s));
-    return s;
-  }();
-  return seed;
-}
+uint64_t base_seed() { return pagedattn::testing::base_seed("test_oracle", 20250601ull); }
 
 int num_cases(int dflt) {
   const char* env = std::getenv("PAGEDATTN_CASES");

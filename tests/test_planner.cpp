@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "core/planner.h"
+#include "testing/case.h"
 
 namespace {
 
@@ -43,16 +44,7 @@ using pl::Inputs;
 using pl::Plan;
 using pl::WorkItem;
 
-uint64_t base_seed() {
-  static const uint64_t seed = [] {
-    const char* env = std::getenv("PAGEDATTN_SEED");
-    const uint64_t s = env && env[0] ? std::strtoull(env, nullptr, 10) : (uint64_t{std::random_device{}()} << 20);
-    std::printf("[ seed     ] test_planner base seed %llu (rerun with PAGEDATTN_SEED=%llu)\n",
-                static_cast<unsigned long long>(s), static_cast<unsigned long long>(s));
-    return s;
-  }();
-  return seed;
-}
+uint64_t base_seed() { return pagedattn::testing::base_seed("test_planner", 0); }
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 int64_t ceil_div(int64_t x, int64_t m) { return (x + m - 1) / m; }

@@ -34,16 +34,7 @@ using pagedattn::TensorView;
 using pagedattn::ValidationError;
 namespace pt = pagedattn::testing;
 
-uint64_t base_seed() {
-  static const uint64_t seed = [] {
-    const char* env = std::getenv("PAGEDATTN_SEED");
-    const uint64_t s = env && env[0] ? std::strtoull(env, nullptr, 10) : (uint64_t{std::random_device{}()} << 20);
-    std::printf("[ seed     ] test_validate base seed %llu (rerun with PAGEDATTN_SEED=%llu)\n",
-                static_cast<unsigned long long>(s), static_cast<unsigned long long>(s));
-    return s;
-  }();
-  return seed;
-}
+uint64_t base_seed() { return pagedattn::testing::base_seed("test_validate", 0); }
 
 // Small shapes: the oracle runs in a blink, every feature can be forced on.
 pt::CaseConfig small_cfg() {

@@ -50,6 +50,11 @@ _DEVICE_FIELDS = ("query", "key", "value", "key_cache", "value_cache", "key_scal
 _DLPACK_CUDA = (2, 13)  # kDLCUDA, kDLCUDAManaged
 
 
+def _tensor_args(args: dict) -> dict:
+    """The op's tensors from the keyword arguments of forward() / plan() (their locals())."""
+    return {name: args[name] for name in (*_DEVICE_FIELDS, *_HOST_FIELDS)}
+
+
 def _framework(x: Any) -> str:
     return type(x).__module__.split(".")[0]
 
@@ -226,12 +231,7 @@ def forward(*, query: Any, key: Any = None, value: Any = None, key_cache: Any, v
             qq_bias: Any = None, qq_bias_begins: Any = None, out: Any = None, scores: Any = None,
             num_heads: int, backend: str = "auto", deterministic: bool = False, partition_tokens: int = 0,
             stream: Any = None) -> Any:
-    tensors = dict(query=query, key=key, value=value, key_cache=key_cache, value_cache=value_cache,
-                   key_scale=key_scale, key_zero_point=key_zero_point, value_scale=value_scale,
-                   value_zero_point=value_zero_point, past_lens=past_lens, subsequence_begins=subsequence_begins,
-                   block_indices=block_indices, block_indices_begins=block_indices_begins,
-                   alibi_slopes=alibi_slopes, sinks=sinks, qq_bias=qq_bias, qq_bias_begins=qq_bias_begins,
-                   out=out, scores=scores)
+    tensors = _tensor_args(locals())
     tensors, backend, stream_ptr = _prepare(tensors, backend, stream)
     with _device_guard(query):
         _C.forward(tensors, int(num_heads), _opt_float(scale), int(sliding_window), _opt_int(max_context_len), backend,
@@ -331,12 +331,7 @@ def plan(*, query: Any, key: Any = None, value: Any = None, key_cache: Any, valu
          qq_bias: Any = None, qq_bias_begins: Any = None, out: Any = None, scores: Any = None,
          num_heads: int, backend: str = "auto", deterministic: bool = False, partition_tokens: int = 0,
          stream: Any = None) -> Plan:
-    tensors = dict(query=query, key=key, value=value, key_cache=key_cache, value_cache=value_cache,
-                   key_scale=key_scale, key_zero_point=key_zero_point, value_scale=value_scale,
-                   value_zero_point=value_zero_point, past_lens=past_lens, subsequence_begins=subsequence_begins,
-                   block_indices=block_indices, block_indices_begins=block_indices_begins,
-                   alibi_slopes=alibi_slopes, sinks=sinks, qq_bias=qq_bias, qq_bias_begins=qq_bias_begins,
-                   out=out, scores=scores)
+    tensors = _tensor_args(locals())
     tensors, backend, stream_ptr = _prepare(tensors, backend, stream)
     with _device_guard(query):
         native = _C.plan(tensors, int(num_heads), _opt_float(scale), int(sliding_window), _opt_int(max_context_len), backend,

@@ -37,6 +37,17 @@ std::string cat(const Args&... args) {
   return os.str();
 }
 
+// An offsets array [num_seqs+1]: starts at 0, never decreases, ends at `end` (`end_what` names it).
+void check_begins(const char* name, const int32_t* b, int64_t num_seqs, int64_t end, const std::string& end_what) {
+  if (b[0] != 0) fail(name, cat("must start at 0, got ", b[0], " at ", name, "[0]"));
+  for (int64_t s = 0; s < num_seqs; ++s)
+    if (b[s + 1] < b[s])
+      fail(name, cat("must be non-decreasing, got ", b[s], " then ", b[s + 1], " at ", name, "[", s, "..", s + 1,
+                     "] (sequence ", s, ")"));
+  if (b[num_seqs] != end)
+    fail(name, cat("must end at ", end_what, ", got ", b[num_seqs], " at ", name, "[", num_seqs, "]"));
+}
+
 std::string shape_of(const TensorView& t) {
   std::ostringstream os;
   os << "[";
@@ -274,14 +285,8 @@ void validate(const Params& p) {
   for (int64_t s = 0; s < num_seqs; ++s)
     if (past[s] < 0) fail("past_lens", cat("must be >= 0, got ", past[s], " at past_lens[", s, "]"));
 
-  if (sb[0] != 0) fail("subsequence_begins", cat("must start at 0, got ", sb[0], " at subsequence_begins[0]"));
-  for (int64_t s = 0; s < num_seqs; ++s)
-    if (sb[s + 1] < sb[s])
-      fail("subsequence_begins", cat("must be non-decreasing, got ", sb[s], " then ", sb[s + 1],
-                                     " at subsequence_begins[", s, "..", s + 1, "] (sequence ", s, ")"));
-  if (sb[num_seqs] != num_tokens)
-    fail("subsequence_begins", cat("must end at num_tokens = ", num_tokens, " (query's dimension 0), got ",
-                                   sb[num_seqs], " at subsequence_begins[", num_seqs, "]"));
+  check_begins("subsequence_begins", sb, num_seqs, num_tokens,
+               cat("num_tokens = ", num_tokens, " (query's dimension 0)"));
 
   // ctx_s = past_s + T_s, in int64 (past_s + T_s may overflow int32; max_context_len bounds it)
   std::vector<int64_t> ctx(static_cast<size_t>(num_seqs));
@@ -296,15 +301,7 @@ void validate(const Params& p) {
   if (p.scores.present() && p.scores.shape[0] != sum_ctx)
     fail("scores", cat("must have sum_s (past_len + T) = ", sum_ctx, " entries, got ", p.scores.shape[0]));
 
-  if (bib[0] != 0)
-    fail("block_indices_begins", cat("must start at 0, got ", bib[0], " at block_indices_begins[0]"));
-  for (int64_t s = 0; s < num_seqs; ++s)
-    if (bib[s + 1] < bib[s])
-      fail("block_indices_begins", cat("must be non-decreasing, got ", bib[s], " then ", bib[s + 1],
-                                       " at block_indices_begins[", s, "..", s + 1, "] (sequence ", s, ")"));
-  if (bib[num_seqs] != n_indices)
-    fail("block_indices_begins", cat("must end at the length of block_indices = ", n_indices, ", got ",
-                                     bib[num_seqs], " at block_indices_begins[", num_seqs, "]"));
+  check_begins("block_indices_begins", bib, num_seqs, n_indices, cat("the length of block_indices = ", n_indices));
 
   // Each table must cover ctx_s positions: ceil(ctx_s / block_size) entries; it may be longer.
   // Only that used part is read, so only its ids are checked: entries past it are never read by any

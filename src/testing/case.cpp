@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -434,6 +436,20 @@ std::string Compare::describe() const {
   os << "max_abs_err=" << max_abs_err << " max_rel_err=" << max_rel_err << " rel_l2=" << rel_l2
      << " worst_index=" << worst_index << " nan_or_inf=" << nan_count;
   return os.str();
+}
+
+uint64_t base_seed(const char* binary, uint64_t fallback) {
+  static const uint64_t seed = [&] {
+    const char* env = std::getenv("PAGEDATTN_SEED");
+    const uint64_t s = env && env[0]   ? std::strtoull(env, nullptr, 10)
+                       : fallback != 0 ? fallback
+                                       : (uint64_t{std::random_device{}()} << 20);
+    std::printf("[ seed     ] %s base seed %llu (rerun with PAGEDATTN_SEED=%llu)\n", binary,
+                static_cast<unsigned long long>(s), static_cast<unsigned long long>(s));
+    std::fflush(stdout);
+    return s;
+  }();
+  return seed;
 }
 
 }  // namespace testing

@@ -61,6 +61,10 @@ struct Case {
   std::string describe() const;
 };
 
+/// The base seed of a test binary: PAGEDATTN_SEED when set, else `fallback` (0: a fresh random seed).
+/// Printed once, with how to rerun; the first call's arguments fix it for the process.
+uint64_t base_seed(const char* binary, uint64_t fallback);
+
 /// Draws a random valid case (deterministic in `seed`).
 Case make_random_case(uint64_t seed, const CaseConfig& cfg);
 

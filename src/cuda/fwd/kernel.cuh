@@ -111,14 +111,6 @@ __device__ __forceinline__ float load_io(const void* base, int64_t i, int io) {
   if (io == kIoBF16) return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[i]);
   return static_cast<const float*>(base)[i];
 }
-__device__ __forceinline__ void store_io(void* base, int64_t i, int io, float v) {
-  if (io == kIoF16)
-    static_cast<__half*>(base)[i] = __float2half_rn(v);
-  else if (io == kIoBF16)
-    static_cast<__nv_bfloat16*>(base)[i] = __float2bfloat16_rn(v);
-  else
-    static_cast<float*>(base)[i] = v;
-}
 
 // Four consecutive output elements (16-byte aligned in f32, 8-byte in f16/bf16).
 __device__ __forceinline__ void store_io4(void* base, int64_t i, int io, float4 v) {
@@ -389,6 +381,14 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT>::kThreads, FwdTraits<D, K
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) load_qf(qreg[ks], ks);
   }
+  auto q_frag = [&](uint32_t (&f)[4], int ks) {  // from registers, or re-read from shared memory at D = 256
+    if constexpr (kQRegs) {
+#pragma unroll
+      for (int x = 0; x < 4; ++x) f[x] = qreg[ks][x];
+    } else {
+      load_qf(f, ks);
+    }
+  };
 
   // The thread's two rows (lane/4 and lane/4 + 8 of its row tile): masks, ALiBi, u8 query sums.
   int row_qpos[2], row_lo[2];
@@ -438,14 +438,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT>::kThreads, FwdTraits<D, K
         for (int ks = 0; ks < D / 16; ks += 4) {
           uint32_t qf[4][4];
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            if constexpr (kQRegs) {
-#pragma unroll
-              for (int x = 0; x < 4; ++x) qf[e][x] = qreg[ks + e][x];
-            } else {
-              load_qf(qf[e], ks + e);
-            }
-          }
+          for (int e = 0; e < 4; ++e) q_frag(qf[e], ks + e);
 #pragma unroll
           for (int n = 0; n < kN1; ++n) {
             uint32_t r4[4];
@@ -460,14 +453,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT>::kThreads, FwdTraits<D, K
         for (int ks = 0; ks < D / 16; ks += 2) {
           uint32_t qf[2][4];
 #pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            if constexpr (kQRegs) {
-#pragma unroll
-              for (int x = 0; x < 4; ++x) qf[e][x] = qreg[ks + e][x];
-            } else {
-              load_qf(qf[e], ks + e);
-            }
-          }
+          for (int e = 0; e < 2; ++e) q_frag(qf[e], ks + e);
 #pragma unroll
           for (int n = 0; n < kN1; ++n) {
             uint32_t b[4];  // k-steps ks and ks+1 of keys n*8..n*8+7
