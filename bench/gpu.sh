@@ -127,17 +127,17 @@ if has bench; then
       log "benchmark $sc skipped: $(left)s of the ${budget}s budget left"
     fi
   done
-  # experimental wide prefill tiles (128-row chunks): the same scenarios, for a ratio in one run
-  for sc in prefill chunk; do
+  # prefill tiles: 64-row chunks everywhere (the default takes 128-row chunks at D <= 128), for a ratio
+  for sc in prefill; do
     if [ "$(left)" -gt 25 ]; then
-      log "benchmark: $sc with PAGEDATTN_WIDE_PREFILL=1"
-      PAGEDATTN_WIDE_PREFILL=1 timeout $(( $(left) - 10 )) "$build/pagedattn" bench --backend cuda --scenario "$sc" \
-        --json "$run_dir/bench_${sc}_wide.json" > "$run_dir/bench_${sc}_wide.log" 2>&1 || status=1
+      log "benchmark: $sc with PAGEDATTN_WIDE_PREFILL=0"
+      PAGEDATTN_WIDE_PREFILL=0 timeout $(( $(left) - 10 )) "$build/pagedattn" bench --backend cuda --scenario "$sc" \
+        --json "$run_dir/bench_${sc}_narrow.json" > "$run_dir/bench_${sc}_narrow.log" 2>&1 || status=1
     fi
   done
   log "summary"
   cat "$run_dir/bench.log"
-  for sc in batch prefill chunk mixed prefill_wide chunk_wide; do
+  for sc in batch prefill chunk mixed prefill_narrow; do
     [ -f "$run_dir/bench_$sc.log" ] && tail -14 "$run_dir/bench_$sc.log"
   done
 fi

@@ -28,6 +28,10 @@ struct Options {
   bool deterministic = false;    // cuda: fixed KV partition boundaries by absolute position, so results
                                  // do not depend on batch composition
   int partition_tokens = 0;      // cuda: force the KV partition size (multiple of 64); 0 = planner decides
+  bool programmatic_launch = true;  // cuda, sm_90+: the op's kernels may start while the previous kernel
+                                 // in the stream drains, and read cache rows before past_lens before
+                                 // waiting for it. Turn off if the kernel just before the op writes such
+                                 // rows and triggers its dependents early (griddepcontrol.launch_dependents)
 };
 
 namespace detail {

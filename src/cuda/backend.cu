@@ -1,5 +1,6 @@
 // The cuda backend: plan (host: CUDA-specific checks, work list, metadata upload, workspace) and run
-// (device: one attention launch per kernel variant in use, then the merge; no host synchronisation).
+// (device: one attention launch per kernel variant in use, which also merges partitions; no host
+// synchronisation).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -41,17 +42,6 @@ FwdKernelInfo fwd_kernel_info(int head_size, int kv, int row_tiles) {
     default:
       throw UnsupportedError("head size " + std::to_string(head_size) +
                              ": the cuda backend supports 64, 128 and 256");
-  }
-}
-
-void launch_merge(const FwdParams& P, int head_size, int num_rows, int max_parts, cudaStream_t stream, bool pdl) {
-  (void)max_parts;  // the merge folds any number of partitions in registers
-  const std::size_t smem = 0;
-  const dim3 block(kMergeThreads);
-  switch (head_size) {
-    case 64: launch_ex(merge_kernel<64>, dim3(num_rows), block, smem, stream, pdl, P); break;
-    case 128: launch_ex(merge_kernel<128>, dim3(num_rows), block, smem, stream, pdl, P); break;
-    default: launch_ex(merge_kernel<256>, dim3(num_rows), block, smem, stream, pdl, P); break;
   }
 }
 
@@ -168,17 +158,19 @@ class CudaPlan final : public detail::PlanImpl {
     PA_CUDA_CHECK(cudaDeviceGetAttribute(&in.num_sms, cudaDevAttrMultiProcessorCount, dev));
     int cc_major = 0;
     PA_CUDA_CHECK(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, dev));
-    pdl_ = cc_major >= 9;
+    pdl_ = cc_major >= 9 && opt.programmatic_launch;
     in.ctas_per_sm = fwd_kernel_info(D_, kv_, 1).ctas_per_sm();
     in.deterministic = opt.deterministic;
     in.forced_partition = opt.partition_tokens;
-    // Experimental (A/B on the GPU, not yet the default): 128-row chunks for prefill on 8-warp CTAs.
-    // (only where the 8-row-tile variant fits the device's shared memory; sm_80 at D=256 does not)
+    // 128-row chunks for prefill on 8-warp CTAs: the default at D <= 128, where they measured 1.09-1.11x
+    // faster on prefill from zero (H200, run s3a); at D = 256 they were 0.88x (one CTA per SM with
+    // 1/2 the key tile). PAGEDATTN_WIDE_PREFILL=1/0 forces them on/off (A/B runs). Only where the
+    // 8-row-tile variant fits the device's shared memory (sm_80 at D=256 does not).
     int optin = 0;
     PA_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    if (const char* e = std::getenv("PAGEDATTN_WIDE_PREFILL"); e != nullptr && std::string(e) == "1" &&
-        static_cast<int>(fwd_kernel_info(D_, kv_, 8).smem_bytes) <= optin)
-      in.max_rows = planner::kMaxRowsWide;
+    bool wide = D_ <= 128;
+    if (const char* e = std::getenv("PAGEDATTN_WIDE_PREFILL"); e != nullptr && *e != '\0') wide = std::string(e) == "1";
+    if (wide && static_cast<int>(fwd_kernel_info(D_, kv_, 8).smem_bytes) <= optin) in.max_rows = planner::kMaxRowsWide;
     wl_ = planner::make_plan(in);
     const int32_t* bib = p.block_indices_begins.ptr<int32_t>();
     for (planner::WorkItem& w : wl_.items) {
@@ -210,16 +202,6 @@ class CudaPlan final : public detail::PlanImpl {
       PA_CUDA_CHECK(info.prepare());  // per plan, so every device in the process gets the opt-in
       smem_.push_back(info.smem_bytes);
     }
-    std::vector<MergeRow> rows;
-    for (const planner::MergeItem& m : wl_.merges) {
-      for (int r = 0; r < m.nt * G_; ++r) {
-        for (int hk = 0; hk < Hk_; ++hk) {
-          rows.push_back(MergeRow{sb[m.seq] + m.t0 + r / G_, hk * G_ + r % G_, m.slot + hk * m.num_parts, r, m.num_parts});
-        }
-      }
-    }
-    num_merge_rows_ = static_cast<int>(rows.size());
-    for (const planner::MergeItem& m : wl_.merges) max_parts_ = std::max(max_parts_, m.num_parts);
 
     // --- metadata to the device (read by run) ----------------------------------------------------
     // NOTE: copied into plan-owned vectors first: if the caller's buffers are pinned, cudaMemcpyAsync
@@ -241,8 +223,10 @@ class CudaPlan final : public detail::PlanImpl {
       upload(d_qqb_, reinterpret_cast<const int32_t*>(keep(p.qq_bias_begins, num_seqs + 1)), num_seqs + 1, stream_);
     }
     upload(d_items_, wl_.items.data(), wl_.items.size(), stream_);
-    merge_rows_ = std::move(rows);
-    upload(d_merge_, merge_rows_.data(), merge_rows_.size(), stream_);
+    if (wl_.num_counters > 0) {  // merge counters start at zero; each merge resets its own
+      counters_.alloc(static_cast<std::size_t>(wl_.num_counters) * sizeof(int));
+      PA_CUDA_CHECK(cudaMemsetAsync(counters_.ptr, 0, counters_.bytes, stream_));
+    }
     if (p.scores.present()) {  // 32-key tiles of every sequence's context; final row statistics
       std::vector<ScoreTile> tiles;
       int64_t base = 0;
@@ -297,7 +281,7 @@ class CudaPlan final : public detail::PlanImpl {
     P.alibi = p.alibi_slopes.present() ? p.alibi_slopes.ptr<float>() : nullptr;
     P.sinks = p.sinks.present() ? p.sinks.ptr<float>() : nullptr;
     P.items = d_items_.as<planner::WorkItem>();
-    P.merge_rows = d_merge_.as<MergeRow>();
+    P.merge_counters = counters_.as<int>();
     P.ws_o = ws_o_.as<float>();
     P.ws_ml = ws_ml_.as<float>();
     if (p.scores.present()) {
@@ -314,6 +298,7 @@ class CudaPlan final : public detail::PlanImpl {
     P.scale_log2 = scale_ * kLog2e;
     P.io_dtype = io_type(p.query.dtype);
     P.slot_rows = wl_.slot_rows;
+    P.pdl_early_reads = pdl_ ? 1 : 0;
 
     if (P.k_new != nullptr && separate_write_) {  // rows of multi-chunk sequences (the rest stay fused)
       fwd_kernel_info(D_, kv_, 1).launch_write(P, num_tokens_, num_seqs_, stream_, pdl_);
@@ -321,10 +306,6 @@ class CudaPlan final : public detail::PlanImpl {
     }
     for (const Launch& l : launches_) {
       fwd_kernel_info(D_, kv_, l.rt).launch(P, l.offset, l.count, stream_, pdl_);
-      PA_CUDA_CHECK(cudaGetLastError());
-    }
-    if (num_merge_rows_ > 0) {
-      launch_merge(P, D_, num_merge_rows_, max_parts_, stream_, pdl_);
       PA_CUDA_CHECK(cudaGetLastError());
     }
     if (P.scores != nullptr && num_score_tiles_ > 0) {
@@ -343,14 +324,14 @@ class CudaPlan final : public detail::PlanImpl {
     for (size_t i = 0; i < launches_.size(); ++i)
       os << (i ? "," : "") << "[rt=" << launches_[i].rt << " ctas=" << launches_[i].count << "x" << Hk_
          << " smem=" << smem_[i] / 1024 << "KiB]";
-    os << " merge_rows=" << num_merge_rows_ << " kv_write=" << (separate_write_ ? "separate" : "fused")
+    os << " merges=" << wl_.merges.size() << " kv_write=" << (separate_write_ ? "separate" : "fused")
        << " pdl=" << (pdl_ ? "on" : "off")
        << " workspace=" << workspace_bytes() / 1024 << "KiB";
     return os.str();
   }
 
   std::size_t workspace_bytes() const override {
-    return ws_o_.bytes + ws_ml_.bytes + d_items_.bytes + d_merge_.bytes + d_bi_.bytes + d_qq_.bytes +
+    return ws_o_.bytes + ws_ml_.bytes + d_items_.bytes + counters_.bytes + d_bi_.bytes + d_qq_.bytes +
            d_score_tiles_.bytes + row_stats_.bytes;
   }
 
@@ -368,11 +349,9 @@ class CudaPlan final : public detail::PlanImpl {
   planner::Plan wl_;
   std::vector<Launch> launches_;
   std::vector<std::size_t> smem_;
-  int num_merge_rows_ = 0, max_parts_ = 1;
   std::vector<std::vector<uint8_t>> host_;  // plan-owned copies of the host metadata (see upload)
-  std::vector<MergeRow> merge_rows_;
   int num_score_tiles_ = 0;
-  DeviceBuffer d_past_, d_sb_, d_bi_, d_bib_, d_qq_, d_qqb_, d_items_, d_merge_, ws_o_, ws_ml_;
+  DeviceBuffer d_past_, d_sb_, d_bi_, d_bib_, d_qq_, d_qqb_, d_items_, counters_, ws_o_, ws_ml_;
   DeviceBuffer d_score_tiles_, row_stats_;  // scores output only
 };
 
