@@ -2,8 +2,8 @@
 # One call on the GPU machine: build from source (sm_90a + sm_80), GPU tests, a compute-sanitizer
 # subset, the benchmark, the Python package's GPU test and the peers. Logs go under $OUT/run and come
 # back as $OUT/results.tgz (the device tool returns at most 8 files); a short table is printed last.
-#   usage: bench/gpu.sh [stages...]    stages: build test cputest sanitizer bench python peers
-#                                       (default: all but cputest; CI runs the CPU tests)
+#   usage: bench/gpu.sh [stages...]    stages: build test cputest sanitizer bench ab python peers
+#                                       (default: all but cputest and ab; CI runs the CPU tests)
 # Here, before the call: bench/prepare_deps.sh, bench/peers/fetch_flashinfer.sh (FlashInfer wheels and
 # prebuilt modules into .wheels; optional), and
 #   echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo +dirty)" > .commit
@@ -83,6 +83,38 @@ if has bench; then
   log "benchmark: batch of 32 x 8k at T=1,4"
   timeout 120 "$build/pagedattn" bench --backend cuda --scenario seed --batch 32 --context 8192 --tokens 1,4 \
     --kv f16,u8 --fill random --json "$run_dir/bench_batch.json" > "$run_dir/bench_batch.log" 2>&1 || status=1
+fi
+
+if has ab; then
+  # same-run ratios of the run-time switches (seed rows f16/u8, T = 1, 3, 8): default, then each off
+  for cfg in default PAGEDATTN_EARLY_READS=0 PAGEDATTN_MERGE_SPLIT=1 PAGEDATTN_PARTIALS=f32 \
+      "PAGEDATTN_EARLY_READS=0 PAGEDATTN_MERGE_SPLIT=1 PAGEDATTN_PARTIALS=f32"; do
+    tag=$(echo "$cfg" | tr ' =' '_-')
+    log "A/B: $cfg"
+    if [ "$cfg" = default ]; then envs=(); else read -ra envs <<< "$cfg"; fi
+    env "${envs[@]}" timeout 120 "$build/pagedattn" bench --backend cuda --scenario seed --kv f16,u8 --tokens 1,3,8 \
+      --json "$run_dir/ab_$tag.json" > "$run_dir/ab_$tag.log" 2>&1 || status=1
+  done
+  python3 - "$run_dir" <<'PY' | tee "$run_dir/ab_table.txt"
+import json, sys, glob, os
+d = sys.argv[1]
+runs = {os.path.basename(f)[3:-5]: json.load(open(f)) for f in sorted(glob.glob(d + "/ab_*.json"))}
+def rows(j):
+    out = {}
+    for r in j.get("rows", j if isinstance(j, list) else []):
+        out[(r.get("kv"), r.get("context"), r.get("T"))] = r.get("us")
+    return out
+tabs = {k: rows(v) for k, v in runs.items()}
+base = tabs.get("default", {})
+names = ["default"] + [k for k in tabs if k != "default"]
+print("kv ctx T " + " ".join(names) + "   (us per 8 layers; ratios to default in brackets)")
+for key in sorted(base, key=lambda k: (str(k[0]), k[1] or 0, k[2] or 0)):
+    cells = []
+    for n in names:
+        v = tabs[n].get(key)
+        cells.append("-" if v is None else ("%.1f" % v if n == "default" else "%.1f [%.3f]" % (v, v / base[key])))
+    print(key[0], key[1], key[2], " | ".join(cells))
+PY
 fi
 
 if has python && [ "$(left)" -gt 120 ]; then

@@ -12,10 +12,7 @@
 //     partition_tokens; row_tiles is the smallest of 1/2/4/8 with 16 * row_tiles >= nt * G;
 //   - partial slots: one-partition chunks write out directly (slot -1); the items of a chunk with
 //     num_parts > 1 have distinct slots in [slot, slot + num_parts); chunk slot ranges
-//     [slot, slot + (num_parts + merge_groups) * Hk) (partials, then the first-level merges' results)
-//     do not overlap and lie below num_slots; part is the item's index in its chunk; merge counter
-//     ranges [counter, counter + (1 + merge_groups) * Hk) do not overlap and lie below num_counters;
-//     merges list exactly those chunks;
+//     [slot, slot + num_parts * Hk) do not overlap and lie below num_slots; merges list exactly those chunks;
 //   - ctas == items * Hk; without forcing/determinism the partition is the smallest candidate (a
 //     multiple of kBlockKV from kMinPartition up) that fits one wave (ctas <= num_sms * ctas_per_sm)
 //     whenever one-partition-per-chunk fits, and one partition per chunk otherwise;
@@ -184,7 +181,6 @@ void check_plan(const Inputs& in, const Plan& plan) {
   const auto chunks = chunks_of(plan);
   std::vector<std::vector<std::pair<int, int>>> seq_chunks(num_seqs);  // (t0, nt)
   std::vector<std::tuple<int, int, int>> slot_ranges;                   // (begin, end, seq)
-  std::vector<std::tuple<int, int, int>> counter_ranges;                // (begin, end, seq)
   std::set<std::tuple<int, int, int, int, int>> expected_merges;
   int64_t one_part_ctas = 0;
   for (const auto& kv : chunks) {
@@ -224,35 +220,16 @@ void check_plan(const Inputs& in, const Plan& plan) {
       EXPECT_EQ(w.num_parts, np) << "num_parts disagrees with the chunk's item count";
       if (np > 1) slots.insert(w.slot);
     }
-    for (size_t i = 0; i < c.items.size(); ++i)
-      EXPECT_EQ(c.items[i].part, static_cast<int>(i)) << "part is not the item's index in its chunk: " << describe(c.items[i]);
-    const int groups = pl::merge_groups(np);
     if (np > 1) {
       EXPECT_EQ(static_cast<int>(slots.size()), np) << "items of one chunk share a partial slot";
       const int base = *slots.begin();
       EXPECT_GE(base, 0);
       EXPECT_EQ(*slots.rbegin(), base + np - 1) << "slots of a chunk are not slot .. slot + num_parts - 1";
-      // the first-level merges' results follow the partitions' slots (all kv heads)
-      EXPECT_EQ(groups > 0 ? base + np * Hk : -1, c.items.front().group_slot) << "group slots misplaced";
-      EXPECT_LE(base + (np + groups) * Hk, plan.num_slots) << "slot range past num_slots";
-      slot_ranges.emplace_back(base, base + (np + groups) * Hk, s);
+      EXPECT_LE(base + np * Hk, plan.num_slots) << "slot range past num_slots";
+      slot_ranges.emplace_back(base, base + np * Hk, s);
       expected_merges.insert({s, t0, c.nt, base, np});
-      const int ctr = c.items.front().counter;
-      EXPECT_GE(ctr, 0);
-      EXPECT_LE(ctr + (1 + groups) * Hk, plan.num_counters) << "counter range past num_counters";
-      counter_ranges.emplace_back(ctr, ctr + (1 + groups) * Hk, s);
-    }
-    for (const WorkItem& w : c.items) {
-      EXPECT_EQ(w.counter, c.items.front().counter) << "items of one chunk disagree on the merge counters";
-      EXPECT_EQ(w.group_slot, c.items.front().group_slot) << "items of one chunk disagree on the group slots";
-      if (np == 1) EXPECT_EQ(w.counter, -1) << "one-partition chunk with merge counters";
     }
   }
-  // merge counter ranges of different chunks do not overlap
-  std::sort(counter_ranges.begin(), counter_ranges.end());
-  for (size_t i = 1; i < counter_ranges.size(); ++i)
-    EXPECT_LE(std::get<1>(counter_ranges[i - 1]), std::get<0>(counter_ranges[i])) << "merge counter ranges overlap";
-  if (counter_ranges.empty()) EXPECT_EQ(plan.num_counters, 0);
   // slot ranges of different chunks (all kv heads) do not overlap
   std::sort(slot_ranges.begin(), slot_ranges.end());
   for (size_t i = 1; i < slot_ranges.size(); ++i)

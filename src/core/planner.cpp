@@ -63,13 +63,12 @@ Plan make_plan(const Inputs& in) {
   plan.slot_rows = in.max_rows;
 
   // --- work items and partial slots ---------------------------------------------------------------
-  int slot = 0, counter = 0;
+  int slot = 0;
   for (const Chunk& c : chunks) {
     const int p0 = c.lo / part, p1 = static_cast<int>((int64_t{c.hi} + part - 1) / part);
     const int nparts = p1 - p0;
     const int rows = c.nt * in.group;
     const int rt = rows <= 16 ? 1 : rows <= 32 ? 2 : rows <= 64 ? 4 : 8;  // kernel variants: row tiles
-    const int groups = merge_groups(nparts);
     for (int p = p0; p < p1; ++p) {
       WorkItem w;
       w.seq = c.seq;
@@ -80,21 +79,16 @@ Plan make_plan(const Inputs& in) {
       w.num_parts = nparts;
       w.slot = nparts > 1 ? slot + (p - p0) : -1;
       w.row_tiles = rt;
-      w.part = p - p0;
-      w.counter = nparts > 1 ? counter : -1;
-      w.group_slot = groups > 0 ? slot + nparts * in.num_kv_heads : -1;
       w.past = w.tok0 = w.t_seq = w.table = 0;
       plan.items.push_back(w);
     }
     if (nparts > 1) {
       plan.merges.push_back(MergeItem{c.seq, c.t0, c.nt, slot, nparts});
-      slot += (nparts + groups) * in.num_kv_heads;
-      counter += (1 + groups) * in.num_kv_heads;
+      slot += nparts * in.num_kv_heads;
     }
     plan.max_row_tiles = std::max(plan.max_row_tiles, rt);
   }
   plan.num_slots = slot;
-  plan.num_counters = counter;
   plan.ctas = static_cast<int64_t>(plan.items.size()) * in.num_kv_heads;
   std::stable_sort(plan.items.begin(), plan.items.end(), [](const WorkItem& a, const WorkItem& b) {
     if (a.row_tiles != b.row_tiles) return a.row_tiles < b.row_tiles;

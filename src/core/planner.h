@@ -23,11 +23,6 @@ constexpr int kMaxRowsWide = 128;  // with wide prefill tiles (Inputs::max_rows;
 constexpr int kBlockKV = 64;    // keys per pipeline tile
 constexpr int kMinPartition = 128;  // 8k, one sequence, Hk=4: 256 CTAs of 128 keys, not 128 of 256
 constexpr int kDeterministicPartition = 512;
-// Partials of a chunk's partitions are merged by the attention CTAs themselves (the last CTA to finish
-// merges; see the kernel): in one level up to kMergeFan partitions, else in two: groups of kMergeFan
-// partitions first (each group's last CTA), then the groups' results (the last group's merger).
-constexpr int kMergeFan = 8;
-constexpr int merge_groups(int num_parts) { return num_parts > kMergeFan ? (num_parts + kMergeFan - 1) / kMergeFan : 0; }
 
 struct WorkItem {
   int32_t seq;        // sequence index
@@ -38,11 +33,6 @@ struct WorkItem {
                       // partition (the CTA writes `out` directly); kv head h uses slot + h * num_parts
   int32_t num_parts;  // partitions of this chunk
   int32_t row_tiles;  // kernel variant: 16-row MMA tiles, 1, 2, 4 or 8 (>= ceil(nt * G / 16))
-  int32_t part;       // partition index within the chunk (0 .. num_parts-1)
-  int32_t counter;    // merge counters of the chunk for kv head 0, or -1 (one partition); kv head h
-                      // uses counter + h * (1 + merge_groups(num_parts)): [final, group 0, group 1, ...]
-  int32_t group_slot; // slots of the first-level merges' results for kv head 0 (kv head h: + h * groups),
-                      // or -1 (one-level merge)
   // Filled by the backend from the call's metadata (so the kernel needs one dependent load, not four):
   int32_t past;       // past_lens[seq]
   int32_t tok0;       // subsequence_begins[seq]
@@ -71,7 +61,6 @@ struct Inputs {
 struct Plan {
   int partition_tokens = 0;
   int num_slots = 0;                       // partial slots (each slot_rows rows) for all kv heads
-  int num_counters = 0;                    // merge counters (zero between runs)
   int slot_rows = kMaxRows;                // = Inputs::max_rows
   int max_row_tiles = 1;
   int64_t ctas = 0;                        // attention CTAs (items x kv heads)

@@ -1,6 +1,5 @@
 // The cuda backend: plan (host: CUDA-specific checks, work list, metadata upload, workspace) and run
-// (device: one attention launch per kernel variant in use, which also merges partitions; no host
-// synchronisation).
+// (device: one attention launch per kernel variant in use, then the merge; no host synchronisation).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -42,6 +41,24 @@ FwdKernelInfo fwd_kernel_info(int head_size, int kv, int row_tiles) {
     default:
       throw UnsupportedError("head size " + std::to_string(head_size) +
                              ": the cuda backend supports 64, 128 and 256");
+  }
+}
+
+// The merge: one CTA per query row and 64-column block (split = D / 64), unless
+// PAGEDATTN_MERGE_SPLIT=1 asks for one CTA per whole row (A/B runs; the layout of v7/v8).
+void launch_merge(const FwdParams& P, int head_size, int num_rows, bool whole, cudaStream_t stream, bool pdl) {
+  const std::size_t smem = 0;
+  const dim3 block(kMergeThreads);
+  switch (head_size) {
+    case 64: launch_ex(merge_kernel<64, 1>, dim3(num_rows), block, smem, stream, pdl, P); break;
+    case 128:
+      if (whole) launch_ex(merge_kernel<128, 1>, dim3(num_rows), block, smem, stream, pdl, P);
+      else launch_ex(merge_kernel<128, 2>, dim3(num_rows, 2), block, smem, stream, pdl, P);
+      break;
+    default:
+      if (whole) launch_ex(merge_kernel<256, 1>, dim3(num_rows), block, smem, stream, pdl, P);
+      else launch_ex(merge_kernel<256, 4>, dim3(num_rows, 4), block, smem, stream, pdl, P);
+      break;
   }
 }
 
@@ -159,6 +176,13 @@ class CudaPlan final : public detail::PlanImpl {
     int cc_major = 0;
     PA_CUDA_CHECK(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, dev));
     pdl_ = cc_major >= 9 && opt.programmatic_launch;
+    // early cache reads under PDL (see the kernel); PAGEDATTN_EARLY_READS=0 turns them off (A/B runs)
+    if (const char* e = std::getenv("PAGEDATTN_EARLY_READS"); e != nullptr && std::string(e) == "0") early_reads_ = false;
+    // partial outputs in the MMA's 16-bit type (bf16 KV: bf16, else f16): half the partials' traffic;
+    // PAGEDATTN_PARTIALS=f32 keeps f32 (A/B runs)
+    // (f32 queries keep f32 partials: their output may exceed the 16-bit range)
+    ws_io_ = p.query.dtype == DType::f32 ? kIoF32 : kv_ == kKvBF16 ? kIoBF16 : kIoF16;
+    if (const char* e = std::getenv("PAGEDATTN_PARTIALS"); e != nullptr && std::string(e) == "f32") ws_io_ = kIoF32;
     in.ctas_per_sm = fwd_kernel_info(D_, kv_, 1).ctas_per_sm();
     in.deterministic = opt.deterministic;
     in.forced_partition = opt.partition_tokens;
@@ -202,6 +226,16 @@ class CudaPlan final : public detail::PlanImpl {
       PA_CUDA_CHECK(info.prepare());  // per plan, so every device in the process gets the opt-in
       smem_.push_back(info.smem_bytes);
     }
+    std::vector<MergeRow> rows;
+    for (const planner::MergeItem& m : wl_.merges) {
+      for (int r = 0; r < m.nt * G_; ++r) {
+        for (int hk = 0; hk < Hk_; ++hk) {
+          rows.push_back(MergeRow{sb[m.seq] + m.t0 + r / G_, hk * G_ + r % G_, m.slot + hk * m.num_parts, r, m.num_parts});
+        }
+      }
+    }
+    num_merge_rows_ = static_cast<int>(rows.size());
+    if (const char* e = std::getenv("PAGEDATTN_MERGE_SPLIT"); e != nullptr && std::string(e) == "1") merge_whole_rows_ = true;
 
     // --- metadata to the device (read by run) ----------------------------------------------------
     // NOTE: copied into plan-owned vectors first: if the caller's buffers are pinned, cudaMemcpyAsync
@@ -223,10 +257,8 @@ class CudaPlan final : public detail::PlanImpl {
       upload(d_qqb_, reinterpret_cast<const int32_t*>(keep(p.qq_bias_begins, num_seqs + 1)), num_seqs + 1, stream_);
     }
     upload(d_items_, wl_.items.data(), wl_.items.size(), stream_);
-    if (wl_.num_counters > 0) {  // merge counters start at zero; each merge resets its own
-      counters_.alloc(static_cast<std::size_t>(wl_.num_counters) * sizeof(int));
-      PA_CUDA_CHECK(cudaMemsetAsync(counters_.ptr, 0, counters_.bytes, stream_));
-    }
+    merge_rows_ = std::move(rows);
+    upload(d_merge_, merge_rows_.data(), merge_rows_.size(), stream_);
     if (p.scores.present()) {  // 32-key tiles of every sequence's context; final row statistics
       std::vector<ScoreTile> tiles;
       int64_t base = 0;
@@ -281,7 +313,7 @@ class CudaPlan final : public detail::PlanImpl {
     P.alibi = p.alibi_slopes.present() ? p.alibi_slopes.ptr<float>() : nullptr;
     P.sinks = p.sinks.present() ? p.sinks.ptr<float>() : nullptr;
     P.items = d_items_.as<planner::WorkItem>();
-    P.merge_counters = counters_.as<int>();
+    P.merge_rows = d_merge_.as<MergeRow>();
     P.ws_o = ws_o_.as<float>();
     P.ws_ml = ws_ml_.as<float>();
     if (p.scores.present()) {
@@ -298,7 +330,8 @@ class CudaPlan final : public detail::PlanImpl {
     P.scale_log2 = scale_ * kLog2e;
     P.io_dtype = io_type(p.query.dtype);
     P.slot_rows = wl_.slot_rows;
-    P.pdl_early_reads = pdl_ ? 1 : 0;
+    P.pdl_early_reads = pdl_ && early_reads_ ? 1 : 0;
+    P.ws_io = ws_io_;
 
     if (P.k_new != nullptr && separate_write_) {  // rows of multi-chunk sequences (the rest stay fused)
       fwd_kernel_info(D_, kv_, 1).launch_write(P, num_tokens_, num_seqs_, stream_, pdl_);
@@ -306,6 +339,10 @@ class CudaPlan final : public detail::PlanImpl {
     }
     for (const Launch& l : launches_) {
       fwd_kernel_info(D_, kv_, l.rt).launch(P, l.offset, l.count, stream_, pdl_);
+      PA_CUDA_CHECK(cudaGetLastError());
+    }
+    if (num_merge_rows_ > 0) {
+      launch_merge(P, D_, num_merge_rows_, merge_whole_rows_, stream_, pdl_);
       PA_CUDA_CHECK(cudaGetLastError());
     }
     if (P.scores != nullptr && num_score_tiles_ > 0) {
@@ -324,14 +361,14 @@ class CudaPlan final : public detail::PlanImpl {
     for (size_t i = 0; i < launches_.size(); ++i)
       os << (i ? "," : "") << "[rt=" << launches_[i].rt << " ctas=" << launches_[i].count << "x" << Hk_
          << " smem=" << smem_[i] / 1024 << "KiB]";
-    os << " merges=" << wl_.merges.size() << " kv_write=" << (separate_write_ ? "separate" : "fused")
-       << " pdl=" << (pdl_ ? "on" : "off")
+    os << " merge_rows=" << num_merge_rows_ << " kv_write=" << (separate_write_ ? "separate" : "fused")
+       << " pdl=" << (pdl_ ? (early_reads_ ? "on+early-reads" : "on") : "off")
        << " workspace=" << workspace_bytes() / 1024 << "KiB";
     return os.str();
   }
 
   std::size_t workspace_bytes() const override {
-    return ws_o_.bytes + ws_ml_.bytes + d_items_.bytes + counters_.bytes + d_bi_.bytes + d_qq_.bytes +
+    return ws_o_.bytes + ws_ml_.bytes + d_items_.bytes + d_merge_.bytes + d_bi_.bytes + d_qq_.bytes +
            d_score_tiles_.bytes + row_stats_.bytes;
   }
 
@@ -343,15 +380,20 @@ class CudaPlan final : public detail::PlanImpl {
   cudaStream_t stream_;
   int D_ = 0, H_ = 0, Hk_ = 0, G_ = 1, kv_ = 0, bs_log2_ = 0;
   bool pdl_ = false;
+  bool early_reads_ = true;
+  int ws_io_ = kIoF32;  // dtype of the partial outputs (16-bit unless PAGEDATTN_PARTIALS=f32)
   bool separate_write_ = false;  // KV write-in as its own launch (some sequence has several chunks)
   int num_seqs_ = 0, num_tokens_ = 0;
   float scale_ = 1.0f;
   planner::Plan wl_;
   std::vector<Launch> launches_;
   std::vector<std::size_t> smem_;
+  int num_merge_rows_ = 0;
+  bool merge_whole_rows_ = false;  // one merge CTA per whole row (PAGEDATTN_MERGE_SPLIT=1)
   std::vector<std::vector<uint8_t>> host_;  // plan-owned copies of the host metadata (see upload)
+  std::vector<MergeRow> merge_rows_;
   int num_score_tiles_ = 0;
-  DeviceBuffer d_past_, d_sb_, d_bi_, d_bib_, d_qq_, d_qqb_, d_items_, counters_, ws_o_, ws_ml_;
+  DeviceBuffer d_past_, d_sb_, d_bi_, d_bib_, d_qq_, d_qqb_, d_items_, d_merge_, ws_o_, ws_ml_;
   DeviceBuffer d_score_tiles_, row_stats_;  // scores output only
 };
 

@@ -16,8 +16,7 @@
 // The op's KV write-in is fused for sequences that are one chunk: before reading, a CTA writes (and
 // quantises) every new token that lies in its key range, for its kv head; each row has one writer.
 // Sequences cut into several chunks are written by write_kernel, launched before this kernel.
-// Partitions of one chunk leave (m, l, O) partials; the last CTA of the chunk to finish combines them
-// (merge_partials: no merge launch).
+// Partitions of one chunk leave (m, l, O) partials; merge_kernel combines them.
 #pragma once
 
 #include <cfloat>
@@ -104,7 +103,6 @@ struct SharedStorage {
   StreamOrRed u;
   float qsum[Tr::kRows];
   float2 ml[Tr::kWKV][Tr::kRows];  // (max, sum) of each key group's rows
-  int last;                        // this CTA completed a merge count
 };
 
 // --- small helpers ------------------------------------------------------------------------------
@@ -127,6 +125,22 @@ __device__ __forceinline__ void store_io4(void* base, int64_t i, int io, float4 
   } else {
     *reinterpret_cast<float4*>(static_cast<float*>(base) + i) = v;
   }
+}
+
+// Four consecutive partial-output elements of the workspace (f32, or f16/bf16: FwdParams::ws_io), read
+// through L2 (written by other CTAs of the previous grid).
+__device__ __forceinline__ float4 load_partial4(const FwdParams& P, int64_t i) {
+  if (P.ws_io == kIoF32) return __ldcg(reinterpret_cast<const float4*>(P.ws_o + i));
+  const uint2 u = __ldcg(reinterpret_cast<const uint2*>(reinterpret_cast<const uint16_t*>(P.ws_o) + i));
+  float2 a, b;
+  if (P.ws_io == kIoF16) {
+    a = __half22float2(*reinterpret_cast<const __half2*>(&u.x));
+    b = __half22float2(*reinterpret_cast<const __half2*>(&u.y));
+  } else {
+    a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.x));
+    b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.y));
+  }
+  return make_float4(a.x, a.y, b.x, b.y);
 }
 
 // Row index (in units of D elements of a [num_blocks, Hk, bs, D] cache) of key position `pos`.
@@ -257,64 +271,6 @@ __device__ __forceinline__ int o_col(int n, int lane) {
   }
 }
 
-// Combines `n` partials (workspace slots s0 .. s0+n-1, rows [0, rows)) of one chunk and kv head. `fin`:
-// the rows are final: normalised (the sink joins the max and the denominator) into `out`, with their row
-// statistics when scores are requested; else one partial (M, L, O relative to M) into slot `dst`.
-// Partials of other CTAs are read with ld.global.cg (L2: this SM's L1 may hold stale lines of them from
-// an earlier run). A warp per row finds (M, L); then each thread folds its (row, 4-column) chunks over
-// the n partials. Sums run in a fixed order: the result depends on the partials only, not on which CTA
-// merges (bit-reproducible, batch-invariant).
-template <int D>
-__device__ void merge_partials(const FwdParams& P, int64_t s0, int n, int rows, bool fin, int64_t dst, int hk,
-                               int64_t tok_base, float2* stats, int tid, int nthreads) {
-  const int warp = tid / 32, lane = tid % 32, nwarps = nthreads / 32;
-  const int64_t ml_stride = static_cast<int64_t>(P.slot_rows) * 2, o_stride = static_cast<int64_t>(P.slot_rows) * D;
-  const float* ml0 = P.ws_ml + s0 * ml_stride;
-  const float* o0 = P.ws_o + s0 * o_stride;
-  for (int r = warp; r < rows; r += nwarps) {
-    const int h = hk * P.G + r % P.G;
-    float M = (fin && P.sinks != nullptr) ? P.sinks[h] * kLog2e : -INFINITY;
-    for (int p = lane; p < n; p += 32) M = fmaxf(M, __ldcg(reinterpret_cast<const float2*>(ml0 + p * ml_stride) + r).x);
-    M = warp_max(M);
-    float L = 0.0f;
-    for (int p = lane; p < n; p += 32) {
-      const float2 m = __ldcg(reinterpret_cast<const float2*>(ml0 + p * ml_stride) + r);
-      if (m.x != -INFINITY) L += m.y * fast_exp2(m.x - M);
-    }
-    L = warp_sum(L);
-    if (fin && P.sinks != nullptr) L += fast_exp2(P.sinks[h] * kLog2e - M);
-    if (lane == 0) stats[r] = make_float2(M, L);
-  }
-  __syncthreads();
-  for (int idx = tid; idx < rows * (D / 4); idx += nthreads) {
-    const int r = idx / (D / 4), c = (idx % (D / 4)) * 4;
-    const float2 st = stats[r];
-    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll 8
-    for (int p = 0; p < n; ++p) {
-      const float m = __ldcg(reinterpret_cast<const float2*>(ml0 + p * ml_stride) + r).x;
-      const float4 v = __ldcg(reinterpret_cast<const float4*>(o0 + p * o_stride + static_cast<int64_t>(r) * D + c));
-      const float wgt = m == -INFINITY ? 0.0f : fast_exp2(m - st.x);
-      acc.x += wgt * v.x;
-      acc.y += wgt * v.y;
-      acc.z += wgt * v.z;
-      acc.w += wgt * v.w;
-    }
-    if (fin) {
-      const int h = hk * P.G + r % P.G;
-      const int64_t token = tok_base + r / P.G;
-      const float inv = 1.0f / st.y;
-      if (P.row_stats != nullptr && c == 0)
-        *reinterpret_cast<float2*>(P.row_stats + (token * P.H + h) * 2) = st;
-      store_io4(P.out, token * P.H * D + static_cast<int64_t>(h) * D + c, P.io_dtype,
-                make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
-    } else {
-      *reinterpret_cast<float4*>(P.ws_o + dst * o_stride + static_cast<int64_t>(r) * D + c) = acc;
-      if (c == 0) *reinterpret_cast<float2*>(P.ws_ml + dst * ml_stride + r * 2) = st;
-    }
-  }
-}
-
 template <int D, int KV, int RT>
 __global__ void __launch_bounds__(FwdTraits<D, KV, RT>::kThreads, FwdTraits<D, KV, RT>::kMinCtas)
     fwd_kernel(const __grid_constant__ FwdParams P, const int item_offset) {
@@ -361,9 +317,9 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT>::kThreads, FwdTraits<D, K
   if (lane == 0 && w.kv_begin + wkv * Tr::kKPW < w.kv_end)
     asm volatile("prefetch.global.L1 [%0];\n" ::"l"(table + ((w.kv_begin + wkv * Tr::kKPW) >> P.block_size_log2)));
   // Cache rows before past_len were written by earlier runs, never by the kernel just before this one
-  // (see docs/design.md, "Programmatic dependent launch"): a CTA whose keys are all old starts its
-  // copies before waiting for the previous grid, so the first bytes arrive while that grid drains.
-  const bool early = w.kv_end <= past;  // also: no fused write-in in this CTA's range
+  // (docs/design.md, "Programmatic dependent launch"): a CTA whose keys are all old starts its copies
+  // before waiting for the previous grid, so its first bytes arrive while that grid drains.
+  const bool early = P.pdl_early_reads && w.kv_end <= past;  // (then no fused write-in in its range)
   const int n_tiles = (w.kv_end - w.kv_begin + Tr::kTileKV - 1) / Tr::kTileKV;
   const int n_halves = 2 * n_tiles;
   auto slice_begin = [&](int it) { return w.kv_begin + it * Tr::kTileKV + wkv * kKPW; };
@@ -380,7 +336,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT>::kThreads, FwdTraits<D, K
 #pragma unroll
     for (int s = 0; s < kStages - 1; ++s) issue(s);
   };
-  if (P.pdl_early_reads && early) prologue();
+  if (early) prologue();
   // NOTE: everything below may read what the previous kernel in the stream wrote.
   pdl_wait();
 
@@ -400,8 +356,8 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT>::kThreads, FwdTraits<D, K
     }
   }
 
-  // --- pipeline prologue (if not issued above): before Q, so the copies are in flight meanwhile ----
-  if (!(P.pdl_early_reads && early)) prologue();
+  // --- pipeline prologue (unless issued above): before Q, so the copies are in flight meanwhile -----
+  if (!early) prologue();
 
   // --- Q rows (token-major, head-minor) -> smem in the MMA type; padding rows zero ---------------
   for (int idx = tid; idx < kRows * (D / 8); idx += kThreads) {
@@ -722,44 +678,15 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT>::kThreads, FwdTraits<D, K
                 make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
     } else {
       const int64_t slot = (w.slot + static_cast<int64_t>(hk) * w.num_parts) * P.slot_rows + r;
-      *reinterpret_cast<float4*>(P.ws_o + slot * D + c) = acc;
+      if (P.ws_io == kIoF32) {
+        *reinterpret_cast<float4*>(P.ws_o + slot * D + c) = acc;
+      } else {  // normalised by the partition's sum, in the 16-bit MMA type (see FwdParams::ws_io)
+        const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+        store_io4(P.ws_o, slot * D + c, P.ws_io, make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
+      }
       if (c == 0) *reinterpret_cast<float2*>(P.ws_ml + slot * 2) = make_float2(M, L);
     }
   }
-  if (w.slot < 0) return;
-
-  // --- merge of the chunk's partitions by the last CTA to finish (per kv head) ----------------------
-  // Threadfence-reduction pattern: every thread fences its partial stores, then one arrival per CTA;
-  // the CTA that completes a count merges and resets the counter for the next run (graph replays).
-  // Chunks of more than kMergeFan partitions merge in two levels, so no single CTA reads them all.
-  const int nparts = w.num_parts, groups = planner::merge_groups(nparts);
-  int* ctr = P.merge_counters + w.counter + hk * (1 + groups);
-  auto arrive = [&](int* c, int expected) {
-    __threadfence();
-    __syncthreads();
-    if (tid == 0) sm.last = atomicAdd(c, 1) == expected - 1;
-    __syncthreads();
-    const bool last = sm.last;
-    if (last) {
-      __threadfence();
-      if (tid == 0) *c = 0;  // every arrival of this run is in: ready for the next one
-    }
-    return last;
-  };
-  const int64_t slot0 = w.slot - w.part + static_cast<int64_t>(hk) * nparts;  // partition 0, this kv head
-  const int64_t tok_base = tok0 + w.t0;
-  float2* stats = &sm.ml[0][0];
-  if (groups == 0) {
-    if (arrive(ctr, nparts)) merge_partials<D>(P, slot0, nparts, rows, true, 0, hk, tok_base, stats, tid, kThreads);
-    return;
-  }
-  const int g = w.part / planner::kMergeFan;
-  const int members = min(planner::kMergeFan, nparts - g * planner::kMergeFan);
-  const int64_t gslot0 = w.group_slot + static_cast<int64_t>(hk) * groups;
-  if (!arrive(ctr + 1 + g, members)) return;
-  merge_partials<D>(P, slot0 + g * planner::kMergeFan, members, rows, false, gslot0 + g, hk, tok_base, stats, tid,
-                    kThreads);
-  if (arrive(ctr, groups)) merge_partials<D>(P, gslot0, groups, rows, true, 0, hk, tok_base, stats, tid, kThreads);
 }
 
 // Writes (and for u8 quantises) the new key and value rows of the sequences cut into several chunks
@@ -785,6 +712,87 @@ __global__ void __launch_bounds__(128) write_kernel(const __grid_constant__ FwdP
   const int64_t src = static_cast<int64_t>(token) * P.Hk * D + static_cast<int64_t>(hk) * D;
   write_row<D, KV>(P.k_new, src, P.k_cache, P.k_scale, P.k_zp, row, P.io_dtype, lane);
   write_row<D, KV>(P.v_new, src, P.v_cache, P.v_scale, P.v_zp, row, P.io_dtype, lane);
+}
+
+// Combines the partitions of one query row: out = sum_p 2^(m_p - M) O_p / (sum_p 2^(m_p - M) l_p + sink).
+// One CTA per row; a thread owns (partition group, 4-column chunk) and folds its partitions in one pass
+// with a running max (m, l and O loaded together, so the loads of all partitions are in flight at
+// once); the groups are combined in a fixed order (bit-reproducible).
+// A row's D columns may be split over kSplit CTAs (blockIdx.y): more CTAs, and more partition groups
+// per CTA, so each thread folds fewer partitions in series (the merge is latency-bound).
+constexpr int kMergeThreads = 512;
+template <int D, int kSplit>
+__global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_constant__ FwdParams P) {
+  constexpr int kCols4 = D / 4 / kSplit;              // float4 chunks of the row per CTA
+  constexpr int kGroupsM = kMergeThreads / kCols4;    // partition groups
+  __shared__ float2 ml_s[kGroupsM];
+  __shared__ float4 acc_s[kGroupsM][kCols4];
+  // plan data (never written by a kernel): read before waiting for the previous grid
+  const MergeRow mr = P.merge_rows[blockIdx.x];
+  const int tid = threadIdx.x;
+  const int c4 = tid % kCols4, g = tid / kCols4;
+  const int col = (blockIdx.y * kCols4 + c4) * 4;  // first of the thread's 4 columns
+  const float* ml = P.ws_ml + (static_cast<int64_t>(mr.slot) * P.slot_rows + mr.row) * 2;
+  const int64_t wo = (static_cast<int64_t>(mr.slot) * P.slot_rows + mr.row) * D + col;  // element index
+  const bool normalised = P.ws_io != kIoF32;  // 16-bit partials are divided by their sum
+  const int64_t kMlStride = static_cast<int64_t>(P.slot_rows) * 2;
+  const int64_t kOStride = static_cast<int64_t>(P.slot_rows) * D;
+  pdl_wait();
+  const float sink2 = P.sinks != nullptr ? P.sinks[mr.head] * kLog2e : -INFINITY;
+
+  float M = -INFINITY, den = 0.0f;
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll 4
+  for (int p = g; p < mr.num_parts; p += kGroupsM) {
+    const float2 mlp = __ldcg(reinterpret_cast<const float2*>(ml + p * kMlStride));
+    const float4 v = load_partial4(P, wo + p * kOStride);
+    if (mlp.x == -INFINITY) continue;  // no visible key in this partition
+    if (mlp.x > M) {
+      const float s = fast_exp2(M - mlp.x);  // 0 while M is -inf
+      den *= s;
+      acc.x *= s;
+      acc.y *= s;
+      acc.z *= s;
+      acc.w *= s;
+      M = mlp.x;
+    }
+    const float wgt = fast_exp2(mlp.x - M);
+    den += wgt * mlp.y;
+    const float wv = normalised ? wgt * mlp.y : wgt;
+    acc.x += wv * v.x;
+    acc.y += wv * v.y;
+    acc.z += wv * v.z;
+    acc.w += wv * v.w;
+  }
+  if (c4 == 0) ml_s[g] = make_float2(M, den);
+  acc_s[g][c4] = acc;
+  __syncthreads();
+  pdl_launch_dependents();
+  if (g == 0) {
+    float Mt = sink2;
+#pragma unroll
+    for (int i = 0; i < kGroupsM; ++i) Mt = fmaxf(Mt, ml_s[i].x);
+    float dt = sink2 == -INFINITY ? 0.0f : exp2f(sink2 - Mt);
+    float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int i = 0; i < kGroupsM; ++i) {
+      const float2 mi = ml_s[i];
+      if (mi.x == -INFINITY) continue;
+      const float wgt = fast_exp2(mi.x - Mt);
+      const float4 v = acc_s[i][c4];
+      dt += wgt * mi.y;
+      a.x += wgt * v.x;
+      a.y += wgt * v.y;
+      a.z += wgt * v.z;
+      a.w += wgt * v.w;
+    }
+    const float inv = 1.0f / dt;
+    if (P.row_stats != nullptr && col == 0)
+      *reinterpret_cast<float2*>(P.row_stats + (static_cast<int64_t>(mr.token) * P.H + mr.head) * 2) =
+          make_float2(Mt, dt);
+    const int64_t base = static_cast<int64_t>(mr.token) * P.H * D + static_cast<int64_t>(mr.head) * D + col;
+    store_io4(P.out, base, P.io_dtype, make_float4(a.x * inv, a.y * inv, a.z * inv, a.w * inv));
+  }
 }
 
 // Scores output (launched only when requested): for each key position j of a sequence, the attention

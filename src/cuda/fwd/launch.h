@@ -28,6 +28,8 @@ FwdKernelInfo fwd_kernel_info_d256(int kv, int row_tiles);
 /// Throws UnsupportedError naming the head size when there is no kernel for it.
 FwdKernelInfo fwd_kernel_info(int head_size, int kv, int row_tiles);
 
+void launch_merge(const FwdParams& P, int head_size, int num_rows, bool whole_rows, cudaStream_t stream, bool pdl);
+
 // Launches with programmatic stream serialisation (PDL) when `pdl` is set.
 template <typename... KArgs, typename... Args>
 cudaError_t launch_ex(void (*kernel)(KArgs...), dim3 grid, dim3 block, std::size_t smem, cudaStream_t stream,

@@ -11,6 +11,14 @@ namespace cuda {
 enum KvKind : int { kKvF16 = 0, kKvBF16 = 1, kKvU8 = 2 };
 enum IoType : int { kIoF32 = 0, kIoF16 = 1, kIoBF16 = 2 };  // dtype of query / key / value / out
 
+struct MergeRow {       // one query row (token, head) whose partitions the merge kernel combines
+  int32_t token;        // global query row
+  int32_t head;         // query head
+  int32_t slot;         // partial slot of partition 0 of this row's kv head
+  int32_t row;          // row within the slot (0..slot_rows-1)
+  int32_t num_parts;
+};
+
 struct ScoreTile {      // 32 key positions of one sequence for the scores kernel
   int32_t seq;
   int32_t j0;           // first key position
@@ -37,9 +45,9 @@ struct FwdParams {
   const float* alibi;         // [H] or nullptr
   const float* sinks;         // [H] or nullptr
   const planner::WorkItem* items;
-  float* ws_o;                // [num_slots, slot_rows, D] partial outputs (unnormalised, relative to ws_ml.m)
-  float* ws_ml;               // [num_slots, slot_rows, 2] partial (max in log2 units, sum)
-  int* merge_counters;        // [num_counters] arrivals per merge (zeroed at plan time, reset by the merger)
+  const MergeRow* merge_rows;
+  float* ws_o;                // [num_slots, 64, D] partial outputs (unnormalised, relative to ws_ml.m)
+  float* ws_ml;               // [num_slots, 64, 2] partial (max in log2 units, sum)
   // scores output (all null when not requested)
   float* scores;              // [sum ctx] f32
   float* row_stats;           // [num_tokens * H, 2] final (max in log2 units, denominator incl. sink)
@@ -51,6 +59,8 @@ struct FwdParams {
   int io_dtype;               // IoType
   int slot_rows;              // rows per partial slot = query rows per chunk (64, or 128: wide tiles)
   int pdl_early_reads;        // cache rows before past_len may be read before griddepcontrol.wait
+  int ws_io;                  // partial outputs: kIoF32 (unnormalised), or kIoF16 / kIoBF16 (the MMA type,
+                              // normalised by the partition's sum: |O/l| <= max|v|, half the bytes)
 };
 
 }  // namespace cuda
