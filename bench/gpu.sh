@@ -87,8 +87,7 @@ fi
 
 if has ab; then
   # same-run ratios of the run-time switches (seed rows f16/u8, T = 1, 3, 8): default, then each off
-  for cfg in default PAGEDATTN_EARLY_READS=0 PAGEDATTN_MERGE_SPLIT=1 PAGEDATTN_PARTIALS=f32 \
-      "PAGEDATTN_EARLY_READS=0 PAGEDATTN_MERGE_SPLIT=1 PAGEDATTN_PARTIALS=f32"; do
+  for cfg in default PAGEDATTN_EARLY_READS=0 PAGEDATTN_MERGE_SPLIT=1 PAGEDATTN_MERGE_SPLIT=4; do
     tag=$(echo "$cfg" | tr ' =' '_-')
     log "A/B: $cfg"
     if [ "$cfg" = default ]; then envs=(); else read -ra envs <<< "$cfg"; fi

@@ -44,21 +44,20 @@ FwdKernelInfo fwd_kernel_info(int head_size, int kv, int row_tiles) {
   }
 }
 
-// The merge: one CTA per query row and 64-column block (split = D / 64), unless
-// PAGEDATTN_MERGE_SPLIT=1 asks for one CTA per whole row (A/B runs; the layout of v7/v8).
-void launch_merge(const FwdParams& P, int head_size, int num_rows, bool whole, cudaStream_t stream, bool pdl) {
+// The merge: one CTA per query row and column block; `split` (1, 2 or 4, at most D / 64) column blocks
+// per row (see CudaPlan: merge_split_).
+void launch_merge(const FwdParams& P, int head_size, int num_rows, int split, cudaStream_t stream, bool pdl) {
   const std::size_t smem = 0;
   const dim3 block(kMergeThreads);
-  switch (head_size) {
-    case 64: launch_ex(merge_kernel<64, 1>, dim3(num_rows), block, smem, stream, pdl, P); break;
-    case 128:
-      if (whole) launch_ex(merge_kernel<128, 1>, dim3(num_rows), block, smem, stream, pdl, P);
-      else launch_ex(merge_kernel<128, 2>, dim3(num_rows, 2), block, smem, stream, pdl, P);
-      break;
-    default:
-      if (whole) launch_ex(merge_kernel<256, 1>, dim3(num_rows), block, smem, stream, pdl, P);
-      else launch_ex(merge_kernel<256, 4>, dim3(num_rows, 4), block, smem, stream, pdl, P);
-      break;
+  const dim3 grid(num_rows, split);
+  switch (head_size * 8 + split) {
+    case 64 * 8 + 1: launch_ex(merge_kernel<64, 1>, grid, block, smem, stream, pdl, P); break;
+    case 128 * 8 + 1: launch_ex(merge_kernel<128, 1>, grid, block, smem, stream, pdl, P); break;
+    case 128 * 8 + 2: launch_ex(merge_kernel<128, 2>, grid, block, smem, stream, pdl, P); break;
+    case 256 * 8 + 1: launch_ex(merge_kernel<256, 1>, grid, block, smem, stream, pdl, P); break;
+    case 256 * 8 + 2: launch_ex(merge_kernel<256, 2>, grid, block, smem, stream, pdl, P); break;
+    case 256 * 8 + 4: launch_ex(merge_kernel<256, 4>, grid, block, smem, stream, pdl, P); break;
+    default: throw RuntimeError("merge: no kernel for D=" + std::to_string(head_size) + " split " + std::to_string(split));
   }
 }
 
@@ -178,11 +177,6 @@ class CudaPlan final : public detail::PlanImpl {
     pdl_ = cc_major >= 9 && opt.programmatic_launch;
     // early cache reads under PDL (see the kernel); PAGEDATTN_EARLY_READS=0 turns them off (A/B runs)
     if (const char* e = std::getenv("PAGEDATTN_EARLY_READS"); e != nullptr && std::string(e) == "0") early_reads_ = false;
-    // partial outputs in the MMA's 16-bit type (bf16 KV: bf16, else f16): half the partials' traffic;
-    // PAGEDATTN_PARTIALS=f32 keeps f32 (A/B runs)
-    // (f32 queries keep f32 partials: their output may exceed the 16-bit range)
-    ws_io_ = p.query.dtype == DType::f32 ? kIoF32 : kv_ == kKvBF16 ? kIoBF16 : kIoF16;
-    if (const char* e = std::getenv("PAGEDATTN_PARTIALS"); e != nullptr && std::string(e) == "f32") ws_io_ = kIoF32;
     in.ctas_per_sm = fwd_kernel_info(D_, kv_, 1).ctas_per_sm();
     in.deterministic = opt.deterministic;
     in.forced_partition = opt.partition_tokens;
@@ -235,7 +229,17 @@ class CudaPlan final : public detail::PlanImpl {
       }
     }
     num_merge_rows_ = static_cast<int>(rows.size());
-    if (const char* e = std::getenv("PAGEDATTN_MERGE_SPLIT"); e != nullptr && std::string(e) == "1") merge_whole_rows_ = true;
+    // Merge CTAs per row: split the row's columns while the merge grid stays within one CTA per SM. Few
+    // rows (decode): more, shorter CTAs (8k T=1: -14% per layer); many rows: a large merge grid holds
+    // the SMs that the next grid's CTAs need (8k T=8: +16% with 512 merge CTAs). (H200, run s3c.)
+    // PAGEDATTN_MERGE_SPLIT=1/2/4 forces it (A/B runs).
+    merge_split_ = 1;
+    while (merge_split_ * 2 <= D_ / 64 && static_cast<int64_t>(num_merge_rows_) * merge_split_ * 2 <= in.num_sms)
+      merge_split_ *= 2;
+    if (const char* e = std::getenv("PAGEDATTN_MERGE_SPLIT"); e != nullptr && *e != '\0') {
+      const int v = std::atoi(e);
+      if (v == 1 || ((v == 2 || v == 4) && v <= D_ / 64)) merge_split_ = v;
+    }
 
     // --- metadata to the device (read by run) ----------------------------------------------------
     // NOTE: copied into plan-owned vectors first: if the caller's buffers are pinned, cudaMemcpyAsync
@@ -331,7 +335,6 @@ class CudaPlan final : public detail::PlanImpl {
     P.io_dtype = io_type(p.query.dtype);
     P.slot_rows = wl_.slot_rows;
     P.pdl_early_reads = pdl_ && early_reads_ ? 1 : 0;
-    P.ws_io = ws_io_;
 
     if (P.k_new != nullptr && separate_write_) {  // rows of multi-chunk sequences (the rest stay fused)
       fwd_kernel_info(D_, kv_, 1).launch_write(P, num_tokens_, num_seqs_, stream_, pdl_);
@@ -342,7 +345,7 @@ class CudaPlan final : public detail::PlanImpl {
       PA_CUDA_CHECK(cudaGetLastError());
     }
     if (num_merge_rows_ > 0) {
-      launch_merge(P, D_, num_merge_rows_, merge_whole_rows_, stream_, pdl_);
+      launch_merge(P, D_, num_merge_rows_, merge_split_, stream_, pdl_);
       PA_CUDA_CHECK(cudaGetLastError());
     }
     if (P.scores != nullptr && num_score_tiles_ > 0) {
@@ -361,7 +364,7 @@ class CudaPlan final : public detail::PlanImpl {
     for (size_t i = 0; i < launches_.size(); ++i)
       os << (i ? "," : "") << "[rt=" << launches_[i].rt << " ctas=" << launches_[i].count << "x" << Hk_
          << " smem=" << smem_[i] / 1024 << "KiB]";
-    os << " merge_rows=" << num_merge_rows_ << " kv_write=" << (separate_write_ ? "separate" : "fused")
+    os << " merge_rows=" << num_merge_rows_ << "x" << merge_split_ << " kv_write=" << (separate_write_ ? "separate" : "fused")
        << " pdl=" << (pdl_ ? (early_reads_ ? "on+early-reads" : "on") : "off")
        << " workspace=" << workspace_bytes() / 1024 << "KiB";
     return os.str();
@@ -381,7 +384,6 @@ class CudaPlan final : public detail::PlanImpl {
   int D_ = 0, H_ = 0, Hk_ = 0, G_ = 1, kv_ = 0, bs_log2_ = 0;
   bool pdl_ = false;
   bool early_reads_ = true;
-  int ws_io_ = kIoF32;  // dtype of the partial outputs (16-bit unless PAGEDATTN_PARTIALS=f32)
   bool separate_write_ = false;  // KV write-in as its own launch (some sequence has several chunks)
   int num_seqs_ = 0, num_tokens_ = 0;
   float scale_ = 1.0f;
@@ -389,7 +391,7 @@ class CudaPlan final : public detail::PlanImpl {
   std::vector<Launch> launches_;
   std::vector<std::size_t> smem_;
   int num_merge_rows_ = 0;
-  bool merge_whole_rows_ = false;  // one merge CTA per whole row (PAGEDATTN_MERGE_SPLIT=1)
+  int merge_split_ = 1;  // merge CTAs per row (column blocks)
   std::vector<std::vector<uint8_t>> host_;  // plan-owned copies of the host metadata (see upload)
   std::vector<MergeRow> merge_rows_;
   int num_score_tiles_ = 0;

@@ -127,22 +127,6 @@ __device__ __forceinline__ void store_io4(void* base, int64_t i, int io, float4 
   }
 }
 
-// Four consecutive partial-output elements of the workspace (f32, or f16/bf16: FwdParams::ws_io), read
-// through L2 (written by other CTAs of the previous grid).
-__device__ __forceinline__ float4 load_partial4(const FwdParams& P, int64_t i) {
-  if (P.ws_io == kIoF32) return __ldcg(reinterpret_cast<const float4*>(P.ws_o + i));
-  const uint2 u = __ldcg(reinterpret_cast<const uint2*>(reinterpret_cast<const uint16_t*>(P.ws_o) + i));
-  float2 a, b;
-  if (P.ws_io == kIoF16) {
-    a = __half22float2(*reinterpret_cast<const __half2*>(&u.x));
-    b = __half22float2(*reinterpret_cast<const __half2*>(&u.y));
-  } else {
-    a = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.x));
-    b = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u.y));
-  }
-  return make_float4(a.x, a.y, b.x, b.y);
-}
-
 // Row index (in units of D elements of a [num_blocks, Hk, bs, D] cache) of key position `pos`.
 __device__ __forceinline__ int64_t cache_row(const int32_t* table, int pos, int hk, int Hk, int bs_log2) {
   const int64_t blk = __ldg(table + (pos >> bs_log2));
@@ -678,12 +662,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT>::kThreads, FwdTraits<D, K
                 make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
     } else {
       const int64_t slot = (w.slot + static_cast<int64_t>(hk) * w.num_parts) * P.slot_rows + r;
-      if (P.ws_io == kIoF32) {
-        *reinterpret_cast<float4*>(P.ws_o + slot * D + c) = acc;
-      } else {  // normalised by the partition's sum, in the 16-bit MMA type (see FwdParams::ws_io)
-        const float inv = L > 0.0f ? 1.0f / L : 0.0f;
-        store_io4(P.ws_o, slot * D + c, P.ws_io, make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
-      }
+      *reinterpret_cast<float4*>(P.ws_o + slot * D + c) = acc;
       if (c == 0) *reinterpret_cast<float2*>(P.ws_ml + slot * 2) = make_float2(M, L);
     }
   }
@@ -733,8 +712,7 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_const
   const int c4 = tid % kCols4, g = tid / kCols4;
   const int col = (blockIdx.y * kCols4 + c4) * 4;  // first of the thread's 4 columns
   const float* ml = P.ws_ml + (static_cast<int64_t>(mr.slot) * P.slot_rows + mr.row) * 2;
-  const int64_t wo = (static_cast<int64_t>(mr.slot) * P.slot_rows + mr.row) * D + col;  // element index
-  const bool normalised = P.ws_io != kIoF32;  // 16-bit partials are divided by their sum
+  const float* wo = P.ws_o + (static_cast<int64_t>(mr.slot) * P.slot_rows + mr.row) * D + col;
   const int64_t kMlStride = static_cast<int64_t>(P.slot_rows) * 2;
   const int64_t kOStride = static_cast<int64_t>(P.slot_rows) * D;
   pdl_wait();
@@ -745,7 +723,7 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_const
 #pragma unroll 4
   for (int p = g; p < mr.num_parts; p += kGroupsM) {
     const float2 mlp = __ldcg(reinterpret_cast<const float2*>(ml + p * kMlStride));
-    const float4 v = load_partial4(P, wo + p * kOStride);
+    const float4 v = __ldcg(reinterpret_cast<const float4*>(wo + p * kOStride));
     if (mlp.x == -INFINITY) continue;  // no visible key in this partition
     if (mlp.x > M) {
       const float s = fast_exp2(M - mlp.x);  // 0 while M is -inf
@@ -758,11 +736,10 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_const
     }
     const float wgt = fast_exp2(mlp.x - M);
     den += wgt * mlp.y;
-    const float wv = normalised ? wgt * mlp.y : wgt;
-    acc.x += wv * v.x;
-    acc.y += wv * v.y;
-    acc.z += wv * v.z;
-    acc.w += wv * v.w;
+    acc.x += wgt * v.x;
+    acc.y += wgt * v.y;
+    acc.z += wgt * v.z;
+    acc.w += wgt * v.w;
   }
   if (c4 == 0) ml_s[g] = make_float2(M, den);
   acc_s[g][c4] = acc;

@@ -46,8 +46,8 @@ struct FwdParams {
   const float* sinks;         // [H] or nullptr
   const planner::WorkItem* items;
   const MergeRow* merge_rows;
-  float* ws_o;                // [num_slots, 64, D] partial outputs (unnormalised, relative to ws_ml.m)
-  float* ws_ml;               // [num_slots, 64, 2] partial (max in log2 units, sum)
+  float* ws_o;                // [num_slots, slot_rows, D] partial outputs (unnormalised, relative to ws_ml.m)
+  float* ws_ml;               // [num_slots, slot_rows, 2] partial (max in log2 units, sum)
   // scores output (all null when not requested)
   float* scores;              // [sum ctx] f32
   float* row_stats;           // [num_tokens * H, 2] final (max in log2 units, denominator incl. sink)
@@ -59,8 +59,6 @@ struct FwdParams {
   int io_dtype;               // IoType
   int slot_rows;              // rows per partial slot = query rows per chunk (64, or 128: wide tiles)
   int pdl_early_reads;        // cache rows before past_len may be read before griddepcontrol.wait
-  int ws_io;                  // partial outputs: kIoF32 (unnormalised), or kIoF16 / kIoBF16 (the MMA type,
-                              // normalised by the partition's sum: |O/l| <= max|v|, half the bytes)
 };
 
 }  // namespace cuda
