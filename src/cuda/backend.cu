@@ -231,7 +231,7 @@ class CudaPlan final : public detail::PlanImpl {
     num_merge_rows_ = static_cast<int>(rows.size());
     // Merge CTAs per row: split the row's columns while the merge grid stays within one CTA per SM. Few
     // rows (decode): more, shorter CTAs (8k T=1: -14% per layer); many rows: a large merge grid holds
-    // the SMs that the next grid's CTAs need (8k T=8: +16% with 512 merge CTAs). (H200, run s3c.)
+    // the SMs that the next grid's CTAs need (8k T=8: +16% with 512 merge CTAs). (H200, runs s3c and s3d.)
     // PAGEDATTN_MERGE_SPLIT=1/2/4 forces it (A/B runs).
     merge_split_ = 1;
     while (merge_split_ * 2 <= D_ / 64 && static_cast<int64_t>(num_merge_rows_) * merge_split_ * 2 <= in.num_sms)
