@@ -3,7 +3,7 @@
 # subset, the benchmark, the Python package's GPU test and the peers. Logs go under $OUT/run and come
 # back as $OUT/results.tgz (the device tool returns at most 8 files); a short table is printed last.
 #   usage: bench/gpu.sh [stages...]    stages: build test cputest sanitizer bench ab python peers
-#                                       (default: all but cputest and ab; CI runs the CPU tests)
+#                                       (default: all but cputest; CI runs the CPU tests)
 # Here, before the call: bench/prepare_deps.sh, bench/peers/fetch_flashinfer.sh (FlashInfer wheels and
 # prebuilt modules into .wheels; optional), and
 #   echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo +dirty)" > .commit
@@ -13,7 +13,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-$root/gpu-out}
 run_dir=$OUT/run
 mkdir -p "$run_dir"
-stages=${*:-build test sanitizer bench python peers}
+stages=${*:-build test sanitizer bench ab python peers}
 build=${BUILD_DIR:-/tmp/pagedattn-build}
 budget=${GPU_SH_BUDGET:-540}  # seconds; later stages are skipped (and say so) past this
 t_start=$(date +%s)
@@ -70,7 +70,7 @@ fi
 if has sanitizer; then
   log "compute-sanitizer memcheck subset"
   PAGEDATTN_GPU_CASES=12 timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 "$build/tests/test_cuda" \
-    --gtest_filter='Cuda.FewQueryRandom:Cuda.TileAndMixedRandom:Cuda.GraphReplayMatchesDirectRun' \
+    --gtest_filter='Cuda.FewQueryRandom:Cuda.TileAndMixedRandom:Cuda.GraphReplayMatchesDirectRun:Cuda.SplitSAccumulatorsRandom' \
     > "$run_dir/sanitizer.log" 2>&1
   echo "sanitizer exit code: $?"
   grep -E "ERROR SUMMARY|PASSED|FAILED" "$run_dir/sanitizer.log" | head -5
@@ -87,7 +87,7 @@ fi
 
 if has ab; then
   # same-run ratios of the run-time switches (seed rows f16/u8, T = 1, 3, 8): default, then each off
-  for cfg in default PAGEDATTN_EARLY_READS=0 PAGEDATTN_MERGE_SPLIT=1 PAGEDATTN_MERGE_SPLIT=4; do
+  for cfg in default PAGEDATTN_SPLIT_S=1 PAGEDATTN_EARLY_READS=0 PAGEDATTN_MERGE_SPLIT=1; do
     tag=$(echo "$cfg" | tr ' =' '_-')
     log "A/B: $cfg"
     if [ "$cfg" = default ]; then envs=(); else read -ra envs <<< "$cfg"; fi

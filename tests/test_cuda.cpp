@@ -243,15 +243,38 @@ TEST(Cuda, LongPrefillAndChunk) {
   run_suite("long-prefill", cfg, base_seed() + 300000, 4);
 }
 
-// Wide prefill tiles (experimental, PAGEDATTN_WIDE_PREFILL=1): 128-row chunks on the 8-row-tile
-// variant, the same cases and tolerances as the tile suites.
+// Sets an environment switch of the cuda backend for one scope (plans read them at plan time).
+struct EnvGuard {
+  const char* name;
+  EnvGuard(const char* n, const char* v) : name(n) { setenv(n, v, 1); }
+  ~EnvGuard() { unsetenv(name); }
+};
+
+// Wide prefill tiles (PAGEDATTN_WIDE_PREFILL=1; the default only at D <= 128): 128-row chunks on the
+// 8-row-tile variant at every head size, the same cases and tolerances as the tile suites.
 TEST(Cuda, WidePrefillTilesRandom) {
   REQUIRE_GPU();
-  struct EnvGuard {
-    EnvGuard() { setenv("PAGEDATTN_WIDE_PREFILL", "1", 1); }
-    ~EnvGuard() { unsetenv("PAGEDATTN_WIDE_PREFILL"); }
-  } guard;
+  EnvGuard guard("PAGEDATTN_WIDE_PREFILL", "1");
   run_suite("wide-prefill", mixed_config(300, 4000, 600, 12000), base_seed() + 800000, 100);
+}
+
+// The experimental S accumulator split (PAGEDATTN_SPLIT_S=1, instantiated at D = 256 for 1-2 row
+// tiles): the few-query cases at D = 256, same tolerances.
+TEST(Cuda, SplitSAccumulatorsRandom) {
+  REQUIRE_GPU();
+  EnvGuard guard("PAGEDATTN_SPLIT_S", "1");
+  CaseConfig cfg = few_query_config();
+  cfg.head_sizes = {256};
+  run_suite("split-s", cfg, base_seed() + 900000, 90);
+}
+
+// Programmatic dependent launch off (Options::programmatic_launch = false): plain stream order, no
+// early cache reads; the few-query cases, same tolerances.
+TEST(Cuda, WithoutProgrammaticLaunch) {
+  REQUIRE_GPU();
+  Options opt{Backend::cuda};
+  opt.programmatic_launch = false;
+  run_suite("no-pdl", few_query_config(), base_seed() + 1000000, 60, opt);
 }
 
 TEST(Cuda, DeterministicModeIsBatchInvariant) {

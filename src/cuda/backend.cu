@@ -33,11 +33,11 @@ namespace cuda {
       throw RuntimeError(std::string("CUDA error in ") + #expr + ": " + cudaGetErrorString(err_));        \
   } while (0)
 
-FwdKernelInfo fwd_kernel_info(int head_size, int kv, int row_tiles) {
+FwdKernelInfo fwd_kernel_info(int head_size, int kv, int row_tiles, bool split_s) {
   switch (head_size) {
-    case 64: return fwd_kernel_info_d64(kv, row_tiles);
-    case 128: return fwd_kernel_info_d128(kv, row_tiles);
-    case 256: return fwd_kernel_info_d256(kv, row_tiles);
+    case 64: return fwd_kernel_info_d64(kv, row_tiles, split_s);
+    case 128: return fwd_kernel_info_d128(kv, row_tiles, split_s);
+    case 256: return fwd_kernel_info_d256(kv, row_tiles, split_s);
     default:
       throw UnsupportedError("head size " + std::to_string(head_size) +
                              ": the cuda backend supports 64, 128 and 256");
@@ -177,6 +177,8 @@ class CudaPlan final : public detail::PlanImpl {
     pdl_ = cc_major >= 9 && opt.programmatic_launch;
     // early cache reads under PDL (see the kernel); PAGEDATTN_EARLY_READS=0 turns them off (A/B runs)
     if (const char* e = std::getenv("PAGEDATTN_EARLY_READS"); e != nullptr && std::string(e) == "0") early_reads_ = false;
+    // experimental, not yet measured: S accumulated in two independent chains (fwd_kernel's SK)
+    if (const char* e = std::getenv("PAGEDATTN_SPLIT_S"); e != nullptr && std::string(e) == "1") split_s_ = true;
     in.ctas_per_sm = fwd_kernel_info(D_, kv_, 1).ctas_per_sm();
     in.deterministic = opt.deterministic;
     in.forced_partition = opt.partition_tokens;
@@ -212,7 +214,7 @@ class CudaPlan final : public detail::PlanImpl {
     int smem_optin = 0;
     PA_CUDA_CHECK(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     for (const Launch& l : launches_) {
-      const FwdKernelInfo info = fwd_kernel_info(D_, kv_, l.rt);
+      const FwdKernelInfo info = fwd_kernel_info(D_, kv_, l.rt, split_s_);
       if (static_cast<int>(info.smem_bytes) > smem_optin)
         throw UnsupportedError("this kernel variant (D=" + std::to_string(D_) + ", " + std::to_string(l.rt) +
                                " row tiles) needs " + std::to_string(info.smem_bytes) +
@@ -341,7 +343,7 @@ class CudaPlan final : public detail::PlanImpl {
       PA_CUDA_CHECK(cudaGetLastError());
     }
     for (const Launch& l : launches_) {
-      fwd_kernel_info(D_, kv_, l.rt).launch(P, l.offset, l.count, stream_, pdl_);
+      fwd_kernel_info(D_, kv_, l.rt, split_s_).launch(P, l.offset, l.count, stream_, pdl_);
       PA_CUDA_CHECK(cudaGetLastError());
     }
     if (num_merge_rows_ > 0) {
@@ -365,7 +367,7 @@ class CudaPlan final : public detail::PlanImpl {
       os << (i ? "," : "") << "[rt=" << launches_[i].rt << " ctas=" << launches_[i].count << "x" << Hk_
          << " smem=" << smem_[i] / 1024 << "KiB]";
     os << " merge_rows=" << num_merge_rows_ << "x" << merge_split_ << " kv_write=" << (separate_write_ ? "separate" : "fused")
-       << " pdl=" << (pdl_ ? (early_reads_ ? "on+early-reads" : "on") : "off")
+       << " pdl=" << (pdl_ ? (early_reads_ ? "on+early-reads" : "on") : "off") << (split_s_ ? " split-s" : "")
        << " workspace=" << workspace_bytes() / 1024 << "KiB";
     return os.str();
   }
@@ -384,6 +386,7 @@ class CudaPlan final : public detail::PlanImpl {
   int D_ = 0, H_ = 0, Hk_ = 0, G_ = 1, kv_ = 0, bs_log2_ = 0;
   bool pdl_ = false;
   bool early_reads_ = true;
+  bool split_s_ = false;  // PAGEDATTN_SPLIT_S=1 (A/B runs)
   bool separate_write_ = false;  // KV write-in as its own launch (some sequence has several chunks)
   int num_seqs_ = 0, num_tokens_ = 0;
   float scale_ = 1.0f;

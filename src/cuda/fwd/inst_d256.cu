@@ -2,6 +2,8 @@
 
 namespace pagedattn {
 namespace cuda {
-FwdKernelInfo fwd_kernel_info_d256(int kv, int row_tiles) { return fwd_kernel_info_for<256>(kv, row_tiles); }
+FwdKernelInfo fwd_kernel_info_d256(int kv, int row_tiles, bool split_s) {
+  return fwd_kernel_info_for<256>(kv, row_tiles, split_s);
+}
 }  // namespace cuda
 }  // namespace pagedattn

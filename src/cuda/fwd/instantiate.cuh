@@ -7,23 +7,23 @@
 namespace pagedattn {
 namespace cuda {
 
-template <int D, int KV, int RT>
+template <int D, int KV, int RT, int SK = 1>
 struct FwdVariant {
   static constexpr std::size_t kSmem = sizeof(SharedStorage<D, KV, RT>);
   static_assert(kSmem <= 227 * 1024, "shared memory of one CTA exceeds the sm_90 limit");
   // NOTE: a per-device attribute: the cuda plan calls this for every variant it will launch.
   static cudaError_t prepare() {
-    return cudaFuncSetAttribute(fwd_kernel<D, KV, RT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    return cudaFuncSetAttribute(fwd_kernel<D, KV, RT, SK>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 static_cast<int>(kSmem));
   }
   static void launch(const FwdParams& P, int item_offset, int num_items, cudaStream_t stream, bool pdl) {
-    launch_ex(fwd_kernel<D, KV, RT>, dim3(num_items, P.Hk), dim3(FwdTraits<D, KV, RT>::kThreads), kSmem, stream, pdl, P,
+    launch_ex(fwd_kernel<D, KV, RT, SK>, dim3(num_items, P.Hk), dim3(FwdTraits<D, KV, RT>::kThreads), kSmem, stream, pdl, P,
               item_offset);
   }
   static int ctas_per_sm() {
     if (prepare() != cudaSuccess) return 1;
     int n = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fwd_kernel<D, KV, RT>, FwdTraits<D, KV, RT>::kThreads, kSmem) != cudaSuccess) n = 1;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fwd_kernel<D, KV, RT, SK>, FwdTraits<D, KV, RT>::kThreads, kSmem) != cudaSuccess) n = 1;
     return n;
   }
   static void launch_write(const FwdParams& P, int num_tokens, int num_seqs, cudaStream_t stream, bool pdl) {
@@ -39,15 +39,20 @@ struct FwdVariant {
   }
 };
 
+// split_s: the experimental S accumulator split (fwd_kernel's SK = 2), instantiated only where the
+// chains are long (D = 256, 1-2 row tiles: 16-key slices); elsewhere the plain variant.
 template <int D>
-FwdKernelInfo fwd_kernel_info_for(int kv, int rt) {
+FwdKernelInfo fwd_kernel_info_for(int kv, int rt, bool split_s) {
   // Runtime values become template constants here and only here.
-#define PA_RT_CASES(KVK)                                   \
-  switch (rt) {                                            \
-    case 1: return FwdVariant<D, KVK, 1>::info();          \
-    case 2: return FwdVariant<D, KVK, 2>::info();          \
-    case 4: return FwdVariant<D, KVK, 4>::info();          \
-    default: return FwdVariant<D, KVK, 8>::info();         \
+  constexpr bool kSplitVariants = D == 256;
+#define PA_RT_CASES(KVK)                                                                       \
+  switch (rt) {                                                                                \
+    case 1: return kSplitVariants && split_s ? FwdVariant<D, KVK, 1, kSplitVariants ? 2 : 1>::info() \
+                                             : FwdVariant<D, KVK, 1>::info();                  \
+    case 2: return kSplitVariants && split_s ? FwdVariant<D, KVK, 2, kSplitVariants ? 2 : 1>::info() \
+                                             : FwdVariant<D, KVK, 2>::info();                  \
+    case 4: return FwdVariant<D, KVK, 4>::info();                                              \
+    default: return FwdVariant<D, KVK, 8>::info();                                             \
   }
   switch (kv) {
     case kKvF16: PA_RT_CASES(kKvF16)

@@ -255,9 +255,14 @@ __device__ __forceinline__ int o_col(int n, int lane) {
   }
 }
 
-template <int D, int KV, int RT>
+// SK: independent accumulators per S n-tile along the head dimension (1 or 2). S = QK^T runs D/16
+// dependent MMAs per 8-key n-tile; with 16-key slices (D = 256) that is 2 chains of 16, and the
+// profile of the 32-row variant shows fixed-latency dependency stalls on top. SK = 2 gives even and
+// odd k-steps their own accumulators, summed before the softmax (experimental: PAGEDATTN_SPLIT_S=1).
+template <int D, int KV, int RT, int SK = 1>
 __global__ void __launch_bounds__(FwdTraits<D, KV, RT>::kThreads, FwdTraits<D, KV, RT>::kMinCtas)
     fwd_kernel(const __grid_constant__ FwdParams P, const int item_offset) {
+  static_assert(SK == 1 || SK == 2, "S accumulator split");
   using Tr = FwdTraits<D, KV, RT>;
   using T = typename Tr::T;
   using Smem = SharedStorage<D, KV, RT>;
@@ -437,9 +442,12 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT>::kThreads, FwdTraits<D, K
     issue(2 * it + kStages - 1);
     if (active) {
       const auto& hb = sm.u.s.ring[wkv][(2 * it) % kStages];
-      float acc[kN1][4];
+      float acc[kN1][4], acc_odd[kN1][4];  // acc_odd: odd k-steps when SK == 2 (else unused, eliminated)
 #pragma unroll
-      for (int n = 0; n < kN1; ++n) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+      for (int n = 0; n < kN1; ++n) {
+        acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
+        acc_odd[n][0] = acc_odd[n][1] = acc_odd[n][2] = acc_odd[n][3] = 0.0f;
+      }
       if constexpr (kU8) {
         // one ldmatrix.x4 on raw codes: 8 keys x 4 MMA k-steps; each register holds 4 codes of a key
 #pragma unroll
@@ -453,7 +461,8 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT>::kThreads, FwdTraits<D, K
             ldmatrix_x4(r4, &hb.kv[n * 8 + (lane % 8)][(ks + lane / 8) * 16]);
 #pragma unroll
             for (int e = 0; e < 4; ++e)
-              mma_16816<T>(acc[n], qf[e], u8x2_biased(r4[e], kSelB01), u8x2_biased(r4[e], kSelB23));
+              mma_16816<T>(SK == 2 && (e & 1) ? acc_odd[n] : acc[n], qf[e], u8x2_biased(r4[e], kSelB01),
+                           u8x2_biased(r4[e], kSelB23));
           }
         }
       } else {
@@ -467,9 +476,15 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT>::kThreads, FwdTraits<D, K
             uint32_t b[4];  // k-steps ks and ks+1 of keys n*8..n*8+7
             ldmatrix_x4(b, &hb.kv[n * 8 + (lane % 8)][ks * 16 + (lane / 8) * 8]);
             mma_16816<T>(acc[n], qf[0], b[0], b[1]);
-            mma_16816<T>(acc[n], qf[1], b[2], b[3]);
+            mma_16816<T>(SK == 2 ? acc_odd[n] : acc[n], qf[1], b[2], b[3]);
           }
         }
+      }
+      if constexpr (SK == 2) {
+#pragma unroll
+        for (int n = 0; n < kN1; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[n][e] += acc_odd[n][e];
       }
 
       // scores (log2 units) with masks; element (n, e): row hf = e / 2, key js + n*8 + 2*(lane%4) + e%2
@@ -710,7 +725,7 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_const
   const MergeRow mr = P.merge_rows[blockIdx.x];
   const int tid = threadIdx.x;
   const int c4 = tid % kCols4, g = tid / kCols4;
-  const int col = (blockIdx.y * kCols4 + c4) * 4;  // first of the thread's 4 columns
+  const int col = ((kSplit == 1 ? 0 : static_cast<int>(blockIdx.y) * kCols4) + c4) * 4;  // first of its 4 columns
   const float* ml = P.ws_ml + (static_cast<int64_t>(mr.slot) * P.slot_rows + mr.row) * 2;
   const float* wo = P.ws_o + (static_cast<int64_t>(mr.slot) * P.slot_rows + mr.row) * D + col;
   const int64_t kMlStride = static_cast<int64_t>(P.slot_rows) * 2;

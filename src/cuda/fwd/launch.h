@@ -22,11 +22,12 @@ struct FwdKernelInfo {
   std::size_t smem_bytes;
 };
 
-FwdKernelInfo fwd_kernel_info_d64(int kv, int row_tiles);
-FwdKernelInfo fwd_kernel_info_d128(int kv, int row_tiles);
-FwdKernelInfo fwd_kernel_info_d256(int kv, int row_tiles);
-/// Throws UnsupportedError naming the head size when there is no kernel for it.
-FwdKernelInfo fwd_kernel_info(int head_size, int kv, int row_tiles);
+FwdKernelInfo fwd_kernel_info_d64(int kv, int row_tiles, bool split_s);
+FwdKernelInfo fwd_kernel_info_d128(int kv, int row_tiles, bool split_s);
+FwdKernelInfo fwd_kernel_info_d256(int kv, int row_tiles, bool split_s);
+/// Throws UnsupportedError naming the head size when there is no kernel for it. `split_s`: the
+/// experimental S accumulator split (PAGEDATTN_SPLIT_S=1; fwd_kernel's SK), where instantiated.
+FwdKernelInfo fwd_kernel_info(int head_size, int kv, int row_tiles, bool split_s = false);
 
 void launch_merge(const FwdParams& P, int head_size, int num_rows, bool whole_rows, cudaStream_t stream, bool pdl);
 
