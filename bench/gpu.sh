@@ -86,9 +86,11 @@ if has bench; then
 fi
 
 if has ab; then
-  # same-run ratios of the run-time switches (seed rows f16/u8, T = 1, 3, 8): default, then each off
+  # same-run ratios of the run-time switches (seed rows f16/u8, T = 1, 3, 8): the default, then each
+  # switch flipped (experiments on, measured features off)
   for cfg in default PAGEDATTN_SPLIT_S=1 PAGEDATTN_EARLY_READS=0 PAGEDATTN_MERGE_SPLIT=1; do
     tag=$(echo "$cfg" | tr ' =' '_-')
+    if [ "$(left)" -lt 240 ]; then log "A/B $cfg skipped: $(left)s of the ${budget}s budget left"; continue; fi
     log "A/B: $cfg"
     if [ "$cfg" = default ]; then envs=(); else read -ra envs <<< "$cfg"; fi
     env "${envs[@]}" timeout 120 "$build/pagedattn" bench --backend cuda --scenario seed --kv f16,u8 --tokens 1,3,8 \
@@ -97,12 +99,14 @@ if has ab; then
   python3 - "$run_dir" <<'PY' | tee "$run_dir/ab_table.txt"
 import json, sys, glob, os
 d = sys.argv[1]
-runs = {os.path.basename(f)[3:-5]: json.load(open(f)) for f in sorted(glob.glob(d + "/ab_*.json"))}
+runs = {}
+for f in sorted(glob.glob(d + "/ab_*.json")):
+    try:
+        runs[os.path.basename(f)[3:-5]] = json.load(open(f))
+    except (OSError, ValueError) as e:  # a run that failed or timed out leaves an empty file
+        print("skipped %s: %s" % (f, e))
 def rows(j):
-    out = {}
-    for r in j.get("rows", j if isinstance(j, list) else []):
-        out[(r.get("kv"), r.get("context"), r.get("T"))] = r.get("us")
-    return out
+    return {(r.get("kv"), r.get("context"), r.get("T")): r.get("us") for r in j.get("rows", [])}
 tabs = {k: rows(v) for k, v in runs.items()}
 base = tabs.get("default", {})
 names = ["default"] + [k for k in tabs if k != "default"]
@@ -111,7 +115,12 @@ for key in sorted(base, key=lambda k: (str(k[0]), k[1] or 0, k[2] or 0)):
     cells = []
     for n in names:
         v = tabs[n].get(key)
-        cells.append("-" if v is None else ("%.1f" % v if n == "default" else "%.1f [%.3f]" % (v, v / base[key])))
+        if v is None:
+            cells.append("-")
+        elif n == "default" or not base.get(key):
+            cells.append("%.1f" % v)
+        else:
+            cells.append("%.1f [%.3f]" % (v, v / base[key]))
     print(key[0], key[1], key[2], " | ".join(cells))
 PY
 fi

@@ -243,12 +243,28 @@ TEST(Cuda, LongPrefillAndChunk) {
   run_suite("long-prefill", cfg, base_seed() + 300000, 4);
 }
 
-// Sets an environment switch of the cuda backend for one scope (plans read them at plan time).
+namespace {
+// Sets an environment switch of the cuda backend for one scope (plans read them at plan time) and
+// restores what was there.
 struct EnvGuard {
   const char* name;
-  EnvGuard(const char* n, const char* v) : name(n) { setenv(n, v, 1); }
-  ~EnvGuard() { unsetenv(name); }
+  bool had;
+  std::string old;
+  EnvGuard(const char* n, const char* v) : name(n), had(std::getenv(n) != nullptr), old(had ? std::getenv(n) : "") {
+    setenv(n, v, 1);
+  }
+  ~EnvGuard() {
+    if (had) setenv(name, old.c_str(), 1); else unsetenv(name);
+  }
 };
+
+// The plan description of a random case under `opt` (to check that a switch took effect).
+std::string describe_plan(const CaseConfig& cfg, uint64_t seed, const Options& opt) {
+  Case c = make_random_case(seed, cfg);
+  DeviceCase d(c);
+  return plan(d.params(), opt).describe();
+}
+}  // namespace
 
 // Wide prefill tiles (PAGEDATTN_WIDE_PREFILL=1; the default only at D <= 128): 128-row chunks on the
 // 8-row-tile variant at every head size, the same cases and tolerances as the tile suites.
@@ -265,7 +281,20 @@ TEST(Cuda, SplitSAccumulatorsRandom) {
   EnvGuard guard("PAGEDATTN_SPLIT_S", "1");
   CaseConfig cfg = few_query_config();
   cfg.head_sizes = {256};
+  CaseConfig decode = cfg;  // one sequence, T = 1: the 1-row-tile variant, where the split exists
+  decode.min_seqs = decode.max_seqs = 1;
+  decode.min_tokens = decode.max_tokens = 1;
+  const std::string d = describe_plan(decode, base_seed() + 900000, Options{Backend::cuda});
+  EXPECT_NE(d.find("split-s"), std::string::npos) << "the split variant was not selected: " << d;
   run_suite("split-s", cfg, base_seed() + 900000, 90);
+}
+
+// 64-row prefill chunks at every head size (PAGEDATTN_WIDE_PREFILL=0; the default at D = 256, and the
+// path of devices where the 8-row-tile variant does not fit).
+TEST(Cuda, NarrowPrefillTilesRandom) {
+  REQUIRE_GPU();
+  EnvGuard guard("PAGEDATTN_WIDE_PREFILL", "0");
+  run_suite("narrow-prefill", mixed_config(300, 4000, 600, 12000), base_seed() + 1100000, 60);
 }
 
 // Programmatic dependent launch off (Options::programmatic_launch = false): plain stream order, no
@@ -274,6 +303,8 @@ TEST(Cuda, WithoutProgrammaticLaunch) {
   REQUIRE_GPU();
   Options opt{Backend::cuda};
   opt.programmatic_launch = false;
+  const std::string d = describe_plan(few_query_config(), base_seed() + 1000000, opt);
+  EXPECT_NE(d.find("pdl=off"), std::string::npos) << "PDL still on: " << d;
   run_suite("no-pdl", few_query_config(), base_seed() + 1000000, 60, opt);
 }
 

@@ -129,7 +129,10 @@ void check_plan(const Inputs& in, const Plan& plan) {
   const int G = in.group, Hk = in.num_kv_heads, P = plan.partition_tokens;
   const int num_seqs = static_cast<int>(in.past_lens.size());
   const int max_tokens_per_chunk = in.max_rows / G;
-  EXPECT_EQ(plan.slot_rows, in.max_rows) << "partial slots must hold a whole chunk's rows";
+  EXPECT_EQ(plan.chunk_rows, in.max_rows) << "chunk_rows is the chunking rule's max_rows";
+  EXPECT_EQ(plan.slot_rows, 16 * plan.max_row_tiles) << "partial slots are as wide as the widest chunk";
+  for (const WorkItem& w : plan.items)
+    EXPECT_LE(w.nt * G, plan.slot_rows) << "a chunk's rows do not fit its partial slot: " << describe(w);
 
   // partition size
   ASSERT_GT(P, 0);

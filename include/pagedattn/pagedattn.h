@@ -30,8 +30,9 @@ struct Options {
   int partition_tokens = 0;      // cuda: force the KV partition size (multiple of 64); 0 = planner decides
   bool programmatic_launch = true;  // cuda, sm_90+: the op's kernels may start while the previous kernel
                                  // in the stream drains, and read cache rows before past_lens before
-                                 // waiting for it. Turn off if the kernel just before the op writes such
-                                 // rows and triggers its dependents early (griddepcontrol.launch_dependents)
+                                 // waiting for it (docs/design.md). Turn off if the kernel just before
+                                 // the op writes such rows after it lets its dependents start
+                                 // (griddepcontrol.launch_dependents), or for PTX's strict guarantee
 };
 
 namespace detail {

@@ -217,6 +217,9 @@ _ARGS_DOC = """
     stream               cuda: None = the caller's current stream (torch.cuda.current_stream() for torch
                          tensors, cupy's current stream for CuPy, else the default stream); or an int
                          cudaStream_t, a torch.cuda.Stream or a cupy.cuda.Stream.
+    programmatic_launch  cuda, sm_90+: the op's kernels may start while the previous kernel in the stream
+                         drains and read cache rows before past_lens early (docs/design.md); False: plain
+                         stream order.
 
     Raises ValidationError (a ValueError) naming the input and the rule, before anything is written;
     UnsupportedError for a valid call this build or backend does not support.
@@ -230,12 +233,12 @@ def forward(*, query: Any, key: Any = None, value: Any = None, key_cache: Any, v
             alibi_slopes: Any = None, sinks: Any = None, max_context_len: Optional[int] = None,
             qq_bias: Any = None, qq_bias_begins: Any = None, out: Any = None, scores: Any = None,
             num_heads: int, backend: str = "auto", deterministic: bool = False, partition_tokens: int = 0,
-            stream: Any = None) -> Any:
+            stream: Any = None, programmatic_launch: bool = True) -> Any:
     tensors = _tensor_args(locals())
     tensors, backend, stream_ptr = _prepare(tensors, backend, stream)
     with _device_guard(query):
         _C.forward(tensors, int(num_heads), _opt_float(scale), int(sliding_window), _opt_int(max_context_len), backend,
-                   bool(deterministic), int(partition_tokens), stream_ptr)
+                   bool(deterministic), int(partition_tokens), stream_ptr, bool(programmatic_launch))
     return tensors["out"]
 
 
@@ -330,12 +333,12 @@ def plan(*, query: Any, key: Any = None, value: Any = None, key_cache: Any, valu
          alibi_slopes: Any = None, sinks: Any = None, max_context_len: Optional[int] = None,
          qq_bias: Any = None, qq_bias_begins: Any = None, out: Any = None, scores: Any = None,
          num_heads: int, backend: str = "auto", deterministic: bool = False, partition_tokens: int = 0,
-         stream: Any = None) -> Plan:
+         stream: Any = None, programmatic_launch: bool = True) -> Plan:
     tensors = _tensor_args(locals())
     tensors, backend, stream_ptr = _prepare(tensors, backend, stream)
     with _device_guard(query):
         native = _C.plan(tensors, int(num_heads), _opt_float(scale), int(sliding_window), _opt_int(max_context_len), backend,
-                         bool(deterministic), int(partition_tokens), stream_ptr)
+                         bool(deterministic), int(partition_tokens), stream_ptr, bool(programmatic_launch))
     return Plan(native, tensors, backend, stream_ptr, stream is not None)
 
 

@@ -60,7 +60,7 @@ Plan make_plan(const Inputs& in) {
     part = std::max(part, kBlockKV);
   }
   plan.partition_tokens = part;
-  plan.slot_rows = in.max_rows;
+  plan.chunk_rows = in.max_rows;
 
   // --- work items and partial slots ---------------------------------------------------------------
   int slot = 0;
@@ -89,6 +89,7 @@ Plan make_plan(const Inputs& in) {
     plan.max_row_tiles = std::max(plan.max_row_tiles, rt);
   }
   plan.num_slots = slot;
+  plan.slot_rows = 16 * plan.max_row_tiles;  // partial slots as wide as the widest chunk, not max_rows
   plan.ctas = static_cast<int64_t>(plan.items.size()) * in.num_kv_heads;
   std::stable_sort(plan.items.begin(), plan.items.end(), [](const WorkItem& a, const WorkItem& b) {
     if (a.row_tiles != b.row_tiles) return a.row_tiles < b.row_tiles;

@@ -1,12 +1,12 @@
 // Internal: the work-list heuristic of the CUDA backend (DeepGEMM-style: heuristics apart from
 // launchers). Pure host code, so it is built and unit-tested without a GPU.
 //
-// Every sequence's new tokens are cut into chunks of at most kMaxRows/G tokens (a chunk's T*G query
+// Every sequence's new tokens are cut into chunks of at most max_rows/G tokens (a chunk's T*G query
 // rows share every K/V byte the CTA reads); each chunk's key range [lo, causal limit of its last token)
 // is cut into partitions aligned to absolute multiples of `partition_tokens`. One CTA runs per
 // (chunk, partition, kv head); chunks with more than one partition leave partials that a merge step
-// combines. Few-query sequences (T <= 16, T*G <= 64) are one chunk: decode, chain and tree verify are
-// the same kernel. Longer sequences (prefill) become several chunks of the same kernel.
+// combines. Sequences with T*G <= max_rows (64, or 128 with wide tiles) are one chunk: decode, chain
+// and tree verify are the same kernel. Longer sequences (prefill) become several chunks of it.
 #pragma once
 
 #include <cstdint>
@@ -17,7 +17,7 @@ namespace pagedattn {
 namespace planner {
 
 constexpr int kMaxRows = 64;    // query rows (tokens x heads of one kv head) per CTA, by default
-constexpr int kMaxRowsWide = 128;  // with wide prefill tiles (Inputs::max_rows; experimental)
+constexpr int kMaxRowsWide = 128;  // with wide prefill tiles (Inputs::max_rows; the cuda default at D <= 128)
 // NOTE: a sequence is cut into chunks iff T > max_rows / G; the CUDA write_kernel relies on that rule
 // to know which sequences' rows it writes (the others are written inside the attention kernel).
 constexpr int kBlockKV = 64;    // keys per pipeline tile
@@ -61,7 +61,8 @@ struct Inputs {
 struct Plan {
   int partition_tokens = 0;
   int num_slots = 0;                       // partial slots (each slot_rows rows) for all kv heads
-  int slot_rows = kMaxRows;                // = Inputs::max_rows
+  int slot_rows = 16;                      // rows per partial slot: 16 * max_row_tiles (the widest chunk)
+  int chunk_rows = kMaxRows;               // = Inputs::max_rows (the chunking rule: T > chunk_rows / G)
   int max_row_tiles = 1;
   int64_t ctas = 0;                        // attention CTAs (items x kv heads)
   std::vector<WorkItem> items;             // sorted by row_tiles, then longest key range first

@@ -232,8 +232,9 @@ class CudaPlan final : public detail::PlanImpl {
     }
     num_merge_rows_ = static_cast<int>(rows.size());
     // Merge CTAs per row: split the row's columns while the merge grid stays within one CTA per SM. Few
-    // rows (decode): more, shorter CTAs (8k T=1: -14% per layer); many rows: a large merge grid holds
-    // the SMs that the next grid's CTAs need (8k T=8: +16% with 512 merge CTAs). (H200, runs s3c and s3d.)
+    // rows (decode): more, shorter CTAs (8k T=1: 1.14x faster than whole rows); many rows: a large merge
+    // grid holds the SMs that the next grid's CTAs need (8k T=8: 1.17x slower with 512 merge CTAs).
+    // (H200, same-run A/B in runs s3c and s3d.)
     // PAGEDATTN_MERGE_SPLIT=1/2/4 forces it (A/B runs).
     merge_split_ = 1;
     while (merge_split_ * 2 <= D_ / 64 && static_cast<int64_t>(num_merge_rows_) * merge_split_ * 2 <= in.num_sms)
@@ -336,6 +337,7 @@ class CudaPlan final : public detail::PlanImpl {
     P.scale_log2 = scale_ * kLog2e;
     P.io_dtype = io_type(p.query.dtype);
     P.slot_rows = wl_.slot_rows;
+    P.chunk_rows = wl_.chunk_rows;
     P.pdl_early_reads = pdl_ && early_reads_ ? 1 : 0;
 
     if (P.k_new != nullptr && separate_write_) {  // rows of multi-chunk sequences (the rest stay fused)
@@ -367,8 +369,13 @@ class CudaPlan final : public detail::PlanImpl {
       os << (i ? "," : "") << "[rt=" << launches_[i].rt << " ctas=" << launches_[i].count << "x" << Hk_
          << " smem=" << smem_[i] / 1024 << "KiB]";
     os << " merge_rows=" << num_merge_rows_ << "x" << merge_split_ << " kv_write=" << (separate_write_ ? "separate" : "fused")
-       << " pdl=" << (pdl_ ? (early_reads_ ? "on+early-reads" : "on") : "off") << (split_s_ ? " split-s" : "")
-       << " workspace=" << workspace_bytes() / 1024 << "KiB";
+       << " pdl=" << (pdl_ ? (early_reads_ ? "on+early-reads" : "on") : "off");
+    for (const Launch& l : launches_)  // the S accumulator split exists for D = 256, 1-2 row tiles
+      if (split_s_ && D_ == 256 && l.rt <= 2) {
+        os << " split-s";
+        break;
+      }
+    os << " workspace=" << workspace_bytes() / 1024 << "KiB";
     return os.str();
   }
 

@@ -74,6 +74,12 @@ def test_plan_run_matches_numpy_reference(seed):
     check_case(ref.make_case(seed), via_plan)
 
 
+@pytest.mark.parametrize("seed", range(BASE_SEED + 2000, BASE_SEED + 2004))
+def test_programmatic_launch_option_is_accepted(seed):
+    # a cuda scheduling option: the cpu backend takes it and computes the same op
+    check_case(ref.make_case(seed), lambda case: pagedattn.forward(**case.kwargs(), backend="cpu", programmatic_launch=False))
+
+
 def test_case_mix_covers_the_features():
     """The random cases above do exercise u8 caches, trees, windows, alibi, sinks, scores, f16 queries,
     read-only calls (no key/value) and block_size 1 (so a feature cannot silently drop out)."""

@@ -305,9 +305,12 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT>::kThreads, FwdTraits<D, K
   const int32_t* table = P.block_indices + w.table;
   if (lane == 0 && w.kv_begin + wkv * Tr::kKPW < w.kv_end)
     asm volatile("prefetch.global.L1 [%0];\n" ::"l"(table + ((w.kv_begin + wkv * Tr::kKPW) >> P.block_size_log2)));
-  // Cache rows before past_len were written by earlier runs, never by the kernel just before this one
-  // (docs/design.md, "Programmatic dependent launch"): a CTA whose keys are all old starts its copies
-  // before waiting for the previous grid, so its first bytes arrive while that grid drains.
+  // Cache rows before past_len were written by earlier runs of the op: a CTA whose keys are all old
+  // starts its copies before waiting for the previous grid, so its first bytes arrive while that grid
+  // drains. NOTE: PTX guarantees the previous grid's writes only after griddepcontrol.wait; these
+  // reads rely on rows written before the previous grid let its dependents start being fenced (this
+  // kernel fences its write-in before pdl_launch_dependents) or on that grid never triggering early.
+  // docs/design.md, "Programmatic dependent launch"; Options::programmatic_launch = false is strict.
   const bool early = P.pdl_early_reads && w.kv_end <= past;  // (then no fused write-in in its range)
   const int n_tiles = (w.kv_end - w.kv_begin + Tr::kTileKV - 1) / Tr::kTileKV;
   const int n_halves = 2 * n_tiles;
@@ -603,6 +606,8 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT>::kThreads, FwdTraits<D, K
   }
   cp_async_wait<0>();
 
+  // NOTE: after the fused write-in and its __threadfence: the next run of the op may read those rows
+  // before its griddepcontrol.wait (early reads). Keep the trigger after every cache write.
   pdl_launch_dependents();
 
   // --- the quad's partial sums -> full row sums ---------------------------------------------------
@@ -700,7 +705,7 @@ __global__ void __launch_bounds__(128) write_kernel(const __grid_constant__ FwdP
     if (P.subseq_begins[mid] <= token) lo = mid; else hi = mid - 1;
   }
   // single-chunk sequences write their rows inside the attention kernel (planner: T > max_rows/G -> chunks)
-  if (P.subseq_begins[lo + 1] - P.subseq_begins[lo] <= P.slot_rows / P.G) return;
+  if (P.subseq_begins[lo + 1] - P.subseq_begins[lo] <= P.chunk_rows / P.G) return;
   const int pos = P.past_lens[lo] + token - P.subseq_begins[lo];
   const int64_t row = cache_row(P.block_indices + P.block_indices_begins[lo], pos, hk, P.Hk, P.block_size_log2);
   const int64_t src = static_cast<int64_t>(token) * P.Hk * D + static_cast<int64_t>(hk) * D;

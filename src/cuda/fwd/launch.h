@@ -29,7 +29,7 @@ FwdKernelInfo fwd_kernel_info_d256(int kv, int row_tiles, bool split_s);
 /// experimental S accumulator split (PAGEDATTN_SPLIT_S=1; fwd_kernel's SK), where instantiated.
 FwdKernelInfo fwd_kernel_info(int head_size, int kv, int row_tiles, bool split_s = false);
 
-void launch_merge(const FwdParams& P, int head_size, int num_rows, bool whole_rows, cudaStream_t stream, bool pdl);
+void launch_merge(const FwdParams& P, int head_size, int num_rows, int split, cudaStream_t stream, bool pdl);
 
 // Launches with programmatic stream serialisation (PDL) when `pdl` is set.
 template <typename... KArgs, typename... Args>

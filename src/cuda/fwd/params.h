@@ -57,7 +57,8 @@ struct FwdParams {
   int sliding_window;
   float scale_log2;           // softmax scale * log2(e)
   int io_dtype;               // IoType
-  int slot_rows;              // rows per partial slot = query rows per chunk (64, or 128: wide tiles)
+  int slot_rows;              // rows per partial slot (16 * the plan's widest row-tile variant)
+  int chunk_rows;             // the planner's chunking rule: a sequence is cut into chunks iff T*G > it
   int pdl_early_reads;        // cache rows before past_len may be read before griddepcontrol.wait
 };
 
