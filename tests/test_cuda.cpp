@@ -297,6 +297,60 @@ TEST(Cuda, NarrowPrefillTilesRandom) {
   run_suite("narrow-prefill", mixed_config(300, 4000, 600, 12000), base_seed() + 1100000, 60);
 }
 
+// Two decode steps of one sequence on one cache, planned first and then run back to back (no host
+// sync, no copy between their kernels): the second step's CTA over keys [past2 - 64, past2) starts
+// its copies before its PDL wait and reads the row the first step has just written (the early-read
+// contract, docs/design.md; partitions forced to 64 keys so that CTA exists). Reference: the oracle
+// on the same two tokens as one chained call (token 1 sees token 0's row: the same semantics).
+TEST(Cuda, BackToBackDecodeReadsTheRowJustWritten) {
+  REQUIRE_GPU();
+  CaseConfig cfg = few_query_config();
+  cfg.min_seqs = cfg.max_seqs = 1;
+  cfg.min_tokens = cfg.max_tokens = 2;
+  cfg.p_write = 1.0;
+  cfg.p_window = cfg.p_tree = cfg.p_scores = 0.0;
+  const uint64_t seed0 = base_seed() + 1200000;
+  std::printf("[back-to-back] base seed %llu\n", static_cast<unsigned long long>(seed0));
+  Options opt{Backend::cuda};
+  opt.partition_tokens = 64;
+  for (int i = 0; i < case_count(24); ++i) {
+    cfg.min_past = cfg.max_past = 64 * (2 + i) - 1;  // token 0 at 64k - 1, token 1 at 64k
+    Case c = make_random_case(seed0 + i, cfg);
+    Case ref = c;
+    oracle::forward(ref.params());
+    {
+      DeviceCase d(c);
+      const Params both = d.params();
+      auto row = [](TensorView v, int i) {  // row i of a [2, W] view, as [1, W]
+        v.data = static_cast<uint8_t*>(v.data) + i * v.stride[0] * static_cast<int64_t>(dtype_size(v.dtype));
+        v.shape[0] = 1;
+        return v;
+      };
+      int32_t past[2][1] = {{c.past_lens[0]}, {c.past_lens[0] + 1}};
+      int32_t begins[2] = {0, 1};
+      Params step[2] = {both, both};
+      for (int t = 0; t < 2; ++t) {
+        step[t].query = row(both.query, t);
+        step[t].key = row(both.key, t);
+        step[t].value = row(both.value, t);
+        step[t].out = row(both.out, t);
+        step[t].past_lens = TensorView::contiguous(past[t], DType::i32, Device::cpu, {1});
+        step[t].subsequence_begins = TensorView::contiguous(begins, DType::i32, Device::cpu, {2});
+      }
+      const Plan p0 = plan(step[0], opt), p1 = plan(step[1], opt);
+      p0.run(step[0]);
+      p1.run(step[1]);
+      d.download();
+    }
+    const int64_t n_out = static_cast<int64_t>(c.num_tokens) * c.num_heads * c.head_size;
+    const std::vector<float> want = as_floats(ref.out, ref.qdtype, n_out);
+    const Compare cmp = compare(c.out.data(), c.qdtype, want.data(), n_out);
+    const std::string cache_msg = compare_cache(c, ref);
+    EXPECT_TRUE(cmp.ok(tolerance(c.kv)) && cache_msg.empty())
+        << "case " << c.describe() << "\n  out: " << cmp.describe() << "\n  cache: " << cache_msg;
+  }
+}
+
 // Programmatic dependent launch off (Options::programmatic_launch = false): plain stream order, no
 // early cache reads; the few-query cases, same tolerances.
 TEST(Cuda, WithoutProgrammaticLaunch) {
