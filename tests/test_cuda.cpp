@@ -351,6 +351,22 @@ TEST(Cuda, BackToBackDecodeReadsTheRowJustWritten) {
   }
 }
 
+// Every merge layout, forced (PAGEDATTN_MERGE_SPLIT; the plan picks one by its merge row count): few-
+// query cases with long contexts (many partitions), same tolerances. A split above D/64 falls back.
+TEST(Cuda, MergeSplitsRandom) {
+  REQUIRE_GPU();
+  CaseConfig cfg = few_query_config();
+  cfg.min_past = 2000;
+  cfg.max_past = 12000;
+  cfg.max_seqs = 3;
+  cfg.max_total_context = 30000;
+  for (const char* split : {"1", "2", "4"}) {
+    EnvGuard guard("PAGEDATTN_MERGE_SPLIT", split);
+    const std::string name = std::string("merge-split-") + split;
+    run_suite(name.c_str(), cfg, base_seed() + 1300000, 24);
+  }
+}
+
 // Programmatic dependent launch off (Options::programmatic_launch = false): plain stream order, no
 // early cache reads; the few-query cases, same tolerances.
 TEST(Cuda, WithoutProgrammaticLaunch) {
