@@ -182,14 +182,22 @@ TEST(Cuda, FewQueryRandom) {
   run_suite("few-query", few_query_config(), base_seed(), 320);
 }
 
+namespace {
+// Few-query cases over long contexts (many partitions to merge): up to 3 sequences.
+CaseConfig long_context_config(int min_past, int max_past, int max_total_context) {
+  CaseConfig cfg = few_query_config();
+  cfg.min_past = min_past;
+  cfg.max_past = max_past;
+  cfg.max_seqs = 3;
+  cfg.max_total_context = max_total_context;
+  return cfg;
+}
+}  // namespace
+
 TEST(Cuda, DecodeOnlyLongContext) {
   REQUIRE_GPU();
-  CaseConfig cfg = few_query_config();
-  cfg.min_past = 4000;
-  cfg.max_past = 20000;
+  CaseConfig cfg = long_context_config(4000, 20000, 40000);
   cfg.max_tokens = 1;
-  cfg.max_seqs = 3;
-  cfg.max_total_context = 40000;
   run_suite("decode-long", cfg, base_seed() + 100000, 24);
 }
 
@@ -355,11 +363,7 @@ TEST(Cuda, BackToBackDecodeReadsTheRowJustWritten) {
 // query cases with long contexts (many partitions), same tolerances. A split above D/64 falls back.
 TEST(Cuda, MergeSplitsRandom) {
   REQUIRE_GPU();
-  CaseConfig cfg = few_query_config();
-  cfg.min_past = 2000;
-  cfg.max_past = 12000;
-  cfg.max_seqs = 3;
-  cfg.max_total_context = 30000;
+  const CaseConfig cfg = long_context_config(2000, 12000, 30000);
   for (const char* split : {"1", "2", "4"}) {
     EnvGuard guard("PAGEDATTN_MERGE_SPLIT", split);
     const std::string name = std::string("merge-split-") + split;
