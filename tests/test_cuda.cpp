@@ -297,6 +297,14 @@ TEST(Cuda, SplitSAccumulatorsRandom) {
   run_suite("split-s", cfg, base_seed() + 900000, 90);
 }
 
+// Narrow chunks (PAGEDATTN_MAX_ROWS=16, an experiment): few-query sequences of more than 16 rows are cut
+// into 16-row chunks (several CTAs per partition; their rows written by the write kernel).
+TEST(Cuda, NarrowChunksRandom) {
+  REQUIRE_GPU();
+  EnvGuard guard("PAGEDATTN_MAX_ROWS", "16");
+  run_suite("narrow-chunks", few_query_config(), base_seed() + 1400000, 60);
+}
+
 // 64-row prefill chunks at every head size (PAGEDATTN_WIDE_PREFILL=0; the default at D = 256, and the
 // path of devices where the 8-row-tile variant does not fit).
 TEST(Cuda, NarrowPrefillTilesRandom) {

@@ -292,6 +292,7 @@ void run_random(int cases, uint64_t offset, int max_rows = pl::kMaxRows) {
     std::mt19937_64 rng(seed);
     Inputs in = random_inputs(rng);
     in.max_rows = max_rows;
+    in.group = std::min(in.group, max_rows);  // a chunk holds at least one token's rows
     SCOPED_TRACE("case seed " + std::to_string(seed) + " (base + " + std::to_string(offset + i) + "): " + describe(in));
     const Plan plan = pl::make_plan(in);
     check_plan(in, plan);
@@ -310,6 +311,11 @@ TEST(Planner, RandomBatchesKeepEveryRule) { run_random(1500, 0); }
 
 // Wide prefill tiles (128-row chunks, 8 row tiles; PAGEDATTN_WIDE_PREFILL=1 on the CUDA backend).
 TEST(Planner, RandomBatchesWideChunks) { run_random(500, 2000000, pl::kMaxRowsWide); }
+// Narrow chunks (PAGEDATTN_MAX_ROWS=16/32 on the CUDA backend: few-query sequences split by rows).
+TEST(Planner, RandomBatchesNarrowChunks) {
+  run_random(300, 3000000, 16);
+  run_random(300, 3100000, 32);
+}
 
 // Deterministic and forced modes, drawn on their own so each case exercises them.
 TEST(Planner, RandomForcedAndDeterministic) {

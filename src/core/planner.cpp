@@ -21,8 +21,8 @@ int64_t count_parts(const std::vector<Chunk>& chunks, int part) {
 
 Plan make_plan(const Inputs& in) {
   if (in.group < 1 || in.group > kMaxRows) throw std::invalid_argument("group size must be in [1, 64]");
-  if (in.max_rows != kMaxRows && in.max_rows != kMaxRowsWide)
-    throw std::invalid_argument("max_rows must be 64 or 128");
+  if (in.max_rows % 16 != 0 || in.max_rows < 16 || in.max_rows > kMaxRowsWide || in.max_rows < in.group)
+    throw std::invalid_argument("max_rows must be 16, 32, 64 or 128 (a multiple of 16 up to 128) and >= group");
   const int max_tokens_per_chunk = in.max_rows / in.group;
   std::vector<Chunk> chunks;
   for (size_t s = 0; s < in.past_lens.size(); ++s) {

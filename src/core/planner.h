@@ -55,7 +55,8 @@ struct Inputs {
   int ctas_per_sm = 1;                     // occupancy of the attention kernel
   bool deterministic = false;
   int forced_partition = 0;                // 0: choose
-  int max_rows = kMaxRows;                 // rows per chunk: kMaxRows, or kMaxRowsWide (8 row tiles)
+  int max_rows = kMaxRows;                 // rows per chunk: kMaxRows, kMaxRowsWide (8 row tiles), or
+                                           // 16/32 (experiment: PAGEDATTN_MAX_ROWS); >= group
 };
 
 struct Plan {

@@ -190,7 +190,15 @@ class CudaPlan final : public detail::PlanImpl {
     PA_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     bool wide = D_ <= 128;
     if (const char* e = std::getenv("PAGEDATTN_WIDE_PREFILL"); e != nullptr && *e != '\0') wide = std::string(e) == "1";
-    if (wide && static_cast<int>(fwd_kernel_info(D_, kv_, 8).smem_bytes) <= optin) in.max_rows = planner::kMaxRowsWide;
+    const bool wide_fits = static_cast<int>(fwd_kernel_info(D_, kv_, 8).smem_bytes) <= optin;
+    if (wide && wide_fits) in.max_rows = planner::kMaxRowsWide;
+    // Experiment (A/B runs, not yet measured): PAGEDATTN_MAX_ROWS=16/32 cuts sequences into chunks of
+    // that many rows, e.g. T=8 at G=4 (32 rows) into two 16-row chunks on the 1-row-tile variant (four
+    // one-warp key groups) whose second read of each K/V tile may come from L2; at least one token.
+    if (const char* e = std::getenv("PAGEDATTN_MAX_ROWS"); e != nullptr && *e != '\0') {
+      const int v = std::atoi(e);
+      if (v == 16 || v == 32 || v == 64 || (v == 128 && wide_fits)) in.max_rows = std::max(v, (G_ + 15) / 16 * 16);
+    }
     wl_ = planner::make_plan(in);
     const int32_t* bib = p.block_indices_begins.ptr<int32_t>();
     for (planner::WorkItem& w : wl_.items) {
