@@ -174,10 +174,16 @@ if has bench; then
       PAGEDATTN_WIDE_PREFILL=0 timeout $(( $(left) - 10 )) "$build/pagedattn" bench --backend cuda --scenario "$sc" \
         --json "$run_dir/bench_${sc}_narrow.json" > "$run_dir/bench_${sc}_narrow.log" 2>&1 || status=1
     fi
+    # experiment: two row tiles per warp in the 128-row variant (D <= 128 rows of the scenario)
+    if [ "$(left)" -gt 25 ]; then
+      log "benchmark: $sc with PAGEDATTN_PREFILL_MT2=1"
+      PAGEDATTN_PREFILL_MT2=1 timeout $(( $(left) - 10 )) "$build/pagedattn" bench --backend cuda --scenario "$sc" \
+        --json "$run_dir/bench_${sc}_mt2.json" > "$run_dir/bench_${sc}_mt2.log" 2>&1 || status=1
+    fi
   done
   log "summary"
   cat "$run_dir/bench.log"
-  for sc in batch prefill chunk mixed prefill_narrow; do
+  for sc in batch prefill chunk mixed prefill_narrow prefill_mt2; do
     [ -f "$run_dir/bench_$sc.log" ] && tail -14 "$run_dir/bench_$sc.log"
   done
 fi

@@ -305,6 +305,22 @@ TEST(Cuda, NarrowChunksRandom) {
   run_suite("narrow-chunks", few_query_config(), base_seed() + 1400000, 60);
 }
 
+// Two row tiles per warp in the 128-row prefill variant (PAGEDATTN_PREFILL_MT2=1, an experiment; D <= 128,
+// f16/bf16 KV, elsewhere the plain variant): the tile cases, same tolerances.
+TEST(Cuda, PrefillTwoRowTilesPerWarpRandom) {
+  REQUIRE_GPU();
+  EnvGuard guard("PAGEDATTN_PREFILL_MT2", "1");
+  CaseConfig cfg = mixed_config(300, 4000, 600, 12000);
+  cfg.head_sizes = {64, 128};
+  CaseConfig prefill = cfg;  // one long f16 prefill: 128-row chunks, where the variant exists
+  prefill.min_seqs = prefill.max_seqs = 1;
+  prefill.min_tokens = 200;
+  prefill.kv_precisions = {KVPrecision::f16};
+  const std::string d = describe_plan(prefill, base_seed() + 1500000, Options{Backend::cuda});
+  EXPECT_NE(d.find("mt2"), std::string::npos) << "the two-row-tile variant was not selected: " << d;
+  run_suite("prefill-mt2", cfg, base_seed() + 1500000, 80);
+}
+
 // 64-row prefill chunks at every head size (PAGEDATTN_WIDE_PREFILL=0; the default at D = 256, and the
 // path of devices where the 8-row-tile variant does not fit).
 TEST(Cuda, NarrowPrefillTilesRandom) {

@@ -33,11 +33,11 @@ namespace cuda {
       throw RuntimeError(std::string("CUDA error in ") + #expr + ": " + cudaGetErrorString(err_));        \
   } while (0)
 
-FwdKernelInfo fwd_kernel_info(int head_size, int kv, int row_tiles, bool split_s) {
+FwdKernelInfo fwd_kernel_info(int head_size, int kv, int row_tiles, bool split_s, bool mt2) {
   switch (head_size) {
-    case 64: return fwd_kernel_info_d64(kv, row_tiles, split_s);
-    case 128: return fwd_kernel_info_d128(kv, row_tiles, split_s);
-    case 256: return fwd_kernel_info_d256(kv, row_tiles, split_s);
+    case 64: return fwd_kernel_info_d64(kv, row_tiles, split_s, mt2);
+    case 128: return fwd_kernel_info_d128(kv, row_tiles, split_s, mt2);
+    case 256: return fwd_kernel_info_d256(kv, row_tiles, split_s, mt2);
     default:
       throw UnsupportedError("head size " + std::to_string(head_size) +
                              ": the cuda backend supports 64, 128 and 256");
@@ -179,6 +179,8 @@ class CudaPlan final : public detail::PlanImpl {
     if (const char* e = std::getenv("PAGEDATTN_EARLY_READS"); e != nullptr && std::string(e) == "0") early_reads_ = false;
     // experimental, not yet measured: S accumulated in two independent chains (fwd_kernel's SK)
     if (const char* e = std::getenv("PAGEDATTN_SPLIT_S"); e != nullptr && std::string(e) == "1") split_s_ = true;
+    // experimental, not yet measured: 8-row-tile chunks on 4 warps of two row tiles (fwd_kernel's MT)
+    if (const char* e = std::getenv("PAGEDATTN_PREFILL_MT2"); e != nullptr && std::string(e) == "1") mt2_ = true;
     in.ctas_per_sm = fwd_kernel_info(D_, kv_, 1).ctas_per_sm();
     in.deterministic = opt.deterministic;
     in.forced_partition = opt.partition_tokens;
@@ -222,7 +224,7 @@ class CudaPlan final : public detail::PlanImpl {
     int smem_optin = 0;
     PA_CUDA_CHECK(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     for (const Launch& l : launches_) {
-      const FwdKernelInfo info = fwd_kernel_info(D_, kv_, l.rt, split_s_);
+      const FwdKernelInfo info = fwd_kernel_info(D_, kv_, l.rt, split_s_, mt2_);
       if (static_cast<int>(info.smem_bytes) > smem_optin)
         throw UnsupportedError("this kernel variant (D=" + std::to_string(D_) + ", " + std::to_string(l.rt) +
                                " row tiles) needs " + std::to_string(info.smem_bytes) +
@@ -353,7 +355,7 @@ class CudaPlan final : public detail::PlanImpl {
       PA_CUDA_CHECK(cudaGetLastError());
     }
     for (const Launch& l : launches_) {
-      fwd_kernel_info(D_, kv_, l.rt, split_s_).launch(P, l.offset, l.count, stream_, pdl_);
+      fwd_kernel_info(D_, kv_, l.rt, split_s_, mt2_).launch(P, l.offset, l.count, stream_, pdl_);
       PA_CUDA_CHECK(cudaGetLastError());
     }
     if (num_merge_rows_ > 0) {
@@ -383,6 +385,11 @@ class CudaPlan final : public detail::PlanImpl {
         os << " split-s";
         break;
       }
+    for (const Launch& l : launches_)  // two row tiles per warp: D <= 128, f16/bf16, 8 row tiles
+      if (mt2_ && D_ <= 128 && kv_ != kKvU8 && l.rt == 8) {
+        os << " mt2";
+        break;
+      }
     os << " workspace=" << workspace_bytes() / 1024 << "KiB";
     return os.str();
   }
@@ -402,6 +409,7 @@ class CudaPlan final : public detail::PlanImpl {
   bool pdl_ = false;
   bool early_reads_ = true;
   bool split_s_ = false;  // PAGEDATTN_SPLIT_S=1 (A/B runs)
+  bool mt2_ = false;      // PAGEDATTN_PREFILL_MT2=1 (A/B runs)
   bool separate_write_ = false;  // KV write-in as its own launch (some sequence has several chunks)
   int num_seqs_ = 0, num_tokens_ = 0;
   float scale_ = 1.0f;

@@ -56,36 +56,42 @@ struct KvTraits<kKvU8> {
 // disjoint key slices (group g takes keys [g * kKPW, (g+1) * kKPW) of every kTileKV-key tile) and are
 // merged once at the end. Few rows (decode, verify): 1 x 4 or 2 x 2 warps; 64 rows (prefill chunks):
 // 4 x 1, the FlashAttention-2 layout. Rows of K/V are padded by 16 bytes (ldmatrix without conflicts).
-template <int D, int KV, int RT>
+// MT: row tiles per warp. MT = 2 (experimental, 128-row prefill chunks at D <= 128): 4 warps of 32
+// rows, so each K/V fragment read from shared memory feeds two MMAs (the 8-warp layout reads every
+// fragment once per 16 rows: shared-memory bandwidth, not the tensor cores, bounds it).
+template <int D, int KV, int RT, int MT = 1>
 struct FwdTraits {
+  static_assert(MT == 1 || (MT == 2 && RT == 8 && D <= 128 && KV != kKvU8), "MT = 2: 8 row tiles, D <= 128, f16/bf16 KV");
   using T = typename KvTraits<KV>::mma_t;
   using C = typename KvTraits<KV>::cache_t;
   static constexpr bool kU8 = KV == kKvU8;
   static constexpr int kRows = RT * 16;
-  static constexpr int kWQ = RT;                          // warps along rows (one 16-row tile each)
+  static constexpr int kMT = MT;                          // row tiles per warp
+  static constexpr int kWQ = RT / MT;                     // warps along rows (MT 16-row tiles each)
   static constexpr int kWKV = RT == 1 ? 4 : RT == 2 ? 2 : 1;  // key groups (8 row tiles: 8 warps, one group)
   static constexpr int kWarps = kWQ * kWKV;
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kGroupThreads = kWQ * 32;
-  static constexpr int kKPW = RT >= 4 ? (D >= 256 ? 32 : 64) : (D >= 256 ? 16 : 32);  // keys per group slice
+  static constexpr int kKPW = MT == 2 ? 32 : RT >= 4 ? (D >= 256 ? 32 : 64) : (D >= 256 ? 16 : 32);  // keys per group slice
   static constexpr int kTileKV = kWKV * kKPW;             // keys per iteration of the CTA
-  static constexpr int kMinCtas = RT == 8 ? 1 : 2;        // __launch_bounds__ occupancy hint
+  static constexpr bool kOneCta = RT == 8 && MT == 1;     // the 8-warp variant: one CTA per SM
+  static constexpr int kMinCtas = kOneCta ? 1 : 2;        // __launch_bounds__ occupancy hint
   static constexpr int kLdQ = D + 8;                      // Q row (elements)
   static constexpr int kLdKV = kU8 ? D + 16 : D + 8;      // K/V row (cache elements)
   static constexpr int kParBytes = (kU8 ? 4 : 1) * kKPW * 2;  // u8: key scale, key zp, value scale, value zp
   static constexpr int kHalfBytes = kKPW * kLdKV * static_cast<int>(sizeof(C)) + kParBytes;
   static constexpr int kQBytes = kRows * kLdQ * static_cast<int>(sizeof(T));
   static constexpr int kFixed = kQBytes + kRows * 4 + kWKV * kRows * 8 + 128;
-  static constexpr int kBudget = RT == 8 ? 227 * 1024 : 113 * 1024;  // two CTAs per SM (8 row tiles: one)
+  static constexpr int kBudget = kOneCta ? 227 * 1024 : 113 * 1024;  // two CTAs per SM (8-warp variant: one)
   static constexpr int kFit = (kBudget - kFixed) / (kWKV * kHalfBytes);
   static constexpr int kStages = kFit > 6 ? 6 : kFit;     // half-tiles in each group's ring
   static_assert(kStages >= 3, "pipeline depth");
   static_assert(kKPW % 16 == 0, "a slice is whole MMA k-steps");
 };
 
-template <int D, int KV, int RT>
+template <int D, int KV, int RT, int MT = 1>
 struct SharedStorage {
-  using Tr = FwdTraits<D, KV, RT>;
+  using Tr = FwdTraits<D, KV, RT, MT>;
   using T = typename Tr::T;
   using C = typename Tr::C;
   struct Half {  // K or V rows of one group slice; the K half of a u8 cache also carries all 4 parameters
@@ -190,10 +196,10 @@ __device__ __forceinline__ void write_row(const void* src, int64_t src_off, void
 // Issues the async copies of one half-tile for a key group: K (kind 0, with the u8 parameters) or V
 // (kind 1) of keys [js, js + kKPW) clipped to kv_end; rows past kv_end are zero-filled. `gtid` is the
 // thread's index in its group. The block-table lookups go out before the copies.
-template <int D, int KV, int RT>
-__device__ __forceinline__ void load_half(typename SharedStorage<D, KV, RT>::Half& hb, int kind, const FwdParams& P,
+template <int D, int KV, int RT, int MT>
+__device__ __forceinline__ void load_half(typename SharedStorage<D, KV, RT, MT>::Half& hb, int kind, const FwdParams& P,
                                           const int32_t* table, int hk, int js, int kv_end, int gtid) {
-  using Tr = FwdTraits<D, KV, RT>;
+  using Tr = FwdTraits<D, KV, RT, MT>;
   using C = typename Tr::C;
   constexpr int kChunksPerRow = D * static_cast<int>(sizeof(C)) / 16;
   constexpr int kElemsPerChunk = 16 / static_cast<int>(sizeof(C));
@@ -259,13 +265,13 @@ __device__ __forceinline__ int o_col(int n, int lane) {
 // dependent MMAs per 8-key n-tile; with 16-key slices (D = 256) that is 2 chains of 16, and the
 // profile of the 32-row variant shows fixed-latency dependency stalls on top. SK = 2 gives even and
 // odd k-steps their own accumulators, summed before the softmax (experimental: PAGEDATTN_SPLIT_S=1).
-template <int D, int KV, int RT, int SK = 1>
-__global__ void __launch_bounds__(FwdTraits<D, KV, RT>::kThreads, FwdTraits<D, KV, RT>::kMinCtas)
+template <int D, int KV, int RT, int SK = 1, int MT = 1>
+__global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<D, KV, RT, MT>::kMinCtas)
     fwd_kernel(const __grid_constant__ FwdParams P, const int item_offset) {
   static_assert(SK == 1 || SK == 2, "S accumulator split");
-  using Tr = FwdTraits<D, KV, RT>;
+  using Tr = FwdTraits<D, KV, RT, MT>;
   using T = typename Tr::T;
-  using Smem = SharedStorage<D, KV, RT>;
+  using Smem = SharedStorage<D, KV, RT, MT>;
   constexpr int kWarps = Tr::kWarps;
   constexpr int kThreads = Tr::kThreads;
   constexpr int kKPW = Tr::kKPW;
@@ -276,15 +282,15 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT>::kThreads, FwdTraits<D, K
   constexpr int kK3 = kKPW / 16;  // PV k-steps (16 keys) per warp
   constexpr int kN3 = D / 8;      // O n-tiles per warp
   constexpr int kPairStep = kU8 ? 2 : 1;
-  // Q stays in registers at D <= 128; at D = 256 it is re-read from shared memory per slice.
-  constexpr bool kQRegs = D <= 128;
+  // Q stays in registers at D <= 128 (one row tile per warp); else it is re-read from shared memory.
+  constexpr bool kQRegs = D <= 128 && MT == 1;
 
   extern __shared__ __align__(16) uint8_t smem_raw[];
   Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
 
   const int hk = blockIdx.y;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int wq = warp % Tr::kWQ, wkv = warp / Tr::kWQ;  // row tile, key group
+  const int wq = warp % Tr::kWQ, wkv = warp / Tr::kWQ;  // row-tile slot (tiles wq*MT ..), key group
   const int gtid = tid % Tr::kGroupThreads;
   auto group_sync = [&]() {
     if constexpr (Tr::kWQ == 1) {
@@ -320,7 +326,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT>::kThreads, FwdTraits<D, K
     if (h < n_halves) {
       const int js = slice_begin(h / 2);
       if (js < w.kv_end)
-        load_half<D, KV, RT>(sm.u.s.ring[wkv][h % kStages], h % 2, P, table, hk, js, w.kv_end, gtid);
+        load_half<D, KV, RT, MT>(sm.u.s.ring[wkv][h % kStages], h % 2, P, table, hk, js, w.kv_end, gtid);
     }
     cp_async_commit();
   };
@@ -377,63 +383,75 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT>::kThreads, FwdTraits<D, K
     __syncthreads();
   }
 
-  // Q fragments of the warp's row tile (A operand of S = Q K^T, k-step ks).
+  // Q fragments of the warp's row tile mt (A operand of S = Q K^T, k-step ks).
   // u8: the k index of an MMA step maps to head dims so that one 32-bit load of 4 codes feeds both
   // B registers: k = 2i+b -> d = 4i+b, k = 8+2i+b -> d = 4i+2+b (i = lane % 4); Q follows suit.
-  auto load_qf = [&](uint32_t (&f)[4], int ks) {
+  auto load_qf = [&](uint32_t (&f)[4], int mt, int ks) {
+    const int r0 = (wq * MT + mt) * 16;
     if constexpr (kU8) {
-      const uint2 lo = *reinterpret_cast<const uint2*>(&sm.u.s.q[wq * 16 + lane / 4][ks * 16 + 4 * (lane % 4)]);
-      const uint2 hi = *reinterpret_cast<const uint2*>(&sm.u.s.q[wq * 16 + lane / 4 + 8][ks * 16 + 4 * (lane % 4)]);
+      const uint2 lo = *reinterpret_cast<const uint2*>(&sm.u.s.q[r0 + lane / 4][ks * 16 + 4 * (lane % 4)]);
+      const uint2 hi = *reinterpret_cast<const uint2*>(&sm.u.s.q[r0 + lane / 4 + 8][ks * 16 + 4 * (lane % 4)]);
       f[0] = lo.x;
       f[1] = hi.x;
       f[2] = lo.y;
       f[3] = hi.y;
     } else {
-      ldmatrix_x4(f, &sm.u.s.q[wq * 16 + (lane % 16)][ks * 16 + (lane / 16) * 8]);
+      ldmatrix_x4(f, &sm.u.s.q[r0 + (lane % 16)][ks * 16 + (lane / 16) * 8]);
     }
   };
   uint32_t qreg[kQRegs ? D / 16 : 1][4];
   if constexpr (kQRegs) {
 #pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks) load_qf(qreg[ks], ks);
+    for (int ks = 0; ks < D / 16; ++ks) load_qf(qreg[ks], 0, ks);
   }
-  auto q_frag = [&](uint32_t (&f)[4], int ks) {  // from registers, or re-read from shared memory at D = 256
+  auto q_frag = [&](uint32_t (&f)[4], int mt, int ks) {  // from registers, or re-read from shared memory
     if constexpr (kQRegs) {
 #pragma unroll
       for (int x = 0; x < 4; ++x) f[x] = qreg[ks][x];
     } else {
-      load_qf(f, ks);
+      load_qf(f, mt, ks);
     }
   };
 
-  // The thread's two rows (lane/4 and lane/4 + 8 of its row tile): masks, ALiBi, u8 query sums.
-  int row_qpos[2], row_lo[2];
-  bool row_valid[2];
-  float row_slope2[2], row_qsum[2];
-  const uint8_t* row_qq[2];
+  // The thread's two rows per row tile (lane/4 and lane/4 + 8): masks, ALiBi, u8 query sums.
+  int row_qpos[MT][2], row_lo[MT][2];
+  bool row_valid[MT][2];
+  float row_slope2[MT][2], row_qsum[MT][2];
+  const uint8_t* row_qq[MT][2];
 #pragma unroll
-  for (int hf = 0; hf < 2; ++hf) {
-    const int r = wq * 16 + lane / 4 + 8 * hf;
-    const bool valid = r < rows;
-    const int t = w.t0 + (valid ? r / G : 0);
-    const int h = hk * G + (valid ? r % G : 0);
-    row_valid[hf] = valid;
-    row_qpos[hf] = past + t;
-    row_lo[hf] = P.sliding_window > 0 ? past + t - P.sliding_window + 1 : INT_MIN;
-    row_slope2[hf] = (valid && P.alibi != nullptr) ? P.alibi[h] * kLog2e : 0.0f;
-    row_qq[hf] = (valid && P.qq_bias != nullptr)
-                     ? P.qq_bias + P.qq_bias_begins[w.seq] + static_cast<int64_t>(t) * t_seq
-                     : nullptr;
-    row_qsum[hf] = kU8 ? sm.qsum[r] : 0.0f;
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int r = (wq * MT + mt) * 16 + lane / 4 + 8 * hf;
+      const bool valid = r < rows;
+      const int t = w.t0 + (valid ? r / G : 0);
+      const int h = hk * G + (valid ? r % G : 0);
+      row_valid[mt][hf] = valid;
+      row_qpos[mt][hf] = past + t;
+      row_lo[mt][hf] = P.sliding_window > 0 ? past + t - P.sliding_window + 1 : INT_MIN;
+      row_slope2[mt][hf] = (valid && P.alibi != nullptr) ? P.alibi[h] * kLog2e : 0.0f;
+      row_qq[mt][hf] = (valid && P.qq_bias != nullptr)
+                           ? P.qq_bias + P.qq_bias_begins[w.seq] + static_cast<int64_t>(t) * t_seq
+                           : nullptr;
+      row_qsum[mt][hf] = kU8 ? sm.qsum[r] : 0.0f;
+    }
   }
 
-  // Online-softmax state of the two rows; l and c (u8 value zero-point correction) are the thread's
-  // own partial sums, reduced over the quad once at the end.
-  float row_m[2] = {-INFINITY, -INFINITY}, row_l[2] = {0.0f, 0.0f}, row_c[2] = {0.0f, 0.0f};
-  float o[kN3][4];
+  // Online-softmax state of the thread's rows; l and c (u8 value zero-point correction) are the
+  // thread's own partial sums, reduced over the quad once at the end.
+  float row_m[MT][2], row_l[MT][2], row_c[MT][2];
+  float o[MT][kN3][4];
 #pragma unroll
-  for (int n = 0; n < kN3; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-  uint32_t pa[kK3][4];  // P of the slice as A fragments of the PV MMAs
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      row_m[mt][hf] = -INFINITY;
+      row_l[mt][hf] = row_c[mt][hf] = 0.0f;
+    }
+#pragma unroll
+    for (int n = 0; n < kN3; ++n) o[mt][n][0] = o[mt][n][1] = o[mt][n][2] = o[mt][n][3] = 0.0f;
+  }
+  uint32_t pa[MT][kK3][4];  // P of the slice as A fragments of the PV MMAs
 
   for (int it = 0; it < n_tiles; ++it) {
     const int js = slice_begin(it);
@@ -445,133 +463,150 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT>::kThreads, FwdTraits<D, K
     issue(2 * it + kStages - 1);
     if (active) {
       const auto& hb = sm.u.s.ring[wkv][(2 * it) % kStages];
-      float acc[kN1][4], acc_odd[kN1][4];  // acc_odd: odd k-steps when SK == 2 (else unused, eliminated)
+      // acc_odd: odd k-steps when SK == 2 (else unused, eliminated); each K fragment feeds MT MMAs
+      float acc[MT][kN1][4], acc_odd[MT][kN1][4];
 #pragma unroll
-      for (int n = 0; n < kN1; ++n) {
-        acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
-        acc_odd[n][0] = acc_odd[n][1] = acc_odd[n][2] = acc_odd[n][3] = 0.0f;
-      }
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int n = 0; n < kN1; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[mt][n][e] = acc_odd[mt][n][e] = 0.0f;
       if constexpr (kU8) {
         // one ldmatrix.x4 on raw codes: 8 keys x 4 MMA k-steps; each register holds 4 codes of a key
 #pragma unroll
         for (int ks = 0; ks < D / 16; ks += 4) {
-          uint32_t qf[4][4];
+          uint32_t qf[MT][4][4];
 #pragma unroll
-          for (int e = 0; e < 4; ++e) q_frag(qf[e], ks + e);
+          for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) q_frag(qf[mt][e], mt, ks + e);
 #pragma unroll
           for (int n = 0; n < kN1; ++n) {
             uint32_t r4[4];
             ldmatrix_x4(r4, &hb.kv[n * 8 + (lane % 8)][(ks + lane / 8) * 16]);
 #pragma unroll
-            for (int e = 0; e < 4; ++e)
-              mma_16816<T>(SK == 2 && (e & 1) ? acc_odd[n] : acc[n], qf[e], u8x2_biased(r4[e], kSelB01),
-                           u8x2_biased(r4[e], kSelB23));
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+              for (int e = 0; e < 4; ++e)
+                mma_16816<T>(SK == 2 && (e & 1) ? acc_odd[mt][n] : acc[mt][n], qf[mt][e],
+                             u8x2_biased(r4[e], kSelB01), u8x2_biased(r4[e], kSelB23));
           }
         }
       } else {
 #pragma unroll
         for (int ks = 0; ks < D / 16; ks += 2) {
-          uint32_t qf[2][4];
+          uint32_t qf[MT][2][4];
 #pragma unroll
-          for (int e = 0; e < 2; ++e) q_frag(qf[e], ks + e);
+          for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) q_frag(qf[mt][e], mt, ks + e);
 #pragma unroll
           for (int n = 0; n < kN1; ++n) {
             uint32_t b[4];  // k-steps ks and ks+1 of keys n*8..n*8+7
             ldmatrix_x4(b, &hb.kv[n * 8 + (lane % 8)][ks * 16 + (lane / 8) * 8]);
-            mma_16816<T>(acc[n], qf[0], b[0], b[1]);
-            mma_16816<T>(SK == 2 ? acc_odd[n] : acc[n], qf[1], b[2], b[3]);
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+              mma_16816<T>(acc[mt][n], qf[mt][0], b[0], b[1]);
+              mma_16816<T>(SK == 2 ? acc_odd[mt][n] : acc[mt][n], qf[mt][1], b[2], b[3]);
+            }
           }
         }
       }
       if constexpr (SK == 2) {
 #pragma unroll
-        for (int n = 0; n < kN1; ++n)
+        for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) acc[n][e] += acc_odd[n][e];
+          for (int n = 0; n < kN1; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[mt][n][e] += acc_odd[mt][n][e];
       }
 
       // scores (log2 units) with masks; element (n, e): row hf = e / 2, key js + n*8 + 2*(lane%4) + e%2
       const bool interior = js + kKPW <= w.kv_end && js + kKPW <= past + w.t0 + 1 &&
                             (P.sliding_window == 0 || js >= past + w.t0 + w.nt - P.sliding_window) &&
                             (P.qq_bias == nullptr || js + kKPW <= past);
-      float mt[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-      for (int n = 0; n < kN1; ++n) {
-        const int kc = n * 8 + 2 * (lane % 4);  // key within the slice (and its neighbour kc + 1)
-        float2 kscale = make_float2(1.0f, 1.0f), kzp = make_float2(0.0f, 0.0f);
-        if constexpr (kU8) {
-          kscale = __half22float2(*reinterpret_cast<const __half2*>(&hb.par[0][kc]));
-          kzp = __half22float2(*reinterpret_cast<const __half2*>(&hb.par[1][kc]));
-        }
+      for (int mt = 0; mt < MT; ++mt) {
+        float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int hf = e / 2;
-          const int j = js + kc + (e % 2);
-          float raw = acc[n][e];
-          if constexpr (kU8)
-            raw = (e % 2 ? kscale.y : kscale.x) * (raw - ((e % 2 ? kzp.y : kzp.x) + kU8Bias) * row_qsum[hf]);
-          bool vis = row_valid[hf];
-          if (!interior)
-            vis = vis && j < w.kv_end && j <= row_qpos[hf] && j >= row_lo[hf] &&
-                  (row_qq[hf] == nullptr || j < past || row_qq[hf][j - past] != 0);
-          const float sv = vis ? raw * P.scale_log2 + row_slope2[hf] * static_cast<float>(j - row_qpos[hf]) : -INFINITY;
-          acc[n][e] = sv;
-          mt[hf] = fmaxf(mt[hf], sv);
-        }
-      }
-      float alpha[2];
-#pragma unroll
-      for (int hf = 0; hf < 2; ++hf) {
-        mt[hf] = fmaxf(mt[hf], __shfl_xor_sync(0xffffffffu, mt[hf], 1));
-        mt[hf] = fmaxf(mt[hf], __shfl_xor_sync(0xffffffffu, mt[hf], 2));
-        const float m_new = fmaxf(row_m[hf], mt[hf]);
-        alpha[hf] = m_new != -INFINITY ? fast_exp2(row_m[hf] - m_new) : 1.0f;
-        row_m[hf] = m_new;
-      }
-      float sum[2] = {0.0f, 0.0f}, cz[2] = {0.0f, 0.0f};
-#pragma unroll
-      for (int n = 0; n < kN1; ++n) {
-        const int kc = n * 8 + 2 * (lane % 4);
-        float2 vscale = make_float2(1.0f, 1.0f), vzp = make_float2(0.0f, 0.0f);
-        if constexpr (kU8) {
-          vscale = __half22float2(*reinterpret_cast<const __half2*>(&hb.par[2][kc]));
-          vzp = __half22float2(*reinterpret_cast<const __half2*>(&hb.par[3][kc]));
-        }
-        float p[4];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int hf = e / 2;
-          const float pe = acc[n][e] == -INFINITY ? 0.0f : fast_exp2(acc[n][e] - row_m[hf]);
-          sum[hf] += pe;
+        for (int n = 0; n < kN1; ++n) {
+          const int kc = n * 8 + 2 * (lane % 4);  // key within the slice (and its neighbour kc + 1)
+          float2 kscale = make_float2(1.0f, 1.0f), kzp = make_float2(0.0f, 0.0f);
           if constexpr (kU8) {
-            // NOTE: masked keys may carry NaN parameters (unwritten slots): never multiply them
-            p[e] = pe != 0.0f ? __half2float(__float2half_rn(pe * (e % 2 ? vscale.y : vscale.x))) : 0.0f;
-            cz[hf] += pe != 0.0f ? p[e] * (e % 2 ? vzp.y : vzp.x) : 0.0f;
-          } else {
-            p[e] = pe;
+            kscale = __half22float2(*reinterpret_cast<const __half2*>(&hb.par[0][kc]));
+            kzp = __half22float2(*reinterpret_cast<const __half2*>(&hb.par[1][kc]));
+          }
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int hf = e / 2;
+            const int j = js + kc + (e % 2);
+            float raw = acc[mt][n][e];
+            if constexpr (kU8)
+              raw = (e % 2 ? kscale.y : kscale.x) * (raw - ((e % 2 ? kzp.y : kzp.x) + kU8Bias) * row_qsum[mt][hf]);
+            bool vis = row_valid[mt][hf];
+            if (!interior)
+              vis = vis && j < w.kv_end && j <= row_qpos[mt][hf] && j >= row_lo[mt][hf] &&
+                    (row_qq[mt][hf] == nullptr || j < past || row_qq[mt][hf][j - past] != 0);
+            const float sv =
+                vis ? raw * P.scale_log2 + row_slope2[mt][hf] * static_cast<float>(j - row_qpos[mt][hf]) : -INFINITY;
+            acc[mt][n][e] = sv;
+            mx[hf] = fmaxf(mx[hf], sv);
           }
         }
-        // accumulator (n) -> A fragment of k-step n/2: registers {0,1} from even n, {2,3} from odd n
-        pa[n / 2][(n % 2) * 2 + 0] = pack2<T>(p[0], p[1]);
-        pa[n / 2][(n % 2) * 2 + 1] = pack2<T>(p[2], p[3]);
-      }
+        float alpha[2];
 #pragma unroll
-      for (int hf = 0; hf < 2; ++hf) {
-        row_l[hf] = row_l[hf] * alpha[hf] + sum[hf];
-        row_c[hf] = row_c[hf] * alpha[hf] + cz[hf];
-      }
-      if (!__all_sync(0xffffffffu, alpha[0] == 1.0f && alpha[1] == 1.0f)) {
+        for (int hf = 0; hf < 2; ++hf) {
+          mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 1));
+          mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 2));
+          const float m_new = fmaxf(row_m[mt][hf], mx[hf]);
+          alpha[hf] = m_new != -INFINITY ? fast_exp2(row_m[mt][hf] - m_new) : 1.0f;
+          row_m[mt][hf] = m_new;
+        }
+        float sum[2] = {0.0f, 0.0f}, cz[2] = {0.0f, 0.0f};
 #pragma unroll
-        for (int n = 0; n < kN3; ++n) {
-          o[n][0] *= alpha[0];
-          o[n][1] *= alpha[0];
-          o[n][2] *= alpha[1];
-          o[n][3] *= alpha[1];
+        for (int n = 0; n < kN1; ++n) {
+          const int kc = n * 8 + 2 * (lane % 4);
+          float2 vscale = make_float2(1.0f, 1.0f), vzp = make_float2(0.0f, 0.0f);
+          if constexpr (kU8) {
+            vscale = __half22float2(*reinterpret_cast<const __half2*>(&hb.par[2][kc]));
+            vzp = __half22float2(*reinterpret_cast<const __half2*>(&hb.par[3][kc]));
+          }
+          float p[4];
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int hf = e / 2;
+            const float pe = acc[mt][n][e] == -INFINITY ? 0.0f : fast_exp2(acc[mt][n][e] - row_m[mt][hf]);
+            sum[hf] += pe;
+            if constexpr (kU8) {
+              // NOTE: masked keys may carry NaN parameters (unwritten slots): never multiply them
+              p[e] = pe != 0.0f ? __half2float(__float2half_rn(pe * (e % 2 ? vscale.y : vscale.x))) : 0.0f;
+              cz[hf] += pe != 0.0f ? p[e] * (e % 2 ? vzp.y : vzp.x) : 0.0f;
+            } else {
+              p[e] = pe;
+            }
+          }
+          // accumulator (n) -> A fragment of k-step n/2: registers {0,1} from even n, {2,3} from odd n
+          pa[mt][n / 2][(n % 2) * 2 + 0] = pack2<T>(p[0], p[1]);
+          pa[mt][n / 2][(n % 2) * 2 + 1] = pack2<T>(p[2], p[3]);
+        }
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+          row_l[mt][hf] = row_l[mt][hf] * alpha[hf] + sum[hf];
+          row_c[mt][hf] = row_c[mt][hf] * alpha[hf] + cz[hf];
+        }
+        if (!__all_sync(0xffffffffu, alpha[0] == 1.0f && alpha[1] == 1.0f)) {
+#pragma unroll
+          for (int n = 0; n < kN3; ++n) {
+            o[mt][n][0] *= alpha[0];
+            o[mt][n][1] *= alpha[0];
+            o[mt][n][2] *= alpha[1];
+            o[mt][n][3] *= alpha[1];
+          }
         }
       }
     }
 
-    // ---- V half: O += P V ----
+    // ---- V half: O += P V (each V fragment feeds MT MMAs) ----
     cp_async_wait<kStages - 2>();
     group_sync();
     issue(2 * it + kStages);
@@ -587,18 +622,28 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT>::kThreads, FwdTraits<D, K
           for (int b = 0; b < D / 32; ++b) {
             uint32_t r4[4];
             ldmatrix_x4_trans(r4, &hb.kv[key][32 * b + (lane / 16) * 16]);
-            mma_16816<T>(o[4 * b + 0], pa[kk], u8x2_to_half2(r4[0], kSelB02), u8x2_to_half2(r4[1], kSelB02));
-            mma_16816<T>(o[4 * b + 1], pa[kk], u8x2_to_half2(r4[0], kSelB13), u8x2_to_half2(r4[1], kSelB13));
-            mma_16816<T>(o[4 * b + 2], pa[kk], u8x2_to_half2(r4[2], kSelB02), u8x2_to_half2(r4[3], kSelB02));
-            mma_16816<T>(o[4 * b + 3], pa[kk], u8x2_to_half2(r4[2], kSelB13), u8x2_to_half2(r4[3], kSelB13));
+            const uint32_t v0 = u8x2_to_half2(r4[0], kSelB02), v1 = u8x2_to_half2(r4[1], kSelB02);
+            const uint32_t v2 = u8x2_to_half2(r4[0], kSelB13), v3 = u8x2_to_half2(r4[1], kSelB13);
+            const uint32_t v4 = u8x2_to_half2(r4[2], kSelB02), v5 = u8x2_to_half2(r4[3], kSelB02);
+            const uint32_t v6 = u8x2_to_half2(r4[2], kSelB13), v7 = u8x2_to_half2(r4[3], kSelB13);
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+              mma_16816<T>(o[mt][4 * b + 0], pa[mt][kk], v0, v1);
+              mma_16816<T>(o[mt][4 * b + 1], pa[mt][kk], v2, v3);
+              mma_16816<T>(o[mt][4 * b + 2], pa[mt][kk], v4, v5);
+              mma_16816<T>(o[mt][4 * b + 3], pa[mt][kk], v6, v7);
+            }
           }
         } else {
 #pragma unroll
           for (int n = 0; n < kN3; n += 2) {
             uint32_t b[4];
             ldmatrix_x4_trans(b, &hb.kv[key][(n + lane / 16) * 8]);
-            mma_16816<T>(o[n], pa[kk], b[0], b[1]);
-            mma_16816<T>(o[n + 1], pa[kk], b[2], b[3]);
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+              mma_16816<T>(o[mt][n], pa[mt][kk], b[0], b[1]);
+              mma_16816<T>(o[mt][n + 1], pa[mt][kk], b[2], b[3]);
+            }
           }
         }
       }
@@ -612,36 +657,45 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT>::kThreads, FwdTraits<D, K
 
   // --- the quad's partial sums -> full row sums ---------------------------------------------------
 #pragma unroll
-  for (int hf = 0; hf < 2; ++hf) {
+  for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-    for (int x = 1; x <= 2; x *= 2) {
-      row_l[hf] += __shfl_xor_sync(0xffffffffu, row_l[hf], x);
-      row_c[hf] += __shfl_xor_sync(0xffffffffu, row_c[hf], x);
+    for (int hf = 0; hf < 2; ++hf) {
+#pragma unroll
+      for (int x = 1; x <= 2; x *= 2) {
+        row_l[mt][hf] += __shfl_xor_sync(0xffffffffu, row_l[mt][hf], x);
+        row_c[mt][hf] += __shfl_xor_sync(0xffffffffu, row_c[mt][hf], x);
+      }
     }
-  }
 
   // --- key groups -> one (m, l, O) per row, through shared memory -------------------------------
   // Each group leaves (m, l) per row and its output scaled to the rows' common max; then all threads
   // sum the groups' outputs and write whole rows (coalesced), normalised or as a partial for the merge.
   __syncthreads();  // every group is done with its ring and with Q
   if (lane % 4 == 0) {
-    sm.ml[wkv][wq * 16 + lane / 4] = make_float2(row_m[0], row_l[0]);
-    sm.ml[wkv][wq * 16 + lane / 4 + 8] = make_float2(row_m[1], row_l[1]);
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      const int r0 = (wq * MT + mt) * 16 + lane / 4;
+      sm.ml[wkv][r0] = make_float2(row_m[mt][0], row_l[mt][0]);
+      sm.ml[wkv][r0 + 8] = make_float2(row_m[mt][1], row_l[mt][1]);
+    }
   }
   __syncthreads();
 #pragma unroll
-  for (int hf = 0; hf < 2; ++hf) {
-    const int r = wq * 16 + lane / 4 + 8 * hf;
-    if (r >= rows) continue;
-    float M = -INFINITY;
+  for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-    for (int g = 0; g < Tr::kWKV; ++g) M = fmaxf(M, sm.ml[g][r].x);
-    const float f = row_m[hf] == -INFINITY ? 0.0f : fast_exp2(row_m[hf] - M);
+    for (int hf = 0; hf < 2; ++hf) {
+      const int r = (wq * MT + mt) * 16 + lane / 4 + 8 * hf;
+      if (r >= rows) continue;
+      float M = -INFINITY;
 #pragma unroll
-    for (int n = 0; n < kN3; ++n) {
-      const int c = o_col<kU8>(n, lane);
-      sm.u.red[wkv][r][c] = (o[n][2 * hf] - row_c[hf]) * f;
-      sm.u.red[wkv][r][c + kPairStep] = (o[n][2 * hf + 1] - row_c[hf]) * f;
+      for (int g = 0; g < Tr::kWKV; ++g) M = fmaxf(M, sm.ml[g][r].x);
+      const float f = row_m[mt][hf] == -INFINITY ? 0.0f : fast_exp2(row_m[mt][hf] - M);
+#pragma unroll
+      for (int n = 0; n < kN3; ++n) {
+        const int c = o_col<kU8>(n, lane);
+        sm.u.red[wkv][r][c] = (o[mt][n][2 * hf] - row_c[mt][hf]) * f;
+        sm.u.red[wkv][r][c + kPairStep] = (o[mt][n][2 * hf + 1] - row_c[mt][hf]) * f;
+      }
     }
   }
   __syncthreads();

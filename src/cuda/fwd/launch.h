@@ -22,12 +22,13 @@ struct FwdKernelInfo {
   std::size_t smem_bytes;
 };
 
-FwdKernelInfo fwd_kernel_info_d64(int kv, int row_tiles, bool split_s);
-FwdKernelInfo fwd_kernel_info_d128(int kv, int row_tiles, bool split_s);
-FwdKernelInfo fwd_kernel_info_d256(int kv, int row_tiles, bool split_s);
-/// Throws UnsupportedError naming the head size when there is no kernel for it. `split_s`: the
-/// experimental S accumulator split (PAGEDATTN_SPLIT_S=1; fwd_kernel's SK), where instantiated.
-FwdKernelInfo fwd_kernel_info(int head_size, int kv, int row_tiles, bool split_s = false);
+FwdKernelInfo fwd_kernel_info_d64(int kv, int row_tiles, bool split_s, bool mt2);
+FwdKernelInfo fwd_kernel_info_d128(int kv, int row_tiles, bool split_s, bool mt2);
+FwdKernelInfo fwd_kernel_info_d256(int kv, int row_tiles, bool split_s, bool mt2);
+/// Throws UnsupportedError naming the head size when there is no kernel for it. Experiments, where
+/// instantiated: `split_s`, the S accumulator split (PAGEDATTN_SPLIT_S=1; fwd_kernel's SK);
+/// `mt2`, two row tiles per warp in the 8-row-tile variant (PAGEDATTN_PREFILL_MT2=1; fwd_kernel's MT).
+FwdKernelInfo fwd_kernel_info(int head_size, int kv, int row_tiles, bool split_s = false, bool mt2 = false);
 
 void launch_merge(const FwdParams& P, int head_size, int num_rows, int split, cudaStream_t stream, bool pdl);
 
