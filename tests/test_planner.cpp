@@ -178,6 +178,10 @@ void check_plan(const Inputs& in, const Plan& plan) {
     EXPECT_TRUE(a.row_tiles < b.row_tiles ||
                 (a.row_tiles == b.row_tiles && a.kv_end - a.kv_begin >= b.kv_end - b.kv_begin))
         << "items " << i - 1 << " and " << i << " out of order: " << describe(a) << " then " << describe(b);
+    if (in.interleave_chunks && a.row_tiles == b.row_tiles && a.kv_end - a.kv_begin == b.kv_end - b.kv_begin &&
+        a.seq == b.seq)
+      EXPECT_LE(a.kv_begin, b.kv_begin) << "interleave_chunks: items " << i - 1 << " and " << i
+                                        << " of one sequence not by key range: " << describe(a) << " then " << describe(b);
   }
 
   // chunks
@@ -286,13 +290,14 @@ void check_plan(const Inputs& in, const Plan& plan) {
   }
 }
 
-void run_random(int cases, uint64_t offset, int max_rows = pl::kMaxRows) {
+void run_random(int cases, uint64_t offset, int max_rows = pl::kMaxRows, bool interleave = false) {
   for (int i = 0; i < cases; ++i) {
     const uint64_t seed = base_seed() + offset + static_cast<uint64_t>(i);
     std::mt19937_64 rng(seed);
     Inputs in = random_inputs(rng);
     in.max_rows = max_rows;
     in.group = std::min(in.group, max_rows);  // a chunk holds at least one token's rows
+    in.interleave_chunks = interleave;
     SCOPED_TRACE("case seed " + std::to_string(seed) + " (base + " + std::to_string(offset + i) + "): " + describe(in));
     const Plan plan = pl::make_plan(in);
     check_plan(in, plan);
@@ -315,6 +320,8 @@ TEST(Planner, RandomBatchesWideChunks) { run_random(500, 2000000, pl::kMaxRowsWi
 TEST(Planner, RandomBatchesNarrowChunks) {
   run_random(300, 3000000, 16);
   run_random(300, 3100000, 32);
+  run_random(300, 3200000, 16, true);
+  run_random(300, 3300000, pl::kMaxRows, true);
 }
 
 // Deterministic and forced modes, drawn on their own so each case exercises them.

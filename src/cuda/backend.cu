@@ -200,7 +200,11 @@ class CudaPlan final : public detail::PlanImpl {
     if (const char* e = std::getenv("PAGEDATTN_MAX_ROWS"); e != nullptr && *e != '\0') {
       const int v = std::atoi(e);
       if (v == 16 || v == 32 || v == 64 || (v == 128 && wide_fits)) in.max_rows = std::max(v, (G_ + 15) / 16 * 16);
+      in.interleave_chunks = true;  // the chunks' CTAs over the same keys side by side
     }
+    // Experiment: PAGEDATTN_INTERLEAVE=1 orders equally long items of a sequence's chunks by key range
+    // (chunked prefill: the chunks reading one KV partition adjacent in the grid, for L2 reuse).
+    if (const char* e = std::getenv("PAGEDATTN_INTERLEAVE"); e != nullptr && std::string(e) == "1") in.interleave_chunks = true;
     wl_ = planner::make_plan(in);
     const int32_t* bib = p.block_indices_begins.ptr<int32_t>();
     for (planner::WorkItem& w : wl_.items) {
