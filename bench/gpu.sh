@@ -87,8 +87,9 @@ fi
 
 if has ab; then
   # same-run ratios of the run-time switches (seed rows f16/u8, T = 1, 3, 8): the default, then each
-  # switch flipped (experiments on, measured features off)
-  for cfg in default PAGEDATTN_SPLIT_S=1 PAGEDATTN_MAX_ROWS=16 PAGEDATTN_EARLY_READS=0 PAGEDATTN_MERGE_SPLIT=1; do
+  # experiment on (AB_CONFIGS overrides the list; measured before: PAGEDATTN_EARLY_READS=0,
+  # PAGEDATTN_MERGE_SPLIT=1, run s3d)
+  for cfg in ${AB_CONFIGS:-default PAGEDATTN_SPLIT_S=1 PAGEDATTN_MAX_ROWS=16}; do
     tag=$(echo "$cfg" | tr ' =' '_-')
     if [ "$(left)" -lt 240 ]; then log "A/B $cfg skipped: $(left)s of the ${budget}s budget left"; continue; fi
     log "A/B: $cfg"
