@@ -70,7 +70,7 @@ fi
 if has sanitizer; then
   log "compute-sanitizer memcheck subset"
   PAGEDATTN_GPU_CASES=12 timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 "$build/tests/test_cuda" \
-    --gtest_filter='Cuda.FewQueryRandom:Cuda.TileAndMixedRandom:Cuda.GraphReplayMatchesDirectRun:Cuda.SplitSAccumulatorsRandom' \
+    --gtest_filter='Cuda.FewQueryRandom:Cuda.TileAndMixedRandom:Cuda.GraphReplayMatchesDirectRun:Cuda.SplitSAccumulatorsRandom:Cuda.PrefillTwoRowTilesPerWarpRandom' \
     > "$run_dir/sanitizer.log" 2>&1
   echo "sanitizer exit code: $?"
   grep -E "ERROR SUMMARY|PASSED|FAILED" "$run_dir/sanitizer.log" | head -5
@@ -87,13 +87,13 @@ fi
 
 if has ab; then
   # same-run ratios of the run-time switches (seed rows f16/u8, T = 1, 3, 8): the default, then each
-  # experiment on (AB_CONFIGS overrides the list; measured before: PAGEDATTN_EARLY_READS=0,
-  # PAGEDATTN_MERGE_SPLIT=1, run s3d)
-  for cfg in ${AB_CONFIGS:-default PAGEDATTN_SPLIT_S=1 PAGEDATTN_MAX_ROWS=16}; do
-    tag=$(echo "$cfg" | tr ' =' '_-')
+  # experiment on (AB_CONFIGS overrides the list: space-separated configs, each VAR=V[,VAR=V...];
+  # measured before: PAGEDATTN_EARLY_READS=0, PAGEDATTN_MERGE_SPLIT=1, run s3d)
+  for cfg in ${AB_CONFIGS:-default PAGEDATTN_SPLIT_S=1 PAGEDATTN_MAX_ROWS=16,PAGEDATTN_INTERLEAVE=1}; do
+    tag=$(echo "$cfg" | tr ',=' '_-')
     if [ "$(left)" -lt 240 ]; then log "A/B $cfg skipped: $(left)s of the ${budget}s budget left"; continue; fi
     log "A/B: $cfg"
-    if [ "$cfg" = default ]; then envs=(); else read -ra envs <<< "$cfg"; fi
+    if [ "$cfg" = default ]; then envs=(); else IFS=, read -ra envs <<< "$cfg"; fi
     env "${envs[@]}" timeout 120 "$build/pagedattn" bench --backend cuda --scenario seed --kv f16,u8 --tokens 1,3,8 \
       --json "$run_dir/ab_$tag.json" > "$run_dir/ab_$tag.log" 2>&1 || status=1
   done
@@ -182,14 +182,14 @@ if has bench; then
         --json "$run_dir/bench_${sc}_mt2.json" > "$run_dir/bench_${sc}_mt2.log" 2>&1 || status=1
     fi
   done
-  log "summary"
-  cat "$run_dir/bench.log"
   # experiment: a sequence's chunks over the same keys adjacent in the grid (chunked prefill, L2 reuse)
   if [ "$(left)" -gt 25 ]; then
     log "benchmark: chunk with PAGEDATTN_INTERLEAVE=1"
     PAGEDATTN_INTERLEAVE=1 timeout $(( $(left) - 10 )) "$build/pagedattn" bench --backend cuda --scenario chunk \
       --json "$run_dir/bench_chunk_interleave.json" > "$run_dir/bench_chunk_interleave.log" 2>&1 || status=1
   fi
+  log "summary"
+  cat "$run_dir/bench.log"
   for sc in batch prefill chunk mixed prefill_narrow prefill_mt2 chunk_interleave; do
     [ -f "$run_dir/bench_$sc.log" ] && tail -14 "$run_dir/bench_$sc.log"
   done

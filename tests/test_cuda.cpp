@@ -293,7 +293,7 @@ TEST(Cuda, SplitSAccumulatorsRandom) {
   decode.min_seqs = decode.max_seqs = 1;
   decode.min_tokens = decode.max_tokens = 1;
   const std::string d = describe_plan(decode, base_seed() + 900000, Options{Backend::cuda});
-  EXPECT_NE(d.find("split-s"), std::string::npos) << "the split variant was not selected: " << d;
+  EXPECT_NE(d.find(" sk2]"), std::string::npos) << "the split variant was not launched: " << d;
   run_suite("split-s", cfg, base_seed() + 900000, 90);
 }
 
@@ -317,7 +317,8 @@ TEST(Cuda, PrefillTwoRowTilesPerWarpRandom) {
   prefill.min_tokens = 200;
   prefill.kv_precisions = {KVPrecision::f16};
   const std::string d = describe_plan(prefill, base_seed() + 1500000, Options{Backend::cuda});
-  EXPECT_NE(d.find("mt2"), std::string::npos) << "the two-row-tile variant was not selected: " << d;
+  EXPECT_NE(d.find("threads=128 "), std::string::npos) << "the 128-row chunks are not on 4 warps: " << d;
+  EXPECT_NE(d.find(" mt2]"), std::string::npos) << "the two-row-tile variant was not launched: " << d;
   run_suite("prefill-mt2", cfg, base_seed() + 1500000, 80);
 }
 

@@ -178,10 +178,10 @@ void check_plan(const Inputs& in, const Plan& plan) {
     EXPECT_TRUE(a.row_tiles < b.row_tiles ||
                 (a.row_tiles == b.row_tiles && a.kv_end - a.kv_begin >= b.kv_end - b.kv_begin))
         << "items " << i - 1 << " and " << i << " out of order: " << describe(a) << " then " << describe(b);
-    if (in.interleave_chunks && a.row_tiles == b.row_tiles && a.kv_end - a.kv_begin == b.kv_end - b.kv_begin &&
-        a.seq == b.seq)
-      EXPECT_LE(a.kv_begin, b.kv_begin) << "interleave_chunks: items " << i - 1 << " and " << i
-                                        << " of one sequence not by key range: " << describe(a) << " then " << describe(b);
+    if (in.interleave_chunks && a.row_tiles == b.row_tiles && a.kv_end - a.kv_begin == b.kv_end - b.kv_begin)
+      EXPECT_TRUE(a.seq < b.seq || (a.seq == b.seq && a.kv_begin <= b.kv_begin))
+          << "interleave_chunks: equally long items " << i - 1 << " and " << i << " not by (seq, key range): "
+          << describe(a) << " then " << describe(b);
   }
 
   // chunks
@@ -322,6 +322,7 @@ TEST(Planner, RandomBatchesNarrowChunks) {
   run_random(300, 3100000, 32);
   run_random(300, 3200000, 16, true);
   run_random(300, 3300000, pl::kMaxRows, true);
+  run_random(300, 3400000, pl::kMaxRowsWide, true);
 }
 
 // Deterministic and forced modes, drawn on their own so each case exercises them.

@@ -194,13 +194,13 @@ class CudaPlan final : public detail::PlanImpl {
     if (const char* e = std::getenv("PAGEDATTN_WIDE_PREFILL"); e != nullptr && *e != '\0') wide = std::string(e) == "1";
     const bool wide_fits = static_cast<int>(fwd_kernel_info(D_, kv_, 8).smem_bytes) <= optin;
     if (wide && wide_fits) in.max_rows = planner::kMaxRowsWide;
-    // Experiment (A/B runs, not yet measured): PAGEDATTN_MAX_ROWS=16/32 cuts sequences into chunks of
-    // that many rows, e.g. T=8 at G=4 (32 rows) into two 16-row chunks on the 1-row-tile variant (four
-    // one-warp key groups) whose second read of each K/V tile may come from L2; at least one token.
+    // Experiment (A/B runs, not yet measured): PAGEDATTN_MAX_ROWS=16/32/64/128 cuts sequences into
+    // chunks of that many rows (at least one token's), e.g. T=8 at G=4 (32 rows) into two 16-row chunks
+    // on the 1-row-tile variant (four one-warp key groups) whose second read of each K/V tile may come
+    // from L2 (with PAGEDATTN_INTERLEAVE=1 the two CTAs over one partition are adjacent in the grid).
     if (const char* e = std::getenv("PAGEDATTN_MAX_ROWS"); e != nullptr && *e != '\0') {
       const int v = std::atoi(e);
       if (v == 16 || v == 32 || v == 64 || (v == 128 && wide_fits)) in.max_rows = std::max(v, (G_ + 15) / 16 * 16);
-      in.interleave_chunks = true;  // the chunks' CTAs over the same keys side by side
     }
     // Experiment: PAGEDATTN_INTERLEAVE=1 orders equally long items of a sequence's chunks by key range
     // (chunked prefill: the chunks reading one KV partition adjacent in the grid, for L2 reuse).
@@ -379,21 +379,14 @@ class CudaPlan final : public detail::PlanImpl {
     os << "pagedattn plan: backend=cuda D=" << D_ << " H=" << H_ << " Hk=" << Hk_ << " G=" << G_
        << " kv=" << kv_precision_name(planned_.cache.precision()) << " block_size=" << (1 << bs_log2_) << " "
        << wl_.describe() << " launches=";
-    for (size_t i = 0; i < launches_.size(); ++i)
+    for (size_t i = 0; i < launches_.size(); ++i) {  // what the launched kernels are (from their info)
+      const FwdKernelInfo info = fwd_kernel_info(D_, kv_, launches_[i].rt, split_s_, mt2_);
       os << (i ? "," : "") << "[rt=" << launches_[i].rt << " ctas=" << launches_[i].count << "x" << Hk_
-         << " smem=" << smem_[i] / 1024 << "KiB]";
+         << " threads=" << info.threads << " smem=" << smem_[i] / 1024 << "KiB"
+         << (*info.variant ? std::string(" ") + info.variant : std::string()) << "]";
+    }
     os << " merge_rows=" << num_merge_rows_ << "x" << merge_split_ << " kv_write=" << (separate_write_ ? "separate" : "fused")
        << " pdl=" << (pdl_ ? (early_reads_ ? "on+early-reads" : "on") : "off");
-    for (const Launch& l : launches_)  // the S accumulator split exists for D = 256, 1-2 row tiles
-      if (split_s_ && D_ == 256 && l.rt <= 2) {
-        os << " split-s";
-        break;
-      }
-    for (const Launch& l : launches_)  // two row tiles per warp: D <= 128, f16/bf16, 8 row tiles
-      if (mt2_ && D_ <= 128 && kv_ != kKvU8 && l.rt == 8) {
-        os << " mt2";
-        break;
-      }
     os << " workspace=" << workspace_bytes() / 1024 << "KiB";
     return os.str();
   }

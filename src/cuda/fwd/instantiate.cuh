@@ -35,7 +35,8 @@ struct FwdVariant {
     launch_ex(scores_kernel<D, KV>, dim3(num_tiles), dim3(128), 0, stream, pdl, P);
   }
   static FwdKernelInfo info() {
-    return FwdKernelInfo{&launch, &launch_write, &launch_scores, &ctas_per_sm, &prepare, kSmem};
+    return FwdKernelInfo{&launch, &launch_write, &launch_scores, &ctas_per_sm, &prepare, kSmem,
+                         FwdTraits<D, KV, RT, MT>::kThreads, SK == 2 ? "sk2" : MT == 2 ? "mt2" : ""};
   }
 };
 

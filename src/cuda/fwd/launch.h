@@ -20,6 +20,8 @@ struct FwdKernelInfo {
   int (*ctas_per_sm)();        // occupancy with the kernel's shared memory (current device)
   cudaError_t (*prepare)();    // raises the kernel's dynamic shared-memory limit on the current device
   std::size_t smem_bytes;
+  int threads;                 // per CTA
+  const char* variant;         // "" or the experiments compiled in: "sk2" (SK = 2), "mt2" (MT = 2)
 };
 
 FwdKernelInfo fwd_kernel_info_d64(int kv, int row_tiles, bool split_s, bool mt2);
