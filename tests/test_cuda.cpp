@@ -272,6 +272,17 @@ std::string describe_plan(const CaseConfig& cfg, uint64_t seed, const Options& o
   DeviceCase d(c);
   return plan(d.params(), opt).describe();
 }
+
+// One sequence of T in [min_tokens, max_tokens] drawn from `cfg`, planned with the cuda defaults:
+// its description must contain every string of `expect` (kernel variants as their info reports them).
+void expect_launched(CaseConfig cfg, int min_tokens, int max_tokens, uint64_t seed,
+                     std::initializer_list<const char*> expect) {
+  cfg.min_seqs = cfg.max_seqs = 1;
+  cfg.min_tokens = min_tokens;
+  cfg.max_tokens = max_tokens;
+  const std::string d = describe_plan(cfg, seed, Options{Backend::cuda});
+  for (const char* e : expect) EXPECT_NE(d.find(e), std::string::npos) << "'" << e << "' not launched: " << d;
+}
 }  // namespace
 
 // Wide prefill tiles (PAGEDATTN_WIDE_PREFILL=1; the default only at D <= 128): 128-row chunks on the
@@ -289,11 +300,7 @@ TEST(Cuda, SplitSAccumulatorsRandom) {
   EnvGuard guard("PAGEDATTN_SPLIT_S", "1");
   CaseConfig cfg = few_query_config();
   cfg.head_sizes = {256};
-  CaseConfig decode = cfg;  // one sequence, T = 1: the 1-row-tile variant, where the split exists
-  decode.min_seqs = decode.max_seqs = 1;
-  decode.min_tokens = decode.max_tokens = 1;
-  const std::string d = describe_plan(decode, base_seed() + 900000, Options{Backend::cuda});
-  EXPECT_NE(d.find(" sk2]"), std::string::npos) << "the split variant was not launched: " << d;
+  expect_launched(cfg, 1, 1, base_seed() + 900000, {" sk2]"});  // decode: the 1-row-tile variant
   run_suite("split-s", cfg, base_seed() + 900000, 90);
 }
 
@@ -312,13 +319,9 @@ TEST(Cuda, PrefillTwoRowTilesPerWarpRandom) {
   EnvGuard guard("PAGEDATTN_PREFILL_MT2", "1");
   CaseConfig cfg = mixed_config(300, 4000, 600, 12000);
   cfg.head_sizes = {64, 128};
-  CaseConfig prefill = cfg;  // one long f16 prefill: 128-row chunks, where the variant exists
-  prefill.min_seqs = prefill.max_seqs = 1;
-  prefill.min_tokens = 200;
-  prefill.kv_precisions = {KVPrecision::f16};
-  const std::string d = describe_plan(prefill, base_seed() + 1500000, Options{Backend::cuda});
-  EXPECT_NE(d.find("threads=128 "), std::string::npos) << "the 128-row chunks are not on 4 warps: " << d;
-  EXPECT_NE(d.find(" mt2]"), std::string::npos) << "the two-row-tile variant was not launched: " << d;
+  CaseConfig f16 = cfg;  // one long f16 prefill: 128-row chunks on 4 warps, where the variant exists
+  f16.kv_precisions = {KVPrecision::f16};
+  expect_launched(f16, 200, 300, base_seed() + 1500000, {"threads=128 ", " mt2]"});
   run_suite("prefill-mt2", cfg, base_seed() + 1500000, 80);
 }
 

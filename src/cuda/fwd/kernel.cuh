@@ -66,7 +66,6 @@ struct FwdTraits {
   using C = typename KvTraits<KV>::cache_t;
   static constexpr bool kU8 = KV == kKvU8;
   static constexpr int kRows = RT * 16;
-  static constexpr int kMT = MT;                          // row tiles per warp
   static constexpr int kWQ = RT / MT;                     // warps along rows (MT 16-row tiles each)
   static constexpr int kWKV = RT == 1 ? 4 : RT == 2 ? 2 : 1;  // key groups (8 row tiles: 8 warps, one group)
   static constexpr int kWarps = kWQ * kWKV;
