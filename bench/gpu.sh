@@ -2,7 +2,9 @@
 # One call on the GPU machine: build from source (sm_90a + sm_80), GPU tests, a compute-sanitizer
 # subset, the benchmark, the Python package's GPU test and the peers. Logs go under $OUT/run and come
 # back as $OUT/results.tgz (the device tool returns at most 8 files); a short table is printed last.
-#   usage: bench/gpu.sh [stages...]    stages: build test cputest sanitizer bench ab python peers
+#   usage: bench/gpu.sh [stages...]    stages: build test cputest sanitizer bench ab python peers prefill
+#   (prefill: the prefill scenario alone, default and PAGEDATTN_WGMMA=0; CUDA_ARCHS, BUILD_TARGETS and
+#   TEST_FILTER narrow the build and the GPU tests for quick runs)
 #                                       (default: all but cputest; CI runs the CPU tests)
 # Here, before the call: bench/prepare_deps.sh, bench/peers/fetch_flashinfer.sh (FlashInfer wheels and
 # prebuilt modules into .wheels; optional), and
@@ -48,8 +50,8 @@ if has build; then
   prefix=()
   [ -d "$root/.deps" ] && prefix=(-DCMAKE_PREFIX_PATH="$root/.deps")
   if ! { cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPAGEDATTN_CUDA=ON \
-           -DCMAKE_CUDA_ARCHITECTURES="90a-real;80-real" "${prefix[@]}" &&
-         ninja -C "$build" -j "$(nproc)"; } > "$run_dir/build.log" 2>&1; then
+           -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHS:-90a-real;80-real}" "${prefix[@]}" &&
+         ninja -C "$build" -j "$(nproc)" ${BUILD_TARGETS:-}; } > "$run_dir/build.log" 2>&1; then
     tail -40 "$run_dir/build.log"
     exit 1
   fi
@@ -58,7 +60,7 @@ fi
 
 if has test; then
   log "GPU tests"
-  timeout 300 "$build/tests/test_cuda" > "$run_dir/test_cuda.log" 2>&1 ||
+  timeout 300 "$build/tests/test_cuda" --gtest_filter="${TEST_FILTER:-*}" > "$run_dir/test_cuda.log" 2>&1 ||
     { status=1; echo "test_cuda failed or timed out"; tail -5 "$run_dir/test_cuda.log"; }
   grep -E "^\[ *(PASSED|FAILED|OK|SKIPPED) |worst" "$run_dir/test_cuda.log" | head -40
 fi
@@ -70,7 +72,7 @@ fi
 if has sanitizer; then
   log "compute-sanitizer memcheck subset"
   PAGEDATTN_GPU_CASES=12 timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 "$build/tests/test_cuda" \
-    --gtest_filter='Cuda.FewQueryRandom:Cuda.TileAndMixedRandom:Cuda.GraphReplayMatchesDirectRun:Cuda.SplitSAccumulatorsRandom:Cuda.PrefillTwoRowTilesPerWarpRandom' \
+    --gtest_filter='Cuda.FewQueryRandom:Cuda.TileAndMixedRandom:Cuda.GraphReplayMatchesDirectRun:Cuda.SplitSAccumulatorsRandom:Cuda.PrefillTwoRowTilesPerWarpRandom:Cuda.HopperPrefillRandom' \
     > "$run_dir/sanitizer.log" 2>&1
   echo "sanitizer exit code: $?"
   grep -E "ERROR SUMMARY|PASSED|FAILED" "$run_dir/sanitizer.log" | head -5
@@ -158,6 +160,16 @@ elif has peers; then
   log "peers skipped: $(left)s of the ${budget}s budget left"
 fi
 
+if has prefill; then
+  for cfg in default PAGEDATTN_WGMMA=0; do
+    if [ "$cfg" = default ]; then envs=(); else envs=("$cfg"); fi
+    log "benchmark: prefill ($cfg)"
+    env "${envs[@]}" timeout 200 "$build/pagedattn" bench --backend cuda --scenario prefill \
+      --json "$run_dir/prefill_${cfg//=/-}.json" > "$run_dir/prefill_${cfg//=/-}.log" 2>&1 || status=1
+    tail -8 "$run_dir/prefill_${cfg//=/-}.log"
+  done
+fi
+
 if has bench; then
   for sc in prefill chunk mixed; do
     if [ "$(left)" -gt 25 ]; then
@@ -175,11 +187,11 @@ if has bench; then
       PAGEDATTN_WIDE_PREFILL=0 timeout $(( $(left) - 10 )) "$build/pagedattn" bench --backend cuda --scenario "$sc" \
         --json "$run_dir/bench_${sc}_narrow.json" > "$run_dir/bench_${sc}_narrow.log" 2>&1 || status=1
     fi
-    # experiment: two row tiles per warp in the 128-row variant (D <= 128 rows of the scenario)
+    # the mma.sync 128-row variant (two row tiles per warp) in place of the Hopper kernel, for a ratio
     if [ "$(left)" -gt 25 ]; then
-      log "benchmark: $sc with PAGEDATTN_PREFILL_MT2=1"
-      PAGEDATTN_PREFILL_MT2=1 timeout $(( $(left) - 10 )) "$build/pagedattn" bench --backend cuda --scenario "$sc" \
-        --json "$run_dir/bench_${sc}_mt2.json" > "$run_dir/bench_${sc}_mt2.log" 2>&1 || status=1
+      log "benchmark: $sc with PAGEDATTN_WGMMA=0"
+      PAGEDATTN_WGMMA=0 timeout $(( $(left) - 10 )) "$build/pagedattn" bench --backend cuda --scenario "$sc" \
+        --json "$run_dir/bench_${sc}_mma.json" > "$run_dir/bench_${sc}_mma.log" 2>&1 || status=1
     fi
   done
   # experiment: a sequence's chunks over the same keys adjacent in the grid (chunked prefill, L2 reuse)
@@ -190,7 +202,7 @@ if has bench; then
   fi
   log "summary"
   cat "$run_dir/bench.log"
-  for sc in batch prefill chunk mixed prefill_narrow prefill_mt2 chunk_interleave; do
+  for sc in batch prefill chunk mixed prefill_narrow prefill_mma chunk_interleave; do
     [ -f "$run_dir/bench_$sc.log" ] && tail -14 "$run_dir/bench_$sc.log"
   done
 fi

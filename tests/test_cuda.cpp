@@ -312,17 +312,41 @@ TEST(Cuda, NarrowChunksRandom) {
   run_suite("narrow-chunks", few_query_config(), base_seed() + 1400000, 60);
 }
 
-// Two row tiles per warp in the 128-row prefill variant (PAGEDATTN_PREFILL_MT2=1, an experiment; D <= 128,
-// f16/bf16 KV, elsewhere the plain variant): the tile cases, same tolerances.
+// Two row tiles per warp in the 128-row prefill variant (the default at D <= 128 for f16/bf16 KV where
+// the Hopper kernel is not used; PAGEDATTN_WGMMA=0 keeps it from replacing it here): the tile cases.
 TEST(Cuda, PrefillTwoRowTilesPerWarpRandom) {
   REQUIRE_GPU();
-  EnvGuard guard("PAGEDATTN_PREFILL_MT2", "1");
+  EnvGuard guard("PAGEDATTN_WGMMA", "0");
   CaseConfig cfg = mixed_config(300, 4000, 600, 12000);
   cfg.head_sizes = {64, 128};
   CaseConfig f16 = cfg;  // one long f16 prefill: 128-row chunks on 4 warps, where the variant exists
   f16.kv_precisions = {KVPrecision::f16};
   expect_launched(f16, 200, 300, base_seed() + 1500000, {"threads=128 ", " mt2]"});
   run_suite("prefill-mt2", cfg, base_seed() + 1500000, 80);
+}
+
+// The Hopper prefill kernel (wg_kernel: wgmma, 128-row chunks; D <= 128, f16/bf16 KV; the default on
+// sm_90 devices with a build that has sm_90a code): the tile cases plus long chunks over a long
+// context (partials and the merge), same tolerances.
+TEST(Cuda, HopperPrefillRandom) {
+  REQUIRE_GPU();
+  cudaDeviceProp prop{};
+  ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
+  if (prop.major != 9 || prop.minor != 0) GTEST_SKIP() << "the wgmma prefill kernel needs an sm_90 device";
+  CaseConfig cfg = mixed_config(300, 4000, 600, 12000);
+  cfg.head_sizes = {64, 128};
+  CaseConfig f16 = cfg;
+  f16.kv_precisions = {KVPrecision::f16};
+  expect_launched(f16, 200, 300, base_seed() + 1700000, {"threads=256 ", " wg]"});
+  run_suite("prefill-wg", cfg, base_seed() + 1700000, 120);
+  CaseConfig lng = cfg;  // long context, few heads: several partitions per chunk
+  lng.min_seqs = 1;
+  lng.max_seqs = 2;
+  lng.min_tokens = 100;
+  lng.max_past = 20000;
+  lng.kv_heads = {1};
+  lng.max_total_context = 24000;
+  run_suite("prefill-wg-long", lng, base_seed() + 1800000, 30);
 }
 
 // 64-row prefill chunks at every head size (PAGEDATTN_WIDE_PREFILL=0; the default at D = 256, and the

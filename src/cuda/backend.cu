@@ -33,11 +33,11 @@ namespace cuda {
       throw RuntimeError(std::string("CUDA error in ") + #expr + ": " + cudaGetErrorString(err_));        \
   } while (0)
 
-FwdKernelInfo fwd_kernel_info(int head_size, int kv, int row_tiles, bool split_s, bool mt2) {
+FwdKernelInfo fwd_kernel_info(int head_size, int kv, int row_tiles, bool split_s, bool mt2, bool wg) {
   switch (head_size) {
-    case 64: return fwd_kernel_info_d64(kv, row_tiles, split_s, mt2);
-    case 128: return fwd_kernel_info_d128(kv, row_tiles, split_s, mt2);
-    case 256: return fwd_kernel_info_d256(kv, row_tiles, split_s, mt2);
+    case 64: return fwd_kernel_info_d64(kv, row_tiles, split_s, mt2, wg);
+    case 128: return fwd_kernel_info_d128(kv, row_tiles, split_s, mt2, wg);
+    case 256: return fwd_kernel_info_d256(kv, row_tiles, split_s, mt2, wg);
     default:
       throw UnsupportedError("head size " + std::to_string(head_size) +
                              ": the cuda backend supports 64, 128 and 256");
@@ -179,8 +179,18 @@ class CudaPlan final : public detail::PlanImpl {
     if (const char* e = std::getenv("PAGEDATTN_EARLY_READS"); e != nullptr && std::string(e) == "0") early_reads_ = false;
     // experimental, not yet measured: S accumulated in two independent chains (fwd_kernel's SK)
     if (const char* e = std::getenv("PAGEDATTN_SPLIT_S"); e != nullptr && std::string(e) == "1") split_s_ = true;
-    // experimental, not yet measured: 8-row-tile chunks on 4 warps of two row tiles (fwd_kernel's MT)
-    if (const char* e = std::getenv("PAGEDATTN_PREFILL_MT2"); e != nullptr && std::string(e) == "1") mt2_ = true;
+    // 8-row-tile chunks on 4 warps of two row tiles (fwd_kernel's MT = 2, D <= 128, f16/bf16): the
+    // default where the Hopper kernel is not used; 1.20x faster than 8 warps of one row tile on bf16
+    // prefill from zero at D = 128 (H200, run s4a). PAGEDATTN_PREFILL_MT2=0 turns it off (A/B runs).
+    if (const char* e = std::getenv("PAGEDATTN_PREFILL_MT2"); e != nullptr && std::string(e) == "0") mt2_ = false;
+    // The Hopper prefill kernel (wg_kernel, wgmma) for the 8-row-tile chunks: sm_90 devices, builds
+    // with sm_90a code. PAGEDATTN_WGMMA=0 turns it off (A/B runs).
+    int cc_minor = 0;
+    PA_CUDA_CHECK(cudaDeviceGetAttribute(&cc_minor, cudaDevAttrComputeCapabilityMinor, dev));
+#ifdef PAGEDATTN_HAS_SM90A
+    wg_ = cc_major == 9 && cc_minor == 0;
+#endif
+    if (const char* e = std::getenv("PAGEDATTN_WGMMA"); e != nullptr && std::string(e) == "0") wg_ = false;
     in.ctas_per_sm = fwd_kernel_info(D_, kv_, 1).ctas_per_sm();
     in.deterministic = opt.deterministic;
     in.forced_partition = opt.partition_tokens;
@@ -228,7 +238,7 @@ class CudaPlan final : public detail::PlanImpl {
     int smem_optin = 0;
     PA_CUDA_CHECK(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     for (const Launch& l : launches_) {
-      const FwdKernelInfo info = fwd_kernel_info(D_, kv_, l.rt, split_s_, mt2_);
+      const FwdKernelInfo info = fwd_kernel_info(D_, kv_, l.rt, split_s_, mt2_, wg_);
       if (static_cast<int>(info.smem_bytes) > smem_optin)
         throw UnsupportedError("this kernel variant (D=" + std::to_string(D_) + ", " + std::to_string(l.rt) +
                                " row tiles) needs " + std::to_string(info.smem_bytes) +
@@ -359,7 +369,7 @@ class CudaPlan final : public detail::PlanImpl {
       PA_CUDA_CHECK(cudaGetLastError());
     }
     for (const Launch& l : launches_) {
-      fwd_kernel_info(D_, kv_, l.rt, split_s_, mt2_).launch(P, l.offset, l.count, stream_, pdl_);
+      fwd_kernel_info(D_, kv_, l.rt, split_s_, mt2_, wg_).launch(P, l.offset, l.count, stream_, pdl_);
       PA_CUDA_CHECK(cudaGetLastError());
     }
     if (num_merge_rows_ > 0) {
@@ -380,7 +390,7 @@ class CudaPlan final : public detail::PlanImpl {
        << " kv=" << kv_precision_name(planned_.cache.precision()) << " block_size=" << (1 << bs_log2_) << " "
        << wl_.describe() << " launches=";
     for (size_t i = 0; i < launches_.size(); ++i) {  // what the launched kernels are (from their info)
-      const FwdKernelInfo info = fwd_kernel_info(D_, kv_, launches_[i].rt, split_s_, mt2_);
+      const FwdKernelInfo info = fwd_kernel_info(D_, kv_, launches_[i].rt, split_s_, mt2_, wg_);
       os << (i ? "," : "") << "[rt=" << launches_[i].rt << " ctas=" << launches_[i].count << "x" << Hk_
          << " threads=" << info.threads << " smem=" << smem_[i] / 1024 << "KiB"
          << (*info.variant ? std::string(" ") + info.variant : std::string()) << "]";
@@ -406,7 +416,8 @@ class CudaPlan final : public detail::PlanImpl {
   bool pdl_ = false;
   bool early_reads_ = true;
   bool split_s_ = false;  // PAGEDATTN_SPLIT_S=1 (A/B runs)
-  bool mt2_ = false;      // PAGEDATTN_PREFILL_MT2=1 (A/B runs)
+  bool mt2_ = true;       // PAGEDATTN_PREFILL_MT2=0 turns it off (A/B runs)
+  bool wg_ = false;       // the Hopper prefill kernel (sm_90a builds on sm_90 devices; PAGEDATTN_WGMMA=0: off)
   bool separate_write_ = false;  // KV write-in as its own launch (some sequence has several chunks)
   int num_seqs_ = 0, num_tokens_ = 0;
   float scale_ = 1.0f;

@@ -192,6 +192,26 @@ __device__ __forceinline__ void write_row(const void* src, int64_t src_off, void
   }
 }
 
+// The op's KV write-in fused into the attention launch (sequences that are one chunk): the CTA's
+// warps write (and quantise) the new tokens inside its key range for its kv head, then fence so that
+// the copies that follow (cp.async, through L2) see them. CTA-uniform; a CTA barrier when it wrote.
+// (Sequences cut into several chunks have their rows written by write_kernel before the launch.)
+template <int D, int KV>
+__device__ __forceinline__ void fused_write_in(const FwdParams& P, const planner::WorkItem& w, const int32_t* table,
+                                               int hk, int warp, int warps, int lane) {
+  if (P.k_new == nullptr || w.nt != w.t_seq) return;
+  const int wb = max(w.kv_begin, w.past), we = min(w.kv_end, w.past + w.t_seq);
+  if (wb >= we) return;
+  for (int pos = wb + warp; pos < we; pos += warps) {
+    const int64_t src = static_cast<int64_t>(w.tok0 + pos - w.past) * P.Hk * D + static_cast<int64_t>(hk) * D;
+    const int64_t row = cache_row(table, pos, hk, P.Hk, P.block_size_log2);
+    write_row<D, KV>(P.k_new, src, P.k_cache, P.k_scale, P.k_zp, row, P.io_dtype, lane);
+    write_row<D, KV>(P.v_new, src, P.v_cache, P.v_scale, P.v_zp, row, P.io_dtype, lane);
+  }
+  __threadfence();  // NOTE: the rows just written are read back through cp.async (L2)
+  __syncthreads();
+}
+
 // Issues the async copies of one half-tile for a key group: K (kind 0, with the u8 parameters) or V
 // (kind 1) of keys [js, js + kKPW) clipped to kv_end; rows past kv_end are zero-filled. `gtid` is the
 // thread's index in its group. The block-table lookups go out before the copies.
@@ -339,19 +359,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
 
   // --- fused KV write-in: new tokens inside this CTA's key range ----------------------------------
   // (sequences cut into several chunks have their rows written by write_kernel before this launch)
-  if (P.k_new != nullptr && w.nt == t_seq) {
-    const int wb = max(w.kv_begin, past), we = min(w.kv_end, past + t_seq);
-    if (wb < we) {
-      for (int pos = wb + warp; pos < we; pos += kWarps) {
-        const int64_t src = static_cast<int64_t>(tok0 + pos - past) * P.Hk * D + static_cast<int64_t>(hk) * D;
-        const int64_t row = cache_row(table, pos, hk, P.Hk, P.block_size_log2);
-        write_row<D, KV>(P.k_new, src, P.k_cache, P.k_scale, P.k_zp, row, P.io_dtype, lane);
-        write_row<D, KV>(P.v_new, src, P.v_cache, P.v_scale, P.v_zp, row, P.io_dtype, lane);
-      }
-      __threadfence();  // NOTE: the rows just written are read back below through cp.async (L2)
-      __syncthreads();
-    }
-  }
+  fused_write_in<D, KV>(P, w, table, hk, warp, kWarps, lane);
 
   // --- pipeline prologue (unless issued above): before Q, so the copies are in flight meanwhile -----
   if (!early) prologue();

@@ -1,0 +1,285 @@
+// The Hopper prefill kernel: 128-row chunks (tokens x heads of one kv head) on warpgroup MMAs (sm_90a).
+//
+// Same work items, partial slots and output as fwd_kernel's 8-row-tile variant, which it replaces on
+// sm_90a for f16/bf16 caches at D <= 128. Two warpgroups of 64 rows share each 64-key tile:
+//   K and V tiles are gathered through the block table by cp.async into shared memory in the 128-byte
+//   swizzled layout (a kStages-deep ring, one commit group per tile);
+//   S = Q K^T: wgmma m64n64k16 with Q and K both read from shared memory (no ldmatrix traffic);
+//   masks, ALiBi and the online softmax on the S accumulators in registers;
+//   O += P V: wgmma m64nDk16 with P from registers (the S accumulator layout is the A fragment
+//   layout) and V read N-major from shared memory (imm-trans-b).
+// The 8-warp mma.sync variant reads every K/V fragment from shared memory once per 16 rows; here the
+// tensor cores read the operands themselves, which is what bounded that variant (bench/NOTES.md).
+#pragma once
+
+#include "cuda/common/wgmma.cuh"
+#include "cuda/fwd/kernel.cuh"
+
+namespace pagedattn {
+namespace cuda {
+
+template <int D, int KV>
+struct WgTraits {
+  static_assert(D == 64 || D == 128, "wgmma prefill: D = 64 or 128");
+  static_assert(KV == kKvF16 || KV == kKvBF16, "wgmma prefill: f16/bf16 caches");
+  using T = typename KvTraits<KV>::mma_t;
+  static constexpr int kRows = 128;    // two warpgroups of 64 rows
+  static constexpr int kThreads = 256;
+  static constexpr int kKeys = 64;     // keys per tile
+  static constexpr int kChunks = D / 8;                      // 16-byte chunks per row
+  static constexpr int kQBytes = kRows * D * 2;              // D/64 blocks of [kRows][128 bytes]
+  static constexpr int kTileBytes = kKeys * D * 2;           // K (or V) of one tile: D/64 blocks of [64][128 bytes]
+  static constexpr int kStageBytes = 2 * kTileBytes;
+  static constexpr int kStages = 4;
+  static constexpr int kSmem = 1024 + kQBytes + kStages * kStageBytes;  // + slack to align the base to 1024
+  static_assert(kSmem <= 227 * 1024, "shared memory");
+};
+
+// Byte offset of 16-byte chunk `ch` of row `r` in a [rows][D] operand stored as D/64 blocks of
+// [rows][128 bytes] in the 128-byte swizzle (chunk c of row r at c ^ (r % 8)).
+__device__ __forceinline__ uint32_t sw128_offset(int r, int ch, int rows) {
+  return static_cast<uint32_t>((ch >> 3) * rows * 128 + r * 128 + (((ch & 7) ^ (r & 7)) << 4));
+}
+
+// Two consecutive output elements.
+__device__ __forceinline__ void store_io2(void* base, int64_t i, int io, float a, float b) {
+  if (io == kIoF16) {
+    *reinterpret_cast<__half2*>(static_cast<__half*>(base) + i) = __floats2half2_rn(a, b);
+  } else if (io == kIoBF16) {
+    *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(base) + i) = __floats2bfloat162_rn(a, b);
+  } else {
+    *reinterpret_cast<float2*>(static_cast<float*>(base) + i) = make_float2(a, b);
+  }
+}
+
+template <int D, int KV>
+__global__ void __launch_bounds__(256, 1) wg_kernel(const __grid_constant__ FwdParams P, const int item_offset) {
+#if PAGEDATTN_WGMMA_ARCH
+  using Tr = WgTraits<D, KV>;
+  using T = typename Tr::T;
+  constexpr int kKeys = Tr::kKeys;
+  constexpr int kStages = Tr::kStages;
+  constexpr int kN1 = kKeys / 8;  // S n-tiles (8 keys) per row block
+  constexpr int kN3 = D / 8;      // O n-tiles
+
+  extern __shared__ __align__(16) uint8_t smem_raw[];
+  const uint32_t raw_u32 = smem_u32(smem_raw);
+  const uint32_t base = (raw_u32 + 1023u) & ~1023u;  // swizzle atoms start on 1024-byte boundaries
+  const uint32_t q_base = base;
+  auto k_base = [&](int stage) { return base + Tr::kQBytes + stage * Tr::kStageBytes; };
+  auto v_base = [&](int stage) { return k_base(stage) + Tr::kTileBytes; };
+
+  const int hk = blockIdx.y;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int wgi = warp / 4;  // warpgroup: rows 64 * wgi ..
+
+  const planner::WorkItem w = P.items[item_offset + blockIdx.x];
+  const int G = P.G;
+  const int rows = w.nt * G;
+  const int past = w.past;
+  const int32_t* table = P.block_indices + w.table;
+  const bool early = P.pdl_early_reads && w.kv_end <= past;  // see fwd_kernel
+  const int n_tiles = (w.kv_end - w.kv_begin + kKeys - 1) / kKeys;
+
+  // K and V of tile `it` -> ring slot it % kStages; rows past kv_end are zero-filled. A thread keeps
+  // one 16-byte column chunk and takes every (256 / kChunks)-th row.
+  auto issue = [&](int it) {
+    if (it < n_tiles) {
+      constexpr int kRowStep = Tr::kThreads / Tr::kChunks;
+      constexpr int kIters = kKeys / kRowStep;
+      const int ch = tid % Tr::kChunks, r0 = tid / Tr::kChunks;
+      const int js = w.kv_begin + it * kKeys;
+      const uint32_t kb = k_base(it % kStages), vb = v_base(it % kStages);
+#pragma unroll
+      for (int i = 0; i < kIters; ++i) {
+        const int r = r0 + i * kRowStep;
+        const bool ok = js + r < w.kv_end;
+        const int64_t off = ok ? cache_row(table, js + r, hk, P.Hk, P.block_size_log2) * D + ch * 8 : 0;
+        const uint32_t so = sw128_offset(r, ch, kKeys);
+        cp_async_16_u32(kb + so, static_cast<const T*>(P.k_cache) + off, ok ? 16 : 0);
+        cp_async_16_u32(vb + so, static_cast<const T*>(P.v_cache) + off, ok ? 16 : 0);
+      }
+    }
+    cp_async_commit();
+  };
+  auto prologue = [&]() {
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) issue(s);
+  };
+  if (early) prologue();
+  pdl_wait();
+  fused_write_in<D, KV>(P, w, table, hk, warp, Tr::kThreads / 32, lane);
+  if (!early) prologue();
+
+  // Q rows -> shared memory (MMA type, swizzled); padding rows zero
+  for (int idx = tid; idx < Tr::kRows * Tr::kChunks; idx += Tr::kThreads) {
+    const int r = idx / Tr::kChunks, ch = idx % Tr::kChunks;
+    alignas(16) T v[8];
+    if (r < rows) {
+      const int64_t src = static_cast<int64_t>(w.tok0 + w.t0 + r / G) * P.H * D +
+                          static_cast<int64_t>(hk * G + r % G) * D + ch * 8;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) v[e] = from_float<T>(load_io(P.q, src + e, P.io_dtype));
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) v[e] = from_float<T>(0.0f);
+    }
+    *reinterpret_cast<uint4*>(smem_raw + (q_base - raw_u32) + sw128_offset(r, ch, Tr::kRows)) =
+        *reinterpret_cast<const uint4*>(v);
+  }
+
+  // The thread's two rows: 64 * wgi + 16 * (warp % 4) + lane / 4 (+ 8).
+  int row_qpos[2], row_lo[2];
+  bool row_valid[2];
+  float row_slope2[2];
+  const uint8_t* row_qq[2];
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    const int r = 64 * wgi + 16 * (warp % 4) + lane / 4 + 8 * hf;
+    const bool valid = r < rows;
+    const int t = w.t0 + (valid ? r / G : 0);
+    const int h = hk * G + (valid ? r % G : 0);
+    row_valid[hf] = valid;
+    row_qpos[hf] = past + t;
+    row_lo[hf] = P.sliding_window > 0 ? past + t - P.sliding_window + 1 : INT_MIN;
+    row_slope2[hf] = (valid && P.alibi != nullptr) ? P.alibi[h] * kLog2e : 0.0f;
+    row_qq[hf] = (valid && P.qq_bias != nullptr)
+                     ? P.qq_bias + P.qq_bias_begins[w.seq] + static_cast<int64_t>(t) * w.t_seq
+                     : nullptr;
+  }
+  float row_m[2] = {-INFINITY, -INFINITY}, row_l[2] = {0.0f, 0.0f};
+  float o[kN3 * 4];
+#pragma unroll
+  for (int i = 0; i < kN3 * 4; ++i) o[i] = 0.0f;
+
+  for (int it = 0; it < n_tiles; ++it) {
+    const int js = w.kv_begin + it * kKeys;
+    const int stage = it % kStages;
+    cp_async_wait<kStages - 2>();
+    wg::fence_proxy_async();  // this thread's copies (and Q stores) -> visible to the tensor cores
+    __syncthreads();          // every thread's; and the slot refilled below is no longer read
+    issue(it + kStages - 1);
+
+    // ---- S = Q K^T (64 x 64 per warpgroup) ----
+    float s[kN1 * 4];
+#pragma unroll
+    for (int i = 0; i < kN1 * 4; ++i) s[i] = 0.0f;
+    wg::fence();
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+      const uint32_t qa = q_base + (ks / 4) * (Tr::kRows * 128) + wgi * 64 * 128 + (ks % 4) * 32;
+      const uint32_t kb = k_base(stage) + (ks / 4) * (kKeys * 128) + (ks % 4) * 32;
+      wg::mma_ss<T, 64>(s, wg::desc_sw128(qa, 16, 1024), wg::desc_sw128(kb, 16, 1024), ks > 0);
+    }
+    wg::commit();
+    wg::wait<0>();
+    wg::fence_regs(s);
+
+    // ---- masks, online softmax; element (n, e): row hf = e / 2, key js + 8n + 2 (lane % 4) + e % 2 ----
+    const bool interior = js + kKeys <= w.kv_end && js + kKeys <= past + w.t0 + 1 &&
+                          (P.sliding_window == 0 || js >= past + w.t0 + w.nt - P.sliding_window) &&
+                          (P.qq_bias == nullptr || js + kKeys <= past);
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int n = 0; n < kN1; ++n) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int hf = e / 2;
+        const int j = js + n * 8 + 2 * (lane % 4) + (e % 2);
+        bool vis = row_valid[hf];
+        if (!interior)
+          vis = vis && j < w.kv_end && j <= row_qpos[hf] && j >= row_lo[hf] &&
+                (row_qq[hf] == nullptr || j < past || row_qq[hf][j - past] != 0);
+        const float sv =
+            vis ? s[4 * n + e] * P.scale_log2 + row_slope2[hf] * static_cast<float>(j - row_qpos[hf]) : -INFINITY;
+        s[4 * n + e] = sv;
+        mx[hf] = fmaxf(mx[hf], sv);
+      }
+    }
+    float alpha[2];
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 1));
+      mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 2));
+      const float m_new = fmaxf(row_m[hf], mx[hf]);
+      alpha[hf] = m_new != -INFINITY ? fast_exp2(row_m[hf] - m_new) : 1.0f;
+      row_m[hf] = m_new;
+    }
+    uint32_t pa[kKeys / 16][4];  // P as the A fragments of the PV MMAs (k-step = 16 keys)
+    float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int n = 0; n < kN1; ++n) {
+      float p[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float x = s[4 * n + e];
+        p[e] = x == -INFINITY ? 0.0f : fast_exp2(x - row_m[e / 2]);
+        sum[e / 2] += p[e];
+      }
+      pa[n / 2][(n % 2) * 2 + 0] = pack2<T>(p[0], p[1]);
+      pa[n / 2][(n % 2) * 2 + 1] = pack2<T>(p[2], p[3]);
+    }
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) row_l[hf] = row_l[hf] * alpha[hf] + sum[hf];
+#pragma unroll
+    for (int n = 0; n < kN3; ++n) {
+      o[4 * n + 0] *= alpha[0];
+      o[4 * n + 1] *= alpha[0];
+      o[4 * n + 2] *= alpha[1];
+      o[4 * n + 3] *= alpha[1];
+    }
+
+    // ---- O += P V (64 x D per warpgroup); V N-major: 64-column blocks kKeys * 128 bytes apart ----
+    wg::fence();
+#pragma unroll
+    for (int kk = 0; kk < kKeys / 16; ++kk)
+      wg::mma_rs_tb<T, D>(o, pa[kk], wg::desc_sw128(v_base(stage) + kk * 16 * 128, kKeys * 128, 1024), 1);
+    wg::commit();
+    wg::wait<0>();
+    wg::fence_regs(o);
+  }
+  cp_async_wait<0>();
+  pdl_launch_dependents();  // after every cache write (see fwd_kernel)
+
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    row_l[hf] += __shfl_xor_sync(0xffffffffu, row_l[hf], 1);
+    row_l[hf] += __shfl_xor_sync(0xffffffffu, row_l[hf], 2);
+  }
+#pragma unroll
+  for (int hf = 0; hf < 2; ++hf) {
+    const int r = 64 * wgi + 16 * (warp % 4) + lane / 4 + 8 * hf;
+    if (r >= rows) continue;
+    const int h = hk * G + r % G;
+    const int64_t token = w.tok0 + w.t0 + r / G;
+    const int c0 = 2 * (lane % 4);
+    if (w.slot < 0) {
+      float Ms = row_m[hf], den = row_l[hf], inv;
+      if (P.sinks != nullptr) {  // the sink joins the max, as in fwd_kernel and the merge
+        const float sink2 = P.sinks[h] * kLog2e;
+        Ms = fmaxf(row_m[hf], sink2);
+        const float f = fast_exp2(row_m[hf] - Ms);
+        den = row_l[hf] * f + fast_exp2(sink2 - Ms);
+        inv = f / den;
+      } else {
+        inv = 1.0f / den;
+      }
+      if (P.row_stats != nullptr && c0 == 0)
+        *reinterpret_cast<float2*>(P.row_stats + (token * P.H + h) * 2) = make_float2(Ms, den);
+      const int64_t ob = token * P.H * D + static_cast<int64_t>(h) * D;
+#pragma unroll
+      for (int n = 0; n < kN3; ++n)
+        store_io2(P.out, ob + n * 8 + c0, P.io_dtype, o[4 * n + 2 * hf] * inv, o[4 * n + 2 * hf + 1] * inv);
+    } else {
+      const int64_t slot = (w.slot + static_cast<int64_t>(hk) * w.num_parts) * P.slot_rows + r;
+#pragma unroll
+      for (int n = 0; n < kN3; ++n)
+        *reinterpret_cast<float2*>(P.ws_o + slot * D + n * 8 + c0) = make_float2(o[4 * n + 2 * hf], o[4 * n + 2 * hf + 1]);
+      if (c0 == 0) *reinterpret_cast<float2*>(P.ws_ml + slot * 2) = make_float2(row_m[hf], row_l[hf]);
+    }
+  }
+#endif
+}
+
+}  // namespace cuda
+}  // namespace pagedattn
