@@ -30,7 +30,7 @@ struct WgTraits {
   static constexpr int kQBytes = kRows * D * 2;              // D/64 blocks of [kRows][128 bytes]
   static constexpr int kTileBytes = kKeys * D * 2;           // K (or V) of one tile: D/64 blocks of [64][128 bytes]
   static constexpr int kStageBytes = 2 * kTileBytes;
-  static constexpr int kStages = 4;
+  static constexpr int kStages = 5;                         // ring depth: tiles in flight = kStages - 2
   static constexpr int kSmem = 1024 + kQBytes + kStages * kStageBytes;  // + slack to align the base to 1024
   static_assert(kSmem <= 227 * 1024, "shared memory");
 };
@@ -102,9 +102,9 @@ __global__ void __launch_bounds__(256, 1) wg_kernel(const __grid_constant__ FwdP
     }
     cp_async_commit();
   };
-  auto prologue = [&]() {
+  auto prologue = [&]() {  // tiles 0 .. kStages - 3 (see the pipeline below)
 #pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) issue(s);
+    for (int s = 0; s < kStages - 2; ++s) issue(s);
   };
   if (early) prologue();
   pdl_wait();
@@ -152,15 +152,30 @@ __global__ void __launch_bounds__(256, 1) wg_kernel(const __grid_constant__ FwdP
 #pragma unroll
   for (int i = 0; i < kN3 * 4; ++i) o[i] = 0.0f;
 
+  // O += P V of the tile in ring slot `stage` (64 x D per warpgroup); V N-major: its 64-column blocks
+  // kKeys * 128 bytes apart. Issued and committed, not waited for.
+  auto pv = [&](const uint32_t (&p)[kKeys / 16][4], int stage) {
+    wg::fence();
+#pragma unroll
+    for (int kk = 0; kk < kKeys / 16; ++kk)
+      wg::mma_rs_tb<T, D>(o, p[kk], wg::desc_sw128(v_base(stage) + kk * 16 * 128, kKeys * 128, 1024), 1);
+    wg::commit();
+  };
+
+  // Software pipeline (FlashAttention-3's intra-warpgroup overlap): iteration `it` issues S of tile it,
+  // then O += P V of tile it - 1, and runs the softmax of tile it while that PV MMA is in flight; O is
+  // rescaled once the PV MMA has completed. A slot is refilled two iterations after its tile (its V
+  // is read by the PV MMA issued one iteration later): tile it + kStages - 2 goes out in iteration it.
+  uint32_t pa[kKeys / 16][4];  // P of the previous tile: A fragments of its PV MMAs (k-step = 16 keys)
   for (int it = 0; it < n_tiles; ++it) {
     const int js = w.kv_begin + it * kKeys;
     const int stage = it % kStages;
-    cp_async_wait<kStages - 2>();
+    cp_async_wait<kStages - 3>();
     wg::fence_proxy_async();  // this thread's copies (and Q stores) -> visible to the tensor cores
     __syncthreads();          // every thread's; and the slot refilled below is no longer read
-    issue(it + kStages - 1);
+    issue(it + kStages - 2);
 
-    // ---- S = Q K^T (64 x 64 per warpgroup) ----
+    // ---- S = Q K^T (64 x 64 per warpgroup), then O += P V of the previous tile ----
     float s[kN1 * 4];
 #pragma unroll
     for (int i = 0; i < kN1 * 4; ++i) s[i] = 0.0f;
@@ -172,7 +187,12 @@ __global__ void __launch_bounds__(256, 1) wg_kernel(const __grid_constant__ FwdP
       wg::mma_ss<T, 64>(s, wg::desc_sw128(qa, 16, 1024), wg::desc_sw128(kb, 16, 1024), ks > 0);
     }
     wg::commit();
-    wg::wait<0>();
+    if (it > 0) {
+      pv(pa, (it - 1) % kStages);
+      wg::wait<1>();  // S done; the PV MMA may still run
+    } else {
+      wg::wait<0>();
+    }
     wg::fence_regs(s);
 
     // ---- masks, online softmax; element (n, e): row hf = e / 2, key js + 8n + 2 (lane % 4) + e % 2 ----
@@ -205,7 +225,7 @@ __global__ void __launch_bounds__(256, 1) wg_kernel(const __grid_constant__ FwdP
       alpha[hf] = m_new != -INFINITY ? fast_exp2(row_m[hf] - m_new) : 1.0f;
       row_m[hf] = m_new;
     }
-    uint32_t pa[kKeys / 16][4];  // P as the A fragments of the PV MMAs (k-step = 16 keys)
+    uint32_t pn[kKeys / 16][4];  // P of this tile
     float sum[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int n = 0; n < kN1; ++n) {
@@ -216,11 +236,13 @@ __global__ void __launch_bounds__(256, 1) wg_kernel(const __grid_constant__ FwdP
         p[e] = x == -INFINITY ? 0.0f : fast_exp2(x - row_m[e / 2]);
         sum[e / 2] += p[e];
       }
-      pa[n / 2][(n % 2) * 2 + 0] = pack2<T>(p[0], p[1]);
-      pa[n / 2][(n % 2) * 2 + 1] = pack2<T>(p[2], p[3]);
+      pn[n / 2][(n % 2) * 2 + 0] = pack2<T>(p[0], p[1]);
+      pn[n / 2][(n % 2) * 2 + 1] = pack2<T>(p[2], p[3]);
     }
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) row_l[hf] = row_l[hf] * alpha[hf] + sum[hf];
+    wg::wait<0>();  // the previous tile's PV MMA: O is ours again
+    wg::fence_regs(o);
 #pragma unroll
     for (int n = 0; n < kN3; ++n) {
       o[4 * n + 0] *= alpha[0];
@@ -229,12 +251,13 @@ __global__ void __launch_bounds__(256, 1) wg_kernel(const __grid_constant__ FwdP
       o[4 * n + 3] *= alpha[1];
     }
 
-    // ---- O += P V (64 x D per warpgroup); V N-major: 64-column blocks kKeys * 128 bytes apart ----
-    wg::fence();
 #pragma unroll
     for (int kk = 0; kk < kKeys / 16; ++kk)
-      wg::mma_rs_tb<T, D>(o, pa[kk], wg::desc_sw128(v_base(stage) + kk * 16 * 128, kKeys * 128, 1024), 1);
-    wg::commit();
+#pragma unroll
+      for (int x = 0; x < 4; ++x) pa[kk][x] = pn[kk][x];
+  }
+  if (n_tiles > 0) {
+    pv(pa, (n_tiles - 1) % kStages);
     wg::wait<0>();
     wg::fence_regs(o);
   }
