@@ -167,6 +167,8 @@ __global__ void __launch_bounds__(256, 1) wg_kernel(const __grid_constant__ FwdP
   // rescaled once the PV MMA has completed. A slot is refilled two iterations after its tile (its V
   // is read by the PV MMA issued one iteration later): tile it + kStages - 2 goes out in iteration it.
   uint32_t pa[kKeys / 16][4];  // P of the previous tile: A fragments of its PV MMAs (k-step = 16 keys)
+#pragma unroll
+  for (int kk = 0; kk < kKeys / 16; ++kk) pa[kk][0] = pa[kk][1] = pa[kk][2] = pa[kk][3] = 0u;
   for (int it = 0; it < n_tiles; ++it) {
     const int js = w.kv_begin + it * kKeys;
     const int stage = it % kStages;
@@ -225,24 +227,20 @@ __global__ void __launch_bounds__(256, 1) wg_kernel(const __grid_constant__ FwdP
       alpha[hf] = m_new != -INFINITY ? fast_exp2(row_m[hf] - m_new) : 1.0f;
       row_m[hf] = m_new;
     }
-    uint32_t pn[kKeys / 16][4];  // P of this tile
     float sum[2] = {0.0f, 0.0f};
 #pragma unroll
-    for (int n = 0; n < kN1; ++n) {
-      float p[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float x = s[4 * n + e];
-        p[e] = x == -INFINITY ? 0.0f : fast_exp2(x - row_m[e / 2]);
-        sum[e / 2] += p[e];
-      }
-      pn[n / 2][(n % 2) * 2 + 0] = pack2<T>(p[0], p[1]);
-      pn[n / 2][(n % 2) * 2 + 1] = pack2<T>(p[2], p[3]);
+    for (int i = 0; i < kN1 * 4; ++i) {  // P (f32) in place of S
+      const float x = s[i];
+      s[i] = x == -INFINITY ? 0.0f : fast_exp2(x - row_m[(i % 4) / 2]);
+      sum[(i % 4) / 2] += s[i];
     }
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) row_l[hf] = row_l[hf] * alpha[hf] + sum[hf];
-    wg::wait<0>();  // the previous tile's PV MMA: O is ours again
+    // The previous tile's PV MMA reads pa and writes o asynchronously: both stay untouched (and pa
+    // live, fenced) until it has completed.
+    wg::wait<0>();
     wg::fence_regs(o);
+    wg::fence_regs(pa);
 #pragma unroll
     for (int n = 0; n < kN3; ++n) {
       o[4 * n + 0] *= alpha[0];
@@ -252,9 +250,10 @@ __global__ void __launch_bounds__(256, 1) wg_kernel(const __grid_constant__ FwdP
     }
 
 #pragma unroll
-    for (int kk = 0; kk < kKeys / 16; ++kk)
-#pragma unroll
-      for (int x = 0; x < 4; ++x) pa[kk][x] = pn[kk][x];
+    for (int n = 0; n < kN1; ++n) {  // accumulator n-tile n -> A fragment of k-step n / 2
+      pa[n / 2][(n % 2) * 2 + 0] = pack2<T>(s[4 * n + 0], s[4 * n + 1]);
+      pa[n / 2][(n % 2) * 2 + 1] = pack2<T>(s[4 * n + 2], s[4 * n + 3]);
+    }
   }
   if (n_tiles > 0) {
     pv(pa, (n_tiles - 1) % kStages);
