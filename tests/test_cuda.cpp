@@ -347,6 +347,11 @@ TEST(Cuda, HopperPrefillRandom) {
   lng.kv_heads = {1};
   lng.max_total_context = 24000;
   run_suite("prefill-wg-long", lng, base_seed() + 1800000, 30);
+  // 128-key tiles (PAGEDATTN_WGMMA=128, an experiment)
+  EnvGuard guard("PAGEDATTN_WGMMA", "128");
+  expect_launched(f16, 200, 300, base_seed() + 1900000, {"threads=256 ", " wg128]"});
+  run_suite("prefill-wg128", cfg, base_seed() + 1900000, 60);
+  run_suite("prefill-wg128-long", lng, base_seed() + 2000000, 20);
 }
 
 // 64-row prefill chunks at every head size (PAGEDATTN_WIDE_PREFILL=0; the default at D = 256, and the

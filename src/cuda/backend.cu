@@ -33,7 +33,7 @@ namespace cuda {
       throw RuntimeError(std::string("CUDA error in ") + #expr + ": " + cudaGetErrorString(err_));        \
   } while (0)
 
-FwdKernelInfo fwd_kernel_info(int head_size, int kv, int row_tiles, bool split_s, bool mt2, bool wg) {
+FwdKernelInfo fwd_kernel_info(int head_size, int kv, int row_tiles, bool split_s, bool mt2, int wg) {
   switch (head_size) {
     case 64: return fwd_kernel_info_d64(kv, row_tiles, split_s, mt2, wg);
     case 128: return fwd_kernel_info_d128(kv, row_tiles, split_s, mt2, wg);
@@ -188,9 +188,11 @@ class CudaPlan final : public detail::PlanImpl {
     int cc_minor = 0;
     PA_CUDA_CHECK(cudaDeviceGetAttribute(&cc_minor, cudaDevAttrComputeCapabilityMinor, dev));
 #ifdef PAGEDATTN_HAS_SM90A
-    wg_ = cc_major == 9 && cc_minor == 0;
+    if (cc_major == 9 && cc_minor == 0) wg_ = 64;
 #endif
-    if (const char* e = std::getenv("PAGEDATTN_WGMMA"); e != nullptr && std::string(e) == "0") wg_ = false;
+    // PAGEDATTN_WGMMA=64/128 picks its key tile (A/B runs)
+    if (const char* e = std::getenv("PAGEDATTN_WGMMA"); wg_ != 0 && e != nullptr && *e != '\0')
+      wg_ = std::string(e) == "128" ? 128 : std::string(e) == "64" ? 64 : 0;
     in.ctas_per_sm = fwd_kernel_info(D_, kv_, 1).ctas_per_sm();
     in.deterministic = opt.deterministic;
     in.forced_partition = opt.partition_tokens;
@@ -417,7 +419,7 @@ class CudaPlan final : public detail::PlanImpl {
   bool early_reads_ = true;
   bool split_s_ = false;  // PAGEDATTN_SPLIT_S=1 (A/B runs)
   bool mt2_ = true;       // PAGEDATTN_PREFILL_MT2=0 turns it off (A/B runs)
-  bool wg_ = false;       // the Hopper prefill kernel (sm_90a builds on sm_90 devices; PAGEDATTN_WGMMA=0: off)
+  int wg_ = 0;            // key tile of the Hopper prefill kernel, 0: off (sm_90a builds on sm_90 devices)
   bool separate_write_ = false;  // KV write-in as its own launch (some sequence has several chunks)
   int num_seqs_ = 0, num_tokens_ = 0;
   float scale_ = 1.0f;

@@ -42,25 +42,26 @@ struct FwdVariant {
 };
 
 // The Hopper prefill kernel (wg_kernel): 128-row chunks, f16/bf16 caches, D <= 128, sm_90a builds.
-template <int D, int KV>
+template <int D, int KV, int KEYS>
 struct WgVariant {
-  static constexpr std::size_t kSmem = WgTraits<D, KV>::kSmem;
+  using Tr = WgTraits<D, KV, KEYS>;
+  static constexpr std::size_t kSmem = Tr::kSmem;
   static cudaError_t prepare() {
-    return cudaFuncSetAttribute(wg_kernel<D, KV>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem));
+    return cudaFuncSetAttribute(wg_kernel<D, KV, KEYS>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem));
   }
   static void launch(const FwdParams& P, int item_offset, int num_items, cudaStream_t stream, bool pdl) {
-    launch_ex(wg_kernel<D, KV>, dim3(num_items, P.Hk), dim3(WgTraits<D, KV>::kThreads), kSmem, stream, pdl, P, item_offset);
+    launch_ex(wg_kernel<D, KV, KEYS>, dim3(num_items, P.Hk), dim3(Tr::kThreads), kSmem, stream, pdl, P, item_offset);
   }
   static int ctas_per_sm() {
     if (prepare() != cudaSuccess) return 1;
     int n = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, wg_kernel<D, KV>, WgTraits<D, KV>::kThreads, kSmem) != cudaSuccess) n = 1;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, wg_kernel<D, KV, KEYS>, Tr::kThreads, kSmem) != cudaSuccess) n = 1;
     return n;
   }
   static FwdKernelInfo info() {
     using Base = FwdVariant<D, KV, 8>;  // the same write-in and scores kernels
     return FwdKernelInfo{&launch, &Base::launch_write, &Base::launch_scores, &ctas_per_sm, &prepare, kSmem,
-                         WgTraits<D, KV>::kThreads, "wg"};
+                         Tr::kThreads, KEYS == 64 ? "wg" : "wg128"};
   }
 };
 
@@ -69,13 +70,15 @@ struct WgVariant {
 // mt2: the experimental 8-row-tile variant with two row tiles per warp (fwd_kernel's MT = 2),
 // instantiated at D <= 128 for f16/bf16 KV; elsewhere the plain 8-row-tile variant.
 template <int D>
-FwdKernelInfo fwd_kernel_info_for(int kv, int rt, bool split_s, bool mt2, bool wg) {
+FwdKernelInfo fwd_kernel_info_for(int kv, int rt, bool split_s, bool mt2, int wg) {
   // Runtime values become template constants here and only here.
   constexpr bool kSplitVariants = D == 256;
   constexpr bool kMt2Variants = D <= 128;
   if constexpr (kMt2Variants) {
-    if (wg && rt == 8 && kv == kKvF16) return WgVariant<D, kKvF16>::info();
-    if (wg && rt == 8 && kv == kKvBF16) return WgVariant<D, kKvBF16>::info();
+    if (wg != 0 && rt == 8 && kv == kKvF16)
+      return wg == 128 ? WgVariant<D, kKvF16, 128>::info() : WgVariant<D, kKvF16, 64>::info();
+    if (wg != 0 && rt == 8 && kv == kKvBF16)
+      return wg == 128 ? WgVariant<D, kKvBF16, 128>::info() : WgVariant<D, kKvBF16, 64>::info();
     if (mt2 && rt == 8 && kv == kKvF16) return FwdVariant<D, kKvF16, 8, 1, 2>::info();
     if (mt2 && rt == 8 && kv == kKvBF16) return FwdVariant<D, kKvBF16, 8, 1, 2>::info();
   }

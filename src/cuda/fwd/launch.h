@@ -21,19 +21,20 @@ struct FwdKernelInfo {
   cudaError_t (*prepare)();    // raises the kernel's dynamic shared-memory limit on the current device
   std::size_t smem_bytes;
   int threads;                 // per CTA
-  const char* variant;         // "", "wg" (wg_kernel) or an experiment: "sk2" (SK = 2), "mt2" (MT = 2)
+  const char* variant;         // "", "wg" / "wg128" (wg_kernel, 64- / 128-key tiles) or an experiment: "sk2" (SK = 2), "mt2" (MT = 2)
 };
 
-FwdKernelInfo fwd_kernel_info_d64(int kv, int row_tiles, bool split_s, bool mt2, bool wg);
-FwdKernelInfo fwd_kernel_info_d128(int kv, int row_tiles, bool split_s, bool mt2, bool wg);
-FwdKernelInfo fwd_kernel_info_d256(int kv, int row_tiles, bool split_s, bool mt2, bool wg);
+FwdKernelInfo fwd_kernel_info_d64(int kv, int row_tiles, bool split_s, bool mt2, int wg);
+FwdKernelInfo fwd_kernel_info_d128(int kv, int row_tiles, bool split_s, bool mt2, int wg);
+FwdKernelInfo fwd_kernel_info_d256(int kv, int row_tiles, bool split_s, bool mt2, int wg);
 /// Throws UnsupportedError naming the head size when there is no kernel for it. Experiments, where
 /// instantiated: `split_s`, the S accumulator split (PAGEDATTN_SPLIT_S=1; fwd_kernel's SK);
 /// `mt2`, two row tiles per warp in the 8-row-tile variant (PAGEDATTN_PREFILL_MT2=1; fwd_kernel's MT).
-/// `wg`: the Hopper prefill kernel (wg_kernel) for the 8-row-tile variant where it exists (D <= 128,
-/// f16/bf16); the caller passes it only on sm_90 devices of a build with sm_90a code.
+/// `wg`: 0, or the key tile (64, 128) of the Hopper prefill kernel (wg_kernel) that replaces the
+/// 8-row-tile variant where it exists (D <= 128, f16/bf16); the caller passes it only on sm_90 devices
+/// of a build with sm_90a code.
 FwdKernelInfo fwd_kernel_info(int head_size, int kv, int row_tiles, bool split_s = false, bool mt2 = false,
-                              bool wg = false);
+                              int wg = 0);
 
 void launch_merge(const FwdParams& P, int head_size, int num_rows, int split, cudaStream_t stream, bool pdl);
 

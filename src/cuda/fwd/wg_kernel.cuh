@@ -18,19 +18,20 @@
 namespace pagedattn {
 namespace cuda {
 
-template <int D, int KV>
+template <int D, int KV, int KEYS = 64>
 struct WgTraits {
   static_assert(D == 64 || D == 128, "wgmma prefill: D = 64 or 128");
   static_assert(KV == kKvF16 || KV == kKvBF16, "wgmma prefill: f16/bf16 caches");
   using T = typename KvTraits<KV>::mma_t;
   static constexpr int kRows = 128;    // two warpgroups of 64 rows
   static constexpr int kThreads = 256;
-  static constexpr int kKeys = 64;     // keys per tile
+  static_assert(KEYS == 64 || KEYS == 128, "keys per tile");
+  static constexpr int kKeys = KEYS;   // keys per tile
   static constexpr int kChunks = D / 8;                      // 16-byte chunks per row
   static constexpr int kQBytes = kRows * D * 2;              // D/64 blocks of [kRows][128 bytes]
   static constexpr int kTileBytes = kKeys * D * 2;           // K (or V) of one tile: D/64 blocks of [64][128 bytes]
   static constexpr int kStageBytes = 2 * kTileBytes;
-  static constexpr int kStages = 5;                         // ring depth: tiles in flight = kStages - 2
+  static constexpr int kStages = kStageBytes > 48 * 1024 ? 3 : 5;  // ring depth: tiles ahead = kStages - 2
   static constexpr int kSmem = 1024 + kQBytes + kStages * kStageBytes;  // + slack to align the base to 1024
   static_assert(kSmem <= 227 * 1024, "shared memory");
 };
@@ -52,10 +53,10 @@ __device__ __forceinline__ void store_io2(void* base, int64_t i, int io, float a
   }
 }
 
-template <int D, int KV>
+template <int D, int KV, int KEYS>
 __global__ void __launch_bounds__(256, 1) wg_kernel(const __grid_constant__ FwdParams P, const int item_offset) {
 #if PAGEDATTN_WGMMA_ARCH
-  using Tr = WgTraits<D, KV>;
+  using Tr = WgTraits<D, KV, KEYS>;
   using T = typename Tr::T;
   constexpr int kKeys = Tr::kKeys;
   constexpr int kStages = Tr::kStages;
@@ -111,6 +112,7 @@ __global__ void __launch_bounds__(256, 1) wg_kernel(const __grid_constant__ FwdP
   fused_write_in<D, KV>(P, w, table, hk, warp, Tr::kThreads / 32, lane);
   if (!early) prologue();
 
+  const bool alibi = P.alibi != nullptr;
   // Q rows -> shared memory (MMA type, swizzled); padding rows zero
   for (int idx = tid; idx < Tr::kRows * Tr::kChunks; idx += Tr::kThreads) {
     const int r = idx / Tr::kChunks, ch = idx % Tr::kChunks;
@@ -186,7 +188,7 @@ __global__ void __launch_bounds__(256, 1) wg_kernel(const __grid_constant__ FwdP
     for (int ks = 0; ks < D / 16; ++ks) {
       const uint32_t qa = q_base + (ks / 4) * (Tr::kRows * 128) + wgi * 64 * 128 + (ks % 4) * 32;
       const uint32_t kb = k_base(stage) + (ks / 4) * (kKeys * 128) + (ks % 4) * 32;
-      wg::mma_ss<T, 64>(s, wg::desc_sw128(qa, 16, 1024), wg::desc_sw128(kb, 16, 1024), ks > 0);
+      wg::mma_ss<T, kKeys>(s, wg::desc_sw128(qa, 16, 1024), wg::desc_sw128(kb, 16, 1024), ks > 0);
     }
     wg::commit();
     if (it > 0) {
@@ -201,24 +203,31 @@ __global__ void __launch_bounds__(256, 1) wg_kernel(const __grid_constant__ FwdP
     const bool interior = js + kKeys <= w.kv_end && js + kKeys <= past + w.t0 + 1 &&
                           (P.sliding_window == 0 || js >= past + w.t0 + w.nt - P.sliding_window) &&
                           (P.qq_bias == nullptr || js + kKeys <= past);
+    // scores in log2 units; masked: -inf. Interior tiles without ALiBi (most of a prefill): one FMUL.
     float mx[2] = {-INFINITY, -INFINITY};
+    if (interior && !alibi) {
 #pragma unroll
-    for (int n = 0; n < kN1; ++n) {
+      for (int i = 0; i < kN1 * 4; ++i) {
+        s[i] = row_valid[(i % 4) / 2] ? s[i] * P.scale_log2 : -INFINITY;
+        mx[(i % 4) / 2] = fmaxf(mx[(i % 4) / 2], s[i]);
+      }
+    } else {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int hf = e / 2;
-        const int j = js + n * 8 + 2 * (lane % 4) + (e % 2);
-        bool vis = row_valid[hf];
-        if (!interior)
-          vis = vis && j < w.kv_end && j <= row_qpos[hf] && j >= row_lo[hf] &&
-                (row_qq[hf] == nullptr || j < past || row_qq[hf][j - past] != 0);
-        const float sv =
-            vis ? s[4 * n + e] * P.scale_log2 + row_slope2[hf] * static_cast<float>(j - row_qpos[hf]) : -INFINITY;
-        s[4 * n + e] = sv;
-        mx[hf] = fmaxf(mx[hf], sv);
+      for (int n = 0; n < kN1; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int hf = e / 2;
+          const int j = js + n * 8 + 2 * (lane % 4) + (e % 2);
+          const bool vis = row_valid[hf] && j < w.kv_end && j <= row_qpos[hf] && j >= row_lo[hf] &&
+                           (row_qq[hf] == nullptr || j < past || row_qq[hf][j - past] != 0);
+          const float sv =
+              vis ? s[4 * n + e] * P.scale_log2 + row_slope2[hf] * static_cast<float>(j - row_qpos[hf]) : -INFINITY;
+          s[4 * n + e] = sv;
+          mx[hf] = fmaxf(mx[hf], sv);
+        }
       }
     }
-    float alpha[2];
+    float alpha[2], m_sub[2];
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
       mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 1));
@@ -226,12 +235,12 @@ __global__ void __launch_bounds__(256, 1) wg_kernel(const __grid_constant__ FwdP
       const float m_new = fmaxf(row_m[hf], mx[hf]);
       alpha[hf] = m_new != -INFINITY ? fast_exp2(row_m[hf] - m_new) : 1.0f;
       row_m[hf] = m_new;
+      m_sub[hf] = m_new != -INFINITY ? m_new : 0.0f;  // no visible key yet: every score is -inf -> 0
     }
     float sum[2] = {0.0f, 0.0f};
 #pragma unroll
-    for (int i = 0; i < kN1 * 4; ++i) {  // P (f32) in place of S
-      const float x = s[i];
-      s[i] = x == -INFINITY ? 0.0f : fast_exp2(x - row_m[(i % 4) / 2]);
+    for (int i = 0; i < kN1 * 4; ++i) {  // P (f32) in place of S; exp2(-inf) = 0
+      s[i] = fast_exp2(s[i] - m_sub[(i % 4) / 2]);
       sum[(i % 4) / 2] += s[i];
     }
 #pragma unroll
