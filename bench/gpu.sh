@@ -161,7 +161,7 @@ elif has peers; then
 fi
 
 if has prefill; then
-  for cfg in ${PREFILL_CONFIGS:-default PAGEDATTN_WGMMA=128 PAGEDATTN_WGMMA=0}; do
+  for cfg in ${PREFILL_CONFIGS:-default PAGEDATTN_WGMMA=64 PAGEDATTN_WGMMA=0}; do
     if [ "$cfg" = default ]; then envs=(); else envs=("$cfg"); fi
     log "benchmark: prefill ($cfg)"
     env "${envs[@]}" timeout 200 "$build/pagedattn" bench --backend cuda --scenario prefill \

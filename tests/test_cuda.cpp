@@ -325,20 +325,17 @@ TEST(Cuda, PrefillTwoRowTilesPerWarpRandom) {
   run_suite("prefill-mt2", cfg, base_seed() + 1500000, 80);
 }
 
-// The Hopper prefill kernel (wg_kernel: wgmma, 128-row chunks; D <= 128, f16/bf16 KV; the default on
-// sm_90 devices with a build that has sm_90a code): the tile cases plus long chunks over a long
-// context (partials and the merge), same tolerances.
+// The Hopper prefill kernel (wg_kernel: wgmma, 128-row chunks, f16/bf16 KV; the default on sm_90
+// devices with a build that has sm_90a code; key tiles 64/128 at D <= 128, 32 at D = 256): the tile
+// cases plus long chunks over a long context (partials and the merge), with the default tile, then
+// with each tile forced at D <= 128 (PAGEDATTN_WGMMA=64/128); same tolerances.
 TEST(Cuda, HopperPrefillRandom) {
   REQUIRE_GPU();
   cudaDeviceProp prop{};
   ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
   if (prop.major != 9 || prop.minor != 0) GTEST_SKIP() << "the wgmma prefill kernel needs an sm_90 device";
   CaseConfig cfg = mixed_config(300, 4000, 600, 12000);
-  cfg.head_sizes = {64, 128};
-  CaseConfig f16 = cfg;
-  f16.kv_precisions = {KVPrecision::f16};
-  expect_launched(f16, 200, 300, base_seed() + 1700000, {"threads=256 ", " wg]"});
-  run_suite("prefill-wg", cfg, base_seed() + 1700000, 120);
+  cfg.head_sizes = {64, 128, 256};
   CaseConfig lng = cfg;  // long context, few heads: several partitions per chunk
   lng.min_seqs = 1;
   lng.max_seqs = 2;
@@ -346,12 +343,20 @@ TEST(Cuda, HopperPrefillRandom) {
   lng.max_past = 20000;
   lng.kv_heads = {1};
   lng.max_total_context = 24000;
+  CaseConfig f16 = cfg;  // one long f16 prefill: 128-row chunks on the Hopper kernel
+  f16.kv_precisions = {KVPrecision::f16};
+  f16.head_sizes = {256};
+  expect_launched(f16, 200, 300, base_seed() + 1700000, {"threads=256 ", " wg32]"});
+  run_suite("prefill-wg", cfg, base_seed() + 1700000, 120);
   run_suite("prefill-wg-long", lng, base_seed() + 1800000, 30);
-  // 128-key tiles (PAGEDATTN_WGMMA=128, an experiment)
-  EnvGuard guard("PAGEDATTN_WGMMA", "128");
-  expect_launched(f16, 200, 300, base_seed() + 1900000, {"threads=256 ", " wg128]"});
-  run_suite("prefill-wg128", cfg, base_seed() + 1900000, 60);
-  run_suite("prefill-wg128-long", lng, base_seed() + 2000000, 20);
+  cfg.head_sizes = lng.head_sizes = f16.head_sizes = {64, 128};
+  for (const char* keys : {"64", "128"}) {
+    EnvGuard guard("PAGEDATTN_WGMMA", keys);
+    const std::string tag = std::string(" wg") + keys + "]";
+    expect_launched(f16, 200, 300, base_seed() + 1900000, {"threads=256 ", tag.c_str()});
+    run_suite((std::string("prefill-wg") + keys).c_str(), cfg, base_seed() + 1900000, 50);
+    run_suite((std::string("prefill-wg") + keys + "-long").c_str(), lng, base_seed() + 2000000, 15);
+  }
 }
 
 // 64-row prefill chunks at every head size (PAGEDATTN_WIDE_PREFILL=0; the default at D = 256, and the

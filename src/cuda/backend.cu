@@ -183,26 +183,30 @@ class CudaPlan final : public detail::PlanImpl {
     // default where the Hopper kernel is not used; 1.20x faster than 8 warps of one row tile on bf16
     // prefill from zero at D = 128 (H200, run s4a). PAGEDATTN_PREFILL_MT2=0 turns it off (A/B runs).
     if (const char* e = std::getenv("PAGEDATTN_PREFILL_MT2"); e != nullptr && std::string(e) == "0") mt2_ = false;
-    // The Hopper prefill kernel (wg_kernel, wgmma) for the 8-row-tile chunks: sm_90 devices, builds
-    // with sm_90a code. PAGEDATTN_WGMMA=0 turns it off (A/B runs).
+    // The Hopper prefill kernel (wg_kernel, wgmma) for the 8-row-tile chunks of f16/bf16 caches: sm_90
+    // devices, builds with sm_90a code. Key tiles: 128 at D = 128 (1.02-1.04x over 64 on bf16 prefill
+    // from zero, H200 run s4e), 64 at D = 64 (not measured with 128), 32 at D = 256 (shared memory).
+    // PAGEDATTN_WGMMA=0 turns it off, =64/=128 picks the tile at D <= 128 (A/B runs).
     int cc_minor = 0;
     PA_CUDA_CHECK(cudaDeviceGetAttribute(&cc_minor, cudaDevAttrComputeCapabilityMinor, dev));
 #ifdef PAGEDATTN_HAS_SM90A
-    if (cc_major == 9 && cc_minor == 0) wg_ = 64;
+    if (cc_major == 9 && cc_minor == 0 && kv_ != kKvU8) wg_ = D_ == 256 ? 32 : D_ == 128 ? 128 : 64;
 #endif
-    // PAGEDATTN_WGMMA=64/128 picks its key tile (A/B runs)
-    if (const char* e = std::getenv("PAGEDATTN_WGMMA"); wg_ != 0 && e != nullptr && *e != '\0')
-      wg_ = std::string(e) == "128" ? 128 : std::string(e) == "64" ? 64 : 0;
+    if (const char* e = std::getenv("PAGEDATTN_WGMMA"); wg_ != 0 && e != nullptr && *e != '\0') {
+      const std::string v(e);
+      if (v == "0") wg_ = 0;
+      else if (D_ <= 128 && (v == "64" || v == "128")) wg_ = std::stoi(v);
+    }
     in.ctas_per_sm = fwd_kernel_info(D_, kv_, 1).ctas_per_sm();
     in.deterministic = opt.deterministic;
     in.forced_partition = opt.partition_tokens;
-    // 128-row chunks for prefill on 8-warp CTAs: the default at D <= 128, where they measured 1.09-1.11x
-    // faster on prefill from zero (H200, run s3a); at D = 256 they were 0.88x (one CTA per SM with
-    // 1/2 the key tile). PAGEDATTN_WIDE_PREFILL=1/0 forces them on/off (A/B runs). Only where the
+    // 128-row chunks for prefill: the default at D <= 128, where on 8-warp mma.sync CTAs they measured
+    // 1.09-1.11x faster on prefill from zero (H200, run s3a), and wherever the Hopper kernel takes them;
+    // at D = 256 on mma.sync they were 0.88x (one CTA per SM with 1/2 the key tile). PAGEDATTN_WIDE_PREFILL=1/0 forces them on/off (A/B runs). Only where the
     // 8-row-tile variant fits the device's shared memory (sm_80 at D=256 does not).
     int optin = 0;
     PA_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    bool wide = D_ <= 128;
+    bool wide = D_ <= 128 || wg_ != 0;  // D = 256: 128-row chunks only on the Hopper kernel
     if (const char* e = std::getenv("PAGEDATTN_WIDE_PREFILL"); e != nullptr && *e != '\0') wide = std::string(e) == "1";
     const bool wide_fits = static_cast<int>(fwd_kernel_info(D_, kv_, 8).smem_bytes) <= optin;
     if (wide && wide_fits) in.max_rows = planner::kMaxRowsWide;

@@ -41,7 +41,7 @@ struct FwdVariant {
   }
 };
 
-// The Hopper prefill kernel (wg_kernel): 128-row chunks, f16/bf16 caches, D <= 128, sm_90a builds.
+// The Hopper prefill kernel (wg_kernel): 128-row chunks, f16/bf16 caches, sm_90a builds.
 template <int D, int KV, int KEYS>
 struct WgVariant {
   using Tr = WgTraits<D, KV, KEYS>;
@@ -61,7 +61,7 @@ struct WgVariant {
   static FwdKernelInfo info() {
     using Base = FwdVariant<D, KV, 8>;  // the same write-in and scores kernels
     return FwdKernelInfo{&launch, &Base::launch_write, &Base::launch_scores, &ctas_per_sm, &prepare, kSmem,
-                         Tr::kThreads, KEYS == 64 ? "wg" : "wg128"};
+                         Tr::kThreads, KEYS == 32 ? "wg32" : KEYS == 64 ? "wg64" : "wg128"};
   }
 };
 
@@ -74,6 +74,10 @@ FwdKernelInfo fwd_kernel_info_for(int kv, int rt, bool split_s, bool mt2, int wg
   // Runtime values become template constants here and only here.
   constexpr bool kSplitVariants = D == 256;
   constexpr bool kMt2Variants = D <= 128;
+  if constexpr (D == 256) {  // the Hopper kernel takes 32-key tiles at D = 256
+    if (wg != 0 && rt == 8 && kv == kKvF16) return WgVariant<D, kKvF16, 32>::info();
+    if (wg != 0 && rt == 8 && kv == kKvBF16) return WgVariant<D, kKvBF16, 32>::info();
+  }
   if constexpr (kMt2Variants) {
     if (wg != 0 && rt == 8 && kv == kKvF16)
       return wg == 128 ? WgVariant<D, kKvF16, 128>::info() : WgVariant<D, kKvF16, 64>::info();

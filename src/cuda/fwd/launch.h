@@ -21,7 +21,7 @@ struct FwdKernelInfo {
   cudaError_t (*prepare)();    // raises the kernel's dynamic shared-memory limit on the current device
   std::size_t smem_bytes;
   int threads;                 // per CTA
-  const char* variant;         // "", "wg" / "wg128" (wg_kernel, 64- / 128-key tiles) or an experiment: "sk2" (SK = 2), "mt2" (MT = 2)
+  const char* variant;         // "", "wg32" / "wg64" / "wg128" (wg_kernel and its key tile) or an experiment: "sk2" (SK = 2), "mt2" (MT = 2)
 };
 
 FwdKernelInfo fwd_kernel_info_d64(int kv, int row_tiles, bool split_s, bool mt2, int wg);
@@ -30,9 +30,9 @@ FwdKernelInfo fwd_kernel_info_d256(int kv, int row_tiles, bool split_s, bool mt2
 /// Throws UnsupportedError naming the head size when there is no kernel for it. Experiments, where
 /// instantiated: `split_s`, the S accumulator split (PAGEDATTN_SPLIT_S=1; fwd_kernel's SK);
 /// `mt2`, two row tiles per warp in the 8-row-tile variant (PAGEDATTN_PREFILL_MT2=1; fwd_kernel's MT).
-/// `wg`: 0, or the key tile (64, 128) of the Hopper prefill kernel (wg_kernel) that replaces the
-/// 8-row-tile variant where it exists (D <= 128, f16/bf16); the caller passes it only on sm_90 devices
-/// of a build with sm_90a code.
+/// `wg`: 0, or the key tile (64, 128 at D <= 128; any nonzero value means 32 at D = 256) of the Hopper
+/// prefill kernel (wg_kernel) that replaces the 8-row-tile variant for f16/bf16 caches; the caller
+/// passes it only on sm_90 devices of a build with sm_90a code.
 FwdKernelInfo fwd_kernel_info(int head_size, int kv, int row_tiles, bool split_s = false, bool mt2 = false,
                               int wg = 0);
 

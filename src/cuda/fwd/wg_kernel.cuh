@@ -1,7 +1,7 @@
 // The Hopper prefill kernel: 128-row chunks (tokens x heads of one kv head) on warpgroup MMAs (sm_90a).
 //
 // Same work items, partial slots and output as fwd_kernel's 8-row-tile variant, which it replaces on
-// sm_90a for f16/bf16 caches at D <= 128. Two warpgroups of 64 rows share each 64-key tile:
+// sm_90a for f16/bf16 caches. Two warpgroups of 64 rows share each key tile (32, 64 or 128 keys):
 //   K and V tiles are gathered through the block table by cp.async into shared memory in the 128-byte
 //   swizzled layout (a kStages-deep ring, one commit group per tile);
 //   S = Q K^T: wgmma m64n64k16 with Q and K both read from shared memory (no ldmatrix traffic);
@@ -20,13 +20,12 @@ namespace cuda {
 
 template <int D, int KV, int KEYS = 64>
 struct WgTraits {
-  static_assert(D == 64 || D == 128, "wgmma prefill: D = 64 or 128");
+  static_assert((D <= 128 && (KEYS == 64 || KEYS == 128)) || (D == 256 && KEYS == 32), "head size / key tile");
   static_assert(KV == kKvF16 || KV == kKvBF16, "wgmma prefill: f16/bf16 caches");
   using T = typename KvTraits<KV>::mma_t;
   static constexpr int kRows = 128;    // two warpgroups of 64 rows
   static constexpr int kThreads = 256;
-  static_assert(KEYS == 64 || KEYS == 128, "keys per tile");
-  static constexpr int kKeys = KEYS;   // keys per tile
+  static constexpr int kKeys = KEYS;   // keys per tile (D = 256: 32, so that Q and a 5-slot ring fit)
   static constexpr int kChunks = D / 8;                      // 16-byte chunks per row
   static constexpr int kQBytes = kRows * D * 2;              // D/64 blocks of [kRows][128 bytes]
   static constexpr int kTileBytes = kKeys * D * 2;           // K (or V) of one tile: D/64 blocks of [64][128 bytes]
