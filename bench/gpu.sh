@@ -194,15 +194,9 @@ if has bench; then
         --json "$run_dir/bench_${sc}_mma.json" > "$run_dir/bench_${sc}_mma.log" 2>&1 || status=1
     fi
   done
-  # experiment: a sequence's chunks over the same keys adjacent in the grid (chunked prefill, L2 reuse)
-  if [ "$(left)" -gt 25 ]; then
-    log "benchmark: chunk with PAGEDATTN_INTERLEAVE=1"
-    PAGEDATTN_INTERLEAVE=1 timeout $(( $(left) - 10 )) "$build/pagedattn" bench --backend cuda --scenario chunk \
-      --json "$run_dir/bench_chunk_interleave.json" > "$run_dir/bench_chunk_interleave.log" 2>&1 || status=1
-  fi
   log "summary"
   cat "$run_dir/bench.log"
-  for sc in batch prefill chunk mixed prefill_narrow prefill_mma chunk_interleave; do
+  for sc in batch prefill chunk mixed prefill_narrow prefill_mma; do
     [ -f "$run_dir/bench_$sc.log" ] && tail -14 "$run_dir/bench_$sc.log"
   done
 fi

@@ -347,15 +347,15 @@ TEST(Cuda, HopperPrefillRandom) {
   f16.kv_precisions = {KVPrecision::f16};
   f16.head_sizes = {256};
   expect_launched(f16, 200, 300, base_seed() + 1700000, {"threads=256 ", " wg32]"});
-  run_suite("prefill-wg", cfg, base_seed() + 1700000, 120);
-  run_suite("prefill-wg-long", lng, base_seed() + 1800000, 30);
+  run_suite("prefill-wg", cfg, base_seed() + 1700000, 100);
+  run_suite("prefill-wg-long", lng, base_seed() + 1800000, 24);
   cfg.head_sizes = lng.head_sizes = f16.head_sizes = {64, 128};
   for (const char* keys : {"64", "128"}) {
     EnvGuard guard("PAGEDATTN_WGMMA", keys);
     const std::string tag = std::string(" wg") + keys + "]";
     expect_launched(f16, 200, 300, base_seed() + 1900000, {"threads=256 ", tag.c_str()});
-    run_suite((std::string("prefill-wg") + keys).c_str(), cfg, base_seed() + 1900000, 50);
-    run_suite((std::string("prefill-wg") + keys + "-long").c_str(), lng, base_seed() + 2000000, 15);
+    run_suite((std::string("prefill-wg") + keys).c_str(), cfg, base_seed() + 1900000, 40);
+    run_suite((std::string("prefill-wg") + keys + "-long").c_str(), lng, base_seed() + 2000000, 12);
   }
 }
 
