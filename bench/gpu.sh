@@ -3,7 +3,7 @@
 # subset, the benchmark, the Python package's GPU test and the peers. Logs go under $OUT/run and come
 # back as $OUT/results.tgz (the device tool returns at most 8 files); a short table is printed last.
 #   usage: bench/gpu.sh [stages...]    stages: build test cputest sanitizer bench ab python peers prefill
-#   (prefill: the prefill scenario alone, default and PAGEDATTN_WGMMA=0; CUDA_ARCHS, BUILD_TARGETS and
+#   (prefill: the prefill scenario alone, default, PAGEDATTN_WGMMA=64 and =0; CUDA_ARCHS, BUILD_TARGETS and
 #   TEST_FILTER narrow the build and the GPU tests for quick runs)
 #                                       (default: all but cputest; CI runs the CPU tests)
 # Here, before the call: bench/prepare_deps.sh, bench/peers/fetch_flashinfer.sh (FlashInfer wheels and

@@ -285,12 +285,25 @@ void expect_launched(CaseConfig cfg, int min_tokens, int max_tokens, uint64_t se
 }
 }  // namespace
 
-// Wide prefill tiles (PAGEDATTN_WIDE_PREFILL=1; the default only at D <= 128): 128-row chunks on the
-// 8-row-tile variant at every head size, the same cases and tolerances as the tile suites.
+// Wide prefill tiles (PAGEDATTN_WIDE_PREFILL=1): 128-row chunks at every head size on the default
+// 8-row-tile kernels (on sm_90a the Hopper kernel for f16/bf16, mma.sync for u8), the same cases and
+// tolerances as the tile suites.
 TEST(Cuda, WidePrefillTilesRandom) {
   REQUIRE_GPU();
   EnvGuard guard("PAGEDATTN_WIDE_PREFILL", "1");
   run_suite("wide-prefill", mixed_config(300, 4000, 600, 12000), base_seed() + 800000, 100);
+}
+
+// The 8-warp mma.sync 128-row variant (one row tile per warp) for f16/bf16 too: the path of builds
+// without the Hopper kernel when two row tiles per warp are off (PAGEDATTN_PREFILL_MT2=0).
+TEST(Cuda, WidePrefillOneRowTilePerWarpRandom) {
+  REQUIRE_GPU();
+  EnvGuard wide("PAGEDATTN_WIDE_PREFILL", "1"), mt2("PAGEDATTN_PREFILL_MT2", "0"), wg("PAGEDATTN_WGMMA", "0");
+  CaseConfig cfg = mixed_config(300, 4000, 600, 12000);
+  CaseConfig f16 = cfg;
+  f16.kv_precisions = {KVPrecision::f16};
+  expect_launched(f16, 200, 300, base_seed() + 2100000, {"threads=256 "});
+  run_suite("wide-prefill-mt1", cfg, base_seed() + 2100000, 40);
 }
 
 // The experimental S accumulator split (PAGEDATTN_SPLIT_S=1, instantiated at D = 256 for 1-2 row
@@ -331,11 +344,18 @@ TEST(Cuda, PrefillTwoRowTilesPerWarpRandom) {
 // with each tile forced at D <= 128 (PAGEDATTN_WGMMA=64/128); same tolerances.
 TEST(Cuda, HopperPrefillRandom) {
   REQUIRE_GPU();
-  cudaDeviceProp prop{};
-  ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
-  if (prop.major != 9 || prop.minor != 0) GTEST_SKIP() << "the wgmma prefill kernel needs an sm_90 device";
+#ifndef PAGEDATTN_HAS_SM90A
+  GTEST_SKIP() << "this build has no sm_90a code (CMAKE_CUDA_ARCHITECTURES without 90a): no wgmma kernel";
+#endif
+  int dev = 0, major = 0, minor = 0;
+  ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev), cudaSuccess);
+  if (major != 9 || minor != 0) GTEST_SKIP() << "the wgmma prefill kernel needs an sm_90 device";
+  EnvGuard on("PAGEDATTN_WGMMA", "");  // the default selection, whatever the caller's environment says
   CaseConfig cfg = mixed_config(300, 4000, 600, 12000);
   cfg.head_sizes = {64, 128, 256};
+  cfg.group_sizes = {1, 3, 4, 6, 8, 16};  // also G that does not divide the 128 rows
   CaseConfig lng = cfg;  // long context, few heads: several partitions per chunk
   lng.min_seqs = 1;
   lng.max_seqs = 2;
@@ -349,6 +369,11 @@ TEST(Cuda, HopperPrefillRandom) {
   expect_launched(f16, 200, 300, base_seed() + 1700000, {"threads=256 ", " wg32]"});
   run_suite("prefill-wg", cfg, base_seed() + 1700000, 100);
   run_suite("prefill-wg-long", lng, base_seed() + 1800000, 24);
+  // partitions forced to 192 keys: a partition's second 128-key tile is half empty, and every other
+  // partition begins at 64 mod 128
+  Options forced{Backend::cuda};
+  forced.partition_tokens = 192;
+  run_suite("prefill-wg-p192", lng, base_seed() + 2200000, 12, forced);
   cfg.head_sizes = lng.head_sizes = f16.head_sizes = {64, 128};
   for (const char* keys : {"64", "128"}) {
     EnvGuard guard("PAGEDATTN_WGMMA", keys);

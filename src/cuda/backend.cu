@@ -208,7 +208,7 @@ class CudaPlan final : public detail::PlanImpl {
     PA_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     bool wide = D_ <= 128 || wg_ != 0;  // D = 256: 128-row chunks only on the Hopper kernel
     if (const char* e = std::getenv("PAGEDATTN_WIDE_PREFILL"); e != nullptr && *e != '\0') wide = std::string(e) == "1";
-    const bool wide_fits = static_cast<int>(fwd_kernel_info(D_, kv_, 8).smem_bytes) <= optin;
+    const bool wide_fits = static_cast<int>(fwd_kernel_info(D_, kv_, 8, split_s_, mt2_, wg_).smem_bytes) <= optin;
     if (wide && wide_fits) in.max_rows = planner::kMaxRowsWide;
     // Experiment (A/B runs, not yet measured): PAGEDATTN_MAX_ROWS=16/32/64/128 cuts sequences into
     // chunks of that many rows (at least one token's), e.g. T=8 at G=4 (32 rows) into two 16-row chunks

@@ -308,6 +308,8 @@ __global__ void __launch_bounds__(256, 1) wg_kernel(const __grid_constant__ FwdP
       if (c0 == 0) *reinterpret_cast<float2*>(P.ws_ml + slot * 2) = make_float2(row_m[hf], row_l[hf]);
     }
   }
+#elif defined(__CUDA_ARCH__)
+  __trap();  // no wgmma on this target: the backend selects this kernel only for sm_90a code (never here)
 #endif
 }
 
