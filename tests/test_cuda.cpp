@@ -384,6 +384,29 @@ TEST(Cuda, HopperPrefillRandom) {
   }
 }
 
+// Few-query chunks (<= 64 rows: decode, chain and tree verify) on the one-warpgroup Hopper kernel
+// (PAGEDATTN_WGMMA_DECODE=1, an experiment; f16/bf16 KV, u8 keeps mma.sync): the few-query cases and
+// long contexts with many partitions, same tolerances.
+TEST(Cuda, FewQueryHopperRandom) {
+  REQUIRE_GPU();
+#ifndef PAGEDATTN_HAS_SM90A
+  GTEST_SKIP() << "this build has no sm_90a code (CMAKE_CUDA_ARCHITECTURES without 90a): no wgmma kernel";
+#endif
+  int dev = 0, major = 0, minor = 0;
+  ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev), cudaSuccess);
+  if (major != 9 || minor != 0) GTEST_SKIP() << "the wgmma kernels need an sm_90 device";
+  EnvGuard on("PAGEDATTN_WGMMA", ""), dec("PAGEDATTN_WGMMA_DECODE", "1");
+  CaseConfig f16 = few_query_config();
+  f16.kv_precisions = {KVPrecision::f16};
+  f16.head_sizes = {256};
+  expect_launched(f16, 1, 8, base_seed() + 2300000, {"threads=128 ", " wgq32]"});
+  run_suite("few-query-wgq", few_query_config(), base_seed() + 2300000, 160);
+  CaseConfig lng = long_context_config(4000, 20000, 40000);
+  run_suite("few-query-wgq-long", lng, base_seed() + 2400000, 24);
+}
+
 // 64-row prefill chunks at every head size (PAGEDATTN_WIDE_PREFILL=0; the default at D = 256, and the
 // path of devices where the 8-row-tile variant does not fit).
 TEST(Cuda, NarrowPrefillTilesRandom) {

@@ -33,11 +33,11 @@ namespace cuda {
       throw RuntimeError(std::string("CUDA error in ") + #expr + ": " + cudaGetErrorString(err_));        \
   } while (0)
 
-FwdKernelInfo fwd_kernel_info(int head_size, int kv, int row_tiles, bool split_s, bool mt2, int wg) {
+FwdKernelInfo fwd_kernel_info(int head_size, int kv, int row_tiles, const KernelChoice& c) {
   switch (head_size) {
-    case 64: return fwd_kernel_info_d64(kv, row_tiles, split_s, mt2, wg);
-    case 128: return fwd_kernel_info_d128(kv, row_tiles, split_s, mt2, wg);
-    case 256: return fwd_kernel_info_d256(kv, row_tiles, split_s, mt2, wg);
+    case 64: return fwd_kernel_info_d64(kv, row_tiles, c);
+    case 128: return fwd_kernel_info_d128(kv, row_tiles, c);
+    case 256: return fwd_kernel_info_d256(kv, row_tiles, c);
     default:
       throw UnsupportedError("head size " + std::to_string(head_size) +
                              ": the cuda backend supports 64, 128 and 256");
@@ -177,27 +177,32 @@ class CudaPlan final : public detail::PlanImpl {
     pdl_ = cc_major >= 9 && opt.programmatic_launch;
     // early cache reads under PDL (see the kernel); PAGEDATTN_EARLY_READS=0 turns them off (A/B runs)
     if (const char* e = std::getenv("PAGEDATTN_EARLY_READS"); e != nullptr && std::string(e) == "0") early_reads_ = false;
-    // experimental, not yet measured: S accumulated in two independent chains (fwd_kernel's SK)
-    if (const char* e = std::getenv("PAGEDATTN_SPLIT_S"); e != nullptr && std::string(e) == "1") split_s_ = true;
+    // experiment: S accumulated in two independent chains (fwd_kernel's SK; 0.98-1.01x in run s4a: off)
+    if (const char* e = std::getenv("PAGEDATTN_SPLIT_S"); e != nullptr && std::string(e) == "1") choice_.split_s = true;
     // 8-row-tile chunks on 4 warps of two row tiles (fwd_kernel's MT = 2, D <= 128, f16/bf16): the
     // default where the Hopper kernel is not used; 1.20x faster than 8 warps of one row tile on bf16
     // prefill from zero at D = 128 (H200, run s4a). PAGEDATTN_PREFILL_MT2=0 turns it off (A/B runs).
-    if (const char* e = std::getenv("PAGEDATTN_PREFILL_MT2"); e != nullptr && std::string(e) == "0") mt2_ = false;
+    if (const char* e = std::getenv("PAGEDATTN_PREFILL_MT2"); e != nullptr && std::string(e) == "0") choice_.mt2 = false;
     // The Hopper prefill kernel (wg_kernel, wgmma) for the 8-row-tile chunks of f16/bf16 caches: sm_90
     // devices, builds with sm_90a code. Key tiles: 128 at D = 128 (1.02-1.04x over 64 on bf16 prefill
-    // from zero, H200 run s4e), 64 at D = 64 (not measured with 128), 32 at D = 256 (shared memory).
+    // from zero, H200 run s4dev5), 64 at D = 64 (not measured with 128), 32 at D = 256 (shared memory).
     // PAGEDATTN_WGMMA=0 turns it off, =64/=128 picks the tile at D <= 128 (A/B runs).
     int cc_minor = 0;
     PA_CUDA_CHECK(cudaDeviceGetAttribute(&cc_minor, cudaDevAttrComputeCapabilityMinor, dev));
 #ifdef PAGEDATTN_HAS_SM90A
-    if (cc_major == 9 && cc_minor == 0 && kv_ != kKvU8) wg_ = D_ == 256 ? 32 : D_ == 128 ? 128 : 64;
+    if (cc_major == 9 && cc_minor == 0 && kv_ != kKvU8) choice_.wg = D_ == 256 ? 32 : D_ == 128 ? 128 : 64;
 #endif
-    if (const char* e = std::getenv("PAGEDATTN_WGMMA"); wg_ != 0 && e != nullptr && *e != '\0') {
+    if (const char* e = std::getenv("PAGEDATTN_WGMMA"); choice_.wg != 0 && e != nullptr && *e != '\0') {
       const std::string v(e);
-      if (v == "0") wg_ = 0;
-      else if (D_ <= 128 && (v == "64" || v == "128")) wg_ = std::stoi(v);
+      if (v == "0") choice_.wg = 0;
+      else if (D_ <= 128 && (v == "64" || v == "128")) choice_.wg = std::stoi(v);
     }
-    in.ctas_per_sm = fwd_kernel_info(D_, kv_, 1).ctas_per_sm();
+    // Experiment: few-query chunks (<= 64 rows) on the one-warpgroup Hopper kernel, where the Hopper
+    // kernel is on (PAGEDATTN_WGMMA_DECODE=1; one CTA per SM, a 6-8 slot ring; the planner sizes the
+    // partitions for that occupancy).
+    if (const char* e = std::getenv("PAGEDATTN_WGMMA_DECODE"); choice_.wg != 0 && e != nullptr && std::string(e) == "1")
+      choice_.wg_decode = true;
+    in.ctas_per_sm = fwd_kernel_info(D_, kv_, 1, choice_).ctas_per_sm();
     in.deterministic = opt.deterministic;
     in.forced_partition = opt.partition_tokens;
     // 128-row chunks for prefill: the default at D <= 128, where on 8-warp mma.sync CTAs they measured
@@ -206,9 +211,9 @@ class CudaPlan final : public detail::PlanImpl {
     // 8-row-tile variant fits the device's shared memory (sm_80 at D=256 does not).
     int optin = 0;
     PA_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    bool wide = D_ <= 128 || wg_ != 0;  // D = 256: 128-row chunks only on the Hopper kernel
+    bool wide = D_ <= 128 || choice_.wg != 0;  // D = 256: 128-row chunks only on the Hopper kernel
     if (const char* e = std::getenv("PAGEDATTN_WIDE_PREFILL"); e != nullptr && *e != '\0') wide = std::string(e) == "1";
-    const bool wide_fits = static_cast<int>(fwd_kernel_info(D_, kv_, 8, split_s_, mt2_, wg_).smem_bytes) <= optin;
+    const bool wide_fits = static_cast<int>(fwd_kernel_info(D_, kv_, 8, choice_).smem_bytes) <= optin;
     if (wide && wide_fits) in.max_rows = planner::kMaxRowsWide;
     // Experiment (A/B runs, not yet measured): PAGEDATTN_MAX_ROWS=16/32/64/128 cuts sequences into
     // chunks of that many rows (at least one token's), e.g. T=8 at G=4 (32 rows) into two 16-row chunks
@@ -244,7 +249,7 @@ class CudaPlan final : public detail::PlanImpl {
     int smem_optin = 0;
     PA_CUDA_CHECK(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     for (const Launch& l : launches_) {
-      const FwdKernelInfo info = fwd_kernel_info(D_, kv_, l.rt, split_s_, mt2_, wg_);
+      const FwdKernelInfo info = fwd_kernel_info(D_, kv_, l.rt, choice_);
       if (static_cast<int>(info.smem_bytes) > smem_optin)
         throw UnsupportedError("this kernel variant (D=" + std::to_string(D_) + ", " + std::to_string(l.rt) +
                                " row tiles) needs " + std::to_string(info.smem_bytes) +
@@ -375,7 +380,7 @@ class CudaPlan final : public detail::PlanImpl {
       PA_CUDA_CHECK(cudaGetLastError());
     }
     for (const Launch& l : launches_) {
-      fwd_kernel_info(D_, kv_, l.rt, split_s_, mt2_, wg_).launch(P, l.offset, l.count, stream_, pdl_);
+      fwd_kernel_info(D_, kv_, l.rt, choice_).launch(P, l.offset, l.count, stream_, pdl_);
       PA_CUDA_CHECK(cudaGetLastError());
     }
     if (num_merge_rows_ > 0) {
@@ -396,7 +401,7 @@ class CudaPlan final : public detail::PlanImpl {
        << " kv=" << kv_precision_name(planned_.cache.precision()) << " block_size=" << (1 << bs_log2_) << " "
        << wl_.describe() << " launches=";
     for (size_t i = 0; i < launches_.size(); ++i) {  // what the launched kernels are (from their info)
-      const FwdKernelInfo info = fwd_kernel_info(D_, kv_, launches_[i].rt, split_s_, mt2_, wg_);
+      const FwdKernelInfo info = fwd_kernel_info(D_, kv_, launches_[i].rt, choice_);
       os << (i ? "," : "") << "[rt=" << launches_[i].rt << " ctas=" << launches_[i].count << "x" << Hk_
          << " threads=" << info.threads << " smem=" << smem_[i] / 1024 << "KiB"
          << (*info.variant ? std::string(" ") + info.variant : std::string()) << "]";
@@ -421,9 +426,9 @@ class CudaPlan final : public detail::PlanImpl {
   int D_ = 0, H_ = 0, Hk_ = 0, G_ = 1, kv_ = 0, bs_log2_ = 0;
   bool pdl_ = false;
   bool early_reads_ = true;
-  bool split_s_ = false;  // PAGEDATTN_SPLIT_S=1 (A/B runs)
-  bool mt2_ = true;       // PAGEDATTN_PREFILL_MT2=0 turns it off (A/B runs)
-  int wg_ = 0;            // key tile of the Hopper prefill kernel, 0: off (sm_90a builds on sm_90 devices)
+  // kernel variants besides the defaults: split_s (PAGEDATTN_SPLIT_S=1), mt2 (on; PAGEDATTN_PREFILL_MT2=0),
+  // wg (the Hopper prefill kernel's key tile; sm_90a builds on sm_90 devices), wg_decode (experiment)
+  KernelChoice choice_{false, true, 0, false};
   bool separate_write_ = false;  // KV write-in as its own launch (some sequence has several chunks)
   int num_seqs_ = 0, num_tokens_ = 0;
   float scale_ = 1.0f;

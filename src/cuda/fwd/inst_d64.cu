@@ -2,8 +2,8 @@
 
 namespace pagedattn {
 namespace cuda {
-FwdKernelInfo fwd_kernel_info_d64(int kv, int row_tiles, bool split_s, bool mt2, int wg) {
-  return fwd_kernel_info_for<64>(kv, row_tiles, split_s, mt2, wg);
+FwdKernelInfo fwd_kernel_info_d64(int kv, int row_tiles, const KernelChoice& c) {
+  return fwd_kernel_info_for<64>(kv, row_tiles, c);
 }
 }  // namespace cuda
 }  // namespace pagedattn

@@ -41,27 +41,34 @@ struct FwdVariant {
   }
 };
 
-// The Hopper prefill kernel (wg_kernel): 128-row chunks, f16/bf16 caches, sm_90a builds.
-template <int D, int KV, int KEYS>
+// The Hopper kernel (wg_kernel), f16/bf16 caches, sm_90a builds: 128-row chunks on two warpgroups;
+// chunks of <= 64 rows on one (experiment, KernelChoice::wg_decode).
+template <int D, int KV, int KEYS, int WGS>
 struct WgVariant {
-  using Tr = WgTraits<D, KV, KEYS>;
+  using Tr = WgTraits<D, KV, KEYS, WGS>;
   static constexpr std::size_t kSmem = Tr::kSmem;
   static cudaError_t prepare() {
-    return cudaFuncSetAttribute(wg_kernel<D, KV, KEYS>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem));
+    return cudaFuncSetAttribute(wg_kernel<D, KV, KEYS, WGS>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                static_cast<int>(kSmem));
   }
   static void launch(const FwdParams& P, int item_offset, int num_items, cudaStream_t stream, bool pdl) {
-    launch_ex(wg_kernel<D, KV, KEYS>, dim3(num_items, P.Hk), dim3(Tr::kThreads), kSmem, stream, pdl, P, item_offset);
+    launch_ex(wg_kernel<D, KV, KEYS, WGS>, dim3(num_items, P.Hk), dim3(Tr::kThreads), kSmem, stream, pdl, P,
+              item_offset);
   }
   static int ctas_per_sm() {
     if (prepare() != cudaSuccess) return 1;
     int n = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, wg_kernel<D, KV, KEYS>, Tr::kThreads, kSmem) != cudaSuccess) n = 1;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, wg_kernel<D, KV, KEYS, WGS>, Tr::kThreads, kSmem) !=
+        cudaSuccess)
+      n = 1;
     return n;
   }
   static FwdKernelInfo info() {
     using Base = FwdVariant<D, KV, 8>;  // the same write-in and scores kernels
+    const char* name = WGS == 1 ? (KEYS == 32 ? "wgq32" : "wgq64")
+                                : (KEYS == 32 ? "wg32" : KEYS == 64 ? "wg64" : "wg128");
     return FwdKernelInfo{&launch, &Base::launch_write, &Base::launch_scores, &ctas_per_sm, &prepare, kSmem,
-                         Tr::kThreads, KEYS == 32 ? "wg32" : KEYS == 64 ? "wg64" : "wg128"};
+                         Tr::kThreads, name};
   }
 };
 
@@ -70,27 +77,30 @@ struct WgVariant {
 // mt2: the experimental 8-row-tile variant with two row tiles per warp (fwd_kernel's MT = 2),
 // instantiated at D <= 128 for f16/bf16 KV; elsewhere the plain 8-row-tile variant.
 template <int D>
-FwdKernelInfo fwd_kernel_info_for(int kv, int rt, bool split_s, bool mt2, int wg) {
+FwdKernelInfo fwd_kernel_info_for(int kv, int rt, const KernelChoice& c) {
   // Runtime values become template constants here and only here.
   constexpr bool kSplitVariants = D == 256;
   constexpr bool kMt2Variants = D <= 128;
+  constexpr int kWgqKeys = D == 256 ? 32 : 64;  // the one-warpgroup variant's key tile
+  if (c.wg_decode && rt <= 4 && kv == kKvF16) return WgVariant<D, kKvF16, kWgqKeys, 1>::info();
+  if (c.wg_decode && rt <= 4 && kv == kKvBF16) return WgVariant<D, kKvBF16, kWgqKeys, 1>::info();
   if constexpr (D == 256) {  // the Hopper kernel takes 32-key tiles at D = 256
-    if (wg != 0 && rt == 8 && kv == kKvF16) return WgVariant<D, kKvF16, 32>::info();
-    if (wg != 0 && rt == 8 && kv == kKvBF16) return WgVariant<D, kKvBF16, 32>::info();
+    if (c.wg != 0 && rt == 8 && kv == kKvF16) return WgVariant<D, kKvF16, 32, 2>::info();
+    if (c.wg != 0 && rt == 8 && kv == kKvBF16) return WgVariant<D, kKvBF16, 32, 2>::info();
   }
   if constexpr (kMt2Variants) {
-    if (wg != 0 && rt == 8 && kv == kKvF16)
-      return wg == 128 ? WgVariant<D, kKvF16, 128>::info() : WgVariant<D, kKvF16, 64>::info();
-    if (wg != 0 && rt == 8 && kv == kKvBF16)
-      return wg == 128 ? WgVariant<D, kKvBF16, 128>::info() : WgVariant<D, kKvBF16, 64>::info();
-    if (mt2 && rt == 8 && kv == kKvF16) return FwdVariant<D, kKvF16, 8, 1, 2>::info();
-    if (mt2 && rt == 8 && kv == kKvBF16) return FwdVariant<D, kKvBF16, 8, 1, 2>::info();
+    if (c.wg != 0 && rt == 8 && kv == kKvF16)
+      return c.wg == 128 ? WgVariant<D, kKvF16, 128, 2>::info() : WgVariant<D, kKvF16, 64, 2>::info();
+    if (c.wg != 0 && rt == 8 && kv == kKvBF16)
+      return c.wg == 128 ? WgVariant<D, kKvBF16, 128, 2>::info() : WgVariant<D, kKvBF16, 64, 2>::info();
+    if (c.mt2 && rt == 8 && kv == kKvF16) return FwdVariant<D, kKvF16, 8, 1, 2>::info();
+    if (c.mt2 && rt == 8 && kv == kKvBF16) return FwdVariant<D, kKvBF16, 8, 1, 2>::info();
   }
 #define PA_RT_CASES(KVK)                                                                       \
   switch (rt) {                                                                                \
-    case 1: return kSplitVariants && split_s ? FwdVariant<D, KVK, 1, kSplitVariants ? 2 : 1>::info() \
+    case 1: return kSplitVariants && c.split_s ? FwdVariant<D, KVK, 1, kSplitVariants ? 2 : 1>::info() \
                                              : FwdVariant<D, KVK, 1>::info();                  \
-    case 2: return kSplitVariants && split_s ? FwdVariant<D, KVK, 2, kSplitVariants ? 2 : 1>::info() \
+    case 2: return kSplitVariants && c.split_s ? FwdVariant<D, KVK, 2, kSplitVariants ? 2 : 1>::info() \
                                              : FwdVariant<D, KVK, 2>::info();                  \
     case 4: return FwdVariant<D, KVK, 4>::info();                                              \
     default: return FwdVariant<D, KVK, 8>::info();                                             \

@@ -21,20 +21,24 @@ struct FwdKernelInfo {
   cudaError_t (*prepare)();    // raises the kernel's dynamic shared-memory limit on the current device
   std::size_t smem_bytes;
   int threads;                 // per CTA
-  const char* variant;         // "", "wg32" / "wg64" / "wg128" (wg_kernel and its key tile) or an experiment: "sk2" (SK = 2), "mt2" (MT = 2)
+  const char* variant;         // "", "wg32" / "wg64" / "wg128" / "wgq32" / "wgq64" (wg_kernel: warpgroups, key tile) or an experiment: "sk2" (SK = 2), "mt2" (MT = 2)
 };
 
-FwdKernelInfo fwd_kernel_info_d64(int kv, int row_tiles, bool split_s, bool mt2, int wg);
-FwdKernelInfo fwd_kernel_info_d128(int kv, int row_tiles, bool split_s, bool mt2, int wg);
-FwdKernelInfo fwd_kernel_info_d256(int kv, int row_tiles, bool split_s, bool mt2, int wg);
-/// Throws UnsupportedError naming the head size when there is no kernel for it. Experiments, where
-/// instantiated: `split_s`, the S accumulator split (PAGEDATTN_SPLIT_S=1; fwd_kernel's SK);
-/// `mt2`, two row tiles per warp in the 8-row-tile variant (PAGEDATTN_PREFILL_MT2=1; fwd_kernel's MT).
-/// `wg`: 0, or the key tile (64, 128 at D <= 128; any nonzero value means 32 at D = 256) of the Hopper
-/// prefill kernel (wg_kernel) that replaces the 8-row-tile variant for f16/bf16 caches; the caller
-/// passes it only on sm_90 devices of a build with sm_90a code.
-FwdKernelInfo fwd_kernel_info(int head_size, int kv, int row_tiles, bool split_s = false, bool mt2 = false,
-                              int wg = 0);
+// Which kernel variants a plan uses besides the defaults (run-time switches, see backend.cu).
+struct KernelChoice {
+  bool split_s = false;    // S in two accumulator chains (fwd_kernel's SK = 2; D = 256, 1-2 row tiles)
+  bool mt2 = false;        // two row tiles per warp in the 8-row-tile variant (fwd_kernel's MT = 2; D <= 128)
+  int wg = 0;              // 8-row-tile chunks on the Hopper kernel (wg_kernel): its key tile at D <= 128
+                           // (64 or 128; any nonzero value means 32 at D = 256), 0 = off; f16/bf16 only
+  bool wg_decode = false;  // chunks of <= 4 row tiles on the one-warpgroup Hopper kernel (experiment)
+};
+
+FwdKernelInfo fwd_kernel_info_d64(int kv, int row_tiles, const KernelChoice& c);
+FwdKernelInfo fwd_kernel_info_d128(int kv, int row_tiles, const KernelChoice& c);
+FwdKernelInfo fwd_kernel_info_d256(int kv, int row_tiles, const KernelChoice& c);
+/// Throws UnsupportedError naming the head size when there is no kernel for it. The Hopper variants
+/// (`wg`, `wg_decode`) must be asked for only on sm_90 devices of a build with sm_90a code.
+FwdKernelInfo fwd_kernel_info(int head_size, int kv, int row_tiles, const KernelChoice& c = {});
 
 void launch_merge(const FwdParams& P, int head_size, int num_rows, int split, cudaStream_t stream, bool pdl);
 

@@ -18,19 +18,26 @@
 namespace pagedattn {
 namespace cuda {
 
-template <int D, int KV, int KEYS = 64>
+// WGS warpgroups of 64 rows: 2 for 128-row chunks (prefill), 1 for few-query chunks of <= 64 rows
+// (experimental, PAGEDATTN_WGMMA_DECODE=1: the MMA shape is 64 rows whatever T*G is, so T=1..16 cost
+// the same tensor work, and the ring is deeper: 6-8 slots).
+template <int D, int KV, int KEYS = 64, int WGS = 2>
 struct WgTraits {
   static_assert((D <= 128 && (KEYS == 64 || KEYS == 128)) || (D == 256 && KEYS == 32), "head size / key tile");
-  static_assert(KV == kKvF16 || KV == kKvBF16, "wgmma prefill: f16/bf16 caches");
+  static_assert(KV == kKvF16 || KV == kKvBF16, "wgmma kernel: f16/bf16 caches");
+  static_assert(WGS == 1 || WGS == 2, "warpgroups");
   using T = typename KvTraits<KV>::mma_t;
-  static constexpr int kRows = 128;    // two warpgroups of 64 rows
-  static constexpr int kThreads = 256;
+  static constexpr int kRows = 64 * WGS;
+  static constexpr int kThreads = 128 * WGS;
   static constexpr int kKeys = KEYS;   // keys per tile (D = 256: 32, so that Q and a 5-slot ring fit)
   static constexpr int kChunks = D / 8;                      // 16-byte chunks per row
   static constexpr int kQBytes = kRows * D * 2;              // D/64 blocks of [kRows][128 bytes]
   static constexpr int kTileBytes = kKeys * D * 2;           // K (or V) of one tile: D/64 blocks of [64][128 bytes]
   static constexpr int kStageBytes = 2 * kTileBytes;
-  static constexpr int kStages = kStageBytes > 48 * 1024 ? 3 : 5;  // ring depth: tiles ahead = kStages - 2
+  // ring depth (tiles ahead = kStages - 2): 2 warpgroups 3 or 5 (measured), 1 warpgroup what fits, <= 8
+  static constexpr int kFit = (227 * 1024 - 1024 - kQBytes) / kStageBytes;
+  static constexpr int kStages = WGS == 2 ? (kStageBytes > 48 * 1024 ? 3 : 5) : (kFit > 8 ? 8 : kFit);
+  static_assert(kStages >= 3, "pipeline depth");
   static constexpr int kSmem = 1024 + kQBytes + kStages * kStageBytes;  // + slack to align the base to 1024
   static_assert(kSmem <= 227 * 1024, "shared memory");
 };
@@ -52,10 +59,11 @@ __device__ __forceinline__ void store_io2(void* base, int64_t i, int io, float a
   }
 }
 
-template <int D, int KV, int KEYS>
-__global__ void __launch_bounds__(256, 1) wg_kernel(const __grid_constant__ FwdParams P, const int item_offset) {
+template <int D, int KV, int KEYS, int WGS>
+__global__ void __launch_bounds__(WgTraits<D, KV, KEYS, WGS>::kThreads, 1)
+    wg_kernel(const __grid_constant__ FwdParams P, const int item_offset) {
 #if PAGEDATTN_WGMMA_ARCH
-  using Tr = WgTraits<D, KV, KEYS>;
+  using Tr = WgTraits<D, KV, KEYS, WGS>;
   using T = typename Tr::T;
   constexpr int kKeys = Tr::kKeys;
   constexpr int kStages = Tr::kStages;
@@ -82,7 +90,7 @@ __global__ void __launch_bounds__(256, 1) wg_kernel(const __grid_constant__ FwdP
   const int n_tiles = (w.kv_end - w.kv_begin + kKeys - 1) / kKeys;
 
   // K and V of tile `it` -> ring slot it % kStages; rows past kv_end are zero-filled. A thread keeps
-  // one 16-byte column chunk and takes every (256 / kChunks)-th row.
+  // one 16-byte column chunk and takes every (kThreads / kChunks)-th row.
   auto issue = [&](int it) {
     if (it < n_tiles) {
       constexpr int kRowStep = Tr::kThreads / Tr::kChunks;
