@@ -273,6 +273,21 @@ std::string describe_plan(const CaseConfig& cfg, uint64_t seed, const Options& o
   return plan(d.params(), opt).describe();
 }
 
+// Why the wgmma kernels cannot run here (nullptr when they can): they need sm_90a code in the build and
+// an sm_90 device.
+const char* no_wgmma() {
+#ifndef PAGEDATTN_HAS_SM90A
+  return "this build has no sm_90a code (CMAKE_CUDA_ARCHITECTURES without 90a): no wgmma kernel";
+#else
+  int dev = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
+    return "cannot query the device";
+  return major == 9 && minor == 0 ? nullptr : "the wgmma kernels need an sm_90 device";
+#endif
+}
+
 // One sequence of T in [min_tokens, max_tokens] drawn from `cfg`, planned with the cuda defaults:
 // its description must contain every string of `expect` (kernel variants as their info reports them).
 void expect_launched(CaseConfig cfg, int min_tokens, int max_tokens, uint64_t seed,
@@ -344,14 +359,7 @@ TEST(Cuda, PrefillTwoRowTilesPerWarpRandom) {
 // with each tile forced at D <= 128 (PAGEDATTN_WGMMA=64/128); same tolerances.
 TEST(Cuda, HopperPrefillRandom) {
   REQUIRE_GPU();
-#ifndef PAGEDATTN_HAS_SM90A
-  GTEST_SKIP() << "this build has no sm_90a code (CMAKE_CUDA_ARCHITECTURES without 90a): no wgmma kernel";
-#endif
-  int dev = 0, major = 0, minor = 0;
-  ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
-  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), cudaSuccess);
-  ASSERT_EQ(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev), cudaSuccess);
-  if (major != 9 || minor != 0) GTEST_SKIP() << "the wgmma prefill kernel needs an sm_90 device";
+  if (const char* why = no_wgmma()) GTEST_SKIP() << why;
   EnvGuard on("PAGEDATTN_WGMMA", "");  // the default selection, whatever the caller's environment says
   CaseConfig cfg = mixed_config(300, 4000, 600, 12000);
   cfg.head_sizes = {64, 128, 256};
@@ -389,14 +397,7 @@ TEST(Cuda, HopperPrefillRandom) {
 // long contexts with many partitions, same tolerances.
 TEST(Cuda, FewQueryHopperRandom) {
   REQUIRE_GPU();
-#ifndef PAGEDATTN_HAS_SM90A
-  GTEST_SKIP() << "this build has no sm_90a code (CMAKE_CUDA_ARCHITECTURES without 90a): no wgmma kernel";
-#endif
-  int dev = 0, major = 0, minor = 0;
-  ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
-  ASSERT_EQ(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), cudaSuccess);
-  ASSERT_EQ(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev), cudaSuccess);
-  if (major != 9 || minor != 0) GTEST_SKIP() << "the wgmma kernels need an sm_90 device";
+  if (const char* why = no_wgmma()) GTEST_SKIP() << why;
   EnvGuard on("PAGEDATTN_WGMMA", ""), dec("PAGEDATTN_WGMMA_DECODE", "1");
   CaseConfig f16 = few_query_config();
   f16.kv_precisions = {KVPrecision::f16};
