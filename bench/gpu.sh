@@ -72,7 +72,7 @@ fi
 if has sanitizer; then
   log "compute-sanitizer memcheck subset"
   PAGEDATTN_GPU_CASES=12 timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 "$build/tests/test_cuda" \
-    --gtest_filter='Cuda.FewQueryRandom:Cuda.TileAndMixedRandom:Cuda.GraphReplayMatchesDirectRun:Cuda.SplitSAccumulatorsRandom:Cuda.PrefillTwoRowTilesPerWarpRandom:Cuda.HopperPrefillRandom:Cuda.FewQueryHopperRandom' \
+    --gtest_filter='Cuda.FewQueryRandom:Cuda.TileAndMixedRandom:Cuda.GraphReplayMatchesDirectRun:Cuda.SplitSAccumulatorsRandom:Cuda.PrefillTwoRowTilesPerWarpRandom:Cuda.HopperPrefillRandom:Cuda.FewQueryHopperRandom:Cuda.HopperU8Random' \
     > "$run_dir/sanitizer.log" 2>&1
   echo "sanitizer exit code: $?"
   grep -E "ERROR SUMMARY|PASSED|FAILED" "$run_dir/sanitizer.log" | head -5
@@ -92,7 +92,7 @@ if has ab; then
   # experiment on (AB_CONFIGS overrides the list: space-separated configs, each VAR=V[,VAR=V...];
   # measured before: PAGEDATTN_EARLY_READS=0, PAGEDATTN_MERGE_SPLIT=1 (run s3d), PAGEDATTN_SPLIT_S=1,
   # PAGEDATTN_MAX_ROWS=16,PAGEDATTN_INTERLEAVE=1 (run s4a))
-  for cfg in ${AB_CONFIGS:-default PAGEDATTN_WGMMA_DECODE=1}; do
+  for cfg in ${AB_CONFIGS:-default PAGEDATTN_WGMMA_DECODE=1 PAGEDATTN_WGMMA_DECODE=1,PAGEDATTN_WGMMA_U8=1}; do
     tag=$(echo "$cfg" | tr ',=' '_-')
     if [ "$(left)" -lt 240 ]; then log "A/B $cfg skipped: $(left)s of the ${budget}s budget left"; continue; fi
     log "A/B: $cfg"
@@ -195,9 +195,17 @@ if has bench; then
         --json "$run_dir/bench_${sc}_mma.json" > "$run_dir/bench_${sc}_mma.log" 2>&1 || status=1
     fi
   done
+  # experiment: u8 caches on the Hopper kernel (chunk and mixed scenarios: their u8 rows)
+  for sc in chunk mixed; do
+    if [ "$(left)" -gt 25 ]; then
+      log "benchmark: $sc with PAGEDATTN_WGMMA_U8=1"
+      PAGEDATTN_WGMMA_U8=1 timeout $(( $(left) - 10 )) "$build/pagedattn" bench --backend cuda --scenario "$sc" \
+        --json "$run_dir/bench_${sc}_u8wg.json" > "$run_dir/bench_${sc}_u8wg.log" 2>&1 || status=1
+    fi
+  done
   log "summary"
   cat "$run_dir/bench.log"
-  for sc in batch prefill chunk mixed prefill_narrow prefill_mma; do
+  for sc in batch prefill chunk mixed prefill_narrow prefill_mma chunk_u8wg mixed_u8wg; do
     [ -f "$run_dir/bench_$sc.log" ] && tail -14 "$run_dir/bench_$sc.log"
   done
 fi

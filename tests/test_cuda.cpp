@@ -273,6 +273,18 @@ std::string describe_plan(const CaseConfig& cfg, uint64_t seed, const Options& o
   return plan(d.params(), opt).describe();
 }
 
+// Chunks of 100+ tokens over long contexts with one kv head: several partitions per chunk (partials and
+// the merge), from the case mix of `cfg`.
+CaseConfig long_chunks(CaseConfig cfg) {
+  cfg.min_seqs = 1;
+  cfg.max_seqs = 2;
+  cfg.min_tokens = 100;
+  cfg.max_past = 20000;
+  cfg.kv_heads = {1};
+  cfg.max_total_context = 24000;
+  return cfg;
+}
+
 // Why the wgmma kernels cannot run here (nullptr when they can): they need sm_90a code in the build and
 // an sm_90 device.
 const char* no_wgmma() {
@@ -364,13 +376,7 @@ TEST(Cuda, HopperPrefillRandom) {
   CaseConfig cfg = mixed_config(300, 4000, 600, 12000);
   cfg.head_sizes = {64, 128, 256};
   cfg.group_sizes = {1, 3, 4, 6, 8, 16};  // also G that does not divide the 128 rows
-  CaseConfig lng = cfg;  // long context, few heads: several partitions per chunk
-  lng.min_seqs = 1;
-  lng.max_seqs = 2;
-  lng.min_tokens = 100;
-  lng.max_past = 20000;
-  lng.kv_heads = {1};
-  lng.max_total_context = 24000;
+  CaseConfig lng = long_chunks(cfg);
   CaseConfig f16 = cfg;  // one long f16 prefill: 128-row chunks on the Hopper kernel
   f16.kv_precisions = {KVPrecision::f16};
   f16.head_sizes = {256};
@@ -406,6 +412,34 @@ TEST(Cuda, FewQueryHopperRandom) {
   run_suite("few-query-wgq", few_query_config(), base_seed() + 2300000, 160);
   CaseConfig lng = long_context_config(4000, 20000, 40000);
   run_suite("few-query-wgq-long", lng, base_seed() + 2400000, 24);
+}
+
+// u8 caches on the Hopper kernels (PAGEDATTN_WGMMA_U8=1, an experiment: codes converted to f16 in shared
+// memory, scales and zero points folded as in fwd_kernel): prefill chunks, then few-query chunks with
+// PAGEDATTN_WGMMA_DECODE=1; u8 tolerances.
+TEST(Cuda, HopperU8Random) {
+  REQUIRE_GPU();
+  if (const char* why = no_wgmma()) GTEST_SKIP() << why;
+  EnvGuard on("PAGEDATTN_WGMMA", ""), u8("PAGEDATTN_WGMMA_U8", "1");
+  CaseConfig cfg = mixed_config(300, 4000, 600, 12000);
+  cfg.kv_precisions = {KVPrecision::u8};
+  cfg.head_sizes = {64, 128, 256};
+  cfg.group_sizes = {1, 3, 4, 8, 16};
+  CaseConfig one = cfg;
+  one.head_sizes = {256};
+  expect_launched(one, 200, 300, base_seed() + 2500000, {"threads=256 ", " wg32u8]"});
+  run_suite("prefill-wg-u8", cfg, base_seed() + 2500000, 60);
+  run_suite("prefill-wg-u8-long", long_chunks(cfg), base_seed() + 2600000, 16);
+  EnvGuard dec("PAGEDATTN_WGMMA_DECODE", "1");
+  CaseConfig fq = few_query_config();
+  fq.kv_precisions = {KVPrecision::u8};
+  CaseConfig fq1 = fq;
+  fq1.head_sizes = {256};
+  expect_launched(fq1, 1, 8, base_seed() + 2700000, {"threads=128 ", " wgq32u8]"});
+  run_suite("few-query-wgq-u8", fq, base_seed() + 2700000, 80);
+  CaseConfig fql = long_context_config(4000, 20000, 40000);
+  fql.kv_precisions = {KVPrecision::u8};
+  run_suite("few-query-wgq-u8-long", fql, base_seed() + 2800000, 16);
 }
 
 // 64-row prefill chunks at every head size (PAGEDATTN_WIDE_PREFILL=0; the default at D = 256, and the

@@ -189,13 +189,20 @@ class CudaPlan final : public detail::PlanImpl {
     // PAGEDATTN_WGMMA=0 turns it off, =64/=128 picks the tile at D <= 128 (A/B runs).
     int cc_minor = 0;
     PA_CUDA_CHECK(cudaDeviceGetAttribute(&cc_minor, cudaDevAttrComputeCapabilityMinor, dev));
+    // u8 caches on it: an experiment (PAGEDATTN_WGMMA_U8=1; codes converted to f16 in shared memory).
+    bool hopper = false;
 #ifdef PAGEDATTN_HAS_SM90A
-    if (cc_major == 9 && cc_minor == 0 && kv_ != kKvU8) choice_.wg = D_ == 256 ? 32 : D_ == 128 ? 128 : 64;
+    hopper = cc_major == 9 && cc_minor == 0;
 #endif
+    const bool u8_wg = [] {
+      const char* e = std::getenv("PAGEDATTN_WGMMA_U8");
+      return e != nullptr && std::string(e) == "1";
+    }();
+    if (hopper && (kv_ != kKvU8 || u8_wg)) choice_.wg = D_ == 256 ? 32 : D_ == 128 && kv_ != kKvU8 ? 128 : 64;
     if (const char* e = std::getenv("PAGEDATTN_WGMMA"); choice_.wg != 0 && e != nullptr && *e != '\0') {
       const std::string v(e);
       if (v == "0") choice_.wg = 0;
-      else if (D_ <= 128 && (v == "64" || v == "128")) choice_.wg = std::stoi(v);
+      else if (D_ <= 128 && kv_ != kKvU8 && (v == "64" || v == "128")) choice_.wg = std::stoi(v);
     }
     // Experiment: few-query chunks (<= 64 rows) on the one-warpgroup Hopper kernel, where the Hopper
     // kernel is on (PAGEDATTN_WGMMA_DECODE=1; one CTA per SM, a 6-8 slot ring; the planner sizes the

@@ -41,8 +41,8 @@ struct FwdVariant {
   }
 };
 
-// The Hopper kernel (wg_kernel), f16/bf16 caches, sm_90a builds: 128-row chunks on two warpgroups;
-// chunks of <= 64 rows on one (experiment, KernelChoice::wg_decode).
+// The Hopper kernel (wg_kernel), sm_90a builds: 128-row chunks on two warpgroups; chunks of <= 64 rows
+// on one (experiment, KernelChoice::wg_decode); u8 caches (experiment, PAGEDATTN_WGMMA_U8=1).
 template <int D, int KV, int KEYS, int WGS>
 struct WgVariant {
   using Tr = WgTraits<D, KV, KEYS, WGS>;
@@ -65,8 +65,10 @@ struct WgVariant {
   }
   static FwdKernelInfo info() {
     using Base = FwdVariant<D, KV, 8>;  // the same write-in and scores kernels
-    const char* name = WGS == 1 ? (KEYS == 32 ? "wgq32" : "wgq64")
-                                : (KEYS == 32 ? "wg32" : KEYS == 64 ? "wg64" : "wg128");
+    constexpr bool kU8 = KV == kKvU8;
+    const char* name = WGS == 1 ? (KEYS == 32 ? (kU8 ? "wgq32u8" : "wgq32") : (kU8 ? "wgq64u8" : "wgq64"))
+                                : (KEYS == 32 ? (kU8 ? "wg32u8" : "wg32")
+                                              : KEYS == 64 ? (kU8 ? "wg64u8" : "wg64") : "wg128");
     return FwdKernelInfo{&launch, &Base::launch_write, &Base::launch_scores, &ctas_per_sm, &prepare, kSmem,
                          Tr::kThreads, name};
   }
@@ -81,7 +83,11 @@ FwdKernelInfo fwd_kernel_info_for(int kv, int rt, const KernelChoice& c) {
   // Runtime values become template constants here and only here.
   constexpr bool kSplitVariants = D == 256;
   constexpr bool kMt2Variants = D <= 128;
-  constexpr int kWgqKeys = D == 256 ? 32 : 64;  // the one-warpgroup variant's key tile
+  constexpr int kWgqKeys = D == 256 ? 32 : 64;  // the one-warpgroup variant's key tile (and u8's)
+  if (c.wg != 0 && kv == kKvU8) {  // u8 on the Hopper kernel (experiment; c.wg is set for u8 only then)
+    if (rt == 8) return WgVariant<D, kKvU8, kWgqKeys, 2>::info();
+    if (c.wg_decode) return WgVariant<D, kKvU8, kWgqKeys, 1>::info();
+  }
   if (c.wg_decode && rt <= 4 && kv == kKvF16) return WgVariant<D, kKvF16, kWgqKeys, 1>::info();
   if (c.wg_decode && rt <= 4 && kv == kKvBF16) return WgVariant<D, kKvBF16, kWgqKeys, 1>::info();
   if constexpr (D == 256) {  // the Hopper kernel takes 32-key tiles at D = 256

@@ -24,21 +24,30 @@ namespace cuda {
 template <int D, int KV, int KEYS = 64, int WGS = 2>
 struct WgTraits {
   static_assert((D <= 128 && (KEYS == 64 || KEYS == 128)) || (D == 256 && KEYS == 32), "head size / key tile");
-  static_assert(KV == kKvF16 || KV == kKvBF16, "wgmma kernel: f16/bf16 caches");
+  static_assert(KV == kKvF16 || KV == kKvBF16 || (KV == kKvU8 && KEYS == (D == 256 ? 32 : 64)), "cache type");
   static_assert(WGS == 1 || WGS == 2, "warpgroups");
   using T = typename KvTraits<KV>::mma_t;
+  static constexpr bool kU8 = KV == kKvU8;
   static constexpr int kRows = 64 * WGS;
   static constexpr int kThreads = 128 * WGS;
   static constexpr int kKeys = KEYS;   // keys per tile (D = 256: 32, so that Q and a 5-slot ring fit)
   static constexpr int kChunks = D / 8;                      // 16-byte chunks per row
   static constexpr int kQBytes = kRows * D * 2;              // D/64 blocks of [kRows][128 bytes]
   static constexpr int kTileBytes = kKeys * D * 2;           // K (or V) of one tile: D/64 blocks of [64][128 bytes]
-  static constexpr int kStageBytes = 2 * kTileBytes;
+  // f16/bf16: a ring of (K, V) tiles in the MMA layout. u8 (experiment, PAGEDATTN_WGMMA_U8=1): a ring of
+  // staging slots (K and V codes, row-major, then the 4 parameter arrays), converted by the threads
+  // that loaded them into three (K, V) f16 buffers in the MMA layout (one converted, one read by the
+  // PV MMA in flight, one still read by a lagging warpgroup), and the rows' query sums.
+  static constexpr int kStageBytes = kU8 ? 2 * kKeys * D + 4 * kKeys * 2 : 2 * kTileBytes;
+  static constexpr int kConvBytes = kU8 ? 3 * 2 * kTileBytes : 0;
+  static constexpr int kQsumBytes = kU8 ? kRows * 4 : 0;
   // ring depth (tiles ahead = kStages - 2): 2 warpgroups 3 or 5 (measured), 1 warpgroup what fits, <= 8
-  static constexpr int kFit = (227 * 1024 - 1024 - kQBytes) / kStageBytes;
-  static constexpr int kStages = WGS == 2 ? (kStageBytes > 48 * 1024 ? 3 : 5) : (kFit > 8 ? 8 : kFit);
+  static constexpr int kFit = (227 * 1024 - 1024 - kQBytes - kConvBytes - kQsumBytes) / kStageBytes;
+  static constexpr int kStages = kU8 ? (kFit > 6 ? 6 : kFit)
+                                     : WGS == 2 ? (kStageBytes > 48 * 1024 ? 3 : 5) : (kFit > 8 ? 8 : kFit);
   static_assert(kStages >= 3, "pipeline depth");
-  static constexpr int kSmem = 1024 + kQBytes + kStages * kStageBytes;  // + slack to align the base to 1024
+  // + slack to align the base to 1024
+  static constexpr int kSmem = 1024 + kQBytes + kConvBytes + kStages * kStageBytes + kQsumBytes;
   static_assert(kSmem <= 227 * 1024, "shared memory");
 };
 
@@ -74,8 +83,17 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, WGS>::kThreads, 1)
   const uint32_t raw_u32 = smem_u32(smem_raw);
   const uint32_t base = (raw_u32 + 1023u) & ~1023u;  // swizzle atoms start on 1024-byte boundaries
   const uint32_t q_base = base;
-  auto k_base = [&](int stage) { return base + Tr::kQBytes + stage * Tr::kStageBytes; };
-  auto v_base = [&](int stage) { return k_base(stage) + Tr::kTileBytes; };
+  constexpr bool kU8 = Tr::kU8;
+  // ring slot `stage`: f16/bf16 K and V tiles (MMA layout); u8 codes and parameters (staging)
+  auto slot_base = [&](int stage) { return base + Tr::kQBytes + Tr::kConvBytes + stage * Tr::kStageBytes; };
+  // K and V of tile `t` in the MMA layout: its ring slot, or (u8) its converted buffer
+  auto k_tile = [&](int t) {
+    return kU8 ? base + Tr::kQBytes + (t % 3) * 2 * Tr::kTileBytes : slot_base(t % kStages);
+  };
+  auto v_tile = [&](int t) { return k_tile(t) + Tr::kTileBytes; };
+  auto smem_ptr = [&](uint32_t addr) { return smem_raw + (addr - raw_u32); };
+  constexpr int kC16 = D / 16;                    // u8: 16-byte code chunks per row
+  constexpr int kParOff = 2 * kKeys * D;          // u8: parameters in a staging slot: [4][kKeys] f16
 
   const int hk = blockIdx.y;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -92,12 +110,41 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, WGS>::kThreads, 1)
   // K and V of tile `it` -> ring slot it % kStages; rows past kv_end are zero-filled. A thread keeps
   // one 16-byte column chunk and takes every (kThreads / kChunks)-th row.
   auto issue = [&](int it) {
-    if (it < n_tiles) {
+    if constexpr (kU8) {
+      if (it >= n_tiles) {
+        cp_async_commit();
+        return;
+      }
+      // codes: a thread keeps one 16-byte chunk column (and converts what it loaded, see `convert`)
+      constexpr int kRowStep = Tr::kThreads / kC16;
+      constexpr int kIters = kKeys / kRowStep;
+      const int c = tid % kC16, r0 = tid / kC16;
+      const int js = w.kv_begin + it * kKeys;
+      const uint32_t sb = slot_base(it % kStages);
+#pragma unroll
+      for (int i = 0; i < kIters; ++i) {
+        const int r = r0 + i * kRowStep;
+        const bool ok = js + r < w.kv_end;
+        const int64_t off = ok ? cache_row(table, js + r, hk, P.Hk, P.block_size_log2) * D + c * 16 : 0;
+        cp_async_16_u32(sb + r * D + c * 16, static_cast<const uint8_t*>(P.k_cache) + off, ok ? 16 : 0);
+        cp_async_16_u32(sb + kKeys * D + r * D + c * 16, static_cast<const uint8_t*>(P.v_cache) + off, ok ? 16 : 0);
+      }
+      // parameters: 4 arrays x (kKeys / 8) chunks of 8 tokens (a chunk stays in one cache block)
+      constexpr int kPerArray = kKeys / 8;
+      if (tid < 4 * kPerArray) {
+        const int a = tid / kPerArray, cc = tid % kPerArray;
+        const int j = js + cc * 8;
+        const bool ok = j < w.kv_end;
+        const uint16_t* ps = a == 0 ? P.k_scale : a == 1 ? P.k_zp : a == 2 ? P.v_scale : P.v_zp;
+        const int64_t off8 = ok ? cache_row(table, j, hk, P.Hk, P.block_size_log2) : 0;
+        cp_async_16_u32(sb + kParOff + a * kKeys * 2 + cc * 16, ps + off8, ok ? 16 : 0);
+      }
+    } else if (it < n_tiles) {
       constexpr int kRowStep = Tr::kThreads / Tr::kChunks;
       constexpr int kIters = kKeys / kRowStep;
       const int ch = tid % Tr::kChunks, r0 = tid / Tr::kChunks;
       const int js = w.kv_begin + it * kKeys;
-      const uint32_t kb = k_base(it % kStages), vb = v_base(it % kStages);
+      const uint32_t kb = k_tile(it), vb = v_tile(it);
 #pragma unroll
       for (int i = 0; i < kIters; ++i) {
         const int r = r0 + i * kRowStep;
@@ -109,6 +156,33 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, WGS>::kThreads, 1)
       }
     }
     cp_async_commit();
+  };
+  // u8: the codes this thread loaded for tile `it` -> f16 in the tile's MMA-layout buffer: keys biased
+  // by 1024 (exact; folded into the key zero point against sum(q), as in fwd_kernel), values exact.
+  auto convert = [&](int it) {
+    constexpr int kRowStep = Tr::kThreads / kC16;
+    constexpr int kIters = kKeys / kRowStep;
+    static_assert(kIters * kRowStep == kKeys && Tr::kThreads % kC16 == 0, "code chunk split");
+    const int c = tid % kC16, r0 = tid / kC16;
+    const uint32_t sb = slot_base(it % kStages), kb = k_tile(it), vb = v_tile(it);
+#pragma unroll
+    for (int i = 0; i < kIters; ++i) {
+      const int r = r0 + i * kRowStep;
+      const uint4 kx = *reinterpret_cast<const uint4*>(smem_ptr(sb + r * D + c * 16));
+      const uint4 vx = *reinterpret_cast<const uint4*>(smem_ptr(sb + kKeys * D + r * D + c * 16));
+      *reinterpret_cast<uint4*>(smem_ptr(kb + sw128_offset(r, 2 * c, kKeys))) =
+          make_uint4(u8x2_biased(kx.x, kSelB01), u8x2_biased(kx.x, kSelB23), u8x2_biased(kx.y, kSelB01),
+                     u8x2_biased(kx.y, kSelB23));
+      *reinterpret_cast<uint4*>(smem_ptr(kb + sw128_offset(r, 2 * c + 1, kKeys))) =
+          make_uint4(u8x2_biased(kx.z, kSelB01), u8x2_biased(kx.z, kSelB23), u8x2_biased(kx.w, kSelB01),
+                     u8x2_biased(kx.w, kSelB23));
+      *reinterpret_cast<uint4*>(smem_ptr(vb + sw128_offset(r, 2 * c, kKeys))) =
+          make_uint4(u8x2_to_half2(vx.x, kSelB01), u8x2_to_half2(vx.x, kSelB23), u8x2_to_half2(vx.y, kSelB01),
+                     u8x2_to_half2(vx.y, kSelB23));
+      *reinterpret_cast<uint4*>(smem_ptr(vb + sw128_offset(r, 2 * c + 1, kKeys))) =
+          make_uint4(u8x2_to_half2(vx.z, kSelB01), u8x2_to_half2(vx.z, kSelB23), u8x2_to_half2(vx.w, kSelB01),
+                     u8x2_to_half2(vx.w, kSelB23));
+    }
   };
   auto prologue = [&]() {  // tiles 0 .. kStages - 3 (see the pipeline below)
 #pragma unroll
@@ -136,11 +210,24 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, WGS>::kThreads, 1)
     *reinterpret_cast<uint4*>(smem_raw + (q_base - raw_u32) + sw128_offset(r, ch, Tr::kRows)) =
         *reinterpret_cast<const uint4*>(v);
   }
+  // u8: each row's sum of its f16-rounded query (for the key zero points), one warp per row
+  float* qsum = reinterpret_cast<float*>(smem_ptr(slot_base(kStages)));
+  if constexpr (kU8) {
+    __syncthreads();
+    for (int r = warp; r < Tr::kRows; r += Tr::kThreads / 32) {
+      float acc = 0.0f;
+      for (int d = lane; d < D; d += 32)
+        acc += __half2float(*reinterpret_cast<const __half*>(smem_ptr(q_base + sw128_offset(r, d / 8, Tr::kRows) + (d % 8) * 2)));
+      acc = warp_sum(acc);
+      if (lane == 0) qsum[r] = acc;
+    }
+    __syncthreads();
+  }
 
   // The thread's two rows: 64 * wgi + 16 * (warp % 4) + lane / 4 (+ 8).
   int row_qpos[2], row_lo[2];
   bool row_valid[2];
-  float row_slope2[2];
+  float row_slope2[2], row_qsum[2];
   const uint8_t* row_qq[2];
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
@@ -152,22 +239,24 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, WGS>::kThreads, 1)
     row_qpos[hf] = past + t;
     row_lo[hf] = P.sliding_window > 0 ? past + t - P.sliding_window + 1 : INT_MIN;
     row_slope2[hf] = (valid && P.alibi != nullptr) ? P.alibi[h] * kLog2e : 0.0f;
+    row_qsum[hf] = kU8 ? qsum[r] : 0.0f;
     row_qq[hf] = (valid && P.qq_bias != nullptr)
                      ? P.qq_bias + P.qq_bias_begins[w.seq] + static_cast<int64_t>(t) * w.t_seq
                      : nullptr;
   }
-  float row_m[2] = {-INFINITY, -INFINITY}, row_l[2] = {0.0f, 0.0f};
+  // row_c: u8 value zero-point correction, sum_j p'_j vzp_j with p'_j = p_j * vscale_j (as fwd_kernel)
+  float row_m[2] = {-INFINITY, -INFINITY}, row_l[2] = {0.0f, 0.0f}, row_c[2] = {0.0f, 0.0f};
   float o[kN3 * 4];
 #pragma unroll
   for (int i = 0; i < kN3 * 4; ++i) o[i] = 0.0f;
 
-  // O += P V of the tile in ring slot `stage` (64 x D per warpgroup); V N-major: its 64-column blocks
-  // kKeys * 128 bytes apart. Issued and committed, not waited for.
-  auto pv = [&](const uint32_t (&p)[kKeys / 16][4], int stage) {
+  // O += P V of tile `t` (64 x D per warpgroup); V N-major: its 64-column blocks kKeys * 128 bytes
+  // apart. Issued and committed, not waited for.
+  auto pv = [&](const uint32_t (&p)[kKeys / 16][4], int t) {
     wg::fence();
 #pragma unroll
     for (int kk = 0; kk < kKeys / 16; ++kk)
-      wg::mma_rs_tb<T, D>(o, p[kk], wg::desc_sw128(v_base(stage) + kk * 16 * 128, kKeys * 128, 1024), 1);
+      wg::mma_rs_tb<T, D>(o, p[kk], wg::desc_sw128(v_tile(t) + kk * 16 * 128, kKeys * 128, 1024), 1);
     wg::commit();
   };
 
@@ -180,9 +269,11 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, WGS>::kThreads, 1)
   for (int kk = 0; kk < kKeys / 16; ++kk) pa[kk][0] = pa[kk][1] = pa[kk][2] = pa[kk][3] = 0u;
   for (int it = 0; it < n_tiles; ++it) {
     const int js = w.kv_begin + it * kKeys;
-    const int stage = it % kStages;
     cp_async_wait<kStages - 3>();
-    wg::fence_proxy_async();  // this thread's copies (and Q stores) -> visible to the tensor cores
+    // u8: into buffer it % 3, last read by tile it - 3's PV MMA, which every thread completed before
+    // the previous iteration's barrier
+    if constexpr (kU8) convert(it);
+    wg::fence_proxy_async();  // this thread's copies / conversions (and Q stores) -> visible to the tensor cores
     __syncthreads();          // every thread's; and the slot refilled below is no longer read
     issue(it + kStages - 2);
 
@@ -194,17 +285,29 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, WGS>::kThreads, 1)
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
       const uint32_t qa = q_base + (ks / 4) * (Tr::kRows * 128) + wgi * 64 * 128 + (ks % 4) * 32;
-      const uint32_t kb = k_base(stage) + (ks / 4) * (kKeys * 128) + (ks % 4) * 32;
+      const uint32_t kb = k_tile(it) + (ks / 4) * (kKeys * 128) + (ks % 4) * 32;
       wg::mma_ss<T, kKeys>(s, wg::desc_sw128(qa, 16, 1024), wg::desc_sw128(kb, 16, 1024), ks > 0);
     }
     wg::commit();
     if (it > 0) {
-      pv(pa, (it - 1) % kStages);
+      pv(pa, it - 1);
       wg::wait<1>();  // S done; the PV MMA may still run
     } else {
       wg::wait<0>();
     }
     wg::fence_regs(s);
+    const uint16_t* par = reinterpret_cast<const uint16_t*>(smem_ptr(slot_base(it % kStages) + kParOff));
+    if constexpr (kU8) {  // s_j = kscale_j * (q . (code_j + 1024) - (kzp_j + 1024) * sum(q))
+#pragma unroll
+      for (int n = 0; n < kN1; ++n) {
+        const int kc = n * 8 + 2 * (lane % 4);
+        const float2 ks2 = __half22float2(*reinterpret_cast<const __half2*>(par + kc));
+        const float2 kz2 = __half22float2(*reinterpret_cast<const __half2*>(par + kKeys + kc));
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          s[4 * n + e] = (e % 2 ? ks2.y : ks2.x) * (s[4 * n + e] - ((e % 2 ? kz2.y : kz2.x) + kU8Bias) * row_qsum[e / 2]);
+      }
+    }
 
     // ---- masks, online softmax; element (n, e): row hf = e / 2, key js + 8n + 2 (lane % 4) + e % 2 ----
     const bool interior = js + kKeys <= w.kv_end && js + kKeys <= past + w.t0 + 1 &&
@@ -265,6 +368,24 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, WGS>::kThreads, 1)
       o[4 * n + 3] *= alpha[1];
     }
 
+    if constexpr (kU8) {  // P' = f16(p * vscale) feeds the MMA on the codes; c += P' * vzp
+      float cz[2] = {0.0f, 0.0f};
+#pragma unroll
+      for (int n = 0; n < kN1; ++n) {
+        const int kc = n * 8 + 2 * (lane % 4);
+        const float2 vs2 = __half22float2(*reinterpret_cast<const __half2*>(par + 2 * kKeys + kc));
+        const float2 vz2 = __half22float2(*reinterpret_cast<const __half2*>(par + 3 * kKeys + kc));
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          // NOTE: masked keys may carry NaN parameters (unwritten slots): never multiply them
+          const float pe = s[4 * n + e];
+          s[4 * n + e] = pe != 0.0f ? __half2float(__float2half_rn(pe * (e % 2 ? vs2.y : vs2.x))) : 0.0f;
+          cz[e / 2] += pe != 0.0f ? s[4 * n + e] * (e % 2 ? vz2.y : vz2.x) : 0.0f;
+        }
+      }
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) row_c[hf] = row_c[hf] * alpha[hf] + cz[hf];
+    }
 #pragma unroll
     for (int n = 0; n < kN1; ++n) {  // accumulator n-tile n -> A fragment of k-step n / 2
       pa[n / 2][(n % 2) * 2 + 0] = pack2<T>(s[4 * n + 0], s[4 * n + 1]);
@@ -272,7 +393,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, WGS>::kThreads, 1)
     }
   }
   if (n_tiles > 0) {
-    pv(pa, (n_tiles - 1) % kStages);
+    pv(pa, n_tiles - 1);
     wg::wait<0>();
     wg::fence_regs(o);
   }
@@ -283,6 +404,15 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, WGS>::kThreads, 1)
   for (int hf = 0; hf < 2; ++hf) {
     row_l[hf] += __shfl_xor_sync(0xffffffffu, row_l[hf], 1);
     row_l[hf] += __shfl_xor_sync(0xffffffffu, row_l[hf], 2);
+    if constexpr (kU8) {  // O = sum_j P'_j code_j - c
+      row_c[hf] += __shfl_xor_sync(0xffffffffu, row_c[hf], 1);
+      row_c[hf] += __shfl_xor_sync(0xffffffffu, row_c[hf], 2);
+#pragma unroll
+      for (int n = 0; n < kN3; ++n) {
+        o[4 * n + 2 * hf] -= row_c[hf];
+        o[4 * n + 2 * hf + 1] -= row_c[hf];
+      }
+    }
   }
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
