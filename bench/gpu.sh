@@ -71,7 +71,7 @@ if has cputest; then
 fi
 if has sanitizer; then
   log "compute-sanitizer memcheck subset"
-  PAGEDATTN_GPU_CASES=12 timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 "$build/tests/test_cuda" \
+  PAGEDATTN_GPU_CASES=12 timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$build/tests/test_cuda" \
     --gtest_filter='Cuda.FewQueryRandom:Cuda.TileAndMixedRandom:Cuda.GraphReplayMatchesDirectRun:Cuda.SplitSAccumulatorsRandom:Cuda.PrefillTwoRowTilesPerWarpRandom:Cuda.HopperPrefillRandom:Cuda.FewQueryHopperRandom:Cuda.HopperU8Random' \
     > "$run_dir/sanitizer.log" 2>&1
   echo "sanitizer exit code: $?"
