@@ -407,8 +407,12 @@ TEST(Cuda, FewQueryHopperRandom) {
   EnvGuard on("PAGEDATTN_WGMMA", ""), dec("PAGEDATTN_WGMMA_DECODE", "1");
   CaseConfig f16 = few_query_config();
   f16.kv_precisions = {KVPrecision::f16};
+  f16.group_sizes = {1, 2, 4, 8};  // T <= 8: at most 64 rows, one chunk of <= 4 row tiles
   f16.head_sizes = {256};
   expect_launched(f16, 1, 8, base_seed() + 2300000, {"threads=128 ", " wgq32]"});
+  f16.head_sizes = {128};
+  f16.kv_precisions = {KVPrecision::bf16};
+  expect_launched(f16, 1, 8, base_seed() + 2300001, {"threads=128 ", " wgq64]"});
   run_suite("few-query-wgq", few_query_config(), base_seed() + 2300000, 160);
   CaseConfig lng = long_context_config(4000, 20000, 40000);
   run_suite("few-query-wgq-long", lng, base_seed() + 2400000, 24);
@@ -434,6 +438,7 @@ TEST(Cuda, HopperU8Random) {
   CaseConfig fq = few_query_config();
   fq.kv_precisions = {KVPrecision::u8};
   CaseConfig fq1 = fq;
+  fq1.group_sizes = {1, 2, 4, 8};  // T <= 8: at most 64 rows
   fq1.head_sizes = {256};
   expect_launched(fq1, 1, 8, base_seed() + 2700000, {"threads=128 ", " wgq32u8]"});
   run_suite("few-query-wgq-u8", fq, base_seed() + 2700000, 80);

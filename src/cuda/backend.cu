@@ -205,7 +205,7 @@ class CudaPlan final : public detail::PlanImpl {
       else if (D_ <= 128 && kv_ != kKvU8 && (v == "64" || v == "128")) choice_.wg = std::stoi(v);
     }
     // Experiment: few-query chunks (<= 64 rows) on the one-warpgroup Hopper kernel, where the Hopper
-    // kernel is on (PAGEDATTN_WGMMA_DECODE=1; one CTA per SM, a 6-8 slot ring; the planner sizes the
+    // kernel is on (PAGEDATTN_WGMMA_DECODE=1; one CTA per SM (two at D = 64), a 6-slot ring; the planner sizes the
     // partitions for that occupancy).
     if (const char* e = std::getenv("PAGEDATTN_WGMMA_DECODE"); choice_.wg != 0 && e != nullptr && std::string(e) == "1")
       choice_.wg_decode = true;

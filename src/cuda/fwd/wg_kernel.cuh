@@ -20,7 +20,7 @@ namespace cuda {
 
 // WGS warpgroups of 64 rows: 2 for 128-row chunks (prefill), 1 for few-query chunks of <= 64 rows
 // (experimental, PAGEDATTN_WGMMA_DECODE=1: the MMA shape is 64 rows whatever T*G is, so T=1..16 cost
-// the same tensor work, and the ring is deeper: 6-8 slots).
+// the same tensor work, and the ring is deeper: 6 slots).
 template <int D, int KV, int KEYS = 64, int WGS = 2>
 struct WgTraits {
   static_assert((D <= 128 && (KEYS == 64 || KEYS == 128)) || (D == 256 && KEYS == 32), "head size / key tile");
@@ -41,10 +41,11 @@ struct WgTraits {
   static constexpr int kStageBytes = kU8 ? 2 * kKeys * D + 4 * kKeys * 2 : 2 * kTileBytes;
   static constexpr int kConvBytes = kU8 ? 3 * 2 * kTileBytes : 0;
   static constexpr int kQsumBytes = kU8 ? kRows * 4 : 0;
-  // ring depth (tiles ahead = kStages - 2): 2 warpgroups 3 or 5 (measured), 1 warpgroup what fits, <= 8
+  // ring depth (tiles ahead = kStages - 2): 2 warpgroups 3 or 5 (measured), 1 warpgroup what fits, <= 6
+  // (D = 64: two CTAs per SM)
   static constexpr int kFit = (227 * 1024 - 1024 - kQBytes - kConvBytes - kQsumBytes) / kStageBytes;
   static constexpr int kStages = kU8 ? (kFit > 6 ? 6 : kFit)
-                                     : WGS == 2 ? (kStageBytes > 48 * 1024 ? 3 : 5) : (kFit > 8 ? 8 : kFit);
+                                     : WGS == 2 ? (kStageBytes > 48 * 1024 ? 3 : 5) : (kFit > 6 ? 6 : kFit);
   static_assert(kStages >= 3, "pipeline depth");
   // + slack to align the base to 1024
   static constexpr int kSmem = 1024 + kQBytes + kConvBytes + kStages * kStageBytes + kQsumBytes;
@@ -142,6 +143,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, WGS>::kThreads, 1)
     } else if (it < n_tiles) {
       constexpr int kRowStep = Tr::kThreads / Tr::kChunks;
       constexpr int kIters = kKeys / kRowStep;
+      static_assert(Tr::kThreads % Tr::kChunks == 0 && kIters * kRowStep == kKeys, "tile copy split");
       const int ch = tid % Tr::kChunks, r0 = tid / Tr::kChunks;
       const int js = w.kv_begin + it * kKeys;
       const uint32_t kb = k_tile(it), vb = v_tile(it);
