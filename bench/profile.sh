@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # GPU machine: Nsight Compute profile of the attention and merge kernels on one seed-scenario config.
 #   usage: bench/profile.sh [context] [T[,T...]] [kv]     (carry .deps; logs under $OUT)
+#   Run-time switches pass through the environment (e.g. PAGEDATTN_WGMMA_DECODE=1 for the wgq kernel).
 #   SKIP_BUILD=1 reuses an existing build in $BUILD_DIR (e.g. the one bench/gpu.sh made).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -18,14 +19,14 @@ for t in ${T//,/ }; do
   args=(bench --backend cuda --context "$ctx" --tokens "$t" --kv "$kv" --layers 1 --repeats 3 --warmup 1 --fill random --scenario seed)
   echo "== context $ctx T=$t kv=$kv"
   PAGEDATTN_PRINT_PLAN=1 timeout 120 "$build/pagedattn" "${args[@]}" 2>&1 | grep -E "plan|us/8|^(u8|f16)" | head -5
-  timeout 300 ncu --clock-control none -k regex:"fwd_kernel|merge_kernel" -c 2 \
+  timeout 300 ncu --clock-control none -k regex:"fwd_kernel|wg_kernel|merge_kernel" -c 2 \
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
     --section LaunchStats --section SchedulerStats \
     --metrics regex:'smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
     "$build/pagedattn" "${args[@]}" > "$OUT/ncu_${ctx}_T${t}_${kv}.txt" 2>&1
-  grep -E "fwd_kernel|merge_kernel|Duration|DRAM Throughput|Achieved Occupancy|Warp Cycles Per Issued|Registers|Theoretical Occ|No Eligible" \
+  grep -E "fwd_kernel|wg_kernel|merge_kernel|Duration|DRAM Throughput|Achieved Occupancy|Warp Cycles Per Issued|Registers|Theoretical Occ|No Eligible" \
     "$OUT/ncu_${ctx}_T${t}_${kv}.txt" | head -30
   # stall reasons above 0.3 cycles per issued instruction, per kernel
-  awk '/fwd_kernel|merge_kernel/{print "  " $1, $2} /issue_stalled/{ if ($NF+0 > 0.3) print "    " $1, $NF }' \
+  awk '/fwd_kernel|wg_kernel|merge_kernel/{print "  " $1, $2} /issue_stalled/{ if ($NF+0 > 0.3) print "    " $1, $NF }' \
     "$OUT/ncu_${ctx}_T${t}_${kv}.txt" | sed 's/smsp__average_warps_issue_stalled_//; s/_per_issue_active.ratio//' 
 done
