@@ -246,10 +246,14 @@ class CudaPlan final : public detail::PlanImpl {
     num_seqs_ = num_seqs;
     num_tokens_ = sb[num_seqs];
 
-    // one launch per kernel variant (items are sorted by row tiles)
+    // one launch per kernel variant (items are sorted by row tiles; row-tile counts that share a kernel,
+    // as the one-warpgroup Hopper kernel's 1, 2 and 4, share its launch)
     for (size_t i = 0; i < wl_.items.size();) {
+      const auto launcher = fwd_kernel_info(D_, kv_, wl_.items[i].row_tiles, choice_).launch;
       size_t j = i;
-      while (j < wl_.items.size() && wl_.items[j].row_tiles == wl_.items[i].row_tiles) ++j;
+      while (j < wl_.items.size() &&
+             fwd_kernel_info(D_, kv_, wl_.items[j].row_tiles, choice_).launch == launcher)
+        ++j;
       launches_.push_back(Launch{wl_.items[i].row_tiles, static_cast<int>(i), static_cast<int>(j - i)});
       i = j;
     }
