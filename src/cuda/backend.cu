@@ -205,8 +205,8 @@ class CudaPlan final : public detail::PlanImpl {
       else if (D_ <= 128 && kv_ != kKvU8 && (v == "64" || v == "128")) choice_.wg = std::stoi(v);
     }
     // Experiment: few-query chunks (<= 64 rows) on the one-warpgroup Hopper kernel, where the Hopper
-    // kernel is on (PAGEDATTN_WGMMA_DECODE=1; one CTA per SM (two at D = 64), a 6-slot ring; the planner sizes the
-    // partitions for that occupancy).
+    // kernel is on (PAGEDATTN_WGMMA_DECODE=1; a 6-slot ring, one CTA per SM, two at D = 64; the planner
+    // sizes the partitions for that occupancy).
     if (const char* e = std::getenv("PAGEDATTN_WGMMA_DECODE"); choice_.wg != 0 && e != nullptr && std::string(e) == "1")
       choice_.wg_decode = true;
     in.ctas_per_sm = fwd_kernel_info(D_, kv_, 1, choice_).ctas_per_sm();
@@ -214,7 +214,8 @@ class CudaPlan final : public detail::PlanImpl {
     in.forced_partition = opt.partition_tokens;
     // 128-row chunks for prefill: the default at D <= 128, where on 8-warp mma.sync CTAs they measured
     // 1.09-1.11x faster on prefill from zero (H200, run s3a), and wherever the Hopper kernel takes them;
-    // at D = 256 on mma.sync they were 0.88x (one CTA per SM with 1/2 the key tile). PAGEDATTN_WIDE_PREFILL=1/0 forces them on/off (A/B runs). Only where the
+    // at D = 256 on mma.sync they were 0.88x (one CTA per SM with 1/2 the key tile).
+    // PAGEDATTN_WIDE_PREFILL=1/0 forces them on/off (A/B runs). Only where the
     // 8-row-tile variant fits the device's shared memory (sm_80 at D=256 does not).
     int optin = 0;
     PA_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
@@ -222,7 +223,8 @@ class CudaPlan final : public detail::PlanImpl {
     if (const char* e = std::getenv("PAGEDATTN_WIDE_PREFILL"); e != nullptr && *e != '\0') wide = std::string(e) == "1";
     const bool wide_fits = static_cast<int>(fwd_kernel_info(D_, kv_, 8, choice_).smem_bytes) <= optin;
     if (wide && wide_fits) in.max_rows = planner::kMaxRowsWide;
-    // Experiment (A/B runs, not yet measured): PAGEDATTN_MAX_ROWS=16/32/64/128 cuts sequences into
+    // Experiment (A/B runs; run s4a: 0.93x at 8k T=8, 1.15-1.33x slower at 32k/128k, off):
+    // PAGEDATTN_MAX_ROWS=16/32/64/128 cuts sequences into
     // chunks of that many rows (at least one token's), e.g. T=8 at G=4 (32 rows) into two 16-row chunks
     // on the 1-row-tile variant (four one-warp key groups) whose second read of each K/V tile may come
     // from L2 (with PAGEDATTN_INTERLEAVE=1 the two CTAs over one partition are adjacent in the grid).

@@ -219,7 +219,8 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, WGS>::kThreads, 1)
     for (int r = warp; r < Tr::kRows; r += Tr::kThreads / 32) {
       float acc = 0.0f;
       for (int d = lane; d < D; d += 32)
-        acc += __half2float(*reinterpret_cast<const __half*>(smem_ptr(q_base + sw128_offset(r, d / 8, Tr::kRows) + (d % 8) * 2)));
+        acc += __half2float(
+            *reinterpret_cast<const __half*>(smem_ptr(q_base + sw128_offset(r, d / 8, Tr::kRows) + (d % 8) * 2)));
       acc = warp_sum(acc);
       if (lane == 0) qsum[r] = acc;
     }
