@@ -372,7 +372,8 @@ TEST(Cuda, PrefillTwoRowTilesPerWarpRandom) {
 TEST(Cuda, HopperPrefillRandom) {
   REQUIRE_GPU();
   if (const char* why = no_wgmma()) GTEST_SKIP() << why;
-  EnvGuard on("PAGEDATTN_WGMMA", "");  // the default selection, whatever the caller's environment says
+  // the default selection, whatever the caller's environment says
+  EnvGuard on("PAGEDATTN_WGMMA", ""), wide("PAGEDATTN_WIDE_PREFILL", "");
   CaseConfig cfg = mixed_config(300, 4000, 600, 12000);
   cfg.head_sizes = {64, 128, 256};
   cfg.group_sizes = {1, 3, 4, 6, 8, 16};  // also G that does not divide the 128 rows
@@ -404,7 +405,7 @@ TEST(Cuda, HopperPrefillRandom) {
 TEST(Cuda, FewQueryHopperRandom) {
   REQUIRE_GPU();
   if (const char* why = no_wgmma()) GTEST_SKIP() << why;
-  EnvGuard on("PAGEDATTN_WGMMA", ""), dec("PAGEDATTN_WGMMA_DECODE", "1");
+  EnvGuard on("PAGEDATTN_WGMMA", ""), wide("PAGEDATTN_WIDE_PREFILL", ""), dec("PAGEDATTN_WGMMA_DECODE", "1");
   CaseConfig f16 = few_query_config();
   f16.kv_precisions = {KVPrecision::f16};
   f16.group_sizes = {1, 2, 4, 8};  // T <= 8: at most 64 rows, one chunk of <= 4 row tiles
@@ -424,7 +425,8 @@ TEST(Cuda, FewQueryHopperRandom) {
 TEST(Cuda, HopperU8Random) {
   REQUIRE_GPU();
   if (const char* why = no_wgmma()) GTEST_SKIP() << why;
-  EnvGuard on("PAGEDATTN_WGMMA", ""), u8("PAGEDATTN_WGMMA_U8", "1");
+  EnvGuard on("PAGEDATTN_WGMMA", ""), wide("PAGEDATTN_WIDE_PREFILL", ""), u8("PAGEDATTN_WGMMA_U8", "1");
+  EnvGuard no_dec("PAGEDATTN_WGMMA_DECODE", "");
   CaseConfig cfg = mixed_config(300, 4000, 600, 12000);
   cfg.kv_precisions = {KVPrecision::u8};
   cfg.head_sizes = {64, 128, 256};
@@ -432,6 +434,8 @@ TEST(Cuda, HopperU8Random) {
   CaseConfig one = cfg;
   one.head_sizes = {256};
   expect_launched(one, 200, 300, base_seed() + 2500000, {"threads=256 ", " wg32u8]"});
+  one.head_sizes = {128};
+  expect_launched(one, 200, 300, base_seed() + 2500001, {"threads=256 ", " wg64u8]"});
   run_suite("prefill-wg-u8", cfg, base_seed() + 2500000, 60);
   run_suite("prefill-wg-u8-long", long_chunks(cfg), base_seed() + 2600000, 16);
   EnvGuard dec("PAGEDATTN_WGMMA_DECODE", "1");
@@ -441,6 +445,8 @@ TEST(Cuda, HopperU8Random) {
   fq1.group_sizes = {1, 2, 4, 8};  // T <= 8: at most 64 rows
   fq1.head_sizes = {256};
   expect_launched(fq1, 1, 8, base_seed() + 2700000, {"threads=128 ", " wgq32u8]"});
+  fq1.head_sizes = {64};
+  expect_launched(fq1, 1, 8, base_seed() + 2700001, {"threads=128 ", " wgq64u8]"});
   run_suite("few-query-wgq-u8", fq, base_seed() + 2700000, 80);
   CaseConfig fql = long_context_config(4000, 20000, 40000);
   fql.kv_precisions = {KVPrecision::u8};
