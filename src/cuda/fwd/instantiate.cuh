@@ -76,8 +76,8 @@ struct WgVariant {
 
 // split_s: the experimental S accumulator split (fwd_kernel's SK = 2), instantiated only where the
 // chains are long (D = 256, 1-2 row tiles: 16-key slices); elsewhere the plain variant.
-// mt2: the experimental 8-row-tile variant with two row tiles per warp (fwd_kernel's MT = 2),
-// instantiated at D <= 128 for f16/bf16 KV; elsewhere the plain 8-row-tile variant.
+// mt2: the 8-row-tile variant with two row tiles per warp (fwd_kernel's MT = 2; the default where the
+// Hopper kernel is off), instantiated at D <= 128 for f16/bf16 KV; elsewhere the plain 8-row-tile variant.
 template <int D>
 FwdKernelInfo fwd_kernel_info_for(int kv, int rt, const KernelChoice& c) {
   // Runtime values become template constants here and only here.

@@ -56,7 +56,7 @@ struct KvTraits<kKvU8> {
 // disjoint key slices (group g takes keys [g * kKPW, (g+1) * kKPW) of every kTileKV-key tile) and are
 // merged once at the end. Few rows (decode, verify): 1 x 4 or 2 x 2 warps; 64 rows (prefill chunks):
 // 4 x 1, the FlashAttention-2 layout. Rows of K/V are padded by 16 bytes (ldmatrix without conflicts).
-// MT: row tiles per warp. MT = 2 (experimental, 128-row prefill chunks at D <= 128): 4 warps of 32
+// MT: row tiles per warp. MT = 2 (128-row prefill chunks at D <= 128, f16/bf16; 1.20x, run s4a): 4 warps of 32
 // rows, so each K/V fragment read from shared memory feeds two MMAs (the 8-warp layout reads every
 // fragment once per 16 rows: shared-memory bandwidth, not the tensor cores, bounds it).
 template <int D, int KV, int RT, int MT = 1>
@@ -283,7 +283,8 @@ __device__ __forceinline__ int o_col(int n, int lane) {
 // SK: independent accumulators per S n-tile along the head dimension (1 or 2). S = QK^T runs D/16
 // dependent MMAs per 8-key n-tile; with 16-key slices (D = 256) that is 2 chains of 16, and the
 // profile of the 32-row variant shows fixed-latency dependency stalls on top. SK = 2 gives even and
-// odd k-steps their own accumulators, summed before the softmax (experimental: PAGEDATTN_SPLIT_S=1).
+// odd k-steps their own accumulators, summed before the softmax (experiment, PAGEDATTN_SPLIT_S=1:
+// 0.98-1.01x in run s4a, so off).
 template <int D, int KV, int RT, int SK = 1, int MT = 1>
 __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<D, KV, RT, MT>::kMinCtas)
     fwd_kernel(const __grid_constant__ FwdParams P, const int item_offset) {
