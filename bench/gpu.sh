@@ -91,8 +91,9 @@ if has ab; then
   # same-run ratios of the run-time switches (seed rows f16/u8, T = 1, 3, 8): the default, then each
   # experiment on (AB_CONFIGS overrides the list: space-separated configs, each VAR=V[,VAR=V...];
   # measured before: PAGEDATTN_EARLY_READS=0, PAGEDATTN_MERGE_SPLIT=1 (run s3d), PAGEDATTN_SPLIT_S=1,
-  # PAGEDATTN_MAX_ROWS=16,PAGEDATTN_INTERLEAVE=1 (run s4a))
-  for cfg in ${AB_CONFIGS:-default PAGEDATTN_WGMMA_DECODE=1 PAGEDATTN_WGMMA_DECODE=1,PAGEDATTN_WGMMA_U8=1}; do
+  # PAGEDATTN_MAX_ROWS=16,PAGEDATTN_INTERLEAVE=1 (run s4a), PAGEDATTN_WGMMA_DECODE=1 with and without
+  # u8 (run s5a))
+  for cfg in ${AB_CONFIGS:-default PAGEDATTN_WGMMA_DECODE=1}; do
     tag=$(echo "$cfg" | tr ',=' '_-')
     if [ "$(left)" -lt 240 ]; then log "A/B $cfg skipped: $(left)s of the ${budget}s budget left"; continue; fi
     log "A/B: $cfg"
@@ -195,17 +196,30 @@ if has bench; then
         --json "$run_dir/bench_${sc}_mma.json" > "$run_dir/bench_${sc}_mma.log" 2>&1 || status=1
     fi
   done
-  # experiment: u8 caches on the Hopper kernel (chunk and mixed scenarios: their u8 rows)
+  # u8 caches: prefill from zero at 8k (f16 queries), then the u8 rows of every long-query scenario on
+  # mma.sync (PAGEDATTN_WGMMA_U8=0) for a ratio to the Hopper kernel, the default
+  if [ "$(left)" -gt 25 ]; then
+    log "benchmark: prefill with u8 caches"
+    timeout $(( $(left) - 10 )) "$build/pagedattn" bench --backend cuda --scenario prefill --prefill-kv u8 \
+      --prefill-query f16 --prefill-context 8192 --json "$run_dir/bench_prefill_u8.json" \
+      > "$run_dir/bench_prefill_u8.log" 2>&1 || status=1
+  fi
+  if [ "$(left)" -gt 25 ]; then
+    log "benchmark: prefill with u8 caches, PAGEDATTN_WGMMA_U8=0"
+    PAGEDATTN_WGMMA_U8=0 timeout $(( $(left) - 10 )) "$build/pagedattn" bench --backend cuda --scenario prefill \
+      --prefill-kv u8 --prefill-query f16 --prefill-context 8192 --json "$run_dir/bench_prefill_u8mma.json" \
+      > "$run_dir/bench_prefill_u8mma.log" 2>&1 || status=1
+  fi
   for sc in chunk mixed; do
     if [ "$(left)" -gt 25 ]; then
-      log "benchmark: $sc with PAGEDATTN_WGMMA_U8=1"
-      PAGEDATTN_WGMMA_U8=1 timeout $(( $(left) - 10 )) "$build/pagedattn" bench --backend cuda --scenario "$sc" \
-        --json "$run_dir/bench_${sc}_u8wg.json" > "$run_dir/bench_${sc}_u8wg.log" 2>&1 || status=1
+      log "benchmark: $sc with PAGEDATTN_WGMMA_U8=0"
+      PAGEDATTN_WGMMA_U8=0 timeout $(( $(left) - 10 )) "$build/pagedattn" bench --backend cuda --scenario "$sc" \
+        --kv u8 --json "$run_dir/bench_${sc}_u8mma.json" > "$run_dir/bench_${sc}_u8mma.log" 2>&1 || status=1
     fi
   done
   log "summary"
   cat "$run_dir/bench.log"
-  for sc in batch prefill chunk mixed prefill_narrow prefill_mma chunk_u8wg mixed_u8wg; do
+  for sc in batch prefill chunk mixed prefill_narrow prefill_mma prefill_u8 prefill_u8mma chunk_u8mma mixed_u8mma; do
     [ -f "$run_dir/bench_$sc.log" ] && tail -14 "$run_dir/bench_$sc.log"
   done
 fi

@@ -313,7 +313,7 @@ void expect_launched(CaseConfig cfg, int min_tokens, int max_tokens, uint64_t se
 }  // namespace
 
 // Wide prefill tiles (PAGEDATTN_WIDE_PREFILL=1): 128-row chunks at every head size on the default
-// 8-row-tile kernels (on sm_90a the Hopper kernel for f16/bf16, mma.sync for u8), the same cases and
+// 8-row-tile kernels (on sm_90a the Hopper kernel, elsewhere mma.sync), the same cases and
 // tolerances as the tile suites.
 TEST(Cuda, WidePrefillTilesRandom) {
   REQUIRE_GPU();
@@ -365,7 +365,7 @@ TEST(Cuda, PrefillTwoRowTilesPerWarpRandom) {
   run_suite("prefill-mt2", cfg, base_seed() + 1500000, 80);
 }
 
-// The Hopper prefill kernel (wg_kernel: wgmma, 128-row chunks, f16/bf16 KV; the default on sm_90
+// The Hopper prefill kernel (wg_kernel: wgmma, 128-row chunks, every KV precision; the default on sm_90
 // devices with a build that has sm_90a code; key tiles 64/128 at D <= 128, 32 at D = 256): the tile
 // cases plus long chunks over a long context (partials and the merge), with the default tile, then
 // with each tile forced at D <= 128 (PAGEDATTN_WGMMA=64/128); same tolerances.
@@ -373,7 +373,7 @@ TEST(Cuda, HopperPrefillRandom) {
   REQUIRE_GPU();
   if (const char* why = no_wgmma()) GTEST_SKIP() << why;
   // the default selection, whatever the caller's environment says
-  EnvGuard on("PAGEDATTN_WGMMA", ""), wide("PAGEDATTN_WIDE_PREFILL", "");
+  EnvGuard on("PAGEDATTN_WGMMA", ""), wide("PAGEDATTN_WIDE_PREFILL", ""), u8("PAGEDATTN_WGMMA_U8", "");
   CaseConfig cfg = mixed_config(300, 4000, 600, 12000);
   cfg.head_sizes = {64, 128, 256};
   cfg.group_sizes = {1, 3, 4, 6, 8, 16};  // also G that does not divide the 128 rows
@@ -400,12 +400,13 @@ TEST(Cuda, HopperPrefillRandom) {
 }
 
 // Few-query chunks (<= 64 rows: decode, chain and tree verify) on the one-warpgroup Hopper kernel
-// (PAGEDATTN_WGMMA_DECODE=1, an experiment; f16/bf16 KV, u8 keeps mma.sync): the few-query cases and
+// (PAGEDATTN_WGMMA_DECODE=1, an experiment; u8 here on mma.sync, on it in HopperU8Random): the few-query cases and
 // long contexts with many partitions, same tolerances.
 TEST(Cuda, FewQueryHopperRandom) {
   REQUIRE_GPU();
   if (const char* why = no_wgmma()) GTEST_SKIP() << why;
   EnvGuard on("PAGEDATTN_WGMMA", ""), wide("PAGEDATTN_WIDE_PREFILL", ""), dec("PAGEDATTN_WGMMA_DECODE", "1");
+  EnvGuard no_u8("PAGEDATTN_WGMMA_U8", "0");  // u8 on the wgq kernel: HopperU8Random
   CaseConfig f16 = few_query_config();
   f16.kv_precisions = {KVPrecision::f16};
   f16.group_sizes = {1, 2, 4, 8};  // T <= 8: at most 64 rows, one chunk of <= 4 row tiles
@@ -419,13 +420,13 @@ TEST(Cuda, FewQueryHopperRandom) {
   run_suite("few-query-wgq-long", lng, base_seed() + 2400000, 24);
 }
 
-// u8 caches on the Hopper kernels (PAGEDATTN_WGMMA_U8=1, an experiment: codes converted to f16 in shared
-// memory, scales and zero points folded as in fwd_kernel): prefill chunks, then few-query chunks with
-// PAGEDATTN_WGMMA_DECODE=1; u8 tolerances.
+// u8 caches on the Hopper kernels (the default for 128-row chunks, PAGEDATTN_WGMMA_U8=0 off: codes
+// converted to f16 in shared memory, scales and zero points folded as in fwd_kernel): prefill chunks,
+// then few-query chunks with PAGEDATTN_WGMMA_DECODE=1 (an experiment); u8 tolerances.
 TEST(Cuda, HopperU8Random) {
   REQUIRE_GPU();
   if (const char* why = no_wgmma()) GTEST_SKIP() << why;
-  EnvGuard on("PAGEDATTN_WGMMA", ""), wide("PAGEDATTN_WIDE_PREFILL", ""), u8("PAGEDATTN_WGMMA_U8", "1");
+  EnvGuard on("PAGEDATTN_WGMMA", ""), wide("PAGEDATTN_WIDE_PREFILL", ""), u8("PAGEDATTN_WGMMA_U8", "");
   EnvGuard no_dec("PAGEDATTN_WGMMA_DECODE", "");
   CaseConfig cfg = mixed_config(300, 4000, 600, 12000);
   cfg.kv_precisions = {KVPrecision::u8};
