@@ -42,7 +42,7 @@ struct FwdVariant {
 };
 
 // The Hopper kernel (wg_kernel), sm_90a builds: 128-row chunks on two warpgroups; chunks of <= 64 rows
-// on one (experiment, KernelChoice::wg_decode); u8 caches (experiment, PAGEDATTN_WGMMA_U8=1).
+// on one (experiment, KernelChoice::wg_decode); u8 caches (the default; PAGEDATTN_WGMMA_U8=0 off).
 template <int D, int KV, int KEYS, int WGS>
 struct WgVariant {
   using Tr = WgTraits<D, KV, KEYS, WGS>;

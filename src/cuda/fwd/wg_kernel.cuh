@@ -1,7 +1,8 @@
 // The Hopper prefill kernel: 128-row chunks (tokens x heads of one kv head) on warpgroup MMAs (sm_90a).
 //
 // Same work items, partial slots and output as fwd_kernel's 8-row-tile variant, which it replaces on
-// sm_90a for f16/bf16 caches. Two warpgroups of 64 rows share each key tile (32, 64 or 128 keys):
+// sm_90a (u8 caches too: codes converted to f16 in shared memory, below). Two warpgroups of 64 rows
+// share each key tile (32, 64 or 128 keys):
 //   K and V tiles are gathered through the block table by cp.async into shared memory in the 128-byte
 //   swizzled layout (a kStages-deep ring, one commit group per tile);
 //   S = Q K^T: wgmma m64n64k16 with Q and K both read from shared memory (no ldmatrix traffic);
@@ -34,8 +35,8 @@ struct WgTraits {
   static constexpr int kChunks = D / 8;                      // 16-byte chunks per row
   static constexpr int kQBytes = kRows * D * 2;              // D/64 blocks of [kRows][128 bytes]
   static constexpr int kTileBytes = kKeys * D * 2;           // K (or V) of one tile: D/64 blocks of [64][128 bytes]
-  // f16/bf16: a ring of (K, V) tiles in the MMA layout. u8 (experiment, PAGEDATTN_WGMMA_U8=1): a ring of
-  // staging slots (K and V codes, row-major, then the 4 parameter arrays), converted by the threads
+  // f16/bf16: a ring of (K, V) tiles in the MMA layout. u8 (PAGEDATTN_WGMMA_U8=0: mma.sync instead): a
+  // ring of staging slots (K and V codes, row-major, then the 4 parameter arrays), converted by the threads
   // that loaded them into three (K, V) f16 buffers in the MMA layout (one converted, one read by the
   // PV MMA in flight, one still read by a lagging warpgroup), and the rows' query sums.
   static constexpr int kStageBytes = kU8 ? 2 * kKeys * D + 4 * kKeys * 2 : 2 * kTileBytes;
@@ -107,16 +108,6 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, WGS>::kThreads, 1)
   const int32_t* table = P.block_indices + w.table;
   const bool early = P.pdl_early_reads && w.kv_end <= past;  // see fwd_kernel
   const int n_tiles = (w.kv_end - w.kv_begin + kKeys - 1) / kKeys;
-  // Cache row of key js + r (r < kKeys): one block-table lookup per tile when the tile lies in one
-  // cache block (block_size >= kKeys and the tile aligned to it: the decode tiles; a lookup is a
-  // dependent load before the row's copies), else one per row.
-  auto tile_rows = [&](int js) {
-    const bool one = (js >> P.block_size_log2) == ((js + kKeys - 1) >> P.block_size_log2);
-    return one ? cache_row(table, js, hk, P.Hk, P.block_size_log2) : int64_t{-1};
-  };
-  auto row_of = [&](int64_t base, int js, int r) {
-    return base >= 0 ? base + r : cache_row(table, js + r, hk, P.Hk, P.block_size_log2);
-  };
 
   // K and V of tile `it` -> ring slot it % kStages; rows past kv_end are zero-filled. A thread keeps
   // one 16-byte column chunk and takes every (kThreads / kChunks)-th row.
@@ -132,12 +123,11 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, WGS>::kThreads, 1)
       const int c = tid % kC16, r0 = tid / kC16;
       const int js = w.kv_begin + it * kKeys;
       const uint32_t sb = slot_base(it % kStages);
-      const int64_t base = tile_rows(js);
 #pragma unroll
       for (int i = 0; i < kIters; ++i) {
         const int r = r0 + i * kRowStep;
         const bool ok = js + r < w.kv_end;
-        const int64_t off = ok ? row_of(base, js, r) * D + c * 16 : 0;
+        const int64_t off = ok ? cache_row(table, js + r, hk, P.Hk, P.block_size_log2) * D + c * 16 : 0;
         cp_async_16_u32(sb + r * D + c * 16, static_cast<const uint8_t*>(P.k_cache) + off, ok ? 16 : 0);
         cp_async_16_u32(sb + kKeys * D + r * D + c * 16, static_cast<const uint8_t*>(P.v_cache) + off, ok ? 16 : 0);
       }
@@ -158,12 +148,11 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, WGS>::kThreads, 1)
       const int ch = tid % Tr::kChunks, r0 = tid / Tr::kChunks;
       const int js = w.kv_begin + it * kKeys;
       const uint32_t kb = k_tile(it), vb = v_tile(it);
-      const int64_t base = tile_rows(js);
 #pragma unroll
       for (int i = 0; i < kIters; ++i) {
         const int r = r0 + i * kRowStep;
         const bool ok = js + r < w.kv_end;
-        const int64_t off = ok ? row_of(base, js, r) * D + ch * 8 : 0;
+        const int64_t off = ok ? cache_row(table, js + r, hk, P.Hk, P.block_size_log2) * D + ch * 8 : 0;
         const uint32_t so = sw128_offset(r, ch, kKeys);
         cp_async_16_u32(kb + so, static_cast<const T*>(P.k_cache) + off, ok ? 16 : 0);
         cp_async_16_u32(vb + so, static_cast<const T*>(P.v_cache) + off, ok ? 16 : 0);
@@ -264,7 +253,6 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, WGS>::kThreads, 1)
   float o[kN3 * 4];
 #pragma unroll
   for (int i = 0; i < kN3 * 4; ++i) o[i] = 0.0f;
-  const bool live = 64 * wgi + 16 * (warp % 4) < rows;  // warp-uniform: the warp has a real row
 
   // O += P V of tile `t` (64 x D per warpgroup); V N-major: its 64-column blocks kKeys * 128 bytes
   // apart. Issued and committed, not waited for.
@@ -313,85 +301,77 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, WGS>::kThreads, 1)
     }
     wg::fence_regs(s);
     const uint16_t* par = reinterpret_cast<const uint16_t*>(smem_ptr(slot_base(it % kStages) + kParOff));
-    float alpha[2] = {1.0f, 1.0f};
-    if (live) {  // a warp whose 16 rows are all padding keeps P = 0 (pa) and skips the softmax
-      if constexpr (kU8) {  // s_j = kscale_j * (q . (code_j + 1024) - (kzp_j + 1024) * sum(q))
+    if constexpr (kU8) {  // s_j = kscale_j * (q . (code_j + 1024) - (kzp_j + 1024) * sum(q))
 #pragma unroll
-        for (int n = 0; n < kN1; ++n) {
-          const int kc = n * 8 + 2 * (lane % 4);
-          const float2 ks2 = __half22float2(*reinterpret_cast<const __half2*>(par + kc));
-          const float2 kz2 = __half22float2(*reinterpret_cast<const __half2*>(par + kKeys + kc));
+      for (int n = 0; n < kN1; ++n) {
+        const int kc = n * 8 + 2 * (lane % 4);
+        const float2 ks2 = __half22float2(*reinterpret_cast<const __half2*>(par + kc));
+        const float2 kz2 = __half22float2(*reinterpret_cast<const __half2*>(par + kKeys + kc));
 #pragma unroll
-          for (int e = 0; e < 4; ++e)
-            s[4 * n + e] = (e % 2 ? ks2.y : ks2.x) *
-                           (s[4 * n + e] - ((e % 2 ? kz2.y : kz2.x) + kU8Bias) * row_qsum[e / 2]);
-        }
+        for (int e = 0; e < 4; ++e)
+          s[4 * n + e] = (e % 2 ? ks2.y : ks2.x) * (s[4 * n + e] - ((e % 2 ? kz2.y : kz2.x) + kU8Bias) * row_qsum[e / 2]);
       }
-
-      // ---- masks, online softmax; element (n, e): row hf = e / 2, key js + 8n + 2 (lane % 4) + e % 2 ----
-      const bool interior = js + kKeys <= w.kv_end && js + kKeys <= past + w.t0 + 1 &&
-                            (P.sliding_window == 0 || js >= past + w.t0 + w.nt - P.sliding_window) &&
-                            (P.qq_bias == nullptr || js + kKeys <= past);
-      // scores in log2 units; masked: -inf. Interior tiles without ALiBi (most of a prefill): one FMUL.
-      float mx[2] = {-INFINITY, -INFINITY};
-      if (interior && !alibi) {
-#pragma unroll
-        for (int i = 0; i < kN1 * 4; ++i) {
-          s[i] = row_valid[(i % 4) / 2] ? s[i] * P.scale_log2 : -INFINITY;
-          mx[(i % 4) / 2] = fmaxf(mx[(i % 4) / 2], s[i]);
-        }
-      } else {
-#pragma unroll
-        for (int n = 0; n < kN1; ++n) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int hf = e / 2;
-            const int j = js + n * 8 + 2 * (lane % 4) + (e % 2);
-            const bool vis = row_valid[hf] && j < w.kv_end && j <= row_qpos[hf] && j >= row_lo[hf] &&
-                             (row_qq[hf] == nullptr || j < past || row_qq[hf][j - past] != 0);
-            const float sv =
-                vis ? s[4 * n + e] * P.scale_log2 + row_slope2[hf] * static_cast<float>(j - row_qpos[hf]) : -INFINITY;
-            s[4 * n + e] = sv;
-            mx[hf] = fmaxf(mx[hf], sv);
-          }
-        }
-      }
-      float m_sub[2];
-#pragma unroll
-      for (int hf = 0; hf < 2; ++hf) {
-        mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 1));
-        mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 2));
-        const float m_new = fmaxf(row_m[hf], mx[hf]);
-        alpha[hf] = m_new != -INFINITY ? fast_exp2(row_m[hf] - m_new) : 1.0f;
-        row_m[hf] = m_new;
-        m_sub[hf] = m_new != -INFINITY ? m_new : 0.0f;  // no visible key yet: every score is -inf -> 0
-      }
-      float sum[2] = {0.0f, 0.0f};
-#pragma unroll
-      for (int i = 0; i < kN1 * 4; ++i) {  // P (f32) in place of S; exp2(-inf) = 0
-        s[i] = fast_exp2(s[i] - m_sub[(i % 4) / 2]);
-        sum[(i % 4) / 2] += s[i];
-      }
-#pragma unroll
-      for (int hf = 0; hf < 2; ++hf) row_l[hf] = row_l[hf] * alpha[hf] + sum[hf];
     }
+
+    // ---- masks, online softmax; element (n, e): row hf = e / 2, key js + 8n + 2 (lane % 4) + e % 2 ----
+    const bool interior = js + kKeys <= w.kv_end && js + kKeys <= past + w.t0 + 1 &&
+                          (P.sliding_window == 0 || js >= past + w.t0 + w.nt - P.sliding_window) &&
+                          (P.qq_bias == nullptr || js + kKeys <= past);
+    // scores in log2 units; masked: -inf. Interior tiles without ALiBi (most of a prefill): one FMUL.
+    float mx[2] = {-INFINITY, -INFINITY};
+    if (interior && !alibi) {
+#pragma unroll
+      for (int i = 0; i < kN1 * 4; ++i) {
+        s[i] = row_valid[(i % 4) / 2] ? s[i] * P.scale_log2 : -INFINITY;
+        mx[(i % 4) / 2] = fmaxf(mx[(i % 4) / 2], s[i]);
+      }
+    } else {
+#pragma unroll
+      for (int n = 0; n < kN1; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int hf = e / 2;
+          const int j = js + n * 8 + 2 * (lane % 4) + (e % 2);
+          const bool vis = row_valid[hf] && j < w.kv_end && j <= row_qpos[hf] && j >= row_lo[hf] &&
+                           (row_qq[hf] == nullptr || j < past || row_qq[hf][j - past] != 0);
+          const float sv =
+              vis ? s[4 * n + e] * P.scale_log2 + row_slope2[hf] * static_cast<float>(j - row_qpos[hf]) : -INFINITY;
+          s[4 * n + e] = sv;
+          mx[hf] = fmaxf(mx[hf], sv);
+        }
+      }
+    }
+    float alpha[2], m_sub[2];
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 1));
+      mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 2));
+      const float m_new = fmaxf(row_m[hf], mx[hf]);
+      alpha[hf] = m_new != -INFINITY ? fast_exp2(row_m[hf] - m_new) : 1.0f;
+      row_m[hf] = m_new;
+      m_sub[hf] = m_new != -INFINITY ? m_new : 0.0f;  // no visible key yet: every score is -inf -> 0
+    }
+    float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int i = 0; i < kN1 * 4; ++i) {  // P (f32) in place of S; exp2(-inf) = 0
+      s[i] = fast_exp2(s[i] - m_sub[(i % 4) / 2]);
+      sum[(i % 4) / 2] += s[i];
+    }
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) row_l[hf] = row_l[hf] * alpha[hf] + sum[hf];
     // The previous tile's PV MMA reads pa and writes o asynchronously: both stay untouched (and pa
     // live, fenced) until it has completed.
     wg::wait<0>();
     wg::fence_regs(o);
     wg::fence_regs(pa);
-    // no row max of the warp moved (most tiles of a long decode): every alpha is exactly 1
-    if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll
-      for (int n = 0; n < kN3; ++n) {
-        o[4 * n + 0] *= alpha[0];
-        o[4 * n + 1] *= alpha[0];
-        o[4 * n + 2] *= alpha[1];
-        o[4 * n + 3] *= alpha[1];
-      }
+    for (int n = 0; n < kN3; ++n) {
+      o[4 * n + 0] *= alpha[0];
+      o[4 * n + 1] *= alpha[0];
+      o[4 * n + 2] *= alpha[1];
+      o[4 * n + 3] *= alpha[1];
     }
 
-    if (!live) continue;
     if constexpr (kU8) {  // P' = f16(p * vscale) feeds the MMA on the codes; c += P' * vzp
       float cz[2] = {0.0f, 0.0f};
 #pragma unroll
