@@ -183,7 +183,7 @@ class CudaPlan final : public detail::PlanImpl {
     // default where the Hopper kernel is not used; 1.20x faster than 8 warps of one row tile on bf16
     // prefill from zero at D = 128 (H200, run s4a). PAGEDATTN_PREFILL_MT2=0 turns it off (A/B runs).
     if (const char* e = std::getenv("PAGEDATTN_PREFILL_MT2"); e != nullptr && std::string(e) == "0") choice_.mt2 = false;
-    // The Hopper prefill kernel (wg_kernel, wgmma) for the 8-row-tile chunks of f16/bf16 caches: sm_90
+    // The Hopper prefill kernel (wg_kernel, wgmma) for the 8-row-tile chunks (u8 too, below): sm_90
     // devices, builds with sm_90a code. Key tiles: 128 at D = 128 (1.02-1.04x over 64 on bf16 prefill
     // from zero, H200 run s4dev5), 64 at D = 64 (not measured with 128), 32 at D = 256 (shared memory).
     // PAGEDATTN_WGMMA=0 turns it off, =64/=128 picks the tile at D <= 128 (A/B runs).
@@ -207,7 +207,8 @@ class CudaPlan final : public detail::PlanImpl {
     }
     // Experiment: few-query chunks (<= 64 rows) on the one-warpgroup Hopper kernel, where the Hopper
     // kernel is on (PAGEDATTN_WGMMA_DECODE=1; a 6-slot ring, one CTA per SM, two at D = 64; the planner
-    // sizes the partitions for that occupancy).
+    // sizes the partitions for that occupancy). Measured off: T8/T1 1.03-1.11, but T=1 1.18-1.26x slower
+    // than fwd_kernel, issue-bound on its one warpgroup per SM (H200, runs s5b and s5p).
     if (const char* e = std::getenv("PAGEDATTN_WGMMA_DECODE"); choice_.wg != 0 && e != nullptr && std::string(e) == "1")
       choice_.wg_decode = true;
     in.ctas_per_sm = fwd_kernel_info(D_, kv_, 1, choice_).ctas_per_sm();
