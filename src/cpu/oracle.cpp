@@ -105,6 +105,17 @@ void read_row(const TensorView& data, const TensorView& scale, const TensorView&
   }
 }
 
+// q . k in double, over four interleaved partial sums (one chain would be bound by the latency of
+// the double add; any order is exact to far below the backends' tolerances).
+double dot(const float* q, const float* k, int D) {
+  double a[4] = {0.0, 0.0, 0.0, 0.0};
+  int d = 0;
+  for (; d + 4 <= D; d += 4)
+    for (int e = 0; e < 4; ++e) a[e] += static_cast<double>(q[d + e]) * k[d + e];
+  for (; d < D; ++d) a[0] += static_cast<double>(q[d]) * k[d];
+  return (a[0] + a[1]) + (a[2] + a[3]);
+}
+
 }  // namespace
 
 void write_kv(const Params& p) {
@@ -178,9 +189,7 @@ void attention(const Params& p) {
         for (int j = 0; j < ctx; ++j) {
           if (!visible[j]) continue;
           const float* k = &K[(static_cast<size_t>(kh) * ctx + j) * L.D];
-          double dot = 0.0;
-          for (int d = 0; d < L.D; ++d) dot += static_cast<double>(q[d]) * k[d];
-          score[j] = scale * dot + slope * static_cast<double>(j - i);
+          score[j] = scale * dot(q.data(), k, L.D) + slope * static_cast<double>(j - i);
         }
 
         // pass 1: max (the sink joins the softmax, so it joins the max too)
