@@ -3,6 +3,7 @@
 #   usage: bench/profile.sh [context] [T[,T...]] [kv]     (carry .deps; logs under $OUT)
 #   Run-time switches pass through the environment (e.g. PAGEDATTN_WGMMA_DECODE=1 for the wgq kernel).
 #   SKIP_BUILD=1 reuses an existing build in $BUILD_DIR (e.g. the one bench/gpu.sh made).
+#   PROFILE_SOURCE=1 adds per-SASS-instruction stall samples (src_*.top.txt; report src_*.ncu-rep).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-$root/gpu-out}
@@ -29,4 +30,35 @@ for t in ${T//,/ }; do
   # stall reasons above 0.3 cycles per issued instruction, per kernel
   awk '/fwd_kernel|wg_kernel|merge_kernel/{print "  " $1, $2} /issue_stalled/{ if ($NF+0 > 0.3) print "    " $1, $NF }' \
     "$OUT/ncu_${ctx}_T${t}_${kv}.txt" | sed 's/smsp__average_warps_issue_stalled_//; s/_per_issue_active.ratio//' 
+  # PROFILE_SOURCE=1: per-SASS-instruction warp stall samples of the first attention kernel (where the
+  # stalls sit: copy issue, ldmatrix, MMA chains, softmax), the top 40 by samples, with their stall reasons
+  if [ "${PROFILE_SOURCE:-0}" = 1 ]; then
+    rep="$OUT/src_${ctx}_T${t}_${kv}"
+    timeout 300 ncu --clock-control none -k regex:"fwd_kernel|wg_kernel" -c 1 --section SourceCounters \
+      --section WarpStateStats -f -o "$rep" "$build/pagedattn" "${args[@]}" > "$rep.log" 2>&1
+    ncu -i "$rep.ncu-rep" --page source --csv --print-source sass > "$rep.csv" 2> "$rep.err"
+    python3 - "$rep.csv" <<'PY' | tee "$rep.top.txt"
+import csv, sys
+rows = list(csv.reader(open(sys.argv[1], errors="replace")))
+hdr = next((i for i, r in enumerate(rows) if any("Source" == c.strip() or "Address" in c for c in r)), None)
+if hdr is None:
+    print("no source table in", sys.argv[1]); print("\n".join(",".join(r) for r in rows[:5])); sys.exit(0)
+h = [c.strip() for c in rows[hdr]]
+col = next((i for i, c in enumerate(h) if "Stall Sampling (All" in c), None)
+src = next((i for i, c in enumerate(h) if c == "Source"), 1)
+reasons = [i for i, c in enumerate(h) if c.startswith("stall_") or "Stall Reason" in c]
+if col is None:
+    print("columns:", h); sys.exit(0)
+def num(x):
+    try: return float(x.replace(",", ""))
+    except ValueError: return 0.0
+body = [r for r in rows[hdr + 1:] if len(r) == len(h)]
+total = sum(num(r[col]) for r in body) or 1.0
+print("samples %d over %d SASS lines; top 40 (share, instruction):" % (total, len(body)))
+for r in sorted(body, key=lambda r: -num(r[col]))[:40]:
+    top = sorted(((num(r[i]), h[i]) for i in reasons), reverse=True)[:2]
+    print("%5.1f%%  %-60s %s" % (100 * num(r[col]) / total, r[src].strip()[:60],
+                                 " ".join("%s=%d" % (n, v) for v, n in top if v > 0)))
+PY
+  fi
 done
