@@ -105,15 +105,15 @@ void read_row(const TensorView& data, const TensorView& scale, const TensorView&
   }
 }
 
-// q . k in double, over four interleaved partial sums (one chain would be bound by the latency of
+// q . k in double, over eight interleaved partial sums (one chain would be bound by the latency of
 // the double add; any order is exact to far below the backends' tolerances).
 double dot(const float* q, const float* k, int D) {
-  double a[4] = {0.0, 0.0, 0.0, 0.0};
+  double a[8] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
   int d = 0;
-  for (; d + 4 <= D; d += 4)
-    for (int e = 0; e < 4; ++e) a[e] += static_cast<double>(q[d + e]) * k[d + e];
+  for (; d + 8 <= D; d += 8)
+    for (int e = 0; e < 8; ++e) a[e] += static_cast<double>(q[d + e]) * k[d + e];
   for (; d < D; ++d) a[0] += static_cast<double>(q[d]) * k[d];
-  return (a[0] + a[1]) + (a[2] + a[3]);
+  return ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]));
 }
 
 }  // namespace
@@ -207,14 +207,25 @@ void attention(const Params& p) {
           sum += score[j];
         }
 
-        // pass 3: normalise and accumulate the values
+        // pass 3: normalise and accumulate the values, four keys per sweep over acc
         std::fill(acc.begin(), acc.end(), 0.0);
-        for (int j = 0; j < ctx; ++j) {
-          if (!visible[j]) continue;
-          const double w = score[j] / sum;
-          weight_sum[j] += w;
-          const float* v = &V[(static_cast<size_t>(kh) * ctx + j) * L.D];
-          for (int d = 0; d < L.D; ++d) acc[d] += w * v[d];
+        double w4[4];
+        const float* v4[4];
+        int n4 = 0;
+        for (int j = 0; j <= ctx; ++j) {
+          if (j < ctx && visible[j]) {
+            w4[n4] = score[j] / sum;
+            weight_sum[j] += w4[n4];
+            v4[n4++] = &V[(static_cast<size_t>(kh) * ctx + j) * L.D];
+          }
+          if (n4 == 4) {
+            for (int d = 0; d < L.D; ++d)
+              acc[d] += (w4[0] * v4[0][d] + w4[1] * v4[1][d]) + (w4[2] * v4[2][d] + w4[3] * v4[3][d]);
+            n4 = 0;
+          } else if (j == ctx) {  // the last one to three keys
+            for (int e = 0; e < n4; ++e)
+              for (int d = 0; d < L.D; ++d) acc[d] += w4[e] * v4[e][d];
+          }
         }
         for (int d = 0; d < L.D; ++d) store(p.out, offset(p.out, tok0 + t, h * L.D + d), static_cast<float>(acc[d]));
       }
