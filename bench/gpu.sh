@@ -2,8 +2,9 @@
 # One call on the GPU machine: build from source (sm_90a + sm_80), GPU tests, a compute-sanitizer
 # subset, the benchmark, the Python package's GPU test and the peers. Logs go under $OUT/run and come
 # back as $OUT/results.tgz (the device tool returns at most 8 files); a short table is printed last.
-#   usage: bench/gpu.sh [stages...]    stages: build test cputest sanitizer bench ab python peers prefill
-#   (prefill: the prefill scenario alone, default, PAGEDATTN_WGMMA=64 and =0; CUDA_ARCHS, BUILD_TARGETS and
+#   usage: bench/gpu.sh [stages...]    stages: build test cputest sanitizer bench ab abbuild python peers prefill
+#   (prefill: the prefill scenario alone, default, PAGEDATTN_WGMMA=64 and =0; abbuild: build-time
+#   experiments against the default build, AB_BUILDS; CUDA_ARCHS, BUILD_TARGETS and
 #   TEST_FILTER narrow the build and the GPU tests for quick runs)
 #                                       (default: all but cputest; CI runs the CPU tests)
 # Here, before the call: bench/prepare_deps.sh, bench/peers/fetch_flashinfer.sh (FlashInfer wheels and
@@ -101,6 +102,36 @@ if has ab; then
     env "${envs[@]}" timeout 120 "$build/pagedattn" bench --backend cuda --scenario seed --kv f16,u8 --tokens 1,3,8 \
       --json "$run_dir/ab_$tag.json" > "$run_dir/ab_$tag.log" 2>&1 || status=1
   done
+fi
+
+if has abbuild; then
+  # build-time experiments (the macro changes the compiled kernels, so a second build of the 90a code):
+  # AB_BUILDS is a space-separated list of name:CUDA_FLAGS; each row set lands in the ab table as build-<name>
+  if [ ! -s "$run_dir/ab_default.json" ]; then  # the default build's rows, for the ratios
+    log "A/B: default"
+    timeout 120 "$build/pagedattn" bench --backend cuda --scenario seed --kv f16,u8 --tokens 1,3,8 \
+      --json "$run_dir/ab_default.json" > "$run_dir/ab_default.log" 2>&1 || status=1
+  fi
+  for spec in ${AB_BUILDS:-noinline:-DPAGEDATTN_FWD_COPY_NOINLINE=1}; do
+    name=${spec%%:*} flags=${spec#*:}
+    if [ "$(left)" -lt 120 ]; then log "A/B build $name skipped: $(left)s of the ${budget}s budget left"; continue; fi
+    log "A/B build: $name ($flags)"
+    b2=$build-$name
+    prefix=()
+    [ -d "$root/.deps" ] && prefix=(-DCMAKE_PREFIX_PATH="$root/.deps")
+    if { cmake -S "$root" -B "$b2" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPAGEDATTN_CUDA=ON -DPAGEDATTN_BUILD_TESTS=OFF \
+           -DCMAKE_CUDA_ARCHITECTURES=90a-real -DCMAKE_CUDA_FLAGS="$flags" "${prefix[@]}" &&
+         ninja -C "$b2" -j "$(nproc)" pagedattn; } > "$run_dir/build_$name.log" 2>&1; then
+      timeout 120 "$b2/pagedattn" bench --backend cuda --scenario seed --kv f16,u8 --tokens 1,3,8 \
+        --json "$run_dir/ab_build-$name.json" > "$run_dir/ab_build-$name.log" 2>&1 || status=1
+    else
+      tail -20 "$run_dir/build_$name.log"
+      status=1
+    fi
+  done
+fi
+
+if has ab || has abbuild; then
   python3 - "$run_dir" <<'PY' | tee "$run_dir/ab_table.txt"
 import json, sys, glob, os
 d = sys.argv[1]
