@@ -35,7 +35,8 @@ for t in ${T//,/ }; do
   if [ "${PROFILE_SOURCE:-0}" = 1 ]; then
     rep="$OUT/src_${ctx}_T${t}_${kv}"
     timeout 300 ncu --clock-control none -k regex:"fwd_kernel|wg_kernel" -c 1 --section SourceCounters \
-      --section WarpStateStats -f -o "$rep" "$build/pagedattn" "${args[@]}" > "$rep.log" 2>&1
+      --section WarpStateStats -f -o "$rep" "$build/pagedattn" "${args[@]}" > "$rep.log" 2>&1 ||
+      { echo "ncu failed:"; tail -5 "$rep.log"; }
     ncu -i "$rep.ncu-rep" --page source --csv --print-source sass > "$rep.csv" 2> "$rep.err"
     python3 - "$rep.csv" <<'PY' | tee "$rep.top.txt"
 import csv, sys
@@ -47,8 +48,10 @@ h = [c.strip() for c in rows[hdr]]
 col = next((i for i, c in enumerate(h) if "Stall Sampling (All" in c), None)
 src = next((i for i, c in enumerate(h) if c == "Source"), 1)
 reasons = [i for i, c in enumerate(h) if c.startswith("stall_") or "Stall Reason" in c]
+if col is None or not reasons:
+    print("columns:", h)
 if col is None:
-    print("columns:", h); sys.exit(0)
+    sys.exit(0)
 def num(x):
     try: return float(x.replace(",", ""))
     except ValueError: return 0.0

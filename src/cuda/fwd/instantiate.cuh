@@ -84,7 +84,7 @@ FwdKernelInfo fwd_kernel_info_for(int kv, int rt, const KernelChoice& c) {
   constexpr bool kSplitVariants = D == 256;
   constexpr bool kMt2Variants = D <= 128;
   constexpr int kWgqKeys = D == 256 ? 32 : 64;  // the one-warpgroup variant's key tile (and u8's)
-  if (c.wg != 0 && kv == kKvU8) {  // u8 on the Hopper kernel (experiment; c.wg is set for u8 only then)
+  if (c.wg != 0 && kv == kKvU8) {  // u8 on the Hopper kernel (the default; off: c.wg = 0 for u8)
     if (rt == 8) return WgVariant<D, kKvU8, kWgqKeys, 2>::info();
     if (c.wg_decode) return WgVariant<D, kKvU8, kWgqKeys, 1>::info();
   }
