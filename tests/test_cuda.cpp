@@ -90,31 +90,42 @@ std::string compare_cache(const Case& c, const Case& ref) {
   return "";
 }
 
-// Runs `n` cases: oracle references in parallel on the host, then each case on the GPU.
-void run_suite(const char* name, const CaseConfig& cfg, uint64_t seed0, int n, const Options& opt = {Backend::cuda}) {
+// `n` seeded cases and their oracle references (computed in parallel on the host), to run on the GPU
+// once or, under several switches, more than once (the oracle dominates a suite's time).
+struct Suite {
+  std::vector<Case> cases, refs;
+};
+Suite make_suite(const char* name, const CaseConfig& cfg, uint64_t seed0, int n) {
   n = case_count(n);
   std::printf("[%s] base seed %llu (override with PAGEDATTN_SEED), %d cases\n", name,
               static_cast<unsigned long long>(seed0), n);
   std::fflush(stdout);
-  std::vector<Case> cases(n), refs(n);
-  {
-    const unsigned workers = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
-    std::vector<std::future<void>> fut;
-    for (unsigned w = 0; w < workers; ++w)
-      fut.push_back(std::async(std::launch::async, [&, w] {
-        for (int i = static_cast<int>(w); i < n; i += static_cast<int>(workers)) {
-          cases[i] = make_random_case(seed0 + i, cfg);
-          refs[i] = cases[i];
-          oracle::forward(refs[i].params());
-        }
-      }));
-    for (auto& f : fut) f.get();
-  }
+  Suite s;
+  s.cases.resize(n);
+  s.refs.resize(n);
+  const unsigned workers = std::max(1u, std::min(16u, std::thread::hardware_concurrency()));
+  std::vector<std::future<void>> fut;
+  for (unsigned w = 0; w < workers; ++w)
+    fut.push_back(std::async(std::launch::async, [&, w] {
+      for (int i = static_cast<int>(w); i < n; i += static_cast<int>(workers)) {
+        s.cases[i] = make_random_case(seed0 + i, cfg);
+        s.refs[i] = s.cases[i];
+        oracle::forward(s.refs[i].params());
+      }
+    }));
+  for (auto& f : fut) f.get();
+  return s;
+}
+
+// Runs every case of `suite` on the GPU (a fresh copy of its inputs and cache each time) and compares
+// it with its reference.
+void check_suite(const char* name, const Suite& suite, const Options& opt = {Backend::cuda}) {
+  const int n = static_cast<int>(suite.cases.size());
   std::map<KVPrecision, Worst> worst;
   int failures = 0;
   for (int i = 0; i < n; ++i) {
-    Case& c = cases[i];
-    const Case& ref = refs[i];
+    Case c = suite.cases[i];
+    const Case& ref = suite.refs[i];
     {
       DeviceCase d(c);
       forward(d.params(), opt);
@@ -156,6 +167,10 @@ void run_suite(const char* name, const CaseConfig& cfg, uint64_t seed0, int n, c
   for (const auto& [p, wk] : worst)
     std::printf("[%s] kv %-4s: %4d cases, worst rel_l2 %.3e  (%s); scores in %d cases, worst rel_l2 %.3e\n", name,
                 kv_precision_name(p), wk.cases, wk.err, wk.where.c_str(), wk.scores_cases, wk.scores_err);
+}
+
+void run_suite(const char* name, const CaseConfig& cfg, uint64_t seed0, int n, const Options& opt = {Backend::cuda}) {
+  check_suite(name, make_suite(name, cfg, seed0, n), opt);
 }
 
 CaseConfig few_query_config() {
@@ -390,12 +405,14 @@ TEST(Cuda, HopperPrefillRandom) {
   forced.partition_tokens = 192;
   run_suite("prefill-wg-p192", lng, base_seed() + 2200000, 12, forced);
   cfg.head_sizes = lng.head_sizes = f16.head_sizes = {64, 128};
+  const Suite tiles = make_suite("prefill-wg64/128", cfg, base_seed() + 1900000, 40);
+  const Suite tiles_long = make_suite("prefill-wg64/128-long", lng, base_seed() + 2000000, 12);
   for (const char* keys : {"64", "128"}) {
     EnvGuard guard("PAGEDATTN_WGMMA", keys);
     const std::string tag = std::string(" wg") + keys + "]";
     expect_launched(f16, 200, 300, base_seed() + 1900000, {"threads=256 ", tag.c_str()});
-    run_suite((std::string("prefill-wg") + keys).c_str(), cfg, base_seed() + 1900000, 40);
-    run_suite((std::string("prefill-wg") + keys + "-long").c_str(), lng, base_seed() + 2000000, 12);
+    check_suite((std::string("prefill-wg") + keys).c_str(), tiles);
+    check_suite((std::string("prefill-wg") + keys + "-long").c_str(), tiles_long);
   }
 }
 
@@ -520,11 +537,10 @@ TEST(Cuda, BackToBackDecodeReadsTheRowJustWritten) {
 // query cases with long contexts (many partitions), same tolerances. A split above D/64 falls back.
 TEST(Cuda, MergeSplitsRandom) {
   REQUIRE_GPU();
-  const CaseConfig cfg = long_context_config(2000, 12000, 30000);
+  const Suite suite = make_suite("merge-split", long_context_config(2000, 12000, 30000), base_seed() + 1300000, 24);
   for (const char* split : {"1", "2", "4"}) {
     EnvGuard guard("PAGEDATTN_MERGE_SPLIT", split);
-    const std::string name = std::string("merge-split-") + split;
-    run_suite(name.c_str(), cfg, base_seed() + 1300000, 24);
+    check_suite((std::string("merge-split-") + split).c_str(), suite);
   }
 }
 
