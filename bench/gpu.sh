@@ -46,12 +46,26 @@ export PAGEDATTN_COMMIT
 } | tee "$OUT/device.txt" "$run_dir/device.txt"
 
 status=0
+prefix=()
+[ -d "$root/.deps" ] && prefix=(-DCMAKE_PREFIX_PATH="$root/.deps")
+# configure DIR ARCHS [cmake args...]: a Release CUDA build tree
+configure() {
+  local dir=$1 archs=$2
+  shift 2
+  cmake -S "$root" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPAGEDATTN_CUDA=ON \
+    -DCMAKE_CUDA_ARCHITECTURES="$archs" "${prefix[@]}" "$@"
+}
+# ab_bench BINARY TAG [VAR=V...]: the A/B rows (seed scenario, f16/u8, T = 1, 3, 8) -> ab_TAG.json
+ab_bench() {
+  local bin=$1 tag=$2
+  shift 2
+  env "$@" timeout 120 "$bin" bench --backend cuda --scenario seed --kv f16,u8 --tokens 1,3,8 \
+    --json "$run_dir/ab_$tag.json" > "$run_dir/ab_$tag.log" 2>&1
+}
+
 if has build; then
   log "build"
-  prefix=()
-  [ -d "$root/.deps" ] && prefix=(-DCMAKE_PREFIX_PATH="$root/.deps")
-  if ! { cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPAGEDATTN_CUDA=ON \
-           -DCMAKE_CUDA_ARCHITECTURES="${CUDA_ARCHS:-90a-real;80-real}" "${prefix[@]}" &&
+  if ! { configure "$build" "${CUDA_ARCHS:-90a-real;80-real}" &&
          ninja -C "$build" -j "$(nproc)" ${BUILD_TARGETS:-}; } > "$run_dir/build.log" 2>&1; then
     tail -40 "$run_dir/build.log"
     exit 1
@@ -99,8 +113,7 @@ if has ab; then
     if [ "$(left)" -lt 240 ]; then log "A/B $cfg skipped: $(left)s of the ${budget}s budget left"; continue; fi
     log "A/B: $cfg"
     if [ "$cfg" = default ]; then envs=(); else IFS=, read -ra envs <<< "$cfg"; fi
-    env "${envs[@]}" timeout 120 "$build/pagedattn" bench --backend cuda --scenario seed --kv f16,u8 --tokens 1,3,8 \
-      --json "$run_dir/ab_$tag.json" > "$run_dir/ab_$tag.log" 2>&1 || status=1
+    ab_bench "$build/pagedattn" "$tag" "${envs[@]}" || status=1
   done
 fi
 
@@ -110,8 +123,7 @@ if has abbuild; then
   # each row set lands in the ab table as build-<name>
   if [ ! -s "$run_dir/ab_default.json" ]; then  # the default build's rows, for the ratios
     log "A/B: default"
-    timeout 120 "$build/pagedattn" bench --backend cuda --scenario seed --kv f16,u8 --tokens 1,3,8 \
-      --json "$run_dir/ab_default.json" > "$run_dir/ab_default.log" 2>&1 || status=1
+    ab_bench "$build/pagedattn" default || status=1
   fi
   for spec in ${AB_BUILDS:-noinline:-DPAGEDATTN_FWD_COPY_NOINLINE=1}; do
     [[ $spec == *:* ]] || { log "A/B build '$spec' skipped: not name:CUDA_FLAGS"; continue; }
@@ -120,13 +132,9 @@ if has abbuild; then
     if [ "$(left)" -lt 240 ]; then log "A/B build $name skipped: $(left)s of the ${budget}s budget left"; continue; fi
     log "A/B build: $name ($flags)"
     b2=$build-$name
-    prefix=()
-    [ -d "$root/.deps" ] && prefix=(-DCMAKE_PREFIX_PATH="$root/.deps")
-    if { cmake -S "$root" -B "$b2" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPAGEDATTN_CUDA=ON -DPAGEDATTN_BUILD_TESTS=OFF \
-           -DCMAKE_CUDA_ARCHITECTURES=90a-real -DCMAKE_CUDA_FLAGS="$flags" "${prefix[@]}" &&
+    if { configure "$b2" 90a-real -DPAGEDATTN_BUILD_TESTS=OFF -DCMAKE_CUDA_FLAGS="$flags" &&
          timeout $(( $(left) - 150 )) ninja -C "$b2" -j "$(nproc)" pagedattn; } > "$run_dir/build_$name.log" 2>&1; then
-      timeout 120 "$b2/pagedattn" bench --backend cuda --scenario seed --kv f16,u8 --tokens 1,3,8 \
-        --json "$run_dir/ab_build-$name.json" > "$run_dir/ab_build-$name.log" 2>&1 || status=1
+      ab_bench "$b2/pagedattn" "build-$name" || status=1
     else
       tail -20 "$run_dir/build_$name.log"
       status=1
