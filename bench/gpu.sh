@@ -2,9 +2,10 @@
 # One call on the GPU machine: build from source (sm_90a + sm_80), GPU tests, a compute-sanitizer
 # subset, the benchmark, the Python package's GPU test and the peers. Logs go under $OUT/run and come
 # back as $OUT/results.tgz (the device tool returns at most 8 files); a short table is printed last.
-#   usage: bench/gpu.sh [stages...]    stages: build test cputest sanitizer bench ab abbuild python peers prefill
+#   usage: bench/gpu.sh [stages...]    stages: build test cputest sanitizer bench ab abbuild abref python peers prefill
 #   (prefill: the prefill scenario alone, default, PAGEDATTN_WGMMA=64 and =0; abbuild: build-time
-#   experiments against the default build, AB_BUILDS; CUDA_ARCHS, BUILD_TARGETS and
+#   experiments against the default build, AB_BUILDS; abref: an earlier commit's source in .abref,
+#   bench/prepare_abref.sh; CUDA_ARCHS, BUILD_TARGETS and
 #   TEST_FILTER narrow the build and the GPU tests for quick runs)
 #                                       (default: all but cputest; CI runs the CPU tests)
 # Here, before the call: bench/prepare_deps.sh, bench/peers/fetch_flashinfer.sh (FlashInfer wheels and
@@ -48,11 +49,11 @@ export PAGEDATTN_COMMIT
 status=0
 prefix=()
 [ -d "$root/.deps" ] && prefix=(-DCMAKE_PREFIX_PATH="$root/.deps")
-# configure DIR ARCHS [cmake args...]: a Release CUDA build tree
+# configure DIR ARCHS [cmake args...]: a Release CUDA build tree (of CONFIGURE_SRC, default the working tree)
 configure() {
   local dir=$1 archs=$2
   shift 2
-  cmake -S "$root" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPAGEDATTN_CUDA=ON \
+  cmake -S "${CONFIGURE_SRC:-$root}" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPAGEDATTN_CUDA=ON \
     -DCMAKE_CUDA_ARCHITECTURES="$archs" "${prefix[@]}" "$@"
 }
 # ab_bench BINARY TAG [VAR=V...]: the A/B rows (seed scenario, f16/u8, T = 1, 3, 8) -> ab_TAG.json
@@ -142,7 +143,30 @@ if has abbuild; then
   done
 fi
 
-if has ab || has abbuild; then
+if has abref; then
+  # the same benchmark rows from an earlier commit's source, built here in the same call (same-run
+  # ratios across commits). Here, before the call: bench/prepare_abref.sh COMMIT, then carry .abref.
+  if [ ! -s "$run_dir/ab_default.json" ]; then
+    log "A/B: default"
+    ab_bench "$build/pagedattn" default || status=1
+  fi
+  if [ -f "$root/.abref/.commit" ] && [ "$(left)" -ge 240 ]; then
+    ref=$(cat "$root/.abref/.commit")
+    log "A/B ref: $ref"
+    b3=$build-ref
+    if { CONFIGURE_SRC=$root/.abref configure "$b3" 90a-real -DPAGEDATTN_BUILD_TESTS=OFF &&
+         timeout $(( $(left) - 150 )) ninja -C "$b3" -j "$(nproc)" pagedattn; } > "$run_dir/build_ref.log" 2>&1; then
+      ab_bench "$b3/pagedattn" "ref-$ref" || status=1
+    else
+      tail -20 "$run_dir/build_ref.log"
+      status=1
+    fi
+  else
+    log "A/B ref skipped: no .abref/.commit (bench/prepare_abref.sh) or $(left)s left"
+  fi
+fi
+
+if has ab || has abbuild || has abref; then
   python3 - "$run_dir" <<'PY' | tee "$run_dir/ab_table.txt"
 import json, sys, glob, os
 d = sys.argv[1]

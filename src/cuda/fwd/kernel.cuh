@@ -117,6 +117,95 @@ __device__ __forceinline__ float load_io(const void* base, int64_t i, int io) {
   return static_cast<const float*>(base)[i];
 }
 
+// N consecutive query / new key / new value elements (N = 2, 4 or 8) -> f32. One vector load per 16
+// bytes when the address allows (the runtime dtype switch is taken once, so the loads of an unrolled
+// caller go out together); else element by element. Plain loads, not the non-coherent path: nothing
+// forbids the caller's query buffer from aliasing the output.
+template <int N>
+__device__ __forceinline__ void load_io_n(const void* base, int64_t i, int io, float (&x)[N]) {
+  static_assert(N == 2 || N == 4 || N == 8, "2, 4 or 8 elements");
+  constexpr int kHalfBytes = 2 * N, kF32Bytes = 4 * N;
+  if (io == kIoF32) {
+    const float* p = static_cast<const float*>(base) + i;
+    if (reinterpret_cast<uintptr_t>(p) % (kF32Bytes < 16 ? kF32Bytes : 16) == 0) {
+      if constexpr (N == 2) {
+        const float2 v = *reinterpret_cast<const float2*>(p);
+        x[0] = v.x, x[1] = v.y;
+      } else {
+#pragma unroll
+        for (int k = 0; k < N / 4; ++k) {
+          const float4 v = reinterpret_cast<const float4*>(p)[k];
+          x[4 * k] = v.x, x[4 * k + 1] = v.y, x[4 * k + 2] = v.z, x[4 * k + 3] = v.w;
+        }
+      }
+      return;
+    }
+  } else {
+    const uint16_t* p = static_cast<const uint16_t*>(base) + i;
+    if (reinterpret_cast<uintptr_t>(p) % kHalfBytes == 0) {
+      uint32_t w[N / 2];
+      if constexpr (N == 8) {
+        const uint4 v = *reinterpret_cast<const uint4*>(p);
+        w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
+      } else if constexpr (N == 4) {
+        const uint2 v = *reinterpret_cast<const uint2*>(p);
+        w[0] = v.x, w[1] = v.y;
+      } else {
+        w[0] = *reinterpret_cast<const uint32_t*>(p);
+      }
+#pragma unroll
+      for (int k = 0; k < N / 2; ++k) {
+        if (io == kIoF16) {
+          const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w[k]));
+          x[2 * k] = f.x, x[2 * k + 1] = f.y;
+        } else {
+          const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[k]));
+          x[2 * k] = f.x, x[2 * k + 1] = f.y;
+        }
+      }
+      return;
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < N; ++k) x[k] = load_io(base, i + k, io);
+}
+
+// The query rows of a work item -> shared memory in the MMA type T: row r is query head hk * G + r % G
+// of token q_tok0 + r / G; rows >= `rows` are zeros. `store(r, chunk, uint4)` places the 8 elements of
+// a chunk. Each thread's loads go out in batches of 4 chunks before any is converted (run s6a: Q loaded
+// element by element was the few-query kernel's largest single stall, 6-8% of its samples).
+template <typename T, int kRows, int D, int kThreads, typename Store>
+__device__ __forceinline__ void stage_q(const FwdParams& P, int64_t q_tok0, int hk, int G, int rows, int tid,
+                                        Store store) {
+  constexpr int kChunks = D / 8, kIters = (kRows * kChunks + kThreads - 1) / kThreads, kBatch = 4;
+#pragma unroll
+  for (int b = 0; b < kIters; b += kBatch) {
+    float x[kBatch][8];
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) {
+      const int idx = tid + (b + k) * kThreads, r = idx / kChunks;
+      if (b + k < kIters && r < rows) {
+        const int64_t src = (q_tok0 + r / G) * P.H * D + static_cast<int64_t>(hk * G + r % G) * D +
+                            (idx % kChunks) * 8;
+        load_io_n<8>(P.q, src, P.io_dtype, x[k]);
+      } else {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) x[k][e] = 0.0f;
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kBatch; ++k) {
+      const int idx = tid + (b + k) * kThreads;
+      if (b + k < kIters && idx < kRows * kChunks) {
+        alignas(16) T v[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) v[e] = from_float<T>(x[k][e]);
+        store(idx / kChunks, idx % kChunks, *reinterpret_cast<const uint4*>(v));
+      }
+    }
+  }
+}
+
 // Four consecutive output elements (16-byte aligned in f32, 8-byte in f16/bf16).
 __device__ __forceinline__ void store_io4(void* base, int64_t i, int io, float4 v) {
   if (io == kIoF16) {
@@ -133,9 +222,12 @@ __device__ __forceinline__ void store_io4(void* base, int64_t i, int io, float4 
 }
 
 // Row index (in units of D elements of a [num_blocks, Hk, bs, D] cache) of key position `pos`.
-__device__ __forceinline__ int64_t cache_row(const int32_t* table, int pos, int hk, int Hk, int bs_log2) {
-  const int64_t blk = __ldg(table + (pos >> bs_log2));
+// `block_row`: the same for a block id already read from the table.
+__device__ __forceinline__ int64_t block_row(int64_t blk, int pos, int hk, int Hk, int bs_log2) {
   return ((blk * Hk + hk) << bs_log2) | (pos & ((1 << bs_log2) - 1));
+}
+__device__ __forceinline__ int64_t cache_row(const int32_t* table, int pos, int hk, int Hk, int bs_log2) {
+  return block_row(__ldg(table + (pos >> bs_log2)), pos, hk, Hk, bs_log2);
 }
 
 // 2^x with one MUFU op (|rel err| ~ 2^-22; -inf -> 0).
@@ -165,8 +257,7 @@ __device__ __forceinline__ void write_row(const void* src, int64_t src_off, void
                                           uint16_t* zp, int64_t row, int io, int lane) {
   constexpr int kPer = D / 32;
   float x[kPer];
-#pragma unroll
-  for (int i = 0; i < kPer; ++i) x[i] = load_io(src, src_off + lane * kPer + i, io);
+  load_io_n<kPer>(src, src_off + lane * kPer, io, x);
   if constexpr (KV == kKvU8) {
     float mn = x[0], mx = x[0];
 #pragma unroll
@@ -225,10 +316,16 @@ __device__ __forceinline__ void fused_write_in(const FwdParams& P, const planner
 
 // Issues the async copies of one half-tile for a key group: K (kind 0, with the u8 parameters) or V
 // (kind 1) of keys [js, js + kKPW) clipped to kv_end; rows past kv_end are zero-filled. `gtid` is the
-// thread's index in its group. The block-table lookups go out before the copies.
+// thread's index in its group. When the slice lies in one cache block (kOneLookup below), `blk` is its
+// block id, read by the caller one tile ahead; else the per-row block-table lookups go out here.
+template <int D, int KV, int RT, int MT>
+struct SliceInBlock {  // the slices of kKPW keys at multiples of kKPW lie in one cache block
+  static constexpr int kLog2KPW = FwdTraits<D, KV, RT, MT>::kKPW == 16 ? 4 : FwdTraits<D, KV, RT, MT>::kKPW == 32 ? 5 : 6;
+  __device__ static bool test(const FwdParams& P) { return P.block_size_log2 >= kLog2KPW; }
+};
 template <int D, int KV, int RT, int MT>
 __device__ PAGEDATTN_COPY_INLINE void load_half(typename SharedStorage<D, KV, RT, MT>::Half& hb, int kind, const FwdParams& P,
-                                          const int32_t* table, int hk, int js, int kv_end, int gtid) {
+                                          const int32_t* table, int32_t blk, int hk, int js, int kv_end, int gtid) {
   using Tr = FwdTraits<D, KV, RT, MT>;
   using C = typename Tr::C;
   constexpr int kChunksPerRow = D * static_cast<int>(sizeof(C)) / 16;
@@ -237,13 +334,12 @@ __device__ PAGEDATTN_COPY_INLINE void load_half(typename SharedStorage<D, KV, RT
   static_assert(kIters * Tr::kGroupThreads == Tr::kKPW * kChunksPerRow, "slice copy split");
   static_assert(Tr::kGroupThreads % kChunksPerRow == 0, "a thread keeps its column");
   constexpr int kRowStep = Tr::kGroupThreads / kChunksPerRow;
-  constexpr int kLog2KPW = Tr::kKPW == 16 ? 4 : Tr::kKPW == 32 ? 5 : 6;
   const C* src = static_cast<const C*>(kind == 0 ? P.k_cache : P.v_cache);
   const int r0 = gtid / kChunksPerRow, c = (gtid % kChunksPerRow) * kElemsPerChunk;
+  const bool one_block = SliceInBlock<D, KV, RT, MT>::test(P);
   int64_t off[kIters];
-  if (P.block_size_log2 >= kLog2KPW) {
-    // the slice lies in one cache block (js is a multiple of kKPW): one table lookup
-    const int64_t base = cache_row(table, js, hk, P.Hk, P.block_size_log2) * D + c;
+  if (one_block) {
+    const int64_t base = block_row(blk, js, hk, P.Hk, P.block_size_log2) * D + c;
 #pragma unroll
     for (int i = 0; i < kIters; ++i) {
       const int r = r0 + i * kRowStep;
@@ -272,7 +368,9 @@ __device__ PAGEDATTN_COPY_INLINE void load_half(typename SharedStorage<D, KV, RT
       const int j = js + cc * 8;
       const bool ok = j < kv_end;
       const uint16_t* ps = a == 0 ? P.k_scale : a == 1 ? P.k_zp : a == 2 ? P.v_scale : P.v_zp;
-      const int64_t off8 = ok ? cache_row(table, j, hk, P.Hk, P.block_size_log2) : 0;
+      const int64_t off8 = !ok       ? 0
+                           : one_block ? block_row(blk, j, hk, P.Hk, P.block_size_log2)
+                                       : cache_row(table, j, hk, P.Hk, P.block_size_log2);
       cp_async_16(&hb.par[a][cc * 8], ps + off8, ok ? 16 : 0);
     }
   }
@@ -352,12 +450,25 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
   const int n_tiles = (w.kv_end - w.kv_begin + Tr::kTileKV - 1) / Tr::kTileKV;
   const int n_halves = 2 * n_tiles;
   auto slice_begin = [&](int it) { return w.kv_begin + it * Tr::kTileKV + wkv * kKPW; };
-  // Half h of a group: tile h/2, K (h even) or V (h odd), ring slot h % kStages.
+  // The block id of the group's next K slice is read one tile ahead (when a slice lies in one cache
+  // block), so no copy issue waits on a table load (run s6a: 3-4% of the T=1 stall samples did).
+  const bool one_block = SliceInBlock<D, KV, RT, MT>::test(P);
+  auto slice_block = [&](int it) {
+    const int js = slice_begin(it);
+    return one_block && js < w.kv_end ? __ldg(table + (js >> P.block_size_log2)) : 0;
+  };
+  int32_t blk_next = slice_block(0), blk = 0;
+  // Half h of a group: tile h/2, K (h even) or V (h odd), ring slot h % kStages. (h's parity is known
+  // at every call site: the block-id rotation compiles to straight-line code.)
   auto issue = [&](int h) {
     if (h < n_halves) {
       const int js = slice_begin(h / 2);
+      if (h % 2 == 0) {
+        blk = blk_next;
+        blk_next = slice_block(h / 2 + 1);
+      }
       if (js < w.kv_end)
-        load_half<D, KV, RT, MT>(sm.u.s.ring[wkv][h % kStages], h % 2, P, table, hk, js, w.kv_end, gtid);
+        load_half<D, KV, RT, MT>(sm.u.s.ring[wkv][h % kStages], h % 2, P, table, blk, hk, js, w.kv_end, gtid);
     }
     cp_async_commit();
   };
@@ -377,20 +488,9 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
   if (!early) prologue();
 
   // --- Q rows (token-major, head-minor) -> smem in the MMA type; padding rows zero ---------------
-  for (int idx = tid; idx < kRows * (D / 8); idx += kThreads) {
-    const int r = idx / (D / 8), c = (idx % (D / 8)) * 8;
-    alignas(16) T v[8];
-    if (r < rows) {
-      const int64_t base =
-          static_cast<int64_t>(tok0 + w.t0 + r / G) * P.H * D + static_cast<int64_t>(hk * G + r % G) * D + c;
-#pragma unroll
-      for (int e = 0; e < 8; ++e) v[e] = from_float<T>(load_io(P.q, base + e, P.io_dtype));
-    } else {
-#pragma unroll
-      for (int e = 0; e < 8; ++e) v[e] = from_float<T>(0.0f);
-    }
-    *reinterpret_cast<uint4*>(&sm.u.s.q[r][c]) = *reinterpret_cast<const uint4*>(v);
-  }
+  stage_q<T, kRows, D, kThreads>(P, tok0 + w.t0, hk, G, rows, tid, [&](int r, int ch, uint4 v) {
+    *reinterpret_cast<uint4*>(&sm.u.s.q[r][ch * 8]) = v;
+  });
   __syncthreads();
   if constexpr (kU8) {  // sum of each (f16-rounded) query row, for the key zero points
     for (int r = warp; r < kRows; r += kWarps) {

@@ -198,21 +198,9 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, WGS>::kThreads, 1)
 
   const bool alibi = P.alibi != nullptr;
   // Q rows -> shared memory (MMA type, swizzled); padding rows zero
-  for (int idx = tid; idx < Tr::kRows * Tr::kChunks; idx += Tr::kThreads) {
-    const int r = idx / Tr::kChunks, ch = idx % Tr::kChunks;
-    alignas(16) T v[8];
-    if (r < rows) {
-      const int64_t src = static_cast<int64_t>(w.tok0 + w.t0 + r / G) * P.H * D +
-                          static_cast<int64_t>(hk * G + r % G) * D + ch * 8;
-#pragma unroll
-      for (int e = 0; e < 8; ++e) v[e] = from_float<T>(load_io(P.q, src + e, P.io_dtype));
-    } else {
-#pragma unroll
-      for (int e = 0; e < 8; ++e) v[e] = from_float<T>(0.0f);
-    }
-    *reinterpret_cast<uint4*>(smem_raw + (q_base - raw_u32) + sw128_offset(r, ch, Tr::kRows)) =
-        *reinterpret_cast<const uint4*>(v);
-  }
+  stage_q<T, Tr::kRows, D, Tr::kThreads>(P, w.tok0 + w.t0, hk, G, rows, tid, [&](int r, int ch, uint4 v) {
+    *reinterpret_cast<uint4*>(smem_raw + (q_base - raw_u32) + sw128_offset(r, ch, Tr::kRows)) = v;
+  });
   // u8: each row's sum of its f16-rounded query (for the key zero points), one warp per row
   float* qsum = reinterpret_cast<float*>(smem_ptr(slot_base(kStages)));
   if constexpr (kU8) {
