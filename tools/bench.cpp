@@ -269,6 +269,8 @@ struct Setup {
     Options o;
     o.backend = opt.backend;
     o.stream = stream;
+    o.partition_tokens = opt.partition_tokens;
+    o.programmatic_launch = opt.programmatic_launch;
     return o;
   }
 };

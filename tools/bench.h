@@ -50,6 +50,8 @@ struct BenchOptions {
   uint64_t seed = 1;
   std::string json;                        // write results here when non-empty
   bool verbose = false;                    // print each config's plan
+  int partition_tokens = 0;                // Options::partition_tokens (0: the planner decides)
+  bool programmatic_launch = true;         // Options::programmatic_launch
 };
 
 /// Runs the benchmark and prints the table. Returns the process exit code.

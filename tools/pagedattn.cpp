@@ -168,6 +168,10 @@ int main(int argc, char** argv) {
   bench->add_option("--seed", bopt.seed, "seed of the random contents and block tables")->capture_default_str();
   bench->add_option("--json", bopt.json, "also write the results (with device, date, commit) to this file");
   bench->add_flag("-v,--verbose", bopt.verbose, "print each configuration's plan");
+  bench->add_option("--partition", bopt.partition_tokens, "cuda: force the KV partition size (Options::partition_tokens)")
+      ->check(CLI::NonNegativeNumber);
+  bool no_pdl = false;
+  bench->add_flag("--no-pdl", no_pdl, "cuda: Options::programmatic_launch = false");
 
   try {
     app.parse(argc, argv);
@@ -211,6 +215,7 @@ int main(int argc, char** argv) {
     if (o_mpast->count() == 0) bopt.mixed_past = cuda ? 8192 : 512;
     if (o_mchunk->count() == 0) bopt.mixed_chunk = cuda ? 1024 : 64;
     if (o_mver->count() == 0) bopt.mixed_verifies = cuda ? 31 : 3;
+    bopt.programmatic_launch = !no_pdl;
     return pagedattn::tools::run_bench(bopt);
   } catch (const pagedattn::Error& e) {
     return fail(e.what(), 1);
