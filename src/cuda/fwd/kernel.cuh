@@ -222,12 +222,9 @@ __device__ __forceinline__ void store_io4(void* base, int64_t i, int io, float4 
 }
 
 // Row index (in units of D elements of a [num_blocks, Hk, bs, D] cache) of key position `pos`.
-// `block_row`: the same for a block id already read from the table.
-__device__ __forceinline__ int64_t block_row(int64_t blk, int pos, int hk, int Hk, int bs_log2) {
-  return ((blk * Hk + hk) << bs_log2) | (pos & ((1 << bs_log2) - 1));
-}
 __device__ __forceinline__ int64_t cache_row(const int32_t* table, int pos, int hk, int Hk, int bs_log2) {
-  return block_row(__ldg(table + (pos >> bs_log2)), pos, hk, Hk, bs_log2);
+  const int64_t blk = __ldg(table + (pos >> bs_log2));
+  return ((blk * Hk + hk) << bs_log2) | (pos & ((1 << bs_log2) - 1));
 }
 
 // 2^x with one MUFU op (|rel err| ~ 2^-22; -inf -> 0).
@@ -316,16 +313,11 @@ __device__ __forceinline__ void fused_write_in(const FwdParams& P, const planner
 
 // Issues the async copies of one half-tile for a key group: K (kind 0, with the u8 parameters) or V
 // (kind 1) of keys [js, js + kKPW) clipped to kv_end; rows past kv_end are zero-filled. `gtid` is the
-// thread's index in its group. When the slice lies in one cache block (kOneLookup below), `blk` is its
-// block id, read by the caller one tile ahead; else the per-row block-table lookups go out here.
-template <int D, int KV, int RT, int MT>
-struct SliceInBlock {  // the slices of kKPW keys at multiples of kKPW lie in one cache block
-  static constexpr int kLog2KPW = FwdTraits<D, KV, RT, MT>::kKPW == 16 ? 4 : FwdTraits<D, KV, RT, MT>::kKPW == 32 ? 5 : 6;
-  __device__ static bool test(const FwdParams& P) { return P.block_size_log2 >= kLog2KPW; }
-};
+// thread's index in its group. The block-table lookups go out before the copies. (Reading the slice's
+// block id one tile ahead instead measured 0.99-1.04x, run s6c: the lookup is not what the loop waits on.)
 template <int D, int KV, int RT, int MT>
 __device__ PAGEDATTN_COPY_INLINE void load_half(typename SharedStorage<D, KV, RT, MT>::Half& hb, int kind, const FwdParams& P,
-                                          const int32_t* table, int32_t blk, int hk, int js, int kv_end, int gtid) {
+                                          const int32_t* table, int hk, int js, int kv_end, int gtid) {
   using Tr = FwdTraits<D, KV, RT, MT>;
   using C = typename Tr::C;
   constexpr int kChunksPerRow = D * static_cast<int>(sizeof(C)) / 16;
@@ -334,12 +326,13 @@ __device__ PAGEDATTN_COPY_INLINE void load_half(typename SharedStorage<D, KV, RT
   static_assert(kIters * Tr::kGroupThreads == Tr::kKPW * kChunksPerRow, "slice copy split");
   static_assert(Tr::kGroupThreads % kChunksPerRow == 0, "a thread keeps its column");
   constexpr int kRowStep = Tr::kGroupThreads / kChunksPerRow;
+  constexpr int kLog2KPW = Tr::kKPW == 16 ? 4 : Tr::kKPW == 32 ? 5 : 6;
   const C* src = static_cast<const C*>(kind == 0 ? P.k_cache : P.v_cache);
   const int r0 = gtid / kChunksPerRow, c = (gtid % kChunksPerRow) * kElemsPerChunk;
-  const bool one_block = SliceInBlock<D, KV, RT, MT>::test(P);
   int64_t off[kIters];
-  if (one_block) {
-    const int64_t base = block_row(blk, js, hk, P.Hk, P.block_size_log2) * D + c;
+  if (P.block_size_log2 >= kLog2KPW) {
+    // the slice lies in one cache block (js is a multiple of kKPW): one table lookup
+    const int64_t base = cache_row(table, js, hk, P.Hk, P.block_size_log2) * D + c;
 #pragma unroll
     for (int i = 0; i < kIters; ++i) {
       const int r = r0 + i * kRowStep;
@@ -368,9 +361,7 @@ __device__ PAGEDATTN_COPY_INLINE void load_half(typename SharedStorage<D, KV, RT
       const int j = js + cc * 8;
       const bool ok = j < kv_end;
       const uint16_t* ps = a == 0 ? P.k_scale : a == 1 ? P.k_zp : a == 2 ? P.v_scale : P.v_zp;
-      const int64_t off8 = !ok       ? 0
-                           : one_block ? block_row(blk, j, hk, P.Hk, P.block_size_log2)
-                                       : cache_row(table, j, hk, P.Hk, P.block_size_log2);
+      const int64_t off8 = ok ? cache_row(table, j, hk, P.Hk, P.block_size_log2) : 0;
       cp_async_16(&hb.par[a][cc * 8], ps + off8, ok ? 16 : 0);
     }
   }
@@ -450,25 +441,12 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
   const int n_tiles = (w.kv_end - w.kv_begin + Tr::kTileKV - 1) / Tr::kTileKV;
   const int n_halves = 2 * n_tiles;
   auto slice_begin = [&](int it) { return w.kv_begin + it * Tr::kTileKV + wkv * kKPW; };
-  // The block id of the group's next K slice is read one tile ahead (when a slice lies in one cache
-  // block), so no copy issue waits on a table load (run s6a: 3-4% of the T=1 stall samples did).
-  const bool one_block = SliceInBlock<D, KV, RT, MT>::test(P);
-  auto slice_block = [&](int it) {
-    const int js = slice_begin(it);
-    return one_block && js < w.kv_end ? __ldg(table + (js >> P.block_size_log2)) : 0;
-  };
-  int32_t blk_next = slice_block(0), blk = 0;
-  // Half h of a group: tile h/2, K (h even) or V (h odd), ring slot h % kStages. (h's parity is known
-  // at every call site: the block-id rotation compiles to straight-line code.)
+  // Half h of a group: tile h/2, K (h even) or V (h odd), ring slot h % kStages.
   auto issue = [&](int h) {
     if (h < n_halves) {
       const int js = slice_begin(h / 2);
-      if (h % 2 == 0) {
-        blk = blk_next;
-        blk_next = slice_block(h / 2 + 1);
-      }
       if (js < w.kv_end)
-        load_half<D, KV, RT, MT>(sm.u.s.ring[wkv][h % kStages], h % 2, P, table, blk, hk, js, w.kv_end, gtid);
+        load_half<D, KV, RT, MT>(sm.u.s.ring[wkv][h % kStages], h % 2, P, table, hk, js, w.kv_end, gtid);
     }
     cp_async_commit();
   };
