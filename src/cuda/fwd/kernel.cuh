@@ -172,8 +172,9 @@ __device__ __forceinline__ void load_io_n(const void* base, int64_t i, int io, f
 
 // The query rows of a work item -> shared memory in the MMA type T: row r is query head hk * G + r % G
 // of token q_tok0 + r / G; rows >= `rows` are zeros. `store(r, chunk, uint4)` places the 8 elements of
-// a chunk. Each thread's loads go out in batches of 4 chunks before any is converted (run s6a: Q loaded
-// element by element was the few-query kernel's largest single stall, 6-8% of its samples).
+// a chunk. Each thread's loads go out in batches of 4 chunks before any is converted. (Run s6a: Q
+// loaded element by element is the few-query kernel's largest single stall, 6-8% of its samples; yet
+// this helper there measured mixed, 0.96-1.03x, runs s6b-s6d, so fwd_kernel keeps its loop.)
 template <typename T, int kRows, int D, int kThreads, typename Store>
 __device__ __forceinline__ void stage_q(const FwdParams& P, int64_t q_tok0, int hk, int G, int rows, int tid,
                                         Store store) {
@@ -466,9 +467,22 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
   if (!early) prologue();
 
   // --- Q rows (token-major, head-minor) -> smem in the MMA type; padding rows zero ---------------
-  stage_q<T, kRows, D, kThreads>(P, tok0 + w.t0, hk, G, rows, tid, [&](int r, int ch, uint4 v) {
-    *reinterpret_cast<uint4*>(&sm.u.s.q[r][ch * 8]) = v;
-  });
+  // (element by element: stage_q's batched vector loads measured 0.96-0.97x at T=8 and on u8, 1.02-1.03x
+  // at f16 T=1-3 8k, runs s6b-s6d; the wide kernels use stage_q)
+  for (int idx = tid; idx < kRows * (D / 8); idx += kThreads) {
+    const int r = idx / (D / 8), c = (idx % (D / 8)) * 8;
+    alignas(16) T v[8];
+    if (r < rows) {
+      const int64_t base =
+          static_cast<int64_t>(tok0 + w.t0 + r / G) * P.H * D + static_cast<int64_t>(hk * G + r % G) * D + c;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) v[e] = from_float<T>(load_io(P.q, base + e, P.io_dtype));
+    } else {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) v[e] = from_float<T>(0.0f);
+    }
+    *reinterpret_cast<uint4*>(&sm.u.s.q[r][c]) = *reinterpret_cast<const uint4*>(v);
+  }
   __syncthreads();
   if constexpr (kU8) {  // sum of each (f16-rounded) query row, for the key zero points
     for (int r = warp; r < kRows; r += kWarps) {
