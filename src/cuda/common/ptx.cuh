@@ -5,6 +5,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cstdint>
+#include <cstdio>
 
 namespace pagedattn {
 namespace cuda {
@@ -73,6 +74,43 @@ __device__ __forceinline__ void pdl_launch_dependents() {
   asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
 }
+
+// Diagnostic build (-DPAGEDATTN_TIMELINE=1, bench/timeline.sh; off by default, and then these compile
+// to nothing): thread 0 of each CTA stamps its phase boundaries (SM clock) and prints one line per CTA
+// at its end: "TL <kernel> <bx> <by> <smid> <global ns at start> <global ns at end> <cycles 1..n-1>",
+// the cycles counted from the first stamp.
+#if defined(PAGEDATTN_TIMELINE) && PAGEDATTN_TIMELINE
+struct Timeline {
+  static constexpr int kMax = 8;
+  long long c[kMax];
+  unsigned long long g0;
+  __device__ Timeline() {
+    if (threadIdx.x == 0) {
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g0));
+      c[0] = clock64();
+    }
+  }
+  __device__ void mark(int i) {
+    if (threadIdx.x == 0 && i < kMax) c[i] = clock64();
+  }
+  __device__ void print(const char* kernel, int n) const {
+    if (threadIdx.x != 0) return;
+    unsigned long long g1;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g1));
+    unsigned smid;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+    long long d[kMax];
+    for (int i = 1; i < kMax; ++i) d[i] = i < n ? c[i] - c[0] : -1;
+    printf("TL %s %d %d %u %llu %llu %lld %lld %lld %lld %lld %lld %lld\n", kernel, blockIdx.x, blockIdx.y, smid, g0, g1,
+           d[1], d[2], d[3], d[4], d[5], d[6], d[7]);
+  }
+};
+#else
+struct Timeline {
+  __device__ void mark(int) {}
+  __device__ void print(const char*, int) const {}
+};
+#endif
 
 template <typename T>
 __device__ __forceinline__ T from_float(float x);

@@ -409,6 +409,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
   extern __shared__ __align__(16) uint8_t smem_raw[];
   Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
 
+  Timeline tl;  // diagnostic build only (PAGEDATTN_TIMELINE): 1 pdl wait, 2 write-in, 3 Q, 4 first K, 5 loop, 6 end
   const int hk = blockIdx.y;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int wq = warp % Tr::kWQ, wkv = warp / Tr::kWQ;  // row-tile slot (tiles wq*MT ..), key group
@@ -458,10 +459,12 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
   if (early) prologue();
   // NOTE: everything below may read what the previous kernel in the stream wrote.
   pdl_wait();
+  tl.mark(1);
 
   // --- fused KV write-in: new tokens inside this CTA's key range ----------------------------------
   // (sequences cut into several chunks have their rows written by write_kernel before this launch)
   fused_write_in<D, KV>(P, w, table, hk, warp, kWarps, lane);
+  tl.mark(2);
 
   // --- pipeline prologue (unless issued above): before Q, so the copies are in flight meanwhile -----
   if (!early) prologue();
@@ -484,6 +487,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
     *reinterpret_cast<uint4*>(&sm.u.s.q[r][c]) = *reinterpret_cast<const uint4*>(v);
   }
   __syncthreads();
+  tl.mark(3);
   if constexpr (kU8) {  // sum of each (f16-rounded) query row, for the key zero points
     for (int r = warp; r < kRows; r += kWarps) {
       float s = 0.0f;
@@ -571,6 +575,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
     // ---- K half: S = Q K^T, masks, online softmax -> P (registers) ----
     cp_async_wait<kStages - 2>();
     group_sync();
+    if (it == 0) tl.mark(4);
     issue(2 * it + kStages - 1);
     if (active) {
       const auto& hb = sm.u.s.ring[wkv][(2 * it) % kStages];
@@ -762,6 +767,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
   }
   cp_async_wait<0>();
 
+  tl.mark(5);
   // NOTE: after the fused write-in and its __threadfence: the next run of the op may read those rows
   // before its griddepcontrol.wait (early reads). Keep the trigger after every cache write.
   pdl_launch_dependents();
@@ -851,6 +857,8 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
       if (c == 0) *reinterpret_cast<float2*>(P.ws_ml + slot * 2) = make_float2(M, L);
     }
   }
+  tl.mark(6);
+  tl.print("fwd", 7);
 }
 
 // Writes (and for u8 quantises) the new key and value rows of the sequences cut into several chunks
@@ -891,6 +899,7 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_const
   constexpr int kGroupsM = kMergeThreads / kCols4;    // partition groups
   __shared__ float2 ml_s[kGroupsM];
   __shared__ float4 acc_s[kGroupsM][kCols4];
+  Timeline tl;  // diagnostic build only (PAGEDATTN_TIMELINE): 1 pdl wait, 2 partials folded, 3 end
   // plan data (never written by a kernel): read before waiting for the previous grid
   const MergeRow mr = P.merge_rows[blockIdx.x];
   const int tid = threadIdx.x;
@@ -901,6 +910,7 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_const
   const int64_t kMlStride = static_cast<int64_t>(P.slot_rows) * 2;
   const int64_t kOStride = static_cast<int64_t>(P.slot_rows) * D;
   pdl_wait();
+  tl.mark(1);
   const float sink2 = P.sinks != nullptr ? P.sinks[mr.head] * kLog2e : -INFINITY;
 
   float M = -INFINITY, den = 0.0f;
@@ -929,6 +939,7 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_const
   if (c4 == 0) ml_s[g] = make_float2(M, den);
   acc_s[g][c4] = acc;
   __syncthreads();
+  tl.mark(2);
   pdl_launch_dependents();
   if (g == 0) {
     float Mt = sink2;
@@ -955,6 +966,8 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_const
     const int64_t base = static_cast<int64_t>(mr.token) * P.H * D + static_cast<int64_t>(mr.head) * D + col;
     store_io4(P.out, base, P.io_dtype, make_float4(a.x * inv, a.y * inv, a.z * inv, a.w * inv));
   }
+  tl.mark(3);
+  tl.print("merge", 4);
 }
 
 // Scores output (launched only when requested): for each key position j of a sequence, the attention

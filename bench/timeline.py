@@ -1,0 +1,64 @@
+#!/usr/bin/env python3
+"""Summarises the per-CTA timeline lines of a -DPAGEDATTN_TIMELINE=1 build (bench/timeline.sh).
+
+Input lines: "TL <kernel> <bx> <by> <smid> <g0 ns> <g1 ns> <d1..d7 cycles from the first stamp, -1 unset>".
+Takes the last launch of each kernel (the last replay of a --layers 1 run) and prints, relative to the
+earliest attention-CTA start of that replay: start and end spread, and each phase's duration
+(median / max over CTAs). usage: timeline.py LOG SM_CLOCK_MHZ
+"""
+import statistics
+import sys
+
+FWD_PHASES = ["pdl wait", "write-in", "Q staged", "first K", "loop", "epilogue"]
+MERGE_PHASES = ["pdl wait", "fold", "store"]
+
+
+def last_launch(rows):
+    n = len({(r[0], r[1]) for r in rows})  # CTAs per launch
+    return sorted(rows, key=lambda r: r[3])[-n:]
+
+
+def q(vals):
+    vals = sorted(vals)
+    return "%7.2f %7.2f %7.2f" % (vals[0], statistics.median(vals), vals[-1])
+
+
+def main():
+    log, mhz = sys.argv[1], float(sys.argv[2])
+    rows = {}
+    for line in open(log, errors="replace"):
+        f = line.split()
+        if len(f) == 14 and f[0] == "TL":
+            rows.setdefault(f[1], []).append([int(x) for x in f[2:]])
+    if "fwd" not in rows:
+        print("no timeline lines in", log)
+        return
+    fwd = last_launch(rows["fwd"])
+    t0 = min(r[3] for r in fwd)
+    us = lambda ns: (ns - t0) / 1000.0
+    cyc = lambda c: c / mhz
+    print("%d attention CTAs on %d SMs; times in us (min / median / max over CTAs)" %
+          (len(fwd), len({r[2] for r in fwd})))
+    print("  %-22s %s" % ("attention start", q([us(r[3]) for r in fwd])))
+    prev = [0] * len(fwd)
+    for i, name in enumerate(FWD_PHASES):
+        cur = [r[5 + i] for r in fwd]
+        if all(c < 0 for c in cur):
+            continue
+        print("  %-22s %s" % ("+ " + name, q([cyc(c - p) for c, p in zip(cur, prev) if c >= 0])))
+        prev = [c if c >= 0 else p for c, p in zip(cur, prev)]
+    print("  %-22s %s" % ("attention end", q([us(r[4]) for r in fwd])))
+    if "merge" in rows:
+        mg = last_launch(rows["merge"])
+        print("%d merge CTAs" % len(mg))
+        print("  %-22s %s" % ("merge start", q([us(r[3]) for r in mg])))
+        prev = [0] * len(mg)
+        for i, name in enumerate(MERGE_PHASES):
+            cur = [r[5 + i] for r in mg]
+            print("  %-22s %s" % ("+ " + name, q([cyc(c - p) for c, p in zip(cur, prev)])))
+            prev = cur
+        print("  %-22s %s" % ("merge end", q([us(r[4]) for r in mg])))
+
+
+if __name__ == "__main__":
+    main()
