@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Summarises the per-CTA timeline lines of a -DPAGEDATTN_TIMELINE=1 build (bench/timeline.sh).
 
-Input lines: "TL <kernel> <bx> <by> <smid> <g0 ns> <g1 ns> <d1..d7 cycles from the first stamp, -1 unset>".
-Takes the last launch of each kernel (the last replay of a --layers 1 run) and prints, relative to the
+Input lines: "TL <kernel> <grid x> <grid y> <bx> <by> <smid> <g0 ns> <g1 ns> <d1..d7 cycles from the first
+stamp, -1 unset>". Takes the last launch of each kernel (the last replay of a --layers 1 run: the last
+line's grid shape, its latest grid-size lines by start) and prints, relative to the
 earliest attention-CTA start of that replay: start and end spread, and each phase's duration
 (median / max over CTAs). usage: timeline.py LOG SM_CLOCK_MHZ
 """
@@ -14,8 +15,9 @@ MERGE_PHASES = ["pdl wait", "fold", "store"]
 
 
 def last_launch(rows):
-    n = len({(r[0], r[1]) for r in rows})  # CTAs per launch
-    return sorted(rows, key=lambda r: r[3])[-n:]
+    gx, gy = rows[-1][0], rows[-1][1]
+    same = sorted((r[2:] for r in rows if r[0] == gx and r[1] == gy), key=lambda r: r[3])
+    return same[-gx * gy:]
 
 
 def q(vals):
@@ -28,7 +30,7 @@ def main():
     rows = {}
     for line in open(log, errors="replace"):
         f = line.split()
-        if len(f) == 14 and f[0] == "TL":
+        if len(f) == 16 and f[0] == "TL":
             rows.setdefault(f[1], []).append([int(x) for x in f[2:]])
     if "fwd" not in rows:
         print("no timeline lines in", log)

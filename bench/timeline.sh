@@ -2,27 +2,29 @@
 # GPU machine: per-CTA phase timeline of the few-query kernels (diagnostic build -DPAGEDATTN_TIMELINE=1,
 # separate build tree; the default build is unaffected). One layer per replay; the last replay is read.
 #   usage: bench/timeline.sh [contexts] [tokens] [kv]     (default 1024,8192 1,8 f16; carry .deps)
+#   TIMELINE_FLAGS adds CUDA flags (e.g. -DPAGEDATTN_FWD_STAGE_Q=1); BUILD_SUFFIX names the build tree.
+#   The device tool returns files of limited size: timeline.txt is the summary; the raw logs stay there.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-$root/gpu-out}
 run_dir=$OUT/run
 mkdir -p "$run_dir"
-b=${BUILD_DIR:-/tmp/pagedattn-build}-timeline
+b=${BUILD_DIR:-/tmp/pagedattn-build}-timeline${BUILD_SUFFIX:-}
 prefix=()
 [ -d "$root/.deps" ] && prefix=(-DCMAKE_PREFIX_PATH="$root/.deps")
 { cmake -S "$root" -B "$b" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPAGEDATTN_CUDA=ON -DPAGEDATTN_BUILD_TESTS=OFF \
-    -DCMAKE_CUDA_ARCHITECTURES=90a-real -DCMAKE_CUDA_FLAGS=-DPAGEDATTN_TIMELINE=1 "${prefix[@]}" &&
+    -DCMAKE_CUDA_ARCHITECTURES=90a-real "-DCMAKE_CUDA_FLAGS=-DPAGEDATTN_TIMELINE=1 ${TIMELINE_FLAGS:-}" "${prefix[@]}" &&
   ninja -C "$b" -j "$(nproc)" pagedattn; } > "$run_dir/build_timeline.log" 2>&1 || { tail -30 "$run_dir/build_timeline.log"; exit 1; }
 mhz=$(nvidia-smi --query-gpu=clocks.max.sm --format=csv,noheader,nounits | head -1)
 ctxs=${1:-1024,8192} toks=${2:-1,8} kvs=${3:-f16}
 for ctx in ${ctxs//,/ }; do
   for t in ${toks//,/ }; do
     for kv in ${kvs//,/ }; do
-      log=$run_dir/timeline_${ctx}_T${t}_${kv}.log
+      log=$run_dir/timeline${BUILD_SUFFIX:-}_${ctx}_T${t}_${kv}.log
       timeout 120 "$b/pagedattn" bench --backend cuda --scenario seed --context "$ctx" --tokens "$t" --kv "$kv" \
         --layers 1 --warmup 2 --repeats 3 > "$log" 2>&1
       echo "== context $ctx T=$t kv=$kv ($(grep -E "^(f16|u8) " "$log" | awk '{print $5 " us per layer, timeline build"}'); SM clock $mhz MHz)"
       python3 "$root/bench/timeline.py" "$log" "$mhz"
     done
   done
-done | tee "$run_dir/timeline.txt"
+done | tee "$run_dir/timeline${BUILD_SUFFIX:-}.txt"

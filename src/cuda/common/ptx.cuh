@@ -77,7 +77,8 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 
 // Diagnostic build (-DPAGEDATTN_TIMELINE=1, bench/timeline.sh; off by default, and then these compile
 // to nothing): thread 0 of each CTA stamps its phase boundaries (SM clock) and prints one line per CTA
-// at its end: "TL <kernel> <bx> <by> <smid> <global ns at start> <global ns at end> <cycles 1..n-1>",
+// at its end: "TL <kernel> <grid x> <grid y> <bx> <by> <smid> <global ns at start> <global ns at end>
+// <cycles 1..7>",
 // the cycles counted from the first stamp.
 #if defined(PAGEDATTN_TIMELINE) && PAGEDATTN_TIMELINE
 struct Timeline {
@@ -101,8 +102,8 @@ struct Timeline {
     asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
     long long d[kMax];
     for (int i = 1; i < kMax; ++i) d[i] = i < n ? c[i] - c[0] : -1;
-    printf("TL %s %d %d %u %llu %llu %lld %lld %lld %lld %lld %lld %lld\n", kernel, blockIdx.x, blockIdx.y, smid, g0, g1,
-           d[1], d[2], d[3], d[4], d[5], d[6], d[7]);
+    printf("TL %s %d %d %d %d %u %llu %llu %lld %lld %lld %lld %lld %lld %lld\n", kernel, gridDim.x, gridDim.y, blockIdx.x,
+           blockIdx.y, smid, g0, g1, d[1], d[2], d[3], d[4], d[5], d[6], d[7]);
   }
 };
 #else

@@ -470,8 +470,15 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
   if (!early) prologue();
 
   // --- Q rows (token-major, head-minor) -> smem in the MMA type; padding rows zero ---------------
-  // (element by element: stage_q's batched vector loads measured 0.96-0.97x at T=8 and on u8, 1.02-1.03x
-  // at f16 T=1-3 8k, runs s6b-s6d; the wide kernels use stage_q)
+  // Element by element: stage_q's batched vector loads measured 0.96-0.97x at T=8 and on u8, 1.02-1.03x
+  // at f16 T=1-3 8k (runs s6b-s6d), although the timeline build (run s6f) shows this loop taking 3.3 us
+  // of an 8k T=1 CTA and 8.2 us at T=8 (its 8 iterations wait in series). Experiment, build time:
+  // -DPAGEDATTN_FWD_STAGE_Q=1 (bench/gpu.sh abbuild; bench/timeline.sh with TIMELINE_FLAGS).
+#if defined(PAGEDATTN_FWD_STAGE_Q) && PAGEDATTN_FWD_STAGE_Q
+  stage_q<T, kRows, D, kThreads>(P, tok0 + w.t0, hk, G, rows, tid, [&](int r, int ch, uint4 v) {
+    *reinterpret_cast<uint4*>(&sm.u.s.q[r][ch * 8]) = v;
+  });
+#else
   for (int idx = tid; idx < kRows * (D / 8); idx += kThreads) {
     const int r = idx / (D / 8), c = (idx % (D / 8)) * 8;
     alignas(16) T v[8];
@@ -486,6 +493,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
     }
     *reinterpret_cast<uint4*>(&sm.u.s.q[r][c]) = *reinterpret_cast<const uint4*>(v);
   }
+#endif
   __syncthreads();
   tl.mark(3);
   if constexpr (kU8) {  // sum of each (f16-rounded) query row, for the key zero points
