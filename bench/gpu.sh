@@ -4,7 +4,8 @@
 # back as $OUT/results.tgz (the device tool returns at most 8 files); a short table is printed last.
 #   usage: bench/gpu.sh [stages...]    stages: build test cputest sanitizer bench ab abbuild abref python peers prefill
 #   (prefill: the prefill scenario alone, default, PAGEDATTN_WGMMA=64 and =0; abbuild: build-time
-#   experiments against the default build, AB_BUILDS; abref: an earlier commit's source in .abref,
+#   experiments against the default build, AB_BUILDS; BUILD_CUDA_FLAGS puts one in the main build, so
+#   that `build test` tests it; abref: an earlier commit's source in .abref,
 #   bench/prepare_abref.sh; CUDA_ARCHS, BUILD_TARGETS and
 #   TEST_FILTER narrow the build and the GPU tests for quick runs)
 #                                       (default: all but cputest; CI runs the CPU tests)
@@ -66,7 +67,9 @@ ab_bench() {
 
 if has build; then
   log "build"
-  if ! { configure "$build" "${CUDA_ARCHS:-90a-real;80-real}" &&
+  # BUILD_CUDA_FLAGS: a build-time experiment in the main build (its GPU tests then test it); always
+  # passed, so a build tree kept from an earlier call does not keep an earlier experiment's flags
+  if ! { configure "$build" "${CUDA_ARCHS:-90a-real;80-real}" "-DCMAKE_CUDA_FLAGS=${BUILD_CUDA_FLAGS:-}" &&
          ninja -C "$build" -j "$(nproc)" ${BUILD_TARGETS:-}; } > "$run_dir/build.log" 2>&1; then
     tail -40 "$run_dir/build.log"
     exit 1
@@ -126,7 +129,8 @@ if has abbuild; then
     log "A/B: default"
     ab_bench "$build/pagedattn" default || status=1
   fi
-  for spec in ${AB_BUILDS:-noinline:-DPAGEDATTN_FWD_COPY_NOINLINE=1}; do
+  # measured: noinline:-DPAGEDATTN_FWD_COPY_NOINLINE=1 (run s6a: 1.02-1.13x slower)
+  for spec in ${AB_BUILDS:-deep:-DPAGEDATTN_FWD_DEEP_RING=1 qfirst:-DPAGEDATTN_FWD_Q_FIRST=1 stageq:-DPAGEDATTN_FWD_STAGE_Q=1}; do
     [[ $spec == *:* ]] || { log "A/B build '$spec' skipped: not name:CUDA_FLAGS"; continue; }
     name=${spec%%:*} flags=${spec#*:}
     # a 90a-only build of the library and the CLI takes 40-70 s on the GPU machine, the benchmark ~15 s
