@@ -5,7 +5,9 @@ Input lines: "TL <kernel> <grid x> <grid y> <bx> <by> <smid> <g0 ns> <g1 ns> <d1
 stamp, -1 unset>". Takes the last launch of each kernel (the last replay of a --layers 1 run: the last
 line's grid shape, its latest grid-size lines by start) and prints, relative to the
 earliest attention-CTA start of that replay: start and end spread, and each phase's duration
-(median / max over CTAs). usage: timeline.py LOG SM_CLOCK_MHZ
+(min / median / max over CTAs). Cycles become us at the SM clock the CTAs themselves measured (their
+last stamp in cycles against their global-timer span, median); SM_CLOCK_MHZ is the fallback.
+usage: timeline.py LOG SM_CLOCK_MHZ
 """
 import statistics
 import sys
@@ -36,6 +38,11 @@ def main():
         print("no timeline lines in", log)
         return
     fwd = last_launch(rows["fwd"])
+    spans = [max(r[5:]) / ((r[4] - r[3]) / 1000.0) for r in fwd if r[4] > r[3] and max(r[5:]) > 0]
+    if spans:
+        measured = statistics.median(spans)
+        print("SM clock from the CTAs' own stamps: %.0f MHz (nvidia-smi maximum %.0f)" % (measured, mhz))
+        mhz = measured
     t0 = min(r[3] for r in fwd)
     us = lambda ns: (ns - t0) / 1000.0
     cyc = lambda c: c / mhz

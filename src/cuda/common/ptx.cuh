@@ -89,6 +89,7 @@ struct Timeline {
     if (threadIdx.x == 0) {
       asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(g0));
       c[0] = clock64();
+      for (int i = 1; i < kMax; ++i) c[i] = c[0] - 1;  // an unreached stamp prints -1
     }
   }
   __device__ void mark(int i) {
@@ -102,8 +103,9 @@ struct Timeline {
     asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
     long long d[kMax];
     for (int i = 1; i < kMax; ++i) d[i] = i < n ? c[i] - c[0] : -1;
-    printf("TL %s %d %d %d %d %u %llu %llu %lld %lld %lld %lld %lld %lld %lld\n", kernel, gridDim.x, gridDim.y, blockIdx.x,
-           blockIdx.y, smid, g0, g1, d[1], d[2], d[3], d[4], d[5], d[6], d[7]);
+    printf("TL %s %d %d %d %d %u %llu %llu %lld %lld %lld %lld %lld %lld %lld\n", kernel, static_cast<int>(gridDim.x),
+           static_cast<int>(gridDim.y), static_cast<int>(blockIdx.x), static_cast<int>(blockIdx.y), smid, g0, g1, d[1],
+           d[2], d[3], d[4], d[5], d[6], d[7]);
   }
 };
 #else
