@@ -234,6 +234,16 @@ TEST(Cuda, TileAndMixedRandom) {
   run_suite("tile-mixed", mixed_config(160, 2000, 400, 8000), base_seed() + 200000, 200);
 }
 
+// f32 queries, new keys / values and outputs (the op's io type may be f32; every other suite draws f16
+// or bf16): the query and new-row loads take load_io_n's f32 branch (16-byte float4 loads), the outputs
+// store_io4's, in the few-query, tile and Hopper kernels alike. First run: the session after 6.
+TEST(Cuda, F32QueriesRandom) {
+  REQUIRE_GPU();
+  CaseConfig cfg = mixed_config(160, 2000, 400, 8000);
+  cfg.query_dtypes = {DType::f32};
+  run_suite("f32-queries", cfg, base_seed() + 2900000, 40);
+}
+
 TEST(Cuda, TileLongContextRandom) {
   REQUIRE_GPU();
   // Issue 4's range: T 17..2048 (the longest in LongPrefillAndChunk), past_len 0..32k, every KV precision
