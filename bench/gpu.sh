@@ -65,6 +65,26 @@ ab_bench() {
     --json "$run_dir/ab_$tag.json" > "$run_dir/ab_$tag.log" 2>&1
 }
 
+# ab_default: the default build's A/B rows, once per call (the base of every ratio)
+ab_default() {
+  [ -s "$run_dir/ab_default.json" ] && return
+  log "A/B: default"
+  ab_bench "$build/pagedattn" default || status=1
+}
+# ab_variant DIR TAG [cmake args...]: a 90a-only build of the CLI in DIR (of CONFIGURE_SRC, default the
+# working tree; 40-70 s on the GPU machine), then its A/B rows as TAG (~15 s)
+ab_variant() {
+  local dir=$1 tag=$2
+  shift 2
+  if { configure "$dir" 90a-real -DPAGEDATTN_BUILD_TESTS=OFF "$@" &&
+       timeout $(( $(left) - 150 )) ninja -C "$dir" -j "$(nproc)" pagedattn; } > "$run_dir/build_$tag.log" 2>&1; then
+    ab_bench "$dir/pagedattn" "$tag" || status=1
+  else
+    tail -20 "$run_dir/build_$tag.log"
+    status=1
+  fi
+}
+
 if has build; then
   log "build"
   # BUILD_CUDA_FLAGS: a build-time experiment in the main build (its GPU tests and sanitizer run then
@@ -132,49 +152,27 @@ if has abbuild; then
   # build-time experiments (the macro changes the compiled kernels, so a second build of the 90a code):
   # AB_BUILDS is a space-separated list of name:CUDA_FLAGS (one flag per build: the list splits on spaces);
   # each row set lands in the ab table as build-<name>
-  if [ ! -s "$run_dir/ab_default.json" ]; then  # the default build's rows, for the ratios
-    log "A/B: default"
-    ab_bench "$build/pagedattn" default || status=1
-  fi
+  ab_default
   # measured: noinline:-DPAGEDATTN_FWD_COPY_NOINLINE=1 (run s6a: 1.02-1.13x slower)
   for spec in ${AB_BUILDS:-deep:-DPAGEDATTN_FWD_DEEP_RING=1 qfirst:-DPAGEDATTN_FWD_Q_FIRST=1 stageq:-DPAGEDATTN_FWD_STAGE_Q=1}; do
     [[ $spec == *:* ]] || { log "A/B build '$spec' skipped: not name:CUDA_FLAGS"; continue; }
     name=${spec%%:*} flags=${spec#*:}
-    # a 90a-only build of the library and the CLI takes 40-70 s on the GPU machine, the benchmark ~15 s
     if [ "$(left)" -lt 240 ]; then log "A/B build $name skipped: $(left)s of the ${budget}s budget left"; continue; fi
     log "A/B build: $name ($flags)"
-    b2=$build-$name
-    if { configure "$b2" 90a-real -DPAGEDATTN_BUILD_TESTS=OFF -DCMAKE_CUDA_FLAGS="$flags" &&
-         timeout $(( $(left) - 150 )) ninja -C "$b2" -j "$(nproc)" pagedattn; } > "$run_dir/build_$name.log" 2>&1; then
-      ab_bench "$b2/pagedattn" "build-$name" || status=1
-    else
-      tail -20 "$run_dir/build_$name.log"
-      status=1
-    fi
+    ab_variant "$build-$name" "build-$name" -DCMAKE_CUDA_FLAGS="$flags"
   done
 fi
 
 if has abref; then
   # the same benchmark rows from earlier commits' sources, each built here in the same call (same-run
   # ratios across commits). Here, before the call: bench/prepare_abref.sh COMMIT..., then carry .abref.
-  if [ ! -s "$run_dir/ab_default.json" ]; then
-    log "A/B: default"
-    ab_bench "$build/pagedattn" default || status=1
-  fi
+  ab_default
   for src in "$root"/.abref/*/; do
     [ -f "$src/.commit" ] || { log "A/B ref skipped: no .abref/*/.commit (bench/prepare_abref.sh)"; continue; }
     ref=$(cat "$src/.commit")
-    # a 90a-only build of the library and the CLI takes 40-70 s here, the benchmark ~15 s
     if [ "$(left)" -lt 240 ]; then log "A/B ref $ref skipped: $(left)s of the ${budget}s budget left"; continue; fi
     log "A/B ref: $ref"
-    b3=$build-ref-$ref
-    if { CONFIGURE_SRC=$src configure "$b3" 90a-real -DPAGEDATTN_BUILD_TESTS=OFF &&
-         timeout $(( $(left) - 150 )) ninja -C "$b3" -j "$(nproc)" pagedattn; } > "$run_dir/build_ref-$ref.log" 2>&1; then
-      ab_bench "$b3/pagedattn" "ref-$ref" || status=1
-    else
-      tail -20 "$run_dir/build_ref-$ref.log"
-      status=1
-    fi
+    CONFIGURE_SRC=$src ab_variant "$build-ref-$ref" "ref-$ref"
   done
 fi
 
