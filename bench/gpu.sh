@@ -153,8 +153,9 @@ if has abbuild; then
   # AB_BUILDS is a space-separated list of name:CUDA_FLAGS (one flag per build: the list splits on spaces);
   # each row set lands in the ab table as build-<name>
   ab_default
-  # measured: noinline:-DPAGEDATTN_FWD_COPY_NOINLINE=1 (run s6a: 1.02-1.13x slower)
-  for spec in ${AB_BUILDS:-deep:-DPAGEDATTN_FWD_DEEP_RING=1 qfirst:-DPAGEDATTN_FWD_Q_FIRST=1 stageq:-DPAGEDATTN_FWD_STAGE_Q=1}; do
+  # measured: noinline:-DPAGEDATTN_FWD_COPY_NOINLINE=1 (run s6a: 1.02-1.13x slower); DEEP_RING (run s7a:
+  # 1.00-1.10x slower, removed); Q_FIRST (run s7a: 0.95-1.00x, made the default, macro removed)
+  for spec in ${AB_BUILDS:-qasync:-DPAGEDATTN_FWD_Q_ASYNC=1}; do
     [[ $spec == *:* ]] || { log "A/B build '$spec' skipped: not name:CUDA_FLAGS"; continue; }
     name=${spec%%:*} flags=${spec#*:}
     if [ "$(left)" -lt 240 ]; then log "A/B build $name skipped: $(left)s of the ${budget}s budget left"; continue; fi

@@ -173,13 +173,12 @@ __device__ __forceinline__ void load_io_n(const void* base, int64_t i, int io, f
 // The query rows of a work item -> shared memory in the MMA type T: row r is query head hk * G + r % G
 // of token q_tok0 + r / G; rows >= `rows` are zeros. `store(r, chunk, uint4)` places the 8 elements of
 // a chunk. Each thread's loads go out in batches of 4 chunks before any is converted. (Run s6a: Q
-// loaded element by element is the few-query kernel's largest single stall, 6-8% of its samples; yet
-// this helper there measured mixed, 0.96-1.03x, runs s6b-s6d, so fwd_kernel keeps its loop.)
+// loaded element by element was the few-query kernel's largest single stall, 6-8% of its samples.)
 struct NoOp {
   __device__ void operator()() const {}
 };
-// `after_loads()` runs once the first batch of loads is out, before any is waited on (fwd_kernel's
-// PAGEDATTN_FWD_Q_FIRST experiment issues the rest of its copy prologue there).
+// `after_loads()` runs once the first batch of loads is out, before any is waited on (fwd_kernel issues
+// the rest of its copy prologue there).
 template <typename T, int kRows, int D, int kThreads, typename Store, typename AfterLoads = NoOp>
 __device__ __forceinline__ void stage_q(const FwdParams& P, int64_t q_tok0, int hk, int G, int rows, int tid,
                                         Store store, AfterLoads after_loads = {}) {
@@ -458,33 +457,17 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
     }
     cp_async_commit();
   };
-  // Experiments, build time (bench/gpu.sh abbuild; both off by default; run s6f's timeline motivates them):
-  // - PAGEDATTN_FWD_DEEP_RING=1: one-warp key groups (kWQ == 1) keep every ring slot busy: the prologue
-  //   issues kStages halves and each step re-issues its own slot after the warp's __syncwarp at the
-  //   step's end (default: kStages - 1 halves ahead, the re-issue at the step's top). The u8 value
-  //   parameters in the K slot are consumed by the K step (folded into P), so the K slot may go first.
-  // - PAGEDATTN_FWD_Q_FIRST=1: one half per group goes out before the query loads, the rest of the
-  //   prologue right after them (default: the whole prologue first, so the query rows queue behind
-  //   kStages - 1 halves per group: 3.3 us at 8k T=1 against 1.0 us at 1k, run s6f).
-#if defined(PAGEDATTN_FWD_DEEP_RING) && PAGEDATTN_FWD_DEEP_RING
-  constexpr bool kDeep = Tr::kWQ == 1;
-#else
-  constexpr bool kDeep = false;
-#endif
-#if defined(PAGEDATTN_FWD_Q_FIRST) && PAGEDATTN_FWD_Q_FIRST
-  constexpr bool kQFirst = true;
-#else
-  constexpr bool kQFirst = false;
-#endif
-  constexpr int kAhead = kDeep ? kStages : kStages - 1;  // halves issued before the first step
-  auto prologue = [&]() {  // each group's first kAhead half-tiles
+  // Copy order (run s7a, same-run A/B: 0.95-0.99x of the old order at 8k and 32k, level at 128k): one
+  // half per group (K of tile 0) goes out first, then the query rows, then the rest of the prologue
+  // (halves 1 .. kAhead - 1). The old order (the whole prologue, then Q) left the query loads queued
+  // behind kStages - 1 halves per group: 3.3 us of an 8k T=1 CTA against 1.0 us at 1k (run s6f). A
+  // fully busy ring (kStages halves ahead for one-warp groups) measured 1.00-1.10x slower (run s7a).
+  constexpr int kAhead = kStages - 1;  // halves issued before the first step
+  auto prologue_rest = [&]() {
 #pragma unroll
-    for (int s = 0; s < kAhead; ++s) issue(s);
+    for (int s = 1; s < kAhead; ++s) issue(s);
   };
-  if (early) {
-    if constexpr (kQFirst) issue(0);
-    else prologue();
-  }
+  if (early) issue(0);
   // NOTE: everything below may read what the previous kernel in the stream wrote.
   pdl_wait();
   tl.mark(1);
@@ -493,40 +476,33 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
   // (sequences cut into several chunks have their rows written by write_kernel before this launch)
   fused_write_in<D, KV>(P, w, table, hk, warp, kWarps, lane);
   tl.mark(2);
+  if (!early) issue(0);
 
   // --- Q rows (token-major, head-minor) -> smem in the MMA type; padding rows zero ---------------
-  auto store_q = [&](int r, int ch, uint4 v) { *reinterpret_cast<uint4*>(&sm.u.s.q[r][ch * 8]) = v; };
-  if constexpr (kQFirst) {
-    if (!early) issue(0);
-    stage_q<T, kRows, D, kThreads>(P, tok0 + w.t0, hk, G, rows, tid, store_q, [&]() {
-#pragma unroll
-      for (int s = 1; s < kAhead; ++s) issue(s);
-    });
-  } else {
-    // pipeline prologue (unless issued above): before Q, so the copies are in flight meanwhile
-    if (!early) prologue();
-    // Element by element: stage_q's batched vector loads measured 0.96-0.97x at T=8 and on u8,
-    // 1.02-1.03x at f16 T=1-3 8k (runs s6b-s6d), although the timeline build (run s6f) shows this loop
-    // taking 3.3 us of an 8k T=1 CTA and 8.2 us at T=8 (its 8 iterations wait in series). Experiment,
-    // build time: -DPAGEDATTN_FWD_STAGE_Q=1 (bench/gpu.sh abbuild; bench/timeline.sh TIMELINE_FLAGS).
-#if defined(PAGEDATTN_FWD_STAGE_Q) && PAGEDATTN_FWD_STAGE_Q
-    stage_q<T, kRows, D, kThreads>(P, tok0 + w.t0, hk, G, rows, tid, store_q);
+#if defined(PAGEDATTN_FWD_Q_ASYNC) && PAGEDATTN_FWD_Q_ASYNC
+  // Experiment (build time): when the query is already in the MMA type and 16-byte aligned, its rows go
+  // to shared memory by cp.async, in the copy group of half 1 (V of tile 0): no thread waits on them
+  // before that group lands, and every chunk is in flight at once (stage_q waits per batch of 4 chunks
+  // a thread: at T=8, D=256 two batches in series, 8.4 us of an 8k CTA, run s7a's timeline).
+  constexpr int kIoOfT = std::is_same<T, __half>::value ? kIoF16 : kIoBF16;
+  const bool q_async = P.io_dtype == kIoOfT && (reinterpret_cast<uintptr_t>(P.q) & 15) == 0;
 #else
+  constexpr bool q_async = false;
+#endif
+  if (q_async) {
+    const T* q = static_cast<const T*>(P.q);
+    const int64_t q_tok0 = tok0 + w.t0;
     for (int idx = tid; idx < kRows * (D / 8); idx += kThreads) {
       const int r = idx / (D / 8), c = (idx % (D / 8)) * 8;
-      alignas(16) T v[8];
-      if (r < rows) {
-        const int64_t base =
-            static_cast<int64_t>(tok0 + w.t0 + r / G) * P.H * D + static_cast<int64_t>(hk * G + r % G) * D + c;
-#pragma unroll
-        for (int e = 0; e < 8; ++e) v[e] = from_float<T>(load_io(P.q, base + e, P.io_dtype));
-      } else {
-#pragma unroll
-        for (int e = 0; e < 8; ++e) v[e] = from_float<T>(0.0f);
-      }
-      *reinterpret_cast<uint4*>(&sm.u.s.q[r][c]) = *reinterpret_cast<const uint4*>(v);
+      const bool ok = r < rows;
+      const int64_t src = ok ? ((q_tok0 + r / G) * P.H + hk * G + r % G) * D + c : 0;
+      cp_async_16(&sm.u.s.q[r][c], q + src, ok ? 16 : 0);  // zero-filled padding rows
     }
-#endif
+    prologue_rest();  // half 1's commit closes the group holding the query rows
+    cp_async_wait<kAhead - 2>();  // halves 0 and 1 (and so Q) have landed
+  } else {
+    auto store_q = [&](int r, int ch, uint4 v) { *reinterpret_cast<uint4*>(&sm.u.s.q[r][ch * 8]) = v; };
+    stage_q<T, kRows, D, kThreads>(P, tok0 + w.t0, hk, G, rows, tid, store_q, prologue_rest);
   }
   __syncthreads();
   tl.mark(3);
@@ -618,7 +594,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
     cp_async_wait<kAhead - 1>();
     group_sync();
     if (it == 0) tl.mark(4);
-    if constexpr (!kDeep) issue(2 * it + kStages - 1);
+    issue(2 * it + kStages - 1);
     if (active) {
       const auto& hb = sm.u.s.ring[wkv][(2 * it) % kStages];
       // acc_odd: odd k-steps when SK == 2 (else unused, eliminated); each K fragment feeds MT MMAs
@@ -764,15 +740,10 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
       }
     }
 
-    if constexpr (kDeep) {
-      __syncwarp();  // the warp is done with the K slot (its value parameters are in P already)
-      issue(2 * it + kStages);
-    }
-
     // ---- V half: O += P V (each V fragment feeds MT MMAs) ----
     cp_async_wait<kAhead - 1>();
     group_sync();
-    if constexpr (!kDeep) issue(2 * it + kStages);
+    issue(2 * it + kStages);
     if (active) {
       const auto& hb = sm.u.s.ring[wkv][(2 * it + 1) % kStages];
 #pragma unroll
@@ -810,10 +781,6 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
           }
         }
       }
-    }
-    if constexpr (kDeep) {
-      __syncwarp();  // the warp is done with the V slot
-      issue(2 * it + 1 + kStages);
     }
   }
   cp_async_wait<0>();
