@@ -418,7 +418,7 @@ class CudaPlan final : public detail::PlanImpl {
     for (size_t i = 0; i < launches_.size(); ++i) {  // what the launched kernels are (from their info)
       const FwdKernelInfo info = fwd_kernel_info(D_, kv_, launches_[i].rt, choice_);
       os << (i ? "," : "") << "[rt=" << launches_[i].rt << " ctas=" << launches_[i].count << "x" << Hk_
-         << " threads=" << info.threads << " smem=" << smem_[i] / 1024 << "KiB"
+         << " threads=" << info.threads << " smem=" << smem_[i] / 1024 << "KiB per_sm=" << info.ctas_per_sm()
          << (*info.variant ? std::string(" ") + info.variant : std::string()) << "]";
     }
     os << " merge_rows=" << num_merge_rows_ << "x" << merge_split_ << " kv_write=" << (separate_write_ ? "separate" : "fused")
