@@ -2,7 +2,7 @@
 # GPU machine: per-CTA phase timeline of the few-query kernels (diagnostic build -DPAGEDATTN_TIMELINE=1,
 # separate build tree; the default build is unaffected). One layer per replay; the last replay is read.
 #   usage: bench/timeline.sh [contexts] [tokens] [kv]     (default 1024,8192 1,8 f16; carry .deps)
-#   TIMELINE_FLAGS adds CUDA flags (e.g. -DPAGEDATTN_FWD_Q_ASYNC=1); BUILD_SUFFIX names the build tree.
+#   TIMELINE_FLAGS adds CUDA flags (an experiment's -D macro); BUILD_SUFFIX names the build tree.
 #   The device tool returns files of limited size: timeline.txt is the summary; the raw logs stay there.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)

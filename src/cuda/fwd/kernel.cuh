@@ -479,31 +479,10 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
   if (!early) issue(0);
 
   // --- Q rows (token-major, head-minor) -> smem in the MMA type; padding rows zero ---------------
-#if defined(PAGEDATTN_FWD_Q_ASYNC) && PAGEDATTN_FWD_Q_ASYNC
-  // Experiment (build time): when the query is already in the MMA type and 16-byte aligned, its rows go
-  // to shared memory by cp.async, in the copy group of half 1 (V of tile 0): no thread waits on them
-  // before that group lands, and every chunk is in flight at once (stage_q waits per batch of 4 chunks
-  // a thread: at T=8, D=256 two batches in series, 8.4 us of an 8k CTA, run s7a's timeline).
-  constexpr int kIoOfT = std::is_same<T, __half>::value ? kIoF16 : kIoBF16;
-  const bool q_async = P.io_dtype == kIoOfT && (reinterpret_cast<uintptr_t>(P.q) & 15) == 0;
-#else
-  constexpr bool q_async = false;
-#endif
-  if (q_async) {
-    const T* q = static_cast<const T*>(P.q);
-    const int64_t q_tok0 = tok0 + w.t0;
-    for (int idx = tid; idx < kRows * (D / 8); idx += kThreads) {
-      const int r = idx / (D / 8), c = (idx % (D / 8)) * 8;
-      const bool ok = r < rows;
-      const int64_t src = ok ? ((q_tok0 + r / G) * P.H + hk * G + r % G) * D + c : 0;
-      cp_async_16(&sm.u.s.q[r][c], q + src, ok ? 16 : 0);  // zero-filled padding rows
-    }
-    prologue_rest();  // half 1's commit closes the group holding the query rows
-    cp_async_wait<kAhead - 2>();  // halves 0 and 1 (and so Q) have landed
-  } else {
-    auto store_q = [&](int r, int ch, uint4 v) { *reinterpret_cast<uint4*>(&sm.u.s.q[r][ch * 8]) = v; };
-    stage_q<T, kRows, D, kThreads>(P, tok0 + w.t0, hk, G, rows, tid, store_q, prologue_rest);
-  }
+  // (The rows by cp.async in the copy group of half 1, where the query is already in the MMA type,
+  // measured 1.00-1.17x slower, run s7b: at T=8 the first halves, not the query, arrive last.)
+  auto store_q = [&](int r, int ch, uint4 v) { *reinterpret_cast<uint4*>(&sm.u.s.q[r][ch * 8]) = v; };
+  stage_q<T, kRows, D, kThreads>(P, tok0 + w.t0, hk, G, rows, tid, store_q, prologue_rest);
   __syncthreads();
   tl.mark(3);
   if constexpr (kU8) {  // sum of each (f16-rounded) query row, for the key zero points
