@@ -22,10 +22,10 @@ for t in ${T//,/ }; do
   PAGEDATTN_PRINT_PLAN=1 timeout 120 "$build/pagedattn" "${args[@]}" 2>&1 | grep -E "plan|us/8|^(u8|f16)" | head -5
   timeout 300 ncu --clock-control none -k regex:"fwd_kernel|wg_kernel|merge_kernel" -c 2 \
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
-    --section LaunchStats --section SchedulerStats \
+    --section LaunchStats --section SchedulerStats --section InstructionStats --section ComputeWorkloadAnalysis \
     --metrics regex:'smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
     "$build/pagedattn" "${args[@]}" > "$OUT/ncu_${ctx}_T${t}_${kv}.txt" 2>&1
-  grep -E "fwd_kernel|wg_kernel|merge_kernel|Duration|DRAM Throughput|Achieved Occupancy|Warp Cycles Per Issued|Registers|Theoretical Occ|No Eligible" \
+  grep -E "fwd_kernel|wg_kernel|merge_kernel|Duration|DRAM Throughput|Achieved Occupancy|Warp Cycles Per Issued|Registers|Theoretical Occ|No Eligible|Executed Instructions |Issue Slots Busy|Executed Ipc A" \
     "$OUT/ncu_${ctx}_T${t}_${kv}.txt" | head -30
   # stall reasons above 0.3 cycles per issued instruction, per kernel
   awk '/fwd_kernel|wg_kernel|merge_kernel/{print "  " $1, $2} /issue_stalled/{ if ($NF+0 > 0.3) print "    " $1, $NF }' \
