@@ -155,8 +155,8 @@ if has abbuild; then
   ab_default
   # measured: noinline:-DPAGEDATTN_FWD_COPY_NOINLINE=1 (run s6a: 1.02-1.13x slower); DEEP_RING (run s7a:
   # 1.00-1.10x slower, removed); Q_FIRST (run s7a: 0.95-1.00x, made the default, macro removed);
-  # Q_ASYNC (run s7b: 1.00-1.17x slower, removed)
-  for spec in ${AB_BUILDS:-cs:-DPAGEDATTN_FWD_COL_SPLIT=1}; do
+  # Q_ASYNC (run s7b: 1.00-1.17x slower, removed); COL_SPLIT (run s7f: 0.98-1.06x, removed)
+  for spec in ${AB_BUILDS:-}; do
     [[ $spec == *:* ]] || { log "A/B build '$spec' skipped: not name:CUDA_FLAGS"; continue; }
     name=${spec%%:*} flags=${spec#*:}
     if [ "$(left)" -lt 240 ]; then log "A/B build $name skipped: $(left)s of the ${budget}s budget left"; continue; fi

@@ -80,18 +80,7 @@ struct FwdTraits {
   static constexpr int kParBytes = (kU8 ? 4 : 1) * kKPW * 2;  // u8: key scale, key zp, value scale, value zp
   static constexpr int kHalfBytes = kKPW * kLdKV * static_cast<int>(sizeof(C)) + kParBytes;
   static constexpr int kQBytes = kRows * kLdQ * static_cast<int>(sizeof(T));
-  // Experiment (build time, -DPAGEDATTN_FWD_COL_SPLIT=1; bench/NOTES.md, Next 0a): in two-warp key groups
-  // each warp keeps S, the softmax and P of its own 16 rows but accumulates O for both row tiles on half
-  // of the columns; the pair swaps P and the rescale factors through shared memory (`xp`, `xa`) once per
-  // slice. Same MMAs and O registers; each warp loads (u8: converts) half of every V slice, not all of it.
-#if defined(PAGEDATTN_FWD_COL_SPLIT) && PAGEDATTN_FWD_COL_SPLIT
-  static constexpr bool kColSplit = kWQ == 2 && MT == 1;
-#else
-  static constexpr bool kColSplit = false;
-#endif
-  static constexpr int kXchg = kColSplit ? kWKV * 2 * 32 : 1;  // (group, warp, lane) entries
-  static constexpr int kXchgBytes = kColSplit ? kXchg * (16 * (kKPW / 16) + 8) : 0;
-  static constexpr int kFixed = kQBytes + kRows * 4 + kWKV * kRows * 8 + 128 + kXchgBytes;
+  static constexpr int kFixed = kQBytes + kRows * 4 + kWKV * kRows * 8 + 128;
   static constexpr int kBudget = kOneCta ? 227 * 1024 : 113 * 1024;  // two CTAs per SM (8-warp variant: one)
   static constexpr int kFit = (kBudget - kFixed) / (kWKV * kHalfBytes);
   static constexpr int kStages = kFit > 6 ? 6 : kFit;     // half-tiles in each group's ring
@@ -99,18 +88,8 @@ struct FwdTraits {
   static_assert(kKPW % 16 == 0, "a slice is whole MMA k-steps");
 };
 
-// Column split only: the pair exchange of each key group (entry = (group * 2 + warp) * 32 + lane).
-template <int kK3, int N>
-struct XchgStorage {
-  uint4 xp[kK3][N];  // each warp's P fragments of the slice (per PV k-step); at the end (m, m, c, c)
-  float2 xa[N];      // each warp's rescale factors of the slice
-};
-struct NoXchg {};
-
 template <int D, int KV, int RT, int MT = 1>
-struct SharedStorage : std::conditional_t<FwdTraits<D, KV, RT, MT>::kColSplit,
-                                          XchgStorage<FwdTraits<D, KV, RT, MT>::kKPW / 16, FwdTraits<D, KV, RT, MT>::kXchg>,
-                                          NoXchg> {
+struct SharedStorage {
   using Tr = FwdTraits<D, KV, RT, MT>;
   using T = typename Tr::T;
   using C = typename Tr::C;
@@ -573,12 +552,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
   // Online-softmax state of the thread's rows; l and c (u8 value zero-point correction) are the
   // thread's own partial sums, reduced over the quad once at the end.
   float row_m[MT][2], row_l[MT][2], row_c[MT][2];
-  // O: MT row tiles x all columns; with the column split both row tiles of the group (o[0] the warp's own
-  // rows, o[1] its partner's) x half of the columns (n-tiles wq * kON ..)
-  constexpr bool kCS = Tr::kColSplit && SK == 1;  // (the SPLIT_S variants keep the row layout)
-  constexpr int kOT = kCS ? 2 : MT, kON = kCS ? kN3 / 2 : kN3;
-  static_assert(!kCS || (MT == 1 && kN3 % 8 == 0), "column split layout");
-  float o[kOT][kON][4];
+  float o[MT][kN3][4];
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
@@ -587,13 +561,9 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
       row_l[mt][hf] = row_c[mt][hf] = 0.0f;
     }
 #pragma unroll
+    for (int n = 0; n < kN3; ++n) o[mt][n][0] = o[mt][n][1] = o[mt][n][2] = o[mt][n][3] = 0.0f;
   }
-#pragma unroll
-  for (int ot = 0; ot < kOT; ++ot)
-#pragma unroll
-    for (int n = 0; n < kON; ++n) o[ot][n][0] = o[ot][n][1] = o[ot][n][2] = o[ot][n][3] = 0.0f;
   uint32_t pa[MT][kK3][4];  // P of the slice as A fragments of the PV MMAs
-  float alpha_own[2] = {1.0f, 1.0f};  // column split: this slice's rescale factors of the warp's rows
 
   for (int it = 0; it < n_tiles; ++it) {
     const int js = slice_begin(it);
@@ -737,15 +707,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
           row_l[mt][hf] = row_l[mt][hf] * alpha[hf] + sum[hf];
           row_c[mt][hf] = row_c[mt][hf] * alpha[hf] + cz[hf];
         }
-        if constexpr (kCS) {  // to the partner: this warp's P and rescale factors (read in the V step)
-          const int x = (wkv * 2 + wq) * 32 + lane;
-#pragma unroll
-          for (int kk = 0; kk < kK3; ++kk)
-            sm.xp[kk][x] = make_uint4(pa[0][kk][0], pa[0][kk][1], pa[0][kk][2], pa[0][kk][3]);
-          sm.xa[x] = make_float2(alpha[0], alpha[1]);
-          alpha_own[0] = alpha[0];
-          alpha_own[1] = alpha[1];
-        } else if (!__all_sync(0xffffffffu, alpha[0] == 1.0f && alpha[1] == 1.0f)) {
+        if (!__all_sync(0xffffffffu, alpha[0] == 1.0f && alpha[1] == 1.0f)) {
 #pragma unroll
           for (int n = 0; n < kN3; ++n) {
             o[mt][n][0] *= alpha[0];
@@ -761,69 +723,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
     cp_async_wait<kAhead - 1>();
     group_sync();
     issue(2 * it + kStages);
-    if constexpr (kCS) {
-      if (active) {
-        // the partner's P and factors (written before this step's group barrier; rewritten only after the
-        // next step's barrier, which the partner passes after this read); rescale both row tiles
-        const auto& hb = sm.u.s.ring[wkv][(2 * it + 1) % kStages];
-        const int xo = (wkv * 2 + (1 - wq)) * 32 + lane;
-        uint32_t pp[kK3][4];
-#pragma unroll
-        for (int kk = 0; kk < kK3; ++kk) {
-          const uint4 v = sm.xp[kk][xo];
-          pp[kk][0] = v.x, pp[kk][1] = v.y, pp[kk][2] = v.z, pp[kk][3] = v.w;
-        }
-        const float2 ap = sm.xa[xo];
-        const float al[2][2] = {{alpha_own[0], alpha_own[1]}, {ap.x, ap.y}};
-        if (!__all_sync(0xffffffffu, al[0][0] == 1.0f && al[0][1] == 1.0f && al[1][0] == 1.0f && al[1][1] == 1.0f)) {
-#pragma unroll
-          for (int ot = 0; ot < 2; ++ot)
-#pragma unroll
-            for (int n = 0; n < kON; ++n) {
-              o[ot][n][0] *= al[ot][0];
-              o[ot][n][1] *= al[ot][0];
-              o[ot][n][2] *= al[ot][1];
-              o[ot][n][3] *= al[ot][1];
-            }
-        }
-#pragma unroll
-        for (int kk = 0; kk < kK3; ++kk) {
-          const int key = kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
-          if constexpr (kU8) {
-#pragma unroll
-            for (int bb = 0; bb < D / 64; ++bb) {
-              const int b = wq * (D / 64) + bb;
-              uint32_t r4[4];
-              ldmatrix_x4_trans(r4, &hb.kv[key][32 * b + (lane / 16) * 16]);
-              const uint32_t v0 = u8x2_to_half2(r4[0], kSelB02), v1 = u8x2_to_half2(r4[1], kSelB02);
-              const uint32_t v2 = u8x2_to_half2(r4[0], kSelB13), v3 = u8x2_to_half2(r4[1], kSelB13);
-              const uint32_t v4 = u8x2_to_half2(r4[2], kSelB02), v5 = u8x2_to_half2(r4[3], kSelB02);
-              const uint32_t v6 = u8x2_to_half2(r4[2], kSelB13), v7 = u8x2_to_half2(r4[3], kSelB13);
-#pragma unroll
-              for (int ot = 0; ot < 2; ++ot) {
-                const uint32_t(&a)[4] = ot == 0 ? pa[0][kk] : pp[kk];
-                mma_16816<T>(o[ot][4 * bb + 0], a, v0, v1);
-                mma_16816<T>(o[ot][4 * bb + 1], a, v2, v3);
-                mma_16816<T>(o[ot][4 * bb + 2], a, v4, v5);
-                mma_16816<T>(o[ot][4 * bb + 3], a, v6, v7);
-              }
-            }
-          } else {
-#pragma unroll
-            for (int n = 0; n < kON; n += 2) {
-              uint32_t b[4];
-              ldmatrix_x4_trans(b, &hb.kv[key][(wq * kON + n + lane / 16) * 8]);
-#pragma unroll
-              for (int ot = 0; ot < 2; ++ot) {
-                const uint32_t(&a)[4] = ot == 0 ? pa[0][kk] : pp[kk];
-                mma_16816<T>(o[ot][n], a, b[0], b[1]);
-                mma_16816<T>(o[ot][n + 1], a, b[2], b[3]);
-              }
-            }
-          }
-        }
-      }
-    } else if (active) {
+    if (active) {
       const auto& hb = sm.u.s.ring[wkv][(2 * it + 1) % kStages];
 #pragma unroll
       for (int kk = 0; kk < kK3; ++kk) {
@@ -893,33 +793,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
       sm.ml[wkv][r0 + 8] = make_float2(row_m[mt][1], row_l[mt][1]);
     }
   }
-  if constexpr (kCS)  // to the partner: the max and the u8 zero-point sums of this warp's rows
-    sm.xp[0][(wkv * 2 + wq) * 32 + lane] = make_uint4(__float_as_uint(row_m[0][0]), __float_as_uint(row_m[0][1]),
-                                                      __float_as_uint(row_c[0][0]), __float_as_uint(row_c[0][1]));
   __syncthreads();
-  if constexpr (kCS) {
-    const uint4 px = sm.xp[0][(wkv * 2 + (1 - wq)) * 32 + lane];
-    const float mrow[2][2] = {{row_m[0][0], row_m[0][1]}, {__uint_as_float(px.x), __uint_as_float(px.y)}};
-    const float crow[2][2] = {{row_c[0][0], row_c[0][1]}, {__uint_as_float(px.z), __uint_as_float(px.w)}};
-#pragma unroll
-    for (int ot = 0; ot < 2; ++ot) {
-#pragma unroll
-      for (int hf = 0; hf < 2; ++hf) {
-        const int r = (ot == 0 ? wq : 1 - wq) * 16 + lane / 4 + 8 * hf;
-        if (r >= rows) continue;
-        float M = -INFINITY;
-#pragma unroll
-        for (int g = 0; g < Tr::kWKV; ++g) M = fmaxf(M, sm.ml[g][r].x);
-        const float f = mrow[ot][hf] == -INFINITY ? 0.0f : fast_exp2(mrow[ot][hf] - M);
-#pragma unroll
-        for (int n = 0; n < kON; ++n) {
-          const int c = o_col<kU8>(wq * kON + n, lane);
-          sm.u.red[wkv][r][c] = (o[ot][n][2 * hf] - crow[ot][hf]) * f;
-          sm.u.red[wkv][r][c + kPairStep] = (o[ot][n][2 * hf + 1] - crow[ot][hf]) * f;
-        }
-      }
-    }
-  } else {
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
@@ -937,7 +811,6 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
         sm.u.red[wkv][r][c + kPairStep] = (o[mt][n][2 * hf + 1] - row_c[mt][hf]) * f;
       }
     }
-  }
   }
   __syncthreads();
   for (int idx = tid; idx < rows * (D / 4); idx += kThreads) {
