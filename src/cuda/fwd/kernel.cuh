@@ -457,7 +457,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
     }
     cp_async_commit();
   };
-  // Copy order (run s7a, same-run A/B: 0.95-0.99x of the old order at 8k and 32k, level at 128k): one
+  // Copy order (run s7a, same-run A/B: 0.95-1.01x of the old order at 8k and 32k, level at 128k): one
   // half per group (K of tile 0) goes out first, then the query rows, then the rest of the prologue
   // (halves 1 .. kAhead - 1). The old order (the whole prologue, then Q) left the query loads queued
   // behind kStages - 1 halves per group: 3.3 us of an 8k T=1 CTA against 1.0 us at 1k (run s6f). A
