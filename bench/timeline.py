@@ -12,7 +12,7 @@ usage: timeline.py LOG SM_CLOCK_MHZ
 import statistics
 import sys
 
-FWD_PHASES = ["pdl wait", "write-in", "Q staged", "first K", "loop", "epilogue"]
+FWD_PHASES = ["pdl wait", "write-in", "prologue issued", "Q staged", "first K", "loop", "epilogue"]
 MERGE_PHASES = ["pdl wait", "fold", "store"]
 
 

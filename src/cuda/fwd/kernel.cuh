@@ -414,7 +414,9 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
   extern __shared__ __align__(16) uint8_t smem_raw[];
   Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
 
-  Timeline tl;  // diagnostic build only (PAGEDATTN_TIMELINE): 1 pdl wait, 2 write-in, 3 Q, 4 first K, 5 loop, 6 end
+  // diagnostic build only (PAGEDATTN_TIMELINE): 1 pdl wait, 2 write-in, 3 prologue issued (thread 0's
+  // copies out, its first query loads in flight), 4 Q staged, 5 first K, 6 loop, 7 end
+  Timeline tl;
   const int hk = blockIdx.y;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int wq = warp % Tr::kWQ, wkv = warp / Tr::kWQ;  // row-tile slot (tiles wq*MT ..), key group
@@ -466,6 +468,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
   auto prologue_rest = [&]() {
 #pragma unroll
     for (int s = 1; s < kAhead; ++s) issue(s);
+    tl.mark(3);
   };
   if (early) issue(0);
   // NOTE: everything below may read what the previous kernel in the stream wrote.
@@ -484,7 +487,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
   auto store_q = [&](int r, int ch, uint4 v) { *reinterpret_cast<uint4*>(&sm.u.s.q[r][ch * 8]) = v; };
   stage_q<T, kRows, D, kThreads>(P, tok0 + w.t0, hk, G, rows, tid, store_q, prologue_rest);
   __syncthreads();
-  tl.mark(3);
+  tl.mark(4);
   if constexpr (kU8) {  // sum of each (f16-rounded) query row, for the key zero points
     for (int r = warp; r < kRows; r += kWarps) {
       float s = 0.0f;
@@ -572,7 +575,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
     // ---- K half: S = Q K^T, masks, online softmax -> P (registers) ----
     cp_async_wait<kAhead - 1>();
     group_sync();
-    if (it == 0) tl.mark(4);
+    if (it == 0) tl.mark(5);
     issue(2 * it + kStages - 1);
     if (active) {
       const auto& hb = sm.u.s.ring[wkv][(2 * it) % kStages];
@@ -764,7 +767,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
   }
   cp_async_wait<0>();
 
-  tl.mark(5);
+  tl.mark(6);
   // NOTE: after the fused write-in and its __threadfence: the next run of the op may read those rows
   // before its griddepcontrol.wait (early reads). Keep the trigger after every cache write.
   pdl_launch_dependents();
@@ -854,8 +857,8 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
       if (c == 0) *reinterpret_cast<float2*>(P.ws_ml + slot * 2) = make_float2(M, L);
     }
   }
-  tl.mark(6);
-  tl.print("fwd", 7);
+  tl.mark(7);
+  tl.print("fwd", 8);
 }
 
 // Writes (and for u8 quantises) the new key and value rows of the sequences cut into several chunks
