@@ -3,6 +3,7 @@
 # subset, the benchmark, the Python package's GPU test and the peers. Logs go under $OUT/run and come
 # back as $OUT/results.tgz (the device tool returns at most 8 files); a short table is printed last.
 #   usage: bench/gpu.sh [stages...]    stages: build test cputest sanitizer bench ab abbuild abref python peers prefill
+#   extra (GPU_SH_EXTRA, a shell command run last; its output run/extra.log comes back in results.tgz)
 #   (prefill: the prefill scenario alone, default, PAGEDATTN_WGMMA=64 and =0; abbuild: build-time
 #   experiments against the default build, AB_BUILDS; BUILD_CUDA_FLAGS puts one in the main build, so
 #   that `build test` tests it; abref: an earlier commit's source in .abref,
@@ -300,6 +301,14 @@ if has bench; then
   for sc in batch prefill chunk mixed prefill_narrow prefill_mma prefill_u8 prefill_u8mma chunk_u8mma mixed_u8mma; do
     [ -f "$run_dir/bench_$sc.log" ] && tail -14 "$run_dir/bench_$sc.log"
   done
+fi
+if has extra; then
+  # GPU_SH_EXTRA: a shell command run last, in the tree's root, with $build and $run_dir exported (e.g. a
+  # variant's `pagedattn check`); its output is run/extra.log, so it comes back in results.tgz
+  log "extra: ${GPU_SH_EXTRA:-(GPU_SH_EXTRA is empty)}"
+  (cd "$root" && build=$build run_dir=$run_dir timeout "$(( $(left) > 30 ? $(left) : 30 ))" bash -c "${GPU_SH_EXTRA:-true}") \
+    > "$run_dir/extra.log" 2>&1 || { status=1; echo "extra command failed or timed out"; }
+  tail -20 "$run_dir/extra.log"
 fi
 cp "$run_dir/bench.log" "$OUT/bench.log" 2>/dev/null
 exit $status
