@@ -154,7 +154,7 @@ if has abbuild; then
   # AB_BUILDS is a space-separated list of name:CUDA_FLAGS (one flag per build: the list splits on spaces);
   # each row set lands in the ab table as build-<name>
   ab_default
-  # measured: noinline:-DPAGEDATTN_FWD_COPY_NOINLINE=1 (run s6a: 1.02-1.13x slower); DEEP_RING (run s7a:
+  # measured: COPY_NOINLINE (run s6a: 1.02-1.13x slower, removed); DEEP_RING (run s7a:
   # 1.00-1.10x slower, removed); Q_FIRST (run s7a: 0.95-1.00x, made the default, macro removed);
   # Q_ASYNC (run s7b: 1.00-1.17x slower, removed); COL_SPLIT (run s7f: 0.98-1.06x, removed)
   for spec in ${AB_BUILDS:-}; do

@@ -306,23 +306,13 @@ __device__ __forceinline__ void fused_write_in(const FwdParams& P, const planner
   __syncthreads();
 }
 
-// Experiment (build time: -DPAGEDATTN_FWD_COPY_NOINLINE=1 in CMAKE_CUDA_FLAGS, bench/gpu.sh stage
-// `abbuild`): load_half as one called function instead of inlined at its call sites (two in the main
-// loop, two prologues). Inlined, the copy code is about half of fwd_kernel's 105 KB of D = 256 code
-// (the main loop alone ~46 KB), and the few-query kernel stalls 1.25 cycles per instruction on
-// instruction fetch at 32k (run s5p); called, the kernel is 53 KB with the same registers, no stack.
-#if defined(PAGEDATTN_FWD_COPY_NOINLINE) && PAGEDATTN_FWD_COPY_NOINLINE
-#define PAGEDATTN_COPY_INLINE __noinline__
-#else
-#define PAGEDATTN_COPY_INLINE __forceinline__
-#endif
-
 // Issues the async copies of one half-tile for a key group: K (kind 0, with the u8 parameters) or V
 // (kind 1) of keys [js, js + kKPW) clipped to kv_end; rows past kv_end are zero-filled. `gtid` is the
 // thread's index in its group. The block-table lookups go out before the copies. (Reading the slice's
-// block id one tile ahead instead measured 0.99-1.04x, run s6c: the lookup is not what the loop waits on.)
+// block id one tile ahead instead measured 0.99-1.04x, run s6c: the lookup is not what the loop waits on;
+// a called instead of inlined copy issue, half the kernel's code, 1.02-1.13x slower, run s6a.)
 template <int D, int KV, int RT, int MT>
-__device__ PAGEDATTN_COPY_INLINE void load_half(typename SharedStorage<D, KV, RT, MT>::Half& hb, int kind, const FwdParams& P,
+__device__ __forceinline__ void load_half(typename SharedStorage<D, KV, RT, MT>::Half& hb, int kind, const FwdParams& P,
                                           const int32_t* table, int hk, int js, int kv_end, int gtid) {
   using Tr = FwdTraits<D, KV, RT, MT>;
   using C = typename Tr::C;
