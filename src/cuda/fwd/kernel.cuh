@@ -325,6 +325,26 @@ __device__ __forceinline__ void load_half(typename SharedStorage<D, KV, RT, MT>:
   constexpr int kLog2KPW = Tr::kKPW == 16 ? 4 : Tr::kKPW == 32 ? 5 : 6;
   const C* src = static_cast<const C*>(kind == 0 ? P.k_cache : P.v_cache);
   const int r0 = gtid / kChunksPerRow, c = (gtid % kChunksPerRow) * kElemsPerChunk;
+  const uint32_t dst = smem_u32(&hb.kv[r0][c]);
+  constexpr uint32_t kDstStep = kRowStep * Tr::kLdKV * sizeof(C);
+  if (P.block_size_log2 >= kLog2KPW && js + Tr::kKPW <= kv_end) {
+    // Every slice but a partition's last: all rows valid and in one cache block, so one table lookup,
+    // one base address, and constant offsets that fold into the copies (the general path below spends
+    // ~20 instructions of 64-bit offset and zero-fill arithmetic per copy).
+    const int64_t row0 = cache_row(table, js, hk, P.Hk, P.block_size_log2);
+    const C* s = src + (row0 + r0) * D + c;
+#pragma unroll
+    for (int i = 0; i < kIters; ++i) cp_async_16_full(dst + i * kDstStep, s + i * kRowStep * D);
+    if constexpr (Tr::kU8) {
+      constexpr int kPerArray = Tr::kKPW / 8;
+      if (kind == 0 && gtid < 4 * kPerArray) {
+        const int a = gtid / kPerArray, cc = gtid % kPerArray;
+        const uint16_t* ps = a == 0 ? P.k_scale : a == 1 ? P.k_zp : a == 2 ? P.v_scale : P.v_zp;
+        cp_async_16_full(smem_u32(&hb.par[a][cc * 8]), ps + row0 + cc * 8);
+      }
+    }
+    return;
+  }
   int64_t off[kIters];
   if (P.block_size_log2 >= kLog2KPW) {
     // the slice lies in one cache block (js is a multiple of kKPW): one table lookup
@@ -341,8 +361,6 @@ __device__ __forceinline__ void load_half(typename SharedStorage<D, KV, RT, MT>:
       off[i] = j < kv_end ? cache_row(table, j, hk, P.Hk, P.block_size_log2) * D + c : -1;
     }
   }
-  const uint32_t dst = smem_u32(&hb.kv[r0][c]);
-  constexpr uint32_t kDstStep = kRowStep * Tr::kLdKV * sizeof(C);
 #pragma unroll
   for (int i = 0; i < kIters; ++i) {
     const bool ok = off[i] >= 0;
@@ -631,9 +649,11 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
       const bool interior = js + kKPW <= w.kv_end && js + kKPW <= past + w.t0 + 1 &&
                             (P.sliding_window == 0 || js >= past + w.t0 + w.nt - P.sliding_window) &&
                             (P.qq_bias == nullptr || js + kKPW <= past);
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
-        float mx[2] = {-INFINITY, -INFINITY};
+      // kPlain: an interior slice without ALiBi, the common case: a score is one multiply (and the
+      // padding-row select); the general pass masks per key and adds the ALiBi term. Two unrolled
+      // copies, chosen per slice (group-uniform), so the plain one has no per-key branches.
+      auto score_pass = [&](auto plain, int mt, float (&mx)[2]) {
+        constexpr bool kPlain = decltype(plain)::value;
 #pragma unroll
         for (int n = 0; n < kN1; ++n) {
           const int kc = n * 8 + 2 * (lane % 4);  // key within the slice (and its neighbour kc + 1)
@@ -649,16 +669,28 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
             float raw = acc[mt][n][e];
             if constexpr (kU8)
               raw = (e % 2 ? kscale.y : kscale.x) * (raw - ((e % 2 ? kzp.y : kzp.x) + kU8Bias) * row_qsum[mt][hf]);
-            bool vis = row_valid[mt][hf];
-            if (!interior)
-              vis = vis && j < w.kv_end && j <= row_qpos[mt][hf] && j >= row_lo[mt][hf] &&
-                    (row_qq[mt][hf] == nullptr || j < past || row_qq[mt][hf][j - past] != 0);
-            const float sv =
-                vis ? raw * P.scale_log2 + row_slope2[mt][hf] * static_cast<float>(j - row_qpos[mt][hf]) : -INFINITY;
+            float sv;
+            if constexpr (kPlain) {
+              sv = row_valid[mt][hf] ? raw * P.scale_log2 : -INFINITY;
+            } else {
+              const bool vis = row_valid[mt][hf] && j < w.kv_end && j <= row_qpos[mt][hf] && j >= row_lo[mt][hf] &&
+                               (row_qq[mt][hf] == nullptr || j < past || row_qq[mt][hf][j - past] != 0);
+              sv = vis ? raw * P.scale_log2 + row_slope2[mt][hf] * static_cast<float>(j - row_qpos[mt][hf])
+                       : -INFINITY;
+            }
             acc[mt][n][e] = sv;
             mx[hf] = fmaxf(mx[hf], sv);
           }
         }
+      };
+      const bool plain = interior && P.alibi == nullptr;
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        float mx[2] = {-INFINITY, -INFINITY};
+        if (plain)
+          score_pass(std::true_type{}, mt, mx);
+        else
+          score_pass(std::false_type{}, mt, mx);
         float alpha[2];
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) {
