@@ -8,7 +8,8 @@
 #   experiments against the default build, AB_BUILDS; BUILD_CUDA_FLAGS puts one in the main build, so
 #   that `build test` tests it; abref: an earlier commit's source in .abref,
 #   bench/prepare_abref.sh; CUDA_ARCHS, BUILD_TARGETS and
-#   TEST_FILTER narrow the build and the GPU tests for quick runs)
+#   TEST_FILTER narrow the build and the GPU tests for quick runs; an A/B config is skipped with less than
+#   AB_MIN_LEFT (40) seconds of the budget left, an A/B build or ref with less than AB_BUILD_MIN_LEFT (120))
 #                                       (default: all but cputest; CI runs the CPU tests)
 # Here, before the call: bench/prepare_deps.sh, bench/peers/fetch_flashinfer.sh (FlashInfer wheels and
 # prebuilt modules into .wheels; optional), and
@@ -142,7 +143,7 @@ if has ab; then
   # u8 (run s5a))
   for cfg in ${AB_CONFIGS:-default PAGEDATTN_WGMMA_DECODE=1}; do
     tag=$(echo "$cfg" | tr ',=' '_-')
-    if [ "$(left)" -lt 240 ]; then log "A/B $cfg skipped: $(left)s of the ${budget}s budget left"; continue; fi
+    if [ "$(left)" -lt "${AB_MIN_LEFT:-40}" ]; then log "A/B $cfg skipped: $(left)s of the ${budget}s budget left"; continue; fi
     log "A/B: $cfg"
     if [ "$cfg" = default ]; then envs=(); else IFS=, read -ra envs <<< "$cfg"; fi
     ab_bench "$build/pagedattn" "$tag" "${envs[@]}" || status=1
@@ -160,7 +161,7 @@ if has abbuild; then
   for spec in ${AB_BUILDS:-}; do
     [[ $spec == *:* ]] || { log "A/B build '$spec' skipped: not name:CUDA_FLAGS"; continue; }
     name=${spec%%:*} flags=${spec#*:}
-    if [ "$(left)" -lt 240 ]; then log "A/B build $name skipped: $(left)s of the ${budget}s budget left"; continue; fi
+    if [ "$(left)" -lt "${AB_BUILD_MIN_LEFT:-120}" ]; then log "A/B build $name skipped: $(left)s of the ${budget}s budget left"; continue; fi
     log "A/B build: $name ($flags)"
     ab_variant "$build-$name" "build-$name" -DCMAKE_CUDA_FLAGS="$flags"
   done
@@ -173,7 +174,7 @@ if has abref; then
   for src in "$root"/.abref/*/; do
     [ -f "$src/.commit" ] || { log "A/B ref skipped: no .abref/*/.commit (bench/prepare_abref.sh)"; continue; }
     ref=$(cat "$src/.commit")
-    if [ "$(left)" -lt 240 ]; then log "A/B ref $ref skipped: $(left)s of the ${budget}s budget left"; continue; fi
+    if [ "$(left)" -lt "${AB_BUILD_MIN_LEFT:-120}" ]; then log "A/B ref $ref skipped: $(left)s of the ${budget}s budget left"; continue; fi
     log "A/B ref: $ref"
     CONFIGURE_SRC=$src ab_variant "$build-ref-$ref" "ref-$ref"
   done
