@@ -71,14 +71,12 @@ struct FwdTraits {
   static constexpr int kWarps = kWQ * kWKV;
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kGroupThreads = kWQ * 32;
-#if defined(PAGEDATTN_FWD_U8_KPW32) && PAGEDATTN_FWD_U8_KPW32
-  // experiment: 32-key slices for u8 two-warp groups at D = 256 (T = 5..8 of the seed shape), where the
-  // 16-key default leaves each warp one S chain of 16 MMAs per n-tile and a softmax per 16 keys
+  // Keys per group slice. u8 two-warp groups at D = 256 (T = 5..8 of the seed shape) take 32: each warp
+  // then runs 4 S chains instead of 2 and one softmax per 32 keys (run s8b, same run: u8 128k T=8 0.83x,
+  // 32k 0.98x, 8k 1.04x slower: 2 tiles per 128-key partition instead of 4). f16/bf16 at D = 256 keep
+  // 16 (32-key halves would not fit three stages in half an SM's shared memory).
   static constexpr int kKPW = MT == 2 ? 32 : RT >= 4 ? (D >= 256 ? 32 : 64)
-                            : (D >= 256 ? (KV == kKvU8 && RT == 2 ? 32 : 16) : 32);  // keys per group slice
-#else
-  static constexpr int kKPW = MT == 2 ? 32 : RT >= 4 ? (D >= 256 ? 32 : 64) : (D >= 256 ? 16 : 32);  // keys per group slice
-#endif
+                            : (D >= 256 ? (KV == kKvU8 && RT == 2 ? 32 : 16) : 32);
   static constexpr int kTileKV = kWKV * kKPW;             // keys per iteration of the CTA
   static constexpr bool kOneCta = RT == 8 && MT == 1;     // the 8-warp variant: one CTA per SM
   static constexpr int kMinCtas = kOneCta ? 1 : 2;        // __launch_bounds__ occupancy hint
