@@ -78,8 +78,12 @@ ab_default() {
 ab_variant() {
   local dir=$1 tag=$2
   shift 2
+  # the build's own limit: what is left of the budget, but at least 60 s (a negative or zero limit is
+  # not a limit to timeout(1): run s8c lost its ref build to "timeout: invalid option -- '3'")
+  local limit=$(( $(left) - 30 ))
+  [ "$limit" -lt 60 ] && limit=60
   if { configure "$dir" 90a-real -DPAGEDATTN_BUILD_TESTS=OFF "$@" &&
-       timeout $(( $(left) - 150 )) ninja -C "$dir" -j "$(nproc)" pagedattn; } > "$run_dir/build_$tag.log" 2>&1; then
+       timeout "$limit" ninja -C "$dir" -j "$(nproc)" pagedattn; } > "$run_dir/build_$tag.log" 2>&1; then
     ab_bench "$dir/pagedattn" "$tag" || status=1
   else
     tail -20 "$run_dir/build_$tag.log"
