@@ -8,7 +8,7 @@
 #     UNIT    src/cuda/fwd/inst_d256.cu (default) | inst_d128.cu | inst_d64.cu
 #     PATTERN substring of the demangled name, e.g. "fwd_kernel<256, 2, 1," (default "fwd_kernel<")
 #     ARCH    90a (default) | 80
-#   SASS_DUMP=1 also writes each matching kernel's listing to /tmp/sass_<n>.txt
+#   SASS_FLAGS="-DMACRO=1" adds nvcc flags (an experiment build); SASS_DUMP=1 also writes each matching kernel's listing to /tmp/sass_<n>.txt
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 unit=${1:-src/cuda/fwd/inst_d256.cu}
@@ -26,7 +26,7 @@ if ! command -v cuobjdump >/dev/null; then
   PATH=$tools/nvidia/cu13/bin:$PATH
 fi
 cubin=/tmp/pagedattn_sass_$(basename "$unit" .cu)_$arch.cubin
-nvcc -std=c++17 -O3 --expt-relaxed-constexpr -I"$root/include" -I"$root/src" \
+nvcc -std=c++17 -O3 --expt-relaxed-constexpr -I"$root/include" -I"$root/src" ${SASS_FLAGS:-} \
   -gencode=arch=compute_$arch,code=sm_$arch -cubin "$unit" -o "$cubin"
 cuobjdump -sass "$cubin" | python3 -c '
 import collections, os, re, subprocess, sys
