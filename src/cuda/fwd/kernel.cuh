@@ -75,20 +75,13 @@ struct FwdTraits {
   // then runs 4 S chains instead of 2 and one softmax per 32 keys (run s8b, same run: u8 128k T=8 0.83x,
   // 32k 0.98x, 8k 1.04x slower: 2 tiles per 128-key partition instead of 4). f16/bf16 at D = 256 keep
   // 16 (32-key halves would not fit three stages in half an SM's shared memory).
-#if defined(PAGEDATTN_FWD_U8_SWIZZLE) && PAGEDATTN_FWD_U8_SWIZZLE
-  // experiment (bench/NOTES.md Next 00a): u8 K/V rows at D = 256 unpadded, their 16-byte chunks swizzled
-  // by row (kv_off), so that one-warp groups also fit three stages of 32-key slices
-  static constexpr bool kSwz = kU8 && D == 256 && RT <= 2;
-#else
-  static constexpr bool kSwz = false;
-#endif
   static constexpr int kKPW = MT == 2 ? 32 : RT >= 4 ? (D >= 256 ? 32 : 64)
-                            : (D >= 256 ? (KV == kKvU8 && (RT == 2 || kSwz) ? 32 : 16) : 32);
+                            : (D >= 256 ? (KV == kKvU8 && RT == 2 ? 32 : 16) : 32);
   static constexpr int kTileKV = kWKV * kKPW;             // keys per iteration of the CTA
   static constexpr bool kOneCta = RT == 8 && MT == 1;     // the 8-warp variant: one CTA per SM
   static constexpr int kMinCtas = kOneCta ? 1 : 2;        // __launch_bounds__ occupancy hint
   static constexpr int kLdQ = D + 8;                      // Q row (elements)
-  static constexpr int kLdKV = kSwz ? D : kU8 ? D + 16 : D + 8;  // K/V row (cache elements)
+  static constexpr int kLdKV = kU8 ? D + 16 : D + 8;      // K/V row (cache elements)
   static constexpr int kParBytes = (kU8 ? 4 : 1) * kKPW * 2;  // u8: key scale, key zp, value scale, value zp
   static constexpr int kHalfBytes = kKPW * kLdKV * static_cast<int>(sizeof(C)) + kParBytes;
   static constexpr int kQBytes = kRows * kLdQ * static_cast<int>(sizeof(T));
@@ -121,16 +114,6 @@ struct SharedStorage {
   float qsum[Tr::kRows];
   float2 ml[Tr::kWKV][Tr::kRows];  // (max, sum) of each key group's rows
 };
-
-// Byte offset of 16-byte chunk `ch` of row `r` in a K/V half. Padded rows (kLdKV > D) keep the chunks of
-// the 8 rows that one ldmatrix matrix reads in distinct banks; unpadded (swizzled) rows place chunk ch
-// at ch ^ (r % 8) for the same effect. (Used where kSwz; the padded paths index hb.kv directly.)
-template <typename Tr>
-__device__ __forceinline__ uint32_t kv_off(int r, int ch) {
-  constexpr int kRowBytes = Tr::kLdKV * static_cast<int>(sizeof(typename Tr::C));
-  if constexpr (Tr::kSwz) return static_cast<uint32_t>(r * kRowBytes + ((ch ^ (r & 7)) << 4));
-  return static_cast<uint32_t>(r * kRowBytes + (ch << 4));
-}
 
 // --- small helpers ------------------------------------------------------------------------------
 __device__ __forceinline__ float load_io(const void* base, int64_t i, int io) {
@@ -349,10 +332,6 @@ __device__ __forceinline__ void load_half(typename SharedStorage<D, KV, RT, MT>:
   const int r0 = gtid / kChunksPerRow, c = (gtid % kChunksPerRow) * kElemsPerChunk;
   const uint32_t dst = smem_u32(&hb.kv[r0][c]);
   constexpr uint32_t kDstStep = kRowStep * Tr::kLdKV * sizeof(C);
-  auto dst_of = [&](int i) -> uint32_t {
-    if constexpr (Tr::kSwz) return smem_u32(&hb.kv[0][0]) + kv_off<Tr>(r0 + i * kRowStep, gtid % kChunksPerRow);
-    return dst + i * kDstStep;
-  };
   if (P.block_size_log2 >= kLog2KPW && js + Tr::kKPW <= kv_end) {
     // Every slice but a partition's last: all rows valid and in one cache block, so one table lookup,
     // one base address, and constant offsets that fold into the copies (the general path below spends
@@ -360,7 +339,7 @@ __device__ __forceinline__ void load_half(typename SharedStorage<D, KV, RT, MT>:
     const int64_t row0 = cache_row(table, js, hk, P.Hk, P.block_size_log2);
     const C* s = src + (row0 + r0) * D + c;
 #pragma unroll
-    for (int i = 0; i < kIters; ++i) cp_async_16_full(dst_of(i), s + i * kRowStep * D);
+    for (int i = 0; i < kIters; ++i) cp_async_16_full(dst + i * kDstStep, s + i * kRowStep * D);
     if constexpr (Tr::kU8) {
       constexpr int kPerArray = Tr::kKPW / 8;
       if (kind == 0 && gtid < 4 * kPerArray) {
@@ -390,7 +369,7 @@ __device__ __forceinline__ void load_half(typename SharedStorage<D, KV, RT, MT>:
 #pragma unroll
   for (int i = 0; i < kIters; ++i) {
     const bool ok = off[i] >= 0;
-    cp_async_16_u32(dst_of(i), src + (ok ? off[i] : 0), ok ? 16 : 0);
+    cp_async_16_u32(dst + i * kDstStep, src + (ok ? off[i] : 0), ok ? 16 : 0);
   }
   if constexpr (Tr::kU8) {
     // 4 parameter arrays x (kKPW/8) chunks of 8 tokens (block_size >= 16: a chunk stays in one block).
@@ -633,10 +612,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
 #pragma unroll
           for (int n = 0; n < kN1; ++n) {
             uint32_t r4[4];
-            if constexpr (Tr::kSwz)
-              ldmatrix_x4(r4, &hb.kv[0][0] + kv_off<Tr>(n * 8 + (lane % 8), ks + lane / 8));
-            else
-              ldmatrix_x4(r4, &hb.kv[n * 8 + (lane % 8)][(ks + lane / 8) * 16]);
+            ldmatrix_x4(r4, &hb.kv[n * 8 + (lane % 8)][(ks + lane / 8) * 16]);
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -788,10 +764,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
 #pragma unroll
           for (int b = 0; b < D / 32; ++b) {
             uint32_t r4[4];
-            if constexpr (Tr::kSwz)
-              ldmatrix_x4_trans(r4, &hb.kv[0][0] + kv_off<Tr>(key, 2 * b + lane / 16));
-            else
-              ldmatrix_x4_trans(r4, &hb.kv[key][32 * b + (lane / 16) * 16]);
+            ldmatrix_x4_trans(r4, &hb.kv[key][32 * b + (lane / 16) * 16]);
             const uint32_t v0 = u8x2_to_half2(r4[0], kSelB02), v1 = u8x2_to_half2(r4[1], kSelB02);
             const uint32_t v2 = u8x2_to_half2(r4[0], kSelB13), v3 = u8x2_to_half2(r4[1], kSelB13);
             const uint32_t v4 = u8x2_to_half2(r4[2], kSelB02), v5 = u8x2_to_half2(r4[3], kSelB02);
