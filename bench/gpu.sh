@@ -64,11 +64,15 @@ configure() {
     -DCMAKE_CUDA_ARCHITECTURES="$archs" "${prefix[@]}" "$@"
 }
 # ab_bench BINARY TAG [VAR=V...]: the A/B rows (seed scenario, f16/u8, T = 1, 3, 8) -> ab_TAG.json
+# (AB_BATCH=1 adds the batch rows, 32 x 8k at T=1/4, to each: ab_TAG.batch.json, same table)
 ab_bench() {
   local bin=$1 tag=$2
   shift 2
   env "$@" timeout 120 "$bin" bench --backend cuda --scenario seed --kv f16,u8 --tokens 1,3,8 \
-    --json "$run_dir/ab_$tag.json" > "$run_dir/ab_$tag.log" 2>&1
+    --json "$run_dir/ab_$tag.json" > "$run_dir/ab_$tag.log" 2>&1 || return 1
+  [ "${AB_BATCH:-0}" = 1 ] || return 0
+  env "$@" timeout 120 "$bin" bench --backend cuda --scenario seed --batch 32 --context 8192 --tokens 1,4 \
+    --kv f16,u8 --fill random --json "$run_dir/ab_$tag.batch.json" >> "$run_dir/ab_$tag.log" 2>&1
 }
 
 # ab_default: the default build's A/B rows, once per call (the base of every ratio)
@@ -194,17 +198,22 @@ import json, sys, glob, os
 d = sys.argv[1]
 runs = {}
 for f in sorted(glob.glob(d + "/ab_*.json")):
+    name = os.path.basename(f)[3:-5]
+    batch = name.endswith(".batch")  # AB_BATCH rows of the same build
+    name = name[:-6] if batch else name
     try:
-        runs[os.path.basename(f)[3:-5]] = json.load(open(f))
+        j = json.load(open(f))
+        runs.setdefault(name, []).append(j)
     except (OSError, ValueError) as e:  # a run that failed or timed out leaves an empty file
         print("skipped %s: %s" % (f, e))
-def rows(j):
-    return {(r.get("kv"), r.get("context"), r.get("T")): r.get("us") for r in j.get("rows", [])}
+def rows(js):
+    return {(r.get("kv"), r.get("context"), r.get("T"), r.get("seqs", 1)): r.get("us")
+            for j in js for r in j.get("rows", [])}
 tabs = {k: rows(v) for k, v in runs.items()}
 base = tabs.get("default", {})
 names = ["default"] + [k for k in tabs if k != "default"]
-print("kv ctx T " + " ".join(names) + "   (us per 8 layers; ratios to default in brackets)")
-for key in sorted(base, key=lambda k: (str(k[0]), k[1] or 0, k[2] or 0)):
+print("kv ctx T seqs " + " ".join(names) + "   (us per 8 layers; ratios to default in brackets)")
+for key in sorted(base, key=lambda k: (k[3] or 1, str(k[0]), k[1] or 0, k[2] or 0)):
     cells = []
     for n in names:
         v = tabs[n].get(key)
@@ -214,7 +223,7 @@ for key in sorted(base, key=lambda k: (str(k[0]), k[1] or 0, k[2] or 0)):
             cells.append("%.1f" % v)
         else:
             cells.append("%.1f [%.3f]" % (v, v / base[key]))
-    print(key[0], key[1], key[2], " | ".join(cells))
+    print(key[0], key[1], key[2], key[3], " | ".join(cells))
 PY
 fi
 
