@@ -942,11 +942,8 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_const
 
   float M = -INFINITY, den = 0.0f;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 4
-  for (int p = g; p < mr.num_parts; p += kGroupsM) {
-    const float2 mlp = __ldcg(reinterpret_cast<const float2*>(ml + p * kMlStride));
-    const float4 v = __ldcg(reinterpret_cast<const float4*>(wo + p * kOStride));
-    if (mlp.x == -INFINITY) continue;  // no visible key in this partition
+  auto fold = [&](const float2 mlp, const float4 v) {
+    if (mlp.x == -INFINITY) return;  // no visible key in this partition
     if (mlp.x > M) {
       const float s = fast_exp2(M - mlp.x);  // 0 while M is -inf
       den *= s;
@@ -962,6 +959,30 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_const
     acc.y += wgt * v.y;
     acc.z += wgt * v.z;
     acc.w += wgt * v.w;
+  };
+  // A thread's loads of up to kBatch partitions go out together, then fold in partition order. (A loop
+  // that loads and folds one partition at a time waits two L2 round trips per partition: the O load is
+  // not hoisted above the branch on m; SASS, session 8.) Every slot is written for rows < rows, so the
+  // loads of partitions without a visible key read finite values that fold() skips.
+#ifndef PAGEDATTN_MERGE_BATCH
+#define PAGEDATTN_MERGE_BATCH 4
+#endif
+  constexpr int kBatch = PAGEDATTN_MERGE_BATCH;  // partitions per thread in flight
+  for (int p0 = g; p0 < mr.num_parts; p0 += kGroupsM * kBatch) {
+    float2 mlb[kBatch];
+    float4 vb[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int p = p0 + b * kGroupsM;
+      mlb[b] = make_float2(-INFINITY, 0.0f);
+      vb[b] = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (p < mr.num_parts) {
+        mlb[b] = __ldcg(reinterpret_cast<const float2*>(ml + p * kMlStride));
+        vb[b] = __ldcg(reinterpret_cast<const float4*>(wo + p * kOStride));
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) fold(mlb[b], vb[b]);
   }
   if (c4 == 0) ml_s[g] = make_float2(M, den);
   acc_s[g][c4] = acc;
