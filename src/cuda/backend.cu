@@ -45,18 +45,24 @@ FwdKernelInfo fwd_kernel_info(int head_size, int kv, int row_tiles, const Kernel
 }
 
 // The merge: one CTA per query row and column block; `split` (1, 2 or 4, at most D / 64) column blocks
-// per row (see CudaPlan: merge_split_).
-void launch_merge(const FwdParams& P, int head_size, int num_rows, int split, cudaStream_t stream, bool pdl) {
-  const std::size_t smem = 0;
-  const dim3 block(kMergeThreads);
-  const dim3 grid(num_rows, split);
+// per row, `batch` (1 or 4) partitions per thread in flight (see CudaPlan: merge_split_, merge_batch_).
+template <int D, int kSplit>
+void launch_merge_d(const FwdParams& P, int num_rows, int batch, cudaStream_t stream, bool pdl) {
+  const dim3 grid(num_rows, kSplit), block(kMergeThreads);
+  if (batch == 4)
+    launch_ex(merge_kernel<D, kSplit, 4>, grid, block, 0, stream, pdl, P);
+  else
+    launch_ex(merge_kernel<D, kSplit, 1>, grid, block, 0, stream, pdl, P);
+}
+void launch_merge(const FwdParams& P, int head_size, int num_rows, int split, int batch, cudaStream_t stream,
+                  bool pdl) {
   switch (head_size * 8 + split) {
-    case 64 * 8 + 1: launch_ex(merge_kernel<64, 1>, grid, block, smem, stream, pdl, P); break;
-    case 128 * 8 + 1: launch_ex(merge_kernel<128, 1>, grid, block, smem, stream, pdl, P); break;
-    case 128 * 8 + 2: launch_ex(merge_kernel<128, 2>, grid, block, smem, stream, pdl, P); break;
-    case 256 * 8 + 1: launch_ex(merge_kernel<256, 1>, grid, block, smem, stream, pdl, P); break;
-    case 256 * 8 + 2: launch_ex(merge_kernel<256, 2>, grid, block, smem, stream, pdl, P); break;
-    case 256 * 8 + 4: launch_ex(merge_kernel<256, 4>, grid, block, smem, stream, pdl, P); break;
+    case 64 * 8 + 1: launch_merge_d<64, 1>(P, num_rows, batch, stream, pdl); break;
+    case 128 * 8 + 1: launch_merge_d<128, 1>(P, num_rows, batch, stream, pdl); break;
+    case 128 * 8 + 2: launch_merge_d<128, 2>(P, num_rows, batch, stream, pdl); break;
+    case 256 * 8 + 1: launch_merge_d<256, 1>(P, num_rows, batch, stream, pdl); break;
+    case 256 * 8 + 2: launch_merge_d<256, 2>(P, num_rows, batch, stream, pdl); break;
+    case 256 * 8 + 4: launch_merge_d<256, 4>(P, num_rows, batch, stream, pdl); break;
     default: throw RuntimeError("merge: no kernel for D=" + std::to_string(head_size) + " split " + std::to_string(split));
   }
 }
@@ -293,6 +299,16 @@ class CudaPlan final : public detail::PlanImpl {
       const int v = std::atoi(e);
       if (v == 1 || ((v == 2 || v == 4) && v <= D_ / 64)) merge_split_ = v;
     }
+    // Partition loads in flight per merge thread: 4 when some row has more partitions than a merge CTA
+    // has partition groups (a thread then folds several), else 1 (fewer registers: more merge CTAs per
+    // SM; the 32 x 8k batch was 1.5-3.4% slower with 4, run s9a). PAGEDATTN_MERGE_BATCH=1/4 forces it.
+    int max_parts = 0;
+    for (const MergeRow& r : rows) max_parts = std::max(max_parts, r.num_parts);
+    merge_batch_ = max_parts > kMergeThreads / (D_ / 4 / merge_split_) ? 4 : 1;
+    if (const char* e = std::getenv("PAGEDATTN_MERGE_BATCH"); e != nullptr && *e != '\0') {
+      const int v = std::atoi(e);
+      if (v == 1 || v == 4) merge_batch_ = v;
+    }
 
     // --- metadata to the device (read by run) ----------------------------------------------------
     // NOTE: copied into plan-owned vectors first: if the caller's buffers are pinned, cudaMemcpyAsync
@@ -399,7 +415,7 @@ class CudaPlan final : public detail::PlanImpl {
       PA_CUDA_CHECK(cudaGetLastError());
     }
     if (num_merge_rows_ > 0) {
-      launch_merge(P, D_, num_merge_rows_, merge_split_, stream_, pdl_);
+      launch_merge(P, D_, num_merge_rows_, merge_split_, merge_batch_, stream_, pdl_);
       PA_CUDA_CHECK(cudaGetLastError());
     }
     if (P.scores != nullptr && num_score_tiles_ > 0) {
@@ -421,7 +437,8 @@ class CudaPlan final : public detail::PlanImpl {
          << " threads=" << info.threads << " smem=" << smem_[i] / 1024 << "KiB per_sm=" << info.ctas_per_sm()
          << (*info.variant ? std::string(" ") + info.variant : std::string()) << "]";
     }
-    os << " merge_rows=" << num_merge_rows_ << "x" << merge_split_ << " kv_write=" << (separate_write_ ? "separate" : "fused")
+    os << " merge_rows=" << num_merge_rows_ << "x" << merge_split_ << " merge_batch=" << merge_batch_
+       << " kv_write=" << (separate_write_ ? "separate" : "fused")
        << " pdl=" << (pdl_ ? (early_reads_ ? "on+early-reads" : "on") : "off");
     os << " workspace=" << workspace_bytes() / 1024 << "KiB";
     return os.str();
@@ -452,6 +469,7 @@ class CudaPlan final : public detail::PlanImpl {
   std::vector<std::size_t> smem_;
   int num_merge_rows_ = 0;
   int merge_split_ = 1;  // merge CTAs per row (column blocks)
+  int merge_batch_ = 1;  // partition loads in flight per merge thread
   std::vector<std::vector<uint8_t>> host_;  // plan-owned copies of the host metadata (see upload)
   std::vector<MergeRow> merge_rows_;
   int num_score_tiles_ = 0;

@@ -807,7 +807,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
 #pragma unroll
       for (int x = 1; x <= 2; x *= 2) {
         row_l[mt][hf] += __shfl_xor_sync(0xffffffffu, row_l[mt][hf], x);
-        row_c[mt][hf] += __shfl_xor_sync(0xffffffffu, row_c[mt][hf], x);
+        if constexpr (kU8) row_c[mt][hf] += __shfl_xor_sync(0xffffffffu, row_c[mt][hf], x);
       }
     }
 
@@ -834,11 +834,17 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
 #pragma unroll
       for (int g = 0; g < Tr::kWKV; ++g) M = fmaxf(M, sm.ml[g][r].x);
       const float f = row_m[mt][hf] == -INFINITY ? 0.0f : fast_exp2(row_m[mt][hf] - M);
+      const float cz = kU8 ? row_c[mt][hf] : 0.0f;  // u8 value zero-point correction (f16/bf16: none)
 #pragma unroll
       for (int n = 0; n < kN3; ++n) {
         const int c = o_col<kU8>(n, lane);
-        sm.u.red[wkv][r][c] = (o[mt][n][2 * hf] - row_c[mt][hf]) * f;
-        sm.u.red[wkv][r][c + kPairStep] = (o[mt][n][2 * hf + 1] - row_c[mt][hf]) * f;
+        if constexpr (kU8) {
+          sm.u.red[wkv][r][c] = (o[mt][n][2 * hf] - cz) * f;
+          sm.u.red[wkv][r][c + kPairStep] = (o[mt][n][2 * hf + 1] - cz) * f;
+        } else {
+          sm.u.red[wkv][r][c] = o[mt][n][2 * hf] * f;
+          sm.u.red[wkv][r][c + kPairStep] = o[mt][n][2 * hf + 1] * f;
+        }
       }
     }
   }
@@ -919,11 +925,15 @@ __global__ void __launch_bounds__(128) write_kernel(const __grid_constant__ FwdP
 // once); the groups are combined in a fixed order (bit-reproducible).
 // A row's D columns may be split over kSplit CTAs (blockIdx.y): more CTAs, and more partition groups
 // per CTA, so each thread folds fewer partitions in series (the merge is latency-bound).
+// kBatch: partitions per thread whose loads are in flight together (1, or 4 when some row has more
+// partitions than the CTA has groups; CudaPlan::merge_batch_).
 constexpr int kMergeThreads = 512;
 template <int D, int kSplit>
+constexpr int merge_groups() { return kMergeThreads / (D / 4 / kSplit); }
+template <int D, int kSplit, int kBatch>
 __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_constant__ FwdParams P) {
   constexpr int kCols4 = D / 4 / kSplit;              // float4 chunks of the row per CTA
-  constexpr int kGroupsM = kMergeThreads / kCols4;    // partition groups
+  constexpr int kGroupsM = merge_groups<D, kSplit>();  // partition groups
   __shared__ float2 ml_s[kGroupsM];
   __shared__ float4 acc_s[kGroupsM][kCols4];
   Timeline tl;  // diagnostic build only (PAGEDATTN_TIMELINE): 1 pdl wait, 2 partials folded, 3 end
@@ -960,14 +970,13 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_const
     acc.z += wgt * v.z;
     acc.w += wgt * v.w;
   };
-  // A thread's loads of up to kBatch partitions go out together, then fold in partition order. (A loop
-  // that loads and folds one partition at a time waits two L2 round trips per partition: the O load is
-  // not hoisted above the branch on m; SASS, session 8.) Every slot is written for rows < rows, so the
-  // loads of partitions without a visible key read finite values that fold() skips.
-#ifndef PAGEDATTN_MERGE_BATCH
-#define PAGEDATTN_MERGE_BATCH 4
-#endif
-  constexpr int kBatch = PAGEDATTN_MERGE_BATCH;  // partitions per thread in flight
+  // A thread's loads of up to kBatch partitions go out together, then fold in partition order (the
+  // same bits for every kBatch). A loop that loads and folds one partition at a time waits two L2 round
+  // trips per partition: the O load is not hoisted above the branch on m (SASS, session 8). Batches of 4
+  // measured 0.93-0.98x at 8k and 32k (run s9a), but their registers (32 -> 52) cost the 32 x 8k batch
+  // 1.5-3.4%, where no thread folds more than one partition: the planner picks kBatch. Every slot is
+  // written for rows < rows, so the loads of partitions without a visible key read finite values that
+  // fold() skips.
   for (int p0 = g; p0 < mr.num_parts; p0 += kGroupsM * kBatch) {
     float2 mlb[kBatch];
     float4 vb[kBatch];
