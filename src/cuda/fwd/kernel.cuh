@@ -177,30 +177,50 @@ __device__ __forceinline__ void load_io_n(const void* base, int64_t i, int io, f
 
 // The query rows of a work item -> shared memory in the MMA type T: row r is query head hk * G + r % G
 // of token q_tok0 + r / G; rows >= `rows` are zeros. `store(r, chunk, uint4)` places the 8 elements of
-// a chunk. Each thread's loads go out in batches of 4 chunks before any is converted. (Run s6a: Q
-// loaded element by element was the few-query kernel's largest single stall, 6-8% of its samples.)
+// a chunk. Each thread's loads go out in batches of 4 chunks, as raw vectors, before any is converted.
+// (Run s6a: Q loaded element by element was the few-query kernel's largest single stall, 6-8% of its
+// samples. Session 9: the batches had never overlapped: load_io_n converts next to its load, so the
+// compiled loop waited for each chunk before loading the next, 8 load latencies in series at T=8.)
 struct NoOp {
   __device__ void operator()() const {}
 };
 // `after_loads()` runs once the first batch of loads is out, before any is waited on (fwd_kernel issues
-// the rest of its copy prologue there).
+// the rest of its copy prologue there). `row_sums` (u8 caches; shared memory, or nullptr): each row's
+// sum of its f16-rounded elements (for the key zero points), reduced across the lanes holding the row
+// in a fixed order (bit-reproducible); visible after the caller's next barrier.
 template <typename T, int kRows, int D, int kThreads, typename Store, typename AfterLoads = NoOp>
 __device__ __forceinline__ void stage_q(const FwdParams& P, int64_t q_tok0, int hk, int G, int rows, int tid,
-                                        Store store, AfterLoads after_loads = {}) {
+                                        Store store, AfterLoads after_loads = {}, float* row_sums = nullptr) {
   constexpr int kChunks = D / 8, kIters = (kRows * kChunks + kThreads - 1) / kThreads, kBatch = 4;
+  static_assert(32 % kChunks == 0, "a row's chunks are one lane segment of a warp");
+  static_assert((kRows * kChunks) % 32 == 0 && kThreads % 32 == 0, "warp-uniform chunk guards");
+  // Every chunk starts at a multiple of 8 elements, so one aligned base makes every chunk a vector load
+  // (CTA-uniform); an unaligned query buffer (a caller's view) takes element loads, held as f32 bits.
+  const bool vec = reinterpret_cast<uintptr_t>(P.q) % 16 == 0;
+  const int fmt = vec ? P.io_dtype : static_cast<int>(kIoF32);  // what the raw words hold
+  constexpr int kSameIo = std::is_same<T, __half>::value ? kIoF16 : kIoBF16;  // raw words already in T
 #pragma unroll
   for (int b = 0; b < kIters; b += kBatch) {
-    float x[kBatch][8];
+    uint4 raw[kBatch][2];  // a chunk: 8 16-bit elements in [0], or 8 f32 in [0] and [1]
 #pragma unroll
     for (int k = 0; k < kBatch; ++k) {
       const int idx = tid + (b + k) * kThreads, r = idx / kChunks;
+      raw[k][0] = raw[k][1] = make_uint4(0u, 0u, 0u, 0u);  // zero bits: 0.0 in every format
       if (b + k < kIters && r < rows) {
         const int64_t src = (q_tok0 + r / G) * P.H * D + static_cast<int64_t>(hk * G + r % G) * D +
                             (idx % kChunks) * 8;
-        load_io_n<8>(P.q, src, P.io_dtype, x[k]);
-      } else {
-#pragma unroll
-        for (int e = 0; e < 8; ++e) x[k][e] = 0.0f;
+        if (!vec) {
+          float x[8];
+          load_io_n<8>(P.q, src, P.io_dtype, x);
+          raw[k][0] = make_uint4(__float_as_uint(x[0]), __float_as_uint(x[1]), __float_as_uint(x[2]), __float_as_uint(x[3]));
+          raw[k][1] = make_uint4(__float_as_uint(x[4]), __float_as_uint(x[5]), __float_as_uint(x[6]), __float_as_uint(x[7]));
+        } else if (fmt == kIoF32) {
+          const uint4* q = reinterpret_cast<const uint4*>(static_cast<const float*>(P.q) + src);
+          raw[k][0] = q[0];
+          raw[k][1] = q[1];
+        } else {
+          raw[k][0] = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(P.q) + src);
+        }
       }
     }
     if (b == 0) after_loads();
@@ -208,10 +228,38 @@ __device__ __forceinline__ void stage_q(const FwdParams& P, int64_t q_tok0, int 
     for (int k = 0; k < kBatch; ++k) {
       const int idx = tid + (b + k) * kThreads;
       if (b + k < kIters && idx < kRows * kChunks) {
-        alignas(16) T v[8];
+        uint4 v = raw[k][0];
+        if (fmt != kSameIo) {
+          const uint32_t w[8] = {raw[k][0].x, raw[k][0].y, raw[k][0].z, raw[k][0].w,
+                                 raw[k][1].x, raw[k][1].y, raw[k][1].z, raw[k][1].w};
+          alignas(16) T t[8];
 #pragma unroll
-        for (int e = 0; e < 8; ++e) v[e] = from_float<T>(x[k][e]);
-        store(idx / kChunks, idx % kChunks, *reinterpret_cast<const uint4*>(v));
+          for (int e = 0; e < 8; e += 2) {
+            float2 f;
+            if (fmt == kIoF32)
+              f = make_float2(__uint_as_float(w[e]), __uint_as_float(w[e + 1]));
+            else if (fmt == kIoF16)
+              f = __half22float2(*reinterpret_cast<const __half2*>(&w[e / 2]));
+            else
+              f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[e / 2]));
+            t[e] = from_float<T>(f.x);
+            t[e + 1] = from_float<T>(f.y);
+          }
+          v = *reinterpret_cast<const uint4*>(t);
+        }
+        store(idx / kChunks, idx % kChunks, v);
+        if (std::is_same<T, __half>::value && row_sums != nullptr) {  // CTA-uniform (u8: T is f16)
+          const uint32_t h[4] = {v.x, v.y, v.z, v.w};
+          float sum = 0.0f;
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h[e]));
+            sum += f.x + f.y;
+          }
+#pragma unroll
+          for (int x = 1; x < kChunks; x *= 2) sum += __shfl_xor_sync(0xffffffffu, sum, x);
+          if (idx % kChunks == 0) row_sums[idx / kChunks] = sum;
+        }
       }
     }
   }
@@ -388,7 +436,7 @@ __device__ __forceinline__ void load_half(typename SharedStorage<D, KV, RT, MT>:
 
 // Column of accumulator element pair (n, 0/1) of an O fragment; u8 n-tiles hold even/odd columns
 // (see the PV step), f16/bf16 n-tiles 8 consecutive columns. Returns the first column; the second is
-// `col + kPairStep`.
+// col + 2 (u8) or col + 1 (f16/bf16).
 template <bool kU8>
 __device__ __forceinline__ int o_col(int n, int lane) {
   if constexpr (kU8) {
@@ -420,7 +468,6 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
   constexpr int kN1 = kKPW / 8;   // S n-tiles (8 keys) per warp
   constexpr int kK3 = kKPW / 16;  // PV k-steps (16 keys) per warp
   constexpr int kN3 = D / 8;      // O n-tiles per warp
-  constexpr int kPairStep = kU8 ? 2 : 1;
   // Q stays in registers at D <= 128 (one row tile per warp); else it is re-read from shared memory.
   constexpr bool kQRegs = D <= 128 && MT == 1;
 
@@ -498,18 +545,12 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
   // (The rows by cp.async in the copy group of half 1, where the query is already in the MMA type,
   // measured 1.00-1.17x slower, run s7b: at T=8 the first halves, not the query, arrive last.)
   auto store_q = [&](int r, int ch, uint4 v) { *reinterpret_cast<uint4*>(&sm.u.s.q[r][ch * 8]) = v; };
-  stage_q<T, kRows, D, kThreads>(P, tok0 + w.t0, hk, G, rows, tid, store_q, prologue_rest);
+  // (u8: with each row's sum, for the key zero points; a separate pass over Q after the barrier cost a
+  // second barrier and a chain of dependent shared-memory loads per row)
+  stage_q<T, kRows, D, kThreads>(P, tok0 + w.t0, hk, G, rows, tid, store_q, prologue_rest,
+                                 kU8 ? sm.qsum : nullptr);
   __syncthreads();
   tl.mark(4);
-  if constexpr (kU8) {  // sum of each (f16-rounded) query row, for the key zero points
-    for (int r = warp; r < kRows; r += kWarps) {
-      float s = 0.0f;
-      for (int d = lane; d < D; d += 32) s += __half2float(sm.u.s.q[r][d]);
-      s = warp_sum(s);
-      if (lane == 0) sm.qsum[r] = s;
-    }
-    __syncthreads();
-  }
 
   // Q fragments of the warp's row tile mt (A operand of S = Q K^T, k-step ks).
   // u8: the k index of an MMA step maps to head dims so that one 32-bit load of 4 codes feeds both
@@ -834,60 +875,82 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
 #pragma unroll
       for (int g = 0; g < Tr::kWKV; ++g) M = fmaxf(M, sm.ml[g][r].x);
       const float f = row_m[mt][hf] == -INFINITY ? 0.0f : fast_exp2(row_m[mt][hf] - M);
-      const float cz = kU8 ? row_c[mt][hf] : 0.0f;  // u8 value zero-point correction (f16/bf16: none)
+      // vector stores: a thread's u8 n-tiles 2i and 2i+1 hold 4 consecutive columns (o_col), an
+      // f16/bf16 n-tile 2 consecutive columns
+      if constexpr (kU8) {
+        const float cz = row_c[mt][hf];  // the value zero-point correction
 #pragma unroll
-      for (int n = 0; n < kN3; ++n) {
-        const int c = o_col<kU8>(n, lane);
-        if constexpr (kU8) {
-          sm.u.red[wkv][r][c] = (o[mt][n][2 * hf] - cz) * f;
-          sm.u.red[wkv][r][c + kPairStep] = (o[mt][n][2 * hf + 1] - cz) * f;
-        } else {
-          sm.u.red[wkv][r][c] = o[mt][n][2 * hf] * f;
-          sm.u.red[wkv][r][c + kPairStep] = o[mt][n][2 * hf + 1] * f;
-        }
+        for (int n = 0; n < kN3; n += 2)
+          *reinterpret_cast<float4*>(&sm.u.red[wkv][r][o_col<true>(n, lane)]) =
+              make_float4((o[mt][n][2 * hf] - cz) * f, (o[mt][n + 1][2 * hf] - cz) * f,
+                          (o[mt][n][2 * hf + 1] - cz) * f, (o[mt][n + 1][2 * hf + 1] - cz) * f);
+      } else {
+#pragma unroll
+        for (int n = 0; n < kN3; ++n)
+          *reinterpret_cast<float2*>(&sm.u.red[wkv][r][o_col<false>(n, lane)]) =
+              make_float2(o[mt][n][2 * hf] * f, o[mt][n][2 * hf + 1] * f);
       }
     }
   }
   __syncthreads();
-  for (int idx = tid; idx < rows * (D / 4); idx += kThreads) {
-    const int r = idx / (D / 4), c = (idx % (D / 4)) * 4;
-    float M = -INFINITY;
+  // Whole rows out: thread tid takes 4 columns of chunks tid, tid + kThreads, ...; the shared-memory
+  // reads of kOutBatch chunks go out before their stores (chunks of padding rows are read, not stored).
+  // A loop that read and stored one chunk at a time waited on shared memory per chunk in series.
+  constexpr int kOutChunks = kRows * (D / 4), kOutBatch = 4;
+  static_assert(kOutChunks % kThreads == 0, "every thread's chunks lie in the kRows rows");
+  for (int i0 = 0; i0 < kOutChunks / kThreads && i0 * kThreads < rows * (D / 4); i0 += kOutBatch) {
+    float4 acc[kOutBatch];
+    float2 mlr[kOutBatch];  // (max, sum) of the row over the key groups
 #pragma unroll
-    for (int g = 0; g < Tr::kWKV; ++g) M = fmaxf(M, sm.ml[g][r].x);
-    float L = 0.0f;
-    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int b = 0; b < kOutBatch; ++b) {
+      const int idx = tid + (i0 + b) * kThreads;
+      const int r = (idx / (D / 4)) % kRows, c = (idx % (D / 4)) * 4;
+      float M = -INFINITY;
 #pragma unroll
-    for (int g = 0; g < Tr::kWKV; ++g) {
-      const float2 ml = sm.ml[g][r];
-      L += ml.x == -INFINITY ? 0.0f : ml.y * fast_exp2(ml.x - M);
-      const float4 v = *reinterpret_cast<const float4*>(&sm.u.red[g][r][c]);
-      acc.x += v.x;
-      acc.y += v.y;
-      acc.z += v.z;
-      acc.w += v.w;
-    }
-    const int h = hk * G + r % G;
-    const int64_t token = tok0 + w.t0 + r / G;
-    if (w.slot < 0) {
-      // the sink joins the max (as in the merge): exp2(sink - M) alone could overflow for a large sink
-      float Ms = M, den = L, inv;
-      if (P.sinks != nullptr) {
-        const float sink2 = P.sinks[h] * kLog2e;
-        Ms = fmaxf(M, sink2);
-        const float f = fast_exp2(M - Ms);
-        den = L * f + fast_exp2(sink2 - Ms);
-        inv = f / den;
-      } else {
-        inv = 1.0f / den;
+      for (int g = 0; g < Tr::kWKV; ++g) M = fmaxf(M, sm.ml[g][r].x);
+      float L = 0.0f;
+      acc[b] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+      for (int g = 0; g < Tr::kWKV; ++g) {
+        const float2 ml = sm.ml[g][r];
+        L += ml.x == -INFINITY ? 0.0f : ml.y * fast_exp2(ml.x - M);
+        const float4 v = *reinterpret_cast<const float4*>(&sm.u.red[g][r][c]);
+        acc[b].x += v.x;
+        acc[b].y += v.y;
+        acc[b].z += v.z;
+        acc[b].w += v.w;
       }
-      if (P.row_stats != nullptr && c == 0)
-        *reinterpret_cast<float2*>(P.row_stats + (token * P.H + h) * 2) = make_float2(Ms, den);
-      store_io4(P.out, token * P.H * D + static_cast<int64_t>(h) * D + c, P.io_dtype,
-                make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
-    } else {
-      const int64_t slot = (w.slot + static_cast<int64_t>(hk) * w.num_parts) * P.slot_rows + r;
-      *reinterpret_cast<float4*>(P.ws_o + slot * D + c) = acc;
-      if (c == 0) *reinterpret_cast<float2*>(P.ws_ml + slot * 2) = make_float2(M, L);
+      mlr[b] = make_float2(M, L);
+    }
+#pragma unroll
+    for (int b = 0; b < kOutBatch; ++b) {
+      const int idx = tid + (i0 + b) * kThreads;
+      const int r = idx / (D / 4), c = (idx % (D / 4)) * 4;
+      if (i0 + b >= kOutChunks / kThreads || r >= rows) continue;
+      const float M = mlr[b].x, L = mlr[b].y;
+      const int h = hk * G + r % G;
+      const int64_t token = tok0 + w.t0 + r / G;
+      if (w.slot < 0) {
+        // the sink joins the max (as in the merge): exp2(sink - M) alone could overflow for a large sink
+        float Ms = M, den = L, inv;
+        if (P.sinks != nullptr) {
+          const float sink2 = P.sinks[h] * kLog2e;
+          Ms = fmaxf(M, sink2);
+          const float f = fast_exp2(M - Ms);
+          den = L * f + fast_exp2(sink2 - Ms);
+          inv = f / den;
+        } else {
+          inv = 1.0f / den;
+        }
+        if (P.row_stats != nullptr && c == 0)
+          *reinterpret_cast<float2*>(P.row_stats + (token * P.H + h) * 2) = make_float2(Ms, den);
+        store_io4(P.out, token * P.H * D + static_cast<int64_t>(h) * D + c, P.io_dtype,
+                  make_float4(acc[b].x * inv, acc[b].y * inv, acc[b].z * inv, acc[b].w * inv));
+      } else {
+        const int64_t slot = (w.slot + static_cast<int64_t>(hk) * w.num_parts) * P.slot_rows + r;
+        *reinterpret_cast<float4*>(P.ws_o + slot * D + c) = acc[b];
+        if (c == 0) *reinterpret_cast<float2*>(P.ws_ml + slot * 2) = make_float2(M, L);
+      }
     }
   }
   tl.mark(7);

@@ -198,23 +198,15 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, WGS>::kThreads, 1)
 
   const bool alibi = P.alibi != nullptr;
   // Q rows -> shared memory (MMA type, swizzled); padding rows zero
-  stage_q<T, Tr::kRows, D, Tr::kThreads>(P, w.tok0 + w.t0, hk, G, rows, tid, [&](int r, int ch, uint4 v) {
-    *reinterpret_cast<uint4*>(smem_raw + (q_base - raw_u32) + sw128_offset(r, ch, Tr::kRows)) = v;
-  });
-  // u8: each row's sum of its f16-rounded query (for the key zero points), one warp per row
+  // u8: with each row's sum of its f16-rounded query (for the key zero points)
   float* qsum = reinterpret_cast<float*>(smem_ptr(slot_base(kStages)));
-  if constexpr (kU8) {
-    __syncthreads();
-    for (int r = warp; r < Tr::kRows; r += Tr::kThreads / 32) {
-      float acc = 0.0f;
-      for (int d = lane; d < D; d += 32)
-        acc += __half2float(
-            *reinterpret_cast<const __half*>(smem_ptr(q_base + sw128_offset(r, d / 8, Tr::kRows) + (d % 8) * 2)));
-      acc = warp_sum(acc);
-      if (lane == 0) qsum[r] = acc;
-    }
-    __syncthreads();
-  }
+  stage_q<T, Tr::kRows, D, Tr::kThreads>(
+      P, w.tok0 + w.t0, hk, G, rows, tid,
+      [&](int r, int ch, uint4 v) {
+        *reinterpret_cast<uint4*>(smem_raw + (q_base - raw_u32) + sw128_offset(r, ch, Tr::kRows)) = v;
+      },
+      NoOp{}, kU8 ? qsum : nullptr);
+  if constexpr (kU8) __syncthreads();
 
   // The thread's two rows: 64 * wgi + 16 * (warp % 4) + lane / 4 (+ 8).
   int row_qpos[2], row_lo[2];
