@@ -184,8 +184,9 @@ __device__ __forceinline__ void load_io_n(const void* base, int64_t i, int io, f
 struct NoOp {
   __device__ void operator()() const {}
 };
-// `after_loads()` runs once the first batch of loads is out, before any is waited on (fwd_kernel issues
-// the rest of its copy prologue there). `row_sums` (u8 caches; shared memory, or nullptr): each row's
+// `after_loads()` runs once the first batch has landed and is stored (fwd_kernel issues the rest of its
+// copy prologue there: the query goes first. Run s9c: issued as soon as the loads were out, the
+// prologue's copies delayed the query, T=1 and T=3 1.01-1.07x slower). `row_sums` (u8 caches; shared memory, or nullptr): each row's
 // sum of its f16-rounded elements (for the key zero points), reduced across the lanes holding the row
 // in a fixed order (bit-reproducible); visible after the caller's next barrier.
 template <typename T, int kRows, int D, int kThreads, typename Store, typename AfterLoads = NoOp>
@@ -223,7 +224,6 @@ __device__ __forceinline__ void stage_q(const FwdParams& P, int64_t q_tok0, int 
         }
       }
     }
-    if (b == 0) after_loads();
 #pragma unroll
     for (int k = 0; k < kBatch; ++k) {
       const int idx = tid + (b + k) * kThreads;
@@ -262,6 +262,7 @@ __device__ __forceinline__ void stage_q(const FwdParams& P, int64_t q_tok0, int 
         }
       }
     }
+    if (b == 0) after_loads();
   }
 }
 
@@ -520,8 +521,8 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
     cp_async_commit();
   };
   // Copy order (run s7a, same-run A/B: 0.95-1.01x of the old order at 8k and 32k, level at 128k): one
-  // half per group (K of tile 0) goes out first, then the query rows, then the rest of the prologue
-  // (halves 1 .. kAhead - 1). The old order (the whole prologue, then Q) left the query loads queued
+  // half per group (K of tile 0) goes out first, then the query rows, then, once the query's first
+  // batch has landed (stage_q), the rest of the prologue (halves 1 .. kAhead - 1). The old order (the whole prologue, then Q) left the query loads queued
   // behind kStages - 1 halves per group: 3.3 us of an 8k T=1 CTA against 1.0 us at 1k (run s6f). A
   // fully busy ring (kStages halves ahead for one-warp groups) measured 1.00-1.10x slower (run s7a).
   constexpr int kAhead = kStages - 1;  // halves issued before the first step
