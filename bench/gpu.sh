@@ -6,7 +6,7 @@
 #   extra (GPU_SH_EXTRA, a shell command run last; its output run/extra.log comes back in results.tgz)
 #   (prefill: the prefill scenario alone, default, PAGEDATTN_WGMMA=64 and =0; abbuild: build-time
 #   experiments against the default build, AB_BUILDS; BUILD_CUDA_FLAGS puts one in the main build, so
-#   that `build test` tests it; abref: an earlier commit's source in .abref,
+#   that `build test` tests it; abref: earlier commits' sources (optionally with a patch) in .abref,
 #   bench/prepare_abref.sh; CUDA_ARCHS, BUILD_TARGETS and
 #   TEST_FILTER narrow the build and the GPU tests for quick runs; an A/B config is skipped with less than
 #   AB_MIN_LEFT (40) seconds of the budget left, an A/B build or ref with less than AB_BUILD_MIN_LEFT (120))
@@ -31,7 +31,20 @@ t_start=$(date +%s)
 log() { echo "== $(date -u +%H:%M:%S) (+$(( $(date +%s) - t_start ))s) $*"; }
 has() { [[ " $stages " == *" $1 "* ]]; }
 left() { echo $(( budget - ($(date +%s) - t_start) )); }
-pack() { tar czf "$OUT/results.tgz" -C "$OUT" run 2>/dev/null; }
+# results.tgz must stay under the device tool's 16 MiB per file: run s9b lost its whole archive (test log,
+# A/B table) to the raw timeline logs. Over 15 MiB, the largest logs are cut to their first and last
+# 256 KiB (marked in place) until it fits.
+pack() {
+  local tgz=$OUT/results.tgz f
+  tar czf "$tgz" -C "$OUT" run 2>/dev/null
+  while [ "$(stat -c %s "$tgz")" -gt $((15 << 20)) ]; do
+    f=$(find "$run_dir" -type f -size +1M -printf '%s %p\n' | sort -rn | awk 'NR == 1 {print $2}')
+    [ -n "$f" ] || break
+    { head -c 262144 "$f"; printf '\n[... cut by gpu.sh pack(): results.tgz over 15 MiB ...]\n'; tail -c 262144 "$f"; } > "$f.cut"
+    mv "$f.cut" "$f"
+    tar czf "$tgz" -C "$OUT" run 2>/dev/null
+  done
+}
 trap pack EXIT
 
 # the copy of the tree on the GPU machine has no .git: take the commit from .commit (carried)

@@ -2,15 +2,23 @@
 # Run HERE before a GPU call whose stages include `abref`: exports each COMMIT's source tree (default
 # HEAD~1) into .abref/<commit>/ (git-ignored; add .abref to the device call's `carry`), so bench/gpu.sh
 # builds each beside the working tree and prints same-run ratios of the seed rows against them.
-#   usage: bench/prepare_abref.sh [COMMIT...]
+# COMMIT+PATCH exports COMMIT with PATCH (a file of this checkout, e.g. bench/experiments/x.patch)
+# applied: .abref/<commit>_<patch name>/, so experiments kept as patches run in the same call.
+#   usage: bench/prepare_abref.sh [COMMIT[+PATCH]...]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 rm -rf "$root/.abref"
-for c in "${@:-HEAD~1}"; do
+for arg in "${@:-HEAD~1}"; do
+  c=${arg%%+*}
+  patch=
+  [ "$c" = "$arg" ] || patch=${arg#*+}
   commit=$(git -C "$root" rev-parse --short "$c")
-  d=$root/.abref/$commit
+  name=$commit
+  [ -z "$patch" ] || name=${commit}_$(basename "$patch" .patch)
+  d=$root/.abref/$name
   mkdir -p "$d"
   git -C "$root" archive "$commit" -- . ':!bench/results' | tar x -C "$d"
-  echo "$commit" > "$d/.commit"
+  [ -z "$patch" ] || (cd "$d" && git apply "$root/$patch")
+  echo "$name" > "$d/.commit"
   echo "$d ($(du -sh "$d" | cut -f1))"
 done
