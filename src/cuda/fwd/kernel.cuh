@@ -185,10 +185,11 @@ struct NoOp {
   __device__ void operator()() const {}
 };
 // `after_loads()` runs once the first batch has landed and is stored (fwd_kernel issues the rest of its
-// copy prologue there: the query goes first. Run s9c: issued as soon as the loads were out, the
-// prologue's copies delayed the query, T=1 and T=3 1.01-1.07x slower). `row_sums` (u8 caches; shared memory, or nullptr): each row's
-// sum of its f16-rounded elements (for the key zero points), reduced across the lanes holding the row
-// in a fixed order (bit-reproducible); visible after the caller's next barrier.
+// copy prologue there, after the query, as it did before session 9; issuing it with the loads in
+// flight, run s9c, measured the same on the rows it was meant to help, run s9d). `row_sums` (u8
+// caches; shared memory, or nullptr): each row's sum of its f16-rounded elements (for the key zero
+// points), reduced across the lanes holding the row in a fixed order (bit-reproducible); visible after
+// the caller's next barrier.
 template <typename T, int kRows, int D, int kThreads, typename Store, typename AfterLoads = NoOp>
 __device__ __forceinline__ void stage_q(const FwdParams& P, int64_t q_tok0, int hk, int G, int rows, int tid,
                                         Store store, AfterLoads after_loads = {}, float* row_sums = nullptr) {
@@ -213,8 +214,10 @@ __device__ __forceinline__ void stage_q(const FwdParams& P, int64_t q_tok0, int 
         if (!vec) {
           float x[8];
           load_io_n<8>(P.q, src, P.io_dtype, x);
-          raw[k][0] = make_uint4(__float_as_uint(x[0]), __float_as_uint(x[1]), __float_as_uint(x[2]), __float_as_uint(x[3]));
-          raw[k][1] = make_uint4(__float_as_uint(x[4]), __float_as_uint(x[5]), __float_as_uint(x[6]), __float_as_uint(x[7]));
+          raw[k][0] = make_uint4(__float_as_uint(x[0]), __float_as_uint(x[1]), __float_as_uint(x[2]),
+                                 __float_as_uint(x[3]));
+          raw[k][1] = make_uint4(__float_as_uint(x[4]), __float_as_uint(x[5]), __float_as_uint(x[6]),
+                                 __float_as_uint(x[7]));
         } else if (fmt == kIoF32) {
           const uint4* q = reinterpret_cast<const uint4*>(static_cast<const float*>(P.q) + src);
           raw[k][0] = q[0];
@@ -522,8 +525,9 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
   };
   // Copy order (run s7a, same-run A/B: 0.95-1.01x of the old order at 8k and 32k, level at 128k): one
   // half per group (K of tile 0) goes out first, then the query rows, then, once the query's first
-  // batch has landed (stage_q), the rest of the prologue (halves 1 .. kAhead - 1). The old order (the whole prologue, then Q) left the query loads queued
-  // behind kStages - 1 halves per group: 3.3 us of an 8k T=1 CTA against 1.0 us at 1k (run s6f). A
+  // batch has landed (stage_q), the rest of the prologue (halves 1 .. kAhead - 1). The old order (the
+  // whole prologue, then Q) left the query loads queued behind kStages - 1 halves per group: 3.3 us of
+  // an 8k T=1 CTA against 1.0 us at 1k (run s6f). A
   // fully busy ring (kStages halves ahead for one-warp groups) measured 1.00-1.10x slower (run s7a).
   constexpr int kAhead = kStages - 1;  // halves issued before the first step
   auto prologue_rest = [&]() {
