@@ -2,7 +2,9 @@
 # GPU machine: per-CTA phase timeline of the few-query kernels (diagnostic build -DPAGEDATTN_TIMELINE=1,
 # separate build tree; the default build is unaffected). One layer per replay; the last replay is read.
 #   usage: bench/timeline.sh [contexts] [tokens] [kv]     (default 1024,8192 1,8 f16; carry .deps)
-#   TIMELINE_FLAGS adds CUDA flags (an experiment's -D macro); BUILD_SUFFIX names the build tree.
+#   TIMELINE_FLAGS adds CUDA flags (an experiment's -D macro); BUILD_SUFFIX names the build tree (and the
+#   logs); TIMELINE_SRC builds another source tree, e.g. TIMELINE_SRC=.abref/85510c2 BUILD_SUFFIX=-ref
+#   (bench/prepare_abref.sh; the phases of two commits side by side).
 #   The device tool returns files of limited size: timeline.txt is the summary; the raw logs stay there.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -12,7 +14,9 @@ mkdir -p "$run_dir"
 b=${BUILD_DIR:-/tmp/pagedattn-build}-timeline${BUILD_SUFFIX:-}
 prefix=()
 [ -d "$root/.deps" ] && prefix=(-DCMAKE_PREFIX_PATH="$root/.deps")
-{ cmake -S "$root" -B "$b" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPAGEDATTN_CUDA=ON -DPAGEDATTN_BUILD_TESTS=OFF \
+src=${TIMELINE_SRC:-$root}
+case $src in /*) ;; *) src=$root/$src ;; esac
+{ cmake -S "$src" -B "$b" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPAGEDATTN_CUDA=ON -DPAGEDATTN_BUILD_TESTS=OFF \
     -DCMAKE_CUDA_ARCHITECTURES=90a-real "-DCMAKE_CUDA_FLAGS=-DPAGEDATTN_TIMELINE=1 ${TIMELINE_FLAGS:-}" "${prefix[@]}" &&
   ninja -C "$b" -j "$(nproc)" pagedattn; } > "$run_dir/build_timeline.log" 2>&1 || { tail -30 "$run_dir/build_timeline.log"; exit 1; }
 mhz=$(nvidia-smi --query-gpu=clocks.max.sm --format=csv,noheader,nounits | head -1)
