@@ -9,7 +9,8 @@
 #   that `build test` tests it; abref: earlier commits' sources (optionally with a patch) in .abref,
 #   bench/prepare_abref.sh; CUDA_ARCHS, BUILD_TARGETS and
 #   TEST_FILTER narrow the build and the GPU tests for quick runs; an A/B config is skipped with less than
-#   AB_MIN_LEFT (40) seconds of the budget left, an A/B build or ref with less than AB_BUILD_MIN_LEFT (120))
+#   AB_MIN_LEFT (40) seconds of the budget left, an A/B build or ref with less than AB_BUILD_MIN_LEFT (120);
+#   the default rows run once more at the end, column default_again: the drift, AB_DRIFT=0 skips it)
 #                                       (default: all but cputest; CI runs the CPU tests)
 # Here, before the call: bench/prepare_deps.sh, bench/peers/fetch_flashinfer.sh (FlashInfer wheels and
 # prebuilt modules into .wheels; optional), and
@@ -205,6 +206,17 @@ if has abref; then
   done
 fi
 
+# The default rows once more, last: the drift of identical code across the call (the noise floor of
+# every ratio in the table; u8 rows spread 2-5% between runs of the same code, run s9a). AB_DRIFT=0 skips.
+if { has ab || has abbuild || has abref; } && [ "${AB_DRIFT:-1}" = 1 ] && [ -s "$run_dir/ab_default.json" ]; then
+  if [ "$(left)" -ge "${AB_MIN_LEFT:-40}" ]; then
+    log "A/B: default again (drift)"
+    ab_bench "$build/pagedattn" default_again || status=1
+  else
+    log "A/B: default again skipped: $(left)s of the ${budget}s budget left"
+  fi
+fi
+
 if has ab || has abbuild || has abref; then
   python3 - "$run_dir" <<'PY' | tee "$run_dir/ab_table.txt"
 import json, sys, glob, os
@@ -224,7 +236,8 @@ def rows(js):
             for j in js for r in j.get("rows", [])}
 tabs = {k: rows(v) for k, v in runs.items()}
 base = tabs.get("default", {})
-names = ["default"] + [k for k in tabs if k != "default"]
+names = ["default"] + [k for k in tabs if k not in ("default", "default_again")] + \
+    [k for k in tabs if k == "default_again"]
 print("kv ctx T seqs " + " ".join(names) + "   (us per 8 layers; ratios to default in brackets)")
 for key in sorted(base, key=lambda k: (k[3] or 1, str(k[0]), k[1] or 0, k[2] or 0)):
     cells = []
