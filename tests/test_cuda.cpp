@@ -543,15 +543,52 @@ TEST(Cuda, BackToBackDecodeReadsTheRowJustWritten) {
   }
 }
 
-// Every merge layout, forced (PAGEDATTN_MERGE_SPLIT; the plan picks one by its merge row count): few-
-// query cases with long contexts (many partitions), same tolerances. A split above D/64 falls back.
+// Every merge layout, forced (PAGEDATTN_MERGE_SPLIT and PAGEDATTN_MERGE_BATCH; the plan picks them by
+// its merge rows and partitions): few-query cases with long contexts (many partitions, so batches of 4
+// with a remainder, and batch 1 over many partitions), same tolerances. A split above D/64 falls back.
 TEST(Cuda, MergeSplitsRandom) {
   REQUIRE_GPU();
   const Suite suite = make_suite("merge-split", long_context_config(2000, 12000, 30000), base_seed() + 1300000, 24);
   for (const char* split : {"1", "2", "4"}) {
-    EnvGuard guard("PAGEDATTN_MERGE_SPLIT", split);
-    check_suite((std::string("merge-split-") + split).c_str(), suite);
+    for (const char* batch : {"1", "4"}) {
+      EnvGuard gs("PAGEDATTN_MERGE_SPLIT", split);
+      EnvGuard gb("PAGEDATTN_MERGE_BATCH", batch);
+      check_suite((std::string("merge-split-") + split + "-batch-" + batch).c_str(), suite);
+    }
   }
+}
+
+// A query buffer that is not 16-byte aligned (a caller's view into a larger tensor, one element past an
+// aligned address): the query rows take the element-load path of the query staging instead of vector
+// loads; the few-query cases, same tolerances.
+TEST(Cuda, UnalignedQueryBuffer) {
+  REQUIRE_GPU();
+  const Suite suite = make_suite("unaligned-q", few_query_config(), base_seed() + 1400000, 16);
+  Worst worst;
+  for (size_t i = 0; i < suite.cases.size(); ++i) {
+    Case c = suite.cases[i];
+    const Case& ref = suite.refs[i];
+    {
+      DeviceCase d(c);
+      Params p = d.params();
+      void* buf = nullptr;
+      ASSERT_EQ(cudaSuccess, cudaMalloc(&buf, c.query.size() + 16));
+      p.query.data = static_cast<uint8_t*>(buf) + dtype_size(c.qdtype);
+      ASSERT_EQ(cudaSuccess, cudaMemcpy(p.query.data, c.query.data(), c.query.size(), cudaMemcpyHostToDevice));
+      forward(p, Options{Backend::cuda});
+      d.download();
+      ASSERT_EQ(cudaSuccess, cudaFree(buf));
+    }
+    const int64_t n_out = static_cast<int64_t>(c.num_tokens) * c.num_heads * c.head_size;
+    const std::vector<float> want = as_floats(ref.out, ref.qdtype, n_out);
+    const Compare cmp = compare(c.out.data(), c.qdtype, want.data(), n_out);
+    if (cmp.rel_l2 > worst.err || std::isnan(cmp.rel_l2)) {
+      worst.err = cmp.rel_l2;
+      worst.where = c.describe();
+    }
+    EXPECT_TRUE(cmp.ok(tolerance(c.kv))) << "case " << c.describe() << ": " << cmp.describe();
+  }
+  std::printf("[unaligned-q] %zu cases, worst rel_l2 %.3e (%s)\n", suite.cases.size(), worst.err, worst.where.c_str());
 }
 
 // Programmatic dependent launch off (Options::programmatic_launch = false): plain stream order, no

@@ -304,7 +304,7 @@ class CudaPlan final : public detail::PlanImpl {
     // SM; the 32 x 8k batch was 1.5-3.4% slower with 4, run s9a). PAGEDATTN_MERGE_BATCH=1/4 forces it.
     int max_parts = 0;
     for (const MergeRow& r : rows) max_parts = std::max(max_parts, r.num_parts);
-    merge_batch_ = max_parts > kMergeThreads / (D_ / 4 / merge_split_) ? 4 : 1;
+    merge_batch_ = max_parts > merge_groups(D_, merge_split_) ? 4 : 1;
     if (const char* e = std::getenv("PAGEDATTN_MERGE_BATCH"); e != nullptr && *e != '\0') {
       const int v = std::atoi(e);
       if (v == 1 || v == 4) merge_batch_ = v;

@@ -996,12 +996,12 @@ __global__ void __launch_bounds__(128) write_kernel(const __grid_constant__ FwdP
 // kBatch: partitions per thread whose loads are in flight together (1, or 4 when some row has more
 // partitions than the CTA has groups; CudaPlan::merge_batch_).
 constexpr int kMergeThreads = 512;
-template <int D, int kSplit>
-constexpr int merge_groups() { return kMergeThreads / (D / 4 / kSplit); }
+// Partition groups of a merge CTA (its threads over the float4 chunks of its D / split columns).
+__host__ __device__ constexpr int merge_groups(int D, int split) { return kMergeThreads / (D / 4 / split); }
 template <int D, int kSplit, int kBatch>
 __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_constant__ FwdParams P) {
   constexpr int kCols4 = D / 4 / kSplit;              // float4 chunks of the row per CTA
-  constexpr int kGroupsM = merge_groups<D, kSplit>();  // partition groups
+  constexpr int kGroupsM = merge_groups(D, kSplit);
   __shared__ float2 ml_s[kGroupsM];
   __shared__ float4 acc_s[kGroupsM][kCols4];
   Timeline tl;  // diagnostic build only (PAGEDATTN_TIMELINE): 1 pdl wait, 2 partials folded, 3 end
