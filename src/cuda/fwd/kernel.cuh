@@ -880,82 +880,56 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
 #pragma unroll
       for (int g = 0; g < Tr::kWKV; ++g) M = fmaxf(M, sm.ml[g][r].x);
       const float f = row_m[mt][hf] == -INFINITY ? 0.0f : fast_exp2(row_m[mt][hf] - M);
-      // vector stores: a thread's u8 n-tiles 2i and 2i+1 hold 4 consecutive columns (o_col), an
-      // f16/bf16 n-tile 2 consecutive columns
-      if constexpr (kU8) {
-        const float cz = row_c[mt][hf];  // the value zero-point correction
+      const float cz = kU8 ? row_c[mt][hf] : 0.0f;  // u8 value zero-point correction (f16/bf16: none)
 #pragma unroll
-        for (int n = 0; n < kN3; n += 2)
-          *reinterpret_cast<float4*>(&sm.u.red[wkv][r][o_col<true>(n, lane)]) =
-              make_float4((o[mt][n][2 * hf] - cz) * f, (o[mt][n + 1][2 * hf] - cz) * f,
-                          (o[mt][n][2 * hf + 1] - cz) * f, (o[mt][n + 1][2 * hf + 1] - cz) * f);
-      } else {
-#pragma unroll
-        for (int n = 0; n < kN3; ++n)
-          *reinterpret_cast<float2*>(&sm.u.red[wkv][r][o_col<false>(n, lane)]) =
-              make_float2(o[mt][n][2 * hf] * f, o[mt][n][2 * hf + 1] * f);
+      for (int n = 0; n < kN3; ++n) {
+        // scalar stores (v15's float4/float2 stores measured 2-11% slower on every row, run s10a)
+        const int c = o_col<kU8>(n, lane);
+        sm.u.red[wkv][r][c] = (o[mt][n][2 * hf] - cz) * f;
+        sm.u.red[wkv][r][c + (kU8 ? 2 : 1)] = (o[mt][n][2 * hf + 1] - cz) * f;
       }
     }
   }
   __syncthreads();
-  // Whole rows out: thread tid takes 4 columns of chunks tid, tid + kThreads, ...; the shared-memory
-  // reads of kOutBatch chunks go out before their stores (chunks of padding rows are read, not stored).
-  // A loop that read and stored one chunk at a time waited on shared memory per chunk in series.
-  constexpr int kOutChunks = kRows * (D / 4), kOutBatch = 4;
-  static_assert(kOutChunks % kThreads == 0, "every thread's chunks lie in the kRows rows");
-  for (int i0 = 0; i0 < kOutChunks / kThreads && i0 * kThreads < rows * (D / 4); i0 += kOutBatch) {
-    float4 acc[kOutBatch];
-    float2 mlr[kOutBatch];  // (max, sum) of the row over the key groups
+  for (int idx = tid; idx < rows * (D / 4); idx += kThreads) {
+    const int r = idx / (D / 4), c = (idx % (D / 4)) * 4;
+    float M = -INFINITY;
 #pragma unroll
-    for (int b = 0; b < kOutBatch; ++b) {
-      const int idx = tid + (i0 + b) * kThreads;
-      const int r = (idx / (D / 4)) % kRows, c = (idx % (D / 4)) * 4;
-      float M = -INFINITY;
+    for (int g = 0; g < Tr::kWKV; ++g) M = fmaxf(M, sm.ml[g][r].x);
+    float L = 0.0f;
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
-      for (int g = 0; g < Tr::kWKV; ++g) M = fmaxf(M, sm.ml[g][r].x);
-      float L = 0.0f;
-      acc[b] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-      for (int g = 0; g < Tr::kWKV; ++g) {
-        const float2 ml = sm.ml[g][r];
-        L += ml.x == -INFINITY ? 0.0f : ml.y * fast_exp2(ml.x - M);
-        const float4 v = *reinterpret_cast<const float4*>(&sm.u.red[g][r][c]);
-        acc[b].x += v.x;
-        acc[b].y += v.y;
-        acc[b].z += v.z;
-        acc[b].w += v.w;
-      }
-      mlr[b] = make_float2(M, L);
+    for (int g = 0; g < Tr::kWKV; ++g) {
+      const float2 ml = sm.ml[g][r];
+      L += ml.x == -INFINITY ? 0.0f : ml.y * fast_exp2(ml.x - M);
+      const float4 v = *reinterpret_cast<const float4*>(&sm.u.red[g][r][c]);
+      acc.x += v.x;
+      acc.y += v.y;
+      acc.z += v.z;
+      acc.w += v.w;
     }
-#pragma unroll
-    for (int b = 0; b < kOutBatch; ++b) {
-      const int idx = tid + (i0 + b) * kThreads;
-      const int r = idx / (D / 4), c = (idx % (D / 4)) * 4;
-      if (i0 + b >= kOutChunks / kThreads || r >= rows) continue;
-      const float M = mlr[b].x, L = mlr[b].y;
-      const int h = hk * G + r % G;
-      const int64_t token = tok0 + w.t0 + r / G;
-      if (w.slot < 0) {
-        // the sink joins the max (as in the merge): exp2(sink - M) alone could overflow for a large sink
-        float Ms = M, den = L, inv;
-        if (P.sinks != nullptr) {
-          const float sink2 = P.sinks[h] * kLog2e;
-          Ms = fmaxf(M, sink2);
-          const float f = fast_exp2(M - Ms);
-          den = L * f + fast_exp2(sink2 - Ms);
-          inv = f / den;
-        } else {
-          inv = 1.0f / den;
-        }
-        if (P.row_stats != nullptr && c == 0)
-          *reinterpret_cast<float2*>(P.row_stats + (token * P.H + h) * 2) = make_float2(Ms, den);
-        store_io4(P.out, token * P.H * D + static_cast<int64_t>(h) * D + c, P.io_dtype,
-                  make_float4(acc[b].x * inv, acc[b].y * inv, acc[b].z * inv, acc[b].w * inv));
+    const int h = hk * G + r % G;
+    const int64_t token = tok0 + w.t0 + r / G;
+    if (w.slot < 0) {
+      // the sink joins the max (as in the merge): exp2(sink - M) alone could overflow for a large sink
+      float Ms = M, den = L, inv;
+      if (P.sinks != nullptr) {
+        const float sink2 = P.sinks[h] * kLog2e;
+        Ms = fmaxf(M, sink2);
+        const float f = fast_exp2(M - Ms);
+        den = L * f + fast_exp2(sink2 - Ms);
+        inv = f / den;
       } else {
-        const int64_t slot = (w.slot + static_cast<int64_t>(hk) * w.num_parts) * P.slot_rows + r;
-        *reinterpret_cast<float4*>(P.ws_o + slot * D + c) = acc[b];
-        if (c == 0) *reinterpret_cast<float2*>(P.ws_ml + slot * 2) = make_float2(M, L);
+        inv = 1.0f / den;
       }
+      if (P.row_stats != nullptr && c == 0)
+        *reinterpret_cast<float2*>(P.row_stats + (token * P.H + h) * 2) = make_float2(Ms, den);
+      store_io4(P.out, token * P.H * D + static_cast<int64_t>(h) * D + c, P.io_dtype,
+                make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
+    } else {
+      const int64_t slot = (w.slot + static_cast<int64_t>(hk) * w.num_parts) * P.slot_rows + r;
+      *reinterpret_cast<float4*>(P.ws_o + slot * D + c) = acc;
+      if (c == 0) *reinterpret_cast<float2*>(P.ws_ml + slot * 2) = make_float2(M, L);
     }
   }
   tl.mark(7);
