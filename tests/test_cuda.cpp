@@ -545,12 +545,12 @@ TEST(Cuda, BackToBackDecodeReadsTheRowJustWritten) {
 
 // Every merge layout, forced (PAGEDATTN_MERGE_SPLIT and PAGEDATTN_MERGE_BATCH; the plan picks them by
 // its merge rows and partitions): few-query cases with long contexts (many partitions, so batches of 4
-// with a remainder, and batch 1 over many partitions), same tolerances. A split above D/64 falls back.
+// or 8 with a remainder, and batch 1 over many partitions), same tolerances. A split above D/64 falls back.
 TEST(Cuda, MergeSplitsRandom) {
   REQUIRE_GPU();
   const Suite suite = make_suite("merge-split", long_context_config(2000, 12000, 30000), base_seed() + 1300000, 24);
   for (const char* split : {"1", "2", "4"}) {
-    for (const char* batch : {"1", "4"}) {
+    for (const char* batch : {"1", "4", "8"}) {
       EnvGuard gs("PAGEDATTN_MERGE_SPLIT", split);
       EnvGuard gb("PAGEDATTN_MERGE_BATCH", batch);
       check_suite((std::string("merge-split-") + split + "-batch-" + batch).c_str(), suite);

@@ -45,11 +45,13 @@ FwdKernelInfo fwd_kernel_info(int head_size, int kv, int row_tiles, const Kernel
 }
 
 // The merge: one CTA per query row and column block; `split` (1, 2 or 4, at most D / 64) column blocks
-// per row, `batch` (1 or 4) partitions per thread in flight (see CudaPlan: merge_split_, merge_batch_).
+// per row, `batch` (1, 4 or 8) partitions per thread in flight (see CudaPlan: merge_split_, merge_batch_).
 template <int D, int kSplit>
 void launch_merge_d(const FwdParams& P, int num_rows, int batch, cudaStream_t stream, bool pdl) {
   const dim3 grid(num_rows, kSplit), block(kMergeThreads);
-  if (batch == 4)
+  if (batch == 8)
+    launch_ex(merge_kernel<D, kSplit, 8>, grid, block, 0, stream, pdl, P);
+  else if (batch == 4)
     launch_ex(merge_kernel<D, kSplit, 4>, grid, block, 0, stream, pdl, P);
   else
     launch_ex(merge_kernel<D, kSplit, 1>, grid, block, 0, stream, pdl, P);
@@ -299,15 +301,22 @@ class CudaPlan final : public detail::PlanImpl {
       const int v = std::atoi(e);
       if (v == 1 || ((v == 2 || v == 4) && v <= D_ / 64)) merge_split_ = v;
     }
-    // Partition loads in flight per merge thread: 4 when some row has more partitions than a merge CTA
-    // has partition groups (a thread then folds several), else 1 (fewer registers: more merge CTAs per
-    // SM; the 32 x 8k batch was 1.5-3.4% slower with 4, run s9a). PAGEDATTN_MERGE_BATCH=1/4 forces it.
+    // Partition loads in flight per merge thread: as many as a thread folds (one batch), of 1, 4 or 8.
+    // More costs registers (32, 52, 74), so fewer merge CTAs per SM: the 32 x 8k batch, 1-3
+    // partitions per row, was 1.5-3.4% slower with 4 (run s9a); 8 only while the merge grid fits one
+    // CTA per SM. (Run s9a, batch 8 against 4: T=3 rows, 5 partitions per thread, 0.96-0.99x; T=1 rows,
+    // 3 per thread, 1.001-1.017x. Runs s10a/s10b, this rule against 4: T=3 rows 0.976-0.995, the
+    // rest level but u8 128k T=8, 1.02-1.04, a row whose drift was 2-5% in both.)
+    // PAGEDATTN_MERGE_BATCH=1/4/8 forces it.
     int max_parts = 0;
     for (const MergeRow& r : rows) max_parts = std::max(max_parts, r.num_parts);
-    merge_batch_ = max_parts > merge_groups(D_, merge_split_) ? 4 : 1;
+    const int groups = merge_groups(D_, merge_split_);
+    const int per_thread = (max_parts + groups - 1) / groups;
+    const bool one_wave = static_cast<int64_t>(num_merge_rows_) * merge_split_ <= in.num_sms;
+    merge_batch_ = per_thread <= 1 ? 1 : per_thread <= 4 || !one_wave ? 4 : 8;
     if (const char* e = std::getenv("PAGEDATTN_MERGE_BATCH"); e != nullptr && *e != '\0') {
       const int v = std::atoi(e);
-      if (v == 1 || v == 4) merge_batch_ = v;
+      if (v == 1 || v == 4 || v == 8) merge_batch_ = v;
     }
 
     // --- metadata to the device (read by run) ----------------------------------------------------

@@ -967,8 +967,8 @@ __global__ void __launch_bounds__(128) write_kernel(const __grid_constant__ FwdP
 // once); the groups are combined in a fixed order (bit-reproducible).
 // A row's D columns may be split over kSplit CTAs (blockIdx.y): more CTAs, and more partition groups
 // per CTA, so each thread folds fewer partitions in series (the merge is latency-bound).
-// kBatch: partitions per thread whose loads are in flight together (1, or 4 when some row has more
-// partitions than the CTA has groups; CudaPlan::merge_batch_).
+// kBatch: partitions per thread whose loads are in flight together (1, 4 or 8: what a thread folds;
+// CudaPlan::merge_batch_).
 constexpr int kMergeThreads = 512;
 // Partition groups of a merge CTA (its threads over the float4 chunks of its D / split columns).
 __host__ __device__ constexpr int merge_groups(int D, int split) { return kMergeThreads / (D / 4 / split); }
