@@ -8,6 +8,9 @@
 // backend, CUDA memory for the cuda backend); tensors marked (host) are always host memory: plan() reads
 // them to validate the call and build the work list (the cuda backend copies them to the device at plan
 // time; run() uses those copies, so re-plan when they change).
+// Alignment (cuda backend): every (dev) tensor starts on a 16-byte boundary (what cudaMalloc and the
+// caching allocators of PyTorch and OpenVINO return); a view that does not, e.g. one element into a
+// larger tensor, is rejected with a ValidationError naming it, before anything is written.
 #pragma once
 
 #include <optional>
