@@ -4,6 +4,8 @@
 #   Run-time switches pass through the environment (e.g. PAGEDATTN_WGMMA_DECODE=1 for the wgq kernel).
 #   SKIP_BUILD=1 reuses an existing build in $BUILD_DIR (e.g. the one bench/gpu.sh made).
 #   PROFILE_SOURCE=1 adds per-SASS-instruction stall samples (src_*.top.txt; report src_*.ncu-rep).
+#   PROFILE_SRC builds another source tree (e.g. .abref/X from bench/prepare_abref.sh) with BUILD_DIR set
+#   to its own build tree; PROFILE_TAG then names its logs (ncu_TAG_..., build_TAG.log), so two trees side by side.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-$root/gpu-out}
@@ -12,10 +14,12 @@ build=${BUILD_DIR:-/tmp/pagedattn-build}
 ctx=${1:-131072} T=${2:-1} kv=${3:-f16}
 prefix=()
 [ -d "$root/.deps" ] && prefix=(-DCMAKE_PREFIX_PATH="$root/.deps")
+src=${PROFILE_SRC:-$root}
+case $src in /*) ;; *) src=$root/$src ;; esac
 [ "${SKIP_BUILD:-0}" = 1 ] && [ -x "$build/pagedattn" ] ||
-{ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPAGEDATTN_CUDA=ON -DPAGEDATTN_BUILD_TESTS=OFF \
-    -DCMAKE_CUDA_ARCHITECTURES=90a-real "${prefix[@]}" && ninja -C "$build" -j "$(nproc)" pagedattn; } > "$OUT/build.log" 2>&1 ||
-  { tail -30 "$OUT/build.log"; exit 1; }
+{ cmake -S "$src" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPAGEDATTN_CUDA=ON -DPAGEDATTN_BUILD_TESTS=OFF \
+    -DCMAKE_CUDA_ARCHITECTURES=90a-real "${prefix[@]}" && ninja -C "$build" -j "$(nproc)" pagedattn; } > "$OUT/build${PROFILE_TAG:+_$PROFILE_TAG}.log" 2>&1 ||
+  { tail -30 "$OUT/build${PROFILE_TAG:+_$PROFILE_TAG}.log"; exit 1; }
 for t in ${T//,/ }; do
   args=(bench --backend cuda --context "$ctx" --tokens "$t" --kv "$kv" --layers 1 --repeats 3 --warmup 1 --fill random --scenario seed)
   echo "== context $ctx T=$t kv=$kv"
@@ -24,16 +28,16 @@ for t in ${T//,/ }; do
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
     --section LaunchStats --section SchedulerStats --section InstructionStats --section ComputeWorkloadAnalysis \
     --metrics regex:'smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
-    "$build/pagedattn" "${args[@]}" > "$OUT/ncu_${ctx}_T${t}_${kv}.txt" 2>&1
+    "$build/pagedattn" "${args[@]}" > "$OUT/ncu${PROFILE_TAG:+_$PROFILE_TAG}_${ctx}_T${t}_${kv}.txt" 2>&1
   grep -E "fwd_kernel|wg_kernel|merge_kernel|Duration|DRAM Throughput|Achieved Occupancy|Warp Cycles Per Issued|Registers|Theoretical Occ|No Eligible|Executed Instructions |Issue Slots Busy|Executed Ipc A" \
-    "$OUT/ncu_${ctx}_T${t}_${kv}.txt" | head -30
+    "$OUT/ncu${PROFILE_TAG:+_$PROFILE_TAG}_${ctx}_T${t}_${kv}.txt" | head -30
   # stall reasons above 0.3 cycles per issued instruction, per kernel
   awk '/fwd_kernel|wg_kernel|merge_kernel/{print "  " $1, $2} /issue_stalled/{ if ($NF+0 > 0.3) print "    " $1, $NF }' \
-    "$OUT/ncu_${ctx}_T${t}_${kv}.txt" | sed 's/smsp__average_warps_issue_stalled_//; s/_per_issue_active.ratio//' 
+    "$OUT/ncu${PROFILE_TAG:+_$PROFILE_TAG}_${ctx}_T${t}_${kv}.txt" | sed 's/smsp__average_warps_issue_stalled_//; s/_per_issue_active.ratio//' 
   # PROFILE_SOURCE=1: per-SASS-instruction warp stall samples of the first attention kernel (where the
   # stalls sit: copy issue, ldmatrix, MMA chains, softmax), the top 40 by samples, with their stall reasons
   if [ "${PROFILE_SOURCE:-0}" = 1 ]; then
-    rep="$OUT/src_${ctx}_T${t}_${kv}"
+    rep="$OUT/src${PROFILE_TAG:+_$PROFILE_TAG}_${ctx}_T${t}_${kv}"
     timeout 300 ncu --clock-control none -k regex:"fwd_kernel|wg_kernel" -c 1 --section SourceCounters \
       --section WarpStateStats -f -o "$rep" "$build/pagedattn" "${args[@]}" > "$rep.log" 2>&1 ||
       { echo "ncu failed:"; tail -5 "$rep.log"; }
