@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Summarises the per-CTA timeline lines of a -DPAGEDATTN_TIMELINE=1 build (bench/timeline.sh).
 
-Input lines: "TL <kernel> <grid x> <grid y> <bx> <by> <smid> <g0 ns> <g1 ns> <d1..d7 cycles from the first
+Input lines: "TL <kernel> <grid x> <grid y> <bx> <by> <smid> <g0 ns> <g1 ns> <d1..d9 cycles from the first
 stamp, -1 unset>". Takes the last launch of each kernel (the last replay of a --layers 1 run: the last
 line's grid shape, its latest grid-size lines by start) and prints, relative to the
 earliest attention-CTA start of that replay: start and end spread, and each phase's duration
@@ -12,7 +12,8 @@ usage: timeline.py LOG SM_CLOCK_MHZ
 import statistics
 import sys
 
-FWD_PHASES = ["pdl wait", "write-in", "prologue issued", "Q staged", "first K", "loop", "epilogue"]
+FWD_PHASES = ["pdl wait", "write-in", "prologue issued", "Q staged", "first K", "loop", "epilogue: groups",
+              "epilogue: rows out"]
 MERGE_PHASES = ["pdl wait", "fold", "store"]
 
 
@@ -32,7 +33,7 @@ def main():
     rows = {}
     for line in open(log, errors="replace"):
         f = line.split()
-        if len(f) == 16 and f[0] == "TL":
+        if len(f) == 18 and f[0] == "TL":
             rows.setdefault(f[1], []).append([int(x) for x in f[2:]])
     if "fwd" not in rows:
         print("no timeline lines in", log)

@@ -87,7 +87,7 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 // the cycles counted from the first stamp.
 #if defined(PAGEDATTN_TIMELINE) && PAGEDATTN_TIMELINE
 struct Timeline {
-  static constexpr int kMax = 8;
+  static constexpr int kMax = 10;
   long long c[kMax];
   unsigned long long g0;
   __device__ Timeline() {
@@ -108,9 +108,9 @@ struct Timeline {
     asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
     long long d[kMax];
     for (int i = 1; i < kMax; ++i) d[i] = i < n ? c[i] - c[0] : -1;
-    printf("TL %s %d %d %d %d %u %llu %llu %lld %lld %lld %lld %lld %lld %lld\n", kernel, static_cast<int>(gridDim.x),
-           static_cast<int>(gridDim.y), static_cast<int>(blockIdx.x), static_cast<int>(blockIdx.y), smid, g0, g1, d[1],
-           d[2], d[3], d[4], d[5], d[6], d[7]);
+    printf("TL %s %d %d %d %d %u %llu %llu %lld %lld %lld %lld %lld %lld %lld %lld %lld\n", kernel,
+           static_cast<int>(gridDim.x), static_cast<int>(gridDim.y), static_cast<int>(blockIdx.x),
+           static_cast<int>(blockIdx.y), smid, g0, g1, d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9]);
   }
 };
 #else

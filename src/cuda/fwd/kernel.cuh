@@ -479,7 +479,8 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
   Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
 
   // diagnostic build only (PAGEDATTN_TIMELINE): 1 pdl wait, 2 write-in, 3 prologue issued (thread 0's
-  // copies out, its first query loads in flight), 4 Q staged, 5 first K, 6 loop, 7 end
+  // copies out, its first query loads in flight), 4 Q staged, 5 first K, 6 loop, 7 partial outputs of
+  // the key groups in shared memory, 8 end
   Timeline tl;
   const int hk = blockIdx.y;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -891,6 +892,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
     }
   }
   __syncthreads();
+  tl.mark(7);
   for (int idx = tid; idx < rows * (D / 4); idx += kThreads) {
     const int r = idx / (D / 4), c = (idx % (D / 4)) * 4;
     float M = -INFINITY;
@@ -932,8 +934,8 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
       if (c == 0) *reinterpret_cast<float2*>(P.ws_ml + slot * 2) = make_float2(M, L);
     }
   }
-  tl.mark(7);
-  tl.print("fwd", 8);
+  tl.mark(8);
+  tl.print("fwd", 9);
 }
 
 // Writes (and for u8 quantises) the new key and value rows of the sequences cut into several chunks
