@@ -197,7 +197,8 @@ __device__ __forceinline__ void stage_q(const FwdParams& P, int64_t q_tok0, int 
   static_assert(32 % kChunks == 0, "a row's chunks are one lane segment of a warp");
   static_assert((kRows * kChunks) % 32 == 0 && kThreads % 32 == 0, "warp-uniform chunk guards");
   // Every chunk starts at a multiple of 8 elements, so one aligned base makes every chunk a vector load
-  // (CTA-uniform); an unaligned query buffer (a caller's view) takes element loads, held as f32 bits.
+  // (CTA-uniform). run() rejects a query that is not 16-byte aligned (params.h), so the element-load
+  // branch (values held as f32 bits) is a guard for other callers of the kernel, not a supported path.
   const bool vec = reinterpret_cast<uintptr_t>(P.q) % 16 == 0;
   const int fmt = vec ? P.io_dtype : static_cast<int>(kIoF32);  // what the raw words hold
   constexpr int kSameIo = std::is_same<T, __half>::value ? kIoF16 : kIoBF16;  // raw words already in T
