@@ -78,11 +78,12 @@ configure() {
     -DCMAKE_CUDA_ARCHITECTURES="$archs" "${prefix[@]}" "$@"
 }
 # ab_bench BINARY TAG [VAR=V...]: the A/B rows (seed scenario, f16/u8, T = 1, 3, 8) -> ab_TAG.json
-# (AB_BATCH=1 adds the batch rows, 32 x 8k at T=1/4, to each: ab_TAG.batch.json, same table)
+# (AB_BATCH=1 adds the batch rows, 32 x 8k at T=1/4, to each: ab_TAG.batch.json, same table; AB_ARGS adds
+# bench arguments to the seed rows, e.g. AB_ARGS="--block-size 16 --context 32768")
 ab_bench() {
   local bin=$1 tag=$2
   shift 2
-  env "$@" timeout 120 "$bin" bench --backend cuda --scenario seed --kv f16,u8 --tokens 1,3,8 \
+  env "$@" timeout 120 "$bin" bench --backend cuda --scenario seed --kv f16,u8 --tokens 1,3,8 ${AB_ARGS:-} \
     --json "$run_dir/ab_$tag.json" > "$run_dir/ab_$tag.log" 2>&1 || return 1
   [ "${AB_BATCH:-0}" = 1 ] || return 0
   env "$@" timeout 120 "$bin" bench --backend cuda --scenario seed --batch 32 --context 8192 --tokens 1,4 \
