@@ -197,6 +197,30 @@ TEST(Cuda, FewQueryRandom) {
   run_suite("few-query", few_query_config(), base_seed(), 320);
 }
 
+// Every copy path of the few-query kernel's K/V slices, for every head size, KV precision and block
+// size: a slice in one cache block or over several (block_size < keys per slice), whole or cut by the
+// partition's end (past_len + T rarely a multiple of 16). 4 random cases per (D, kv, block size),
+// random T and G, so the row-tile variants (16-, 32- and 64-key slices) vary; same tolerances.
+TEST(Cuda, BlockSizeGrid) {
+  REQUIRE_GPU();
+  uint64_t seed = base_seed() + 3000000;
+  for (int d : {64, 128, 256}) {
+    for (KVPrecision kv : {KVPrecision::f16, KVPrecision::bf16, KVPrecision::u8}) {
+      for (int bs : {16, 32, 64, 128}) {
+        CaseConfig cfg = few_query_config();
+        cfg.head_sizes = {d};
+        cfg.kv_precisions = {kv};
+        cfg.block_sizes = {bs};
+        cfg.min_past = 100;
+        cfg.max_seqs = 3;
+        const std::string name = "grid-d" + std::to_string(d) + "-" + kv_precision_name(kv) + "-bs" + std::to_string(bs);
+        run_suite(name.c_str(), cfg, seed, 4);
+        seed += 100;
+      }
+    }
+  }
+}
+
 namespace {
 // Few-query cases over long contexts (many partitions to merge): up to 3 sequences.
 CaseConfig long_context_config(int min_past, int max_past, int max_total_context) {
