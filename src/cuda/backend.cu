@@ -414,6 +414,7 @@ class CudaPlan final : public detail::PlanImpl {
     P.slot_rows = wl_.slot_rows;
     P.chunk_rows = wl_.chunk_rows;
     P.pdl_early_reads = pdl_ && early_reads_ ? 1 : 0;
+    P.u8_exp_byte = 0x64u;
 
     if (P.k_new != nullptr && separate_write_) {  // rows of multi-chunk sequences (the rest stay fused)
       fwd_kernel_info(D_, kv_, 1).launch_write(P, num_tokens_, num_seqs_, stream_, pdl_);

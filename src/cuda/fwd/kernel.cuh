@@ -106,10 +106,15 @@ struct SharedStorage {
     Half ring[Tr::kWKV][Tr::kStages];
     alignas(16) T q[Tr::kRows][Tr::kLdQ];
   };
+  struct Red {
+    alignas(16) float red[Tr::kWKV][Tr::kRows][D + 4];
+    float4 row_st[Tr::kRows];  // each row's (max, sum) over the key groups, and its (max', 1/den) with a sink
+  };
   union StreamOrRed {  // rings and Q while streaming; each key group's scaled partial output after
     Stream s;
-    alignas(16) float red[Tr::kWKV][Tr::kRows][D + 4];
+    Red r;  // (larger than Stream only for D = 256 u8 at 8 row tiles, the one-CTA-per-SM variant)
   };
+
   StreamOrRed u;
   float qsum[Tr::kRows];
   float2 ml[Tr::kWKV][Tr::kRows];  // (max, sum) of each key group's rows
@@ -196,11 +201,9 @@ __device__ __forceinline__ void stage_q(const FwdParams& P, int64_t q_tok0, int 
   constexpr int kChunks = D / 8, kIters = (kRows * kChunks + kThreads - 1) / kThreads, kBatch = 4;
   static_assert(32 % kChunks == 0, "a row's chunks are one lane segment of a warp");
   static_assert((kRows * kChunks) % 32 == 0 && kThreads % 32 == 0, "warp-uniform chunk guards");
-  // Every chunk starts at a multiple of 8 elements, so one aligned base makes every chunk a vector load
-  // (CTA-uniform). run() rejects a query that is not 16-byte aligned (params.h), so the element-load
-  // branch (values held as f32 bits) is a guard for other callers of the kernel, not a supported path.
-  const bool vec = reinterpret_cast<uintptr_t>(P.q) % 16 == 0;
-  const int fmt = vec ? P.io_dtype : static_cast<int>(kIoF32);  // what the raw words hold
+  // Every chunk starts at a multiple of 8 elements and run() rejects a query that is not 16-byte
+  // aligned (params.h), so every chunk is one vector load (two for f32 queries).
+  const int fmt = P.io_dtype;  // what the raw words hold
   constexpr int kSameIo = std::is_same<T, __half>::value ? kIoF16 : kIoBF16;  // raw words already in T
 #pragma unroll
   for (int b = 0; b < kIters; b += kBatch) {
@@ -212,14 +215,7 @@ __device__ __forceinline__ void stage_q(const FwdParams& P, int64_t q_tok0, int 
       if (b + k < kIters && r < rows) {
         const int64_t src = (q_tok0 + r / G) * P.H * D + static_cast<int64_t>(hk * G + r % G) * D +
                             (idx % kChunks) * 8;
-        if (!vec) {
-          float x[8];
-          load_io_n<8>(P.q, src, P.io_dtype, x);
-          raw[k][0] = make_uint4(__float_as_uint(x[0]), __float_as_uint(x[1]), __float_as_uint(x[2]),
-                                 __float_as_uint(x[3]));
-          raw[k][1] = make_uint4(__float_as_uint(x[4]), __float_as_uint(x[5]), __float_as_uint(x[6]),
-                                 __float_as_uint(x[7]));
-        } else if (fmt == kIoF32) {
+        if (fmt == kIoF32) {
           const uint4* q = reinterpret_cast<const uint4*>(static_cast<const float*>(P.q) + src);
           raw[k][0] = q[0];
           raw[k][1] = q[1];
@@ -304,8 +300,8 @@ __device__ __forceinline__ float fast_exp2(float x) {
 // subtract it (u8x2_to_half2): there the f32 accumulators sum over thousands of keys, and a bias of
 // 1024 * sum(p) measurably lost accuracy (rel_l2 5.8e-3 on a 23k-token case with sinks).
 __device__ __forceinline__ uint32_t u8x2_biased(uint32_t x, uint32_t sel) { return __byte_perm(x, 0x64u, sel); }
-__device__ __forceinline__ uint32_t u8x2_to_half2(uint32_t x, uint32_t sel) {
-  uint32_t h = u8x2_biased(x, sel);
+__device__ __forceinline__ uint32_t u8x2_to_half2(uint32_t x, uint32_t sel, uint32_t k64 = 0x64u) {
+  uint32_t h = __byte_perm(x, k64, sel);  // u8x2_biased with the 0x64 byte given
   __half2 v = __hsub2(*reinterpret_cast<__half2*>(&h), __float2half2_rn(1024.0f));
   return *reinterpret_cast<uint32_t*>(&v);
 }
@@ -385,11 +381,15 @@ __device__ __forceinline__ void load_half(typename SharedStorage<D, KV, RT, MT>:
   const int r0 = gtid / kChunksPerRow, c = (gtid % kChunksPerRow) * kElemsPerChunk;
   const uint32_t dst = smem_u32(&hb.kv[r0][c]);
   constexpr uint32_t kDstStep = kRowStep * Tr::kLdKV * sizeof(C);
-  if (P.block_size_log2 >= kLog2KPW && js + Tr::kKPW <= kv_end) {
+  // A slice lies in one cache block when block_size >= kKPW (always with 16-key slices: the backend
+  // checks block_size >= 16), else it spans kKPW / block_size blocks (2 or 4).
+  constexpr int kMaxBlocks = Tr::kKPW / 16;
+  const int lbs = P.block_size_log2;
+  if ((kMaxBlocks == 1 || lbs >= kLog2KPW) && js + Tr::kKPW <= kv_end) {
     // Every slice but a partition's last: all rows valid and in one cache block, so one table lookup,
-    // one base address, and constant offsets that fold into the copies (the general path below spends
-    // ~20 instructions of 64-bit offset and zero-fill arithmetic per copy).
-    const int64_t row0 = cache_row(table, js, hk, P.Hk, P.block_size_log2);
+    // one base address, and constant offsets that fold into the copies (the general path below pays
+    // a block select and 64-bit offset and zero-fill arithmetic per copy).
+    const int64_t row0 = cache_row(table, js, hk, P.Hk, lbs);
     const C* s = src + (row0 + r0) * D + c;
 #pragma unroll
     for (int i = 0; i < kIters; ++i) cp_async_16_full(dst + i * kDstStep, s + i * kRowStep * D);
@@ -403,26 +403,36 @@ __device__ __forceinline__ void load_half(typename SharedStorage<D, KV, RT, MT>:
     }
     return;
   }
-  int64_t off[kIters];
-  if (P.block_size_log2 >= kLog2KPW) {
-    // the slice lies in one cache block (js is a multiple of kKPW): one table lookup
-    const int64_t base = cache_row(table, js, hk, P.Hk, P.block_size_log2) * D + c;
+  // General: a partition's last slice (rows past kv_end zero-filled) or a slice over several blocks.
+  // One table lookup per block the slice reaches below kv_end (all issued before the copies); a row's
+  // cache row is its block's first row plus its offset in the block.
+  int64_t rowb[kMaxBlocks];
 #pragma unroll
-    for (int i = 0; i < kIters; ++i) {
-      const int r = r0 + i * kRowStep;
-      off[i] = js + r < kv_end ? base + static_cast<int64_t>(r) * D : -1;
-    }
+  for (int k = 0; k < kMaxBlocks; ++k) {
+    const int j = js + (k << lbs);
+    rowb[k] = (k == 0 || (k << lbs) < Tr::kKPW) && j < kv_end ? cache_row(table, j, hk, P.Hk, lbs) : 0;
+  }
+  const int bs_mask = (1 << lbs) - 1;
+  auto row_of = [&](int r) {
+    const int k = r >> lbs;
+    int64_t b = rowb[0];
+#pragma unroll
+    for (int q = 1; q < kMaxBlocks; ++q) b = k == q ? rowb[q] : b;
+    return b + (r & bs_mask);
+  };
+  auto copy_row = [&](int i) {
+    const int r = r0 + i * kRowStep;
+    const bool ok = js + r < kv_end;
+    cp_async_16_u32(dst + i * kDstStep, ok ? src + row_of(r) * D + c : src, ok ? 16 : 0);
+  };
+  if constexpr (kMaxBlocks == 1) {
+    // only a partition's last slice comes here (once per partition): a rolled loop keeps its code
+    // (kIters copies of 64-bit arithmetic) from sitting between the key loop's hot instructions
+#pragma unroll 1
+    for (int i = 0; i < kIters; ++i) copy_row(i);
   } else {
 #pragma unroll
-    for (int i = 0; i < kIters; ++i) {
-      const int j = js + r0 + i * kRowStep;
-      off[i] = j < kv_end ? cache_row(table, j, hk, P.Hk, P.block_size_log2) * D + c : -1;
-    }
-  }
-#pragma unroll
-  for (int i = 0; i < kIters; ++i) {
-    const bool ok = off[i] >= 0;
-    cp_async_16_u32(dst + i * kDstStep, src + (ok ? off[i] : 0), ok ? 16 : 0);
+    for (int i = 0; i < kIters; ++i) copy_row(i);
   }
   if constexpr (Tr::kU8) {
     // 4 parameter arrays x (kKPW/8) chunks of 8 tokens (block_size >= 16: a chunk stays in one block).
@@ -430,11 +440,9 @@ __device__ __forceinline__ void load_half(typename SharedStorage<D, KV, RT, MT>:
     constexpr int kPerArray = Tr::kKPW / 8;
     if (kind == 0 && gtid < 4 * kPerArray) {
       const int a = gtid / kPerArray, cc = gtid % kPerArray;
-      const int j = js + cc * 8;
-      const bool ok = j < kv_end;
+      const bool ok = js + cc * 8 < kv_end;
       const uint16_t* ps = a == 0 ? P.k_scale : a == 1 ? P.k_zp : a == 2 ? P.v_scale : P.v_zp;
-      const int64_t off8 = ok ? cache_row(table, j, hk, P.Hk, P.block_size_log2) : 0;
-      cp_async_16(&hb.par[a][cc * 8], ps + off8, ok ? 16 : 0);
+      cp_async_16(&hb.par[a][cc * 8], ps + (ok ? row_of(cc * 8) : 0), ok ? 16 : 0);
     }
   }
 }
@@ -551,7 +559,29 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
   // --- Q rows (token-major, head-minor) -> smem in the MMA type; padding rows zero ---------------
   // (The rows by cp.async in the copy group of half 1, where the query is already in the MMA type,
   // measured 1.00-1.17x slower, run s7b: at T=8 the first halves, not the query, arrive last.)
-  auto store_q = [&](int r, int ch, uint4 v) { *reinterpret_cast<uint4*>(&sm.u.s.q[r][ch * 8]) = v; };
+  // u8: Q in the order of the S MMA's A fragments (k permuted, see load_qf). For rows g and g + 8 of a
+  // 16-row tile (pair p = tile * 8 + g) and head dims 4i..4i+3, one 16-byte unit holds the fragment's 4
+  // registers {Q[g][4i..4i+1], Q[g+8][4i..4i+1], Q[g][4i+2..4i+3], Q[g+8][4i+2..4i+3]}: one 16-byte
+  // load per fragment and no register moves (two 8-byte loads into a fragment cost 4 moves each, ~10%
+  // of the u8 D = 256 key loop, which re-reads Q every slice). Unit i of pair p sits at i ^ 4 when p is
+  // odd, so the two pairs a quarter warp reads lie in different banks. kRows * 2D bytes: within q.
+  auto q_unit = [&](int p, int i) {
+    return reinterpret_cast<uint32_t*>(reinterpret_cast<uint8_t*>(&sm.u.s.q[0][0]) + p * (4 * D) +
+                                       (i ^ ((p & 1) << 2)) * 16);
+  };
+  auto store_q = [&](int r, int ch, uint4 v) {
+    if constexpr (kU8) {
+      const int p = (r / 16) * 8 + r % 8, hf = (r / 8) % 2;
+      uint32_t* u0 = q_unit(p, 2 * ch);
+      uint32_t* u1 = q_unit(p, 2 * ch + 1);
+      u0[hf] = v.x;
+      u0[2 + hf] = v.y;
+      u1[hf] = v.z;
+      u1[2 + hf] = v.w;
+    } else {
+      *reinterpret_cast<uint4*>(&sm.u.s.q[r][ch * 8]) = v;
+    }
+  };
   // (u8: with each row's sum, for the key zero points; a separate pass over Q after the barrier cost a
   // second barrier and a chain of dependent shared-memory loads per row)
   stage_q<T, kRows, D, kThreads>(P, tok0 + w.t0, hk, G, rows, tid, store_q, prologue_rest,
@@ -565,12 +595,14 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
   auto load_qf = [&](uint32_t (&f)[4], int mt, int ks) {
     const int r0 = (wq * MT + mt) * 16;
     if constexpr (kU8) {
-      const uint2 lo = *reinterpret_cast<const uint2*>(&sm.u.s.q[r0 + lane / 4][ks * 16 + 4 * (lane % 4)]);
-      const uint2 hi = *reinterpret_cast<const uint2*>(&sm.u.s.q[r0 + lane / 4 + 8][ks * 16 + 4 * (lane % 4)]);
-      f[0] = lo.x;
-      f[1] = hi.x;
-      f[2] = lo.y;
-      f[3] = hi.y;
+      // unit ks * 4 + t of pair p, i.e. q_unit(p, ks * 4 + t): the swizzle flips ks's parity when p is odd
+      const int p = (wq * MT + mt) * 8 + lane / 4, sw = (p & 1) ? 64 : 0;
+      const uint8_t* qb = reinterpret_cast<const uint8_t*>(&sm.u.s.q[0][0]) + p * (4 * D) + (lane % 4) * 16;
+      const uint4 u = *reinterpret_cast<const uint4*>(qb + ks * 64 + ((ks & 1) ? -sw : sw));
+      f[0] = u.x;
+      f[1] = u.y;
+      f[2] = u.z;
+      f[3] = u.w;
     } else {
       ldmatrix_x4(f, &sm.u.s.q[r0 + (lane % 16)][ks * 16 + (lane / 16) * 8]);
     }
@@ -629,6 +661,10 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
   }
   uint32_t pa[MT][kK3][4];  // P of the slice as A fragments of the PV MMAs
 
+  // 0x64 (the high byte of the f16 1024 + code) from a kernel parameter, so the compiler cannot fold
+  // it: with a literal, ptxas takes the PRMT form with the selector in a register and re-creates the
+  // selectors before each use in the value step (~50 instructions per slice at u8 D = 256).
+  const uint32_t k64 = P.u8_exp_byte;
   for (int it = 0; it < n_tiles; ++it) {
     const int js = slice_begin(it);
     const bool active = js < w.kv_end;  // group-uniform
@@ -813,10 +849,10 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
           for (int b = 0; b < D / 32; ++b) {
             uint32_t r4[4];
             ldmatrix_x4_trans(r4, &hb.kv[key][32 * b + (lane / 16) * 16]);
-            const uint32_t v0 = u8x2_to_half2(r4[0], kSelB02), v1 = u8x2_to_half2(r4[1], kSelB02);
-            const uint32_t v2 = u8x2_to_half2(r4[0], kSelB13), v3 = u8x2_to_half2(r4[1], kSelB13);
-            const uint32_t v4 = u8x2_to_half2(r4[2], kSelB02), v5 = u8x2_to_half2(r4[3], kSelB02);
-            const uint32_t v6 = u8x2_to_half2(r4[2], kSelB13), v7 = u8x2_to_half2(r4[3], kSelB13);
+            const uint32_t v0 = u8x2_to_half2(r4[0], kSelB02, k64), v1 = u8x2_to_half2(r4[1], kSelB02, k64);
+            const uint32_t v2 = u8x2_to_half2(r4[0], kSelB13, k64), v3 = u8x2_to_half2(r4[1], kSelB13, k64);
+            const uint32_t v4 = u8x2_to_half2(r4[2], kSelB02, k64), v5 = u8x2_to_half2(r4[3], kSelB02, k64);
+            const uint32_t v6 = u8x2_to_half2(r4[2], kSelB13, k64), v7 = u8x2_to_half2(r4[3], kSelB13, k64);
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
               mma_16816<T>(o[mt][4 * b + 0], pa[mt][kk], v0, v1);
@@ -872,6 +908,30 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
     }
   }
   __syncthreads();
+  // experiment: each row's statistics once, by one thread per row, for the output loop below
+  if (tid < rows) {
+    const int r = tid;
+    float M = -INFINITY;
+#pragma unroll
+    for (int g = 0; g < Tr::kWKV; ++g) M = fmaxf(M, sm.ml[g][r].x);
+    float L = 0.0f;
+#pragma unroll
+    for (int g = 0; g < Tr::kWKV; ++g) {
+      const float2 ml = sm.ml[g][r];
+      L += ml.x == -INFINITY ? 0.0f : ml.y * fast_exp2(ml.x - M);
+    }
+    // the sink joins the max (as in the merge): exp2(sink - M) alone could overflow for a large sink
+    float Ms = M, inv = 1.0f / L;
+    if (w.slot < 0 && P.sinks != nullptr) {
+      const float sink2 = P.sinks[hk * G + r % G] * kLog2e;
+      Ms = fmaxf(M, sink2);
+      const float f = fast_exp2(M - Ms);
+      const float den = L * f + fast_exp2(sink2 - Ms);
+      inv = f / den;
+      L = den;  // row_stats: (max', den)
+    }
+    sm.u.r.row_st[r] = make_float4(M, L, Ms, inv);
+  }
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
@@ -887,8 +947,8 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
       for (int n = 0; n < kN3; ++n) {
         // (float4/float2 stores here measured level, run s10b)
         const int c = o_col<kU8>(n, lane);
-        sm.u.red[wkv][r][c] = (o[mt][n][2 * hf] - cz) * f;
-        sm.u.red[wkv][r][c + (kU8 ? 2 : 1)] = (o[mt][n][2 * hf + 1] - cz) * f;
+        sm.u.r.red[wkv][r][c] = (o[mt][n][2 * hf] - cz) * f;
+        sm.u.r.red[wkv][r][c + (kU8 ? 2 : 1)] = (o[mt][n][2 * hf + 1] - cz) * f;
       }
     }
   }
@@ -897,16 +957,11 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
   // one chunk per step (reading 4 chunks before storing any measured 1.04-1.13x slower, run s10b)
   for (int idx = tid; idx < rows * (D / 4); idx += kThreads) {
     const int r = idx / (D / 4), c = (idx % (D / 4)) * 4;
-    float M = -INFINITY;
-#pragma unroll
-    for (int g = 0; g < Tr::kWKV; ++g) M = fmaxf(M, sm.ml[g][r].x);
-    float L = 0.0f;
+    const float4 st = sm.u.r.row_st[r];
     float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
     for (int g = 0; g < Tr::kWKV; ++g) {
-      const float2 ml = sm.ml[g][r];
-      L += ml.x == -INFINITY ? 0.0f : ml.y * fast_exp2(ml.x - M);
-      const float4 v = *reinterpret_cast<const float4*>(&sm.u.red[g][r][c]);
+      const float4 v = *reinterpret_cast<const float4*>(&sm.u.r.red[g][r][c]);
       acc.x += v.x;
       acc.y += v.y;
       acc.z += v.z;
@@ -915,25 +970,15 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
     const int h = hk * G + r % G;
     const int64_t token = tok0 + w.t0 + r / G;
     if (w.slot < 0) {
-      // the sink joins the max (as in the merge): exp2(sink - M) alone could overflow for a large sink
-      float Ms = M, den = L, inv;
-      if (P.sinks != nullptr) {
-        const float sink2 = P.sinks[h] * kLog2e;
-        Ms = fmaxf(M, sink2);
-        const float f = fast_exp2(M - Ms);
-        den = L * f + fast_exp2(sink2 - Ms);
-        inv = f / den;
-      } else {
-        inv = 1.0f / den;
-      }
+      const float inv = st.w;
       if (P.row_stats != nullptr && c == 0)
-        *reinterpret_cast<float2*>(P.row_stats + (token * P.H + h) * 2) = make_float2(Ms, den);
+        *reinterpret_cast<float2*>(P.row_stats + (token * P.H + h) * 2) = make_float2(st.z, st.y);
       store_io4(P.out, token * P.H * D + static_cast<int64_t>(h) * D + c, P.io_dtype,
                 make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
     } else {
       const int64_t slot = (w.slot + static_cast<int64_t>(hk) * w.num_parts) * P.slot_rows + r;
       *reinterpret_cast<float4*>(P.ws_o + slot * D + c) = acc;
-      if (c == 0) *reinterpret_cast<float2*>(P.ws_ml + slot * 2) = make_float2(M, L);
+      if (c == 0) *reinterpret_cast<float2*>(P.ws_ml + slot * 2) = make_float2(st.x, st.y);
     }
   }
   tl.mark(8);

@@ -60,6 +60,7 @@ struct FwdParams {
   int slot_rows;              // rows per partial slot (16 * the plan's widest row-tile variant)
   int chunk_rows;             // the planner's chunking rule: a sequence is cut into chunks iff T*G > it
   int pdl_early_reads;        // cache rows before past_len may be read before griddepcontrol.wait
+  uint32_t u8_exp_byte;       // 0x64, the high byte of the f16 1024 + code (see fwd_kernel's value step)
 };
 
 }  // namespace cuda
