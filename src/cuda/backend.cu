@@ -185,6 +185,8 @@ class CudaPlan final : public detail::PlanImpl {
     pdl_ = cc_major >= 9 && opt.programmatic_launch;
     // early cache reads under PDL (see the kernel); PAGEDATTN_EARLY_READS=0 turns them off (A/B runs)
     if (const char* e = std::getenv("PAGEDATTN_EARLY_READS"); e != nullptr && std::string(e) == "0") early_reads_ = false;
+    // fwd_kernel's stale softmax reference (FwdParams::stale_log2); PAGEDATTN_STALE_MAX=0: the exact max (A/B runs)
+    if (const char* e = std::getenv("PAGEDATTN_STALE_MAX"); e != nullptr && std::string(e) == "0") stale_max_ = false;
     // experiment: S accumulated in two independent chains (fwd_kernel's SK; 0.98-1.01x in run s4a: off)
     if (const char* e = std::getenv("PAGEDATTN_SPLIT_S"); e != nullptr && std::string(e) == "1") choice_.split_s = true;
     // 8-row-tile chunks on 4 warps of two row tiles (fwd_kernel's MT = 2, D <= 128, f16/bf16): the
@@ -415,6 +417,8 @@ class CudaPlan final : public detail::PlanImpl {
     P.chunk_rows = wl_.chunk_rows;
     P.pdl_early_reads = pdl_ && early_reads_ ? 1 : 0;
     P.u8_exp_byte = 0x64u;
+    P.stale_log2 = kv_ != kKvU8 ? 8.0f : P.io_dtype == kIoF16 ? 6.0f : 0.0f;  // FwdParams::stale_log2
+    if (!stale_max_) P.stale_log2 = 0.0f;
 
     if (P.k_new != nullptr && separate_write_) {  // rows of multi-chunk sequences (the rest stay fused)
       fwd_kernel_info(D_, kv_, 1).launch_write(P, num_tokens_, num_seqs_, stream_, pdl_);
@@ -468,6 +472,7 @@ class CudaPlan final : public detail::PlanImpl {
   int D_ = 0, H_ = 0, Hk_ = 0, G_ = 1, kv_ = 0, bs_log2_ = 0;
   bool pdl_ = false;
   bool early_reads_ = true;
+  bool stale_max_ = true;  // FwdParams::stale_log2 > 0 (PAGEDATTN_STALE_MAX=0: off)
   // kernel variants besides the defaults: split_s (PAGEDATTN_SPLIT_S=1), mt2 (on; PAGEDATTN_PREFILL_MT2=0),
   // wg (the Hopper prefill kernel's key tile; sm_90a builds on sm_90 devices), wg_decode (experiment)
   KernelChoice choice_{false, true, 0, false};

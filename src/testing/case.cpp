@@ -221,7 +221,7 @@ Case make_random_case(uint64_t seed, const CaseConfig& cfg) {
   }
   if (r.chance(cfg.p_alibi)) {
     c.alibi_slopes.resize(H);
-    for (float& v : c.alibi_slopes) v = static_cast<float>(r.uniform(0.0, 0.25));
+    for (float& v : c.alibi_slopes) v = static_cast<float>(r.uniform(0.0, cfg.max_alibi_slope));
   }
   if (r.chance(cfg.p_sinks)) {
     c.sinks.resize(H);

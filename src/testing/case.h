@@ -23,6 +23,7 @@ struct CaseConfig {
   std::vector<KVPrecision> kv_precisions = {KVPrecision::f16, KVPrecision::bf16, KVPrecision::u8};
   std::vector<DType> query_dtypes = {DType::f32};
   double p_window = 0.3, p_alibi = 0.3, p_sinks = 0.3, p_tree = 0.3, p_scores = 0.3;
+  double max_alibi_slope = 0.25;            // ALiBi slopes are drawn from [0, max_alibi_slope)
   double p_write = 0.9;                      // probability that key/value are given (written in)
   int extra_blocks = 4;                      // unused blocks in the pool (poisoned with NaN)
   int max_total_tokens = 1 << 30;            // cap on sum of T (cases are redrawn to fit)

@@ -647,6 +647,15 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
 
   // Online-softmax state of the thread's rows; l and c (u8 value zero-point correction) are the
   // thread's own partial sums, reduced over the quad once at the end.
+  // row_m is a reference, not the running max: it moves (and O, l, c are rescaled) only when a slice's
+  // max passes it by more than P.stale_log2, so P = 2^(s - row_m) <= 2^stale_log2 (FwdParams says
+  // which bound each KV kind can take). With random keys the max of later slices rarely passes the
+  // first slice's by that much, so the warp vote below skips the O rescale (D/2 multiplies per thread)
+  // on nearly every slice; with the exact max, any row's new max forced it (at T=3, 12 rows, on most
+  // slices). The first visible slice sets the reference without a rescale (O, l and c are still zero).
+  // Every consumer of (m, l, O) (key-group reduction, merge, sinks, the scores output) needs only that
+  // l and O share m, not that m is the max.
+  const float kStale = P.stale_log2;
   float row_m[MT][2], row_l[MT][2], row_c[MT][2];
   float o[MT][kN3][4];
 #pragma unroll
@@ -785,8 +794,10 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
         for (int hf = 0; hf < 2; ++hf) {
           mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 1));
           mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 2));
-          const float m_new = fmaxf(row_m[mt][hf], mx[hf]);
-          alpha[hf] = m_new != -INFINITY ? fast_exp2(row_m[mt][hf] - m_new) : 1.0f;
+          // the reference moves only when the slice's max passes it by more than kStale (see row_m)
+          const float m_old = row_m[mt][hf];
+          const float m_new = mx[hf] > m_old + kStale ? mx[hf] : m_old;
+          alpha[hf] = m_new != m_old && m_old != -INFINITY ? fast_exp2(m_old - m_new) : 1.0f;
           row_m[mt][hf] = m_new;
         }
         float sum[2] = {0.0f, 0.0f}, cz[2] = {0.0f, 0.0f};
@@ -908,7 +919,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
     }
   }
   __syncthreads();
-  // experiment: each row's statistics once, by one thread per row, for the output loop below
+  // each row's statistics once, by one thread per row, for the output loop below
   if (tid < rows) {
     const int r = tid;
     float M = -INFINITY;

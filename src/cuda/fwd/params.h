@@ -47,10 +47,10 @@ struct FwdParams {
   const planner::WorkItem* items;
   const MergeRow* merge_rows;
   float* ws_o;                // [num_slots, slot_rows, D] partial outputs (unnormalised, relative to ws_ml.m)
-  float* ws_ml;               // [num_slots, slot_rows, 2] partial (max in log2 units, sum)
+  float* ws_ml;               // [num_slots, slot_rows, 2] partial (reference max in log2 units, sum)
   // scores output (all null when not requested)
   float* scores;              // [sum ctx] f32
-  float* row_stats;           // [num_tokens * H, 2] final (max in log2 units, denominator incl. sink)
+  float* row_stats;           // [num_tokens * H, 2] final (reference max in log2 units, denominator incl. sink)
   const ScoreTile* score_tiles;
   int H, Hk, G, D;
   int block_size_log2;
@@ -61,6 +61,12 @@ struct FwdParams {
   int chunk_rows;             // the planner's chunking rule: a sequence is cut into chunks iff T*G > it
   int pdl_early_reads;        // cache rows before past_len may be read before griddepcontrol.wait
   uint32_t u8_exp_byte;       // 0x64, the high byte of the f16 1024 + code (see fwd_kernel's value step)
+  // fwd_kernel's softmax reference moves only when a slice's max passes it by more than this (log2
+  // units), so P <= 2^stale_log2 (0: the exact running max). f16/bf16 caches: 8 (P <= 256 in the P V
+  // MMA's f16/bf16 operand). u8: P * vscale is rounded to f16, so 6 with f16 io (any vscale quantised
+  // from f16 values is <= 131008 / 255, and 64 times that < 65504), else 0 (bf16/f32 values may give
+  // vscale up to 65504).
+  float stale_log2;
 };
 
 }  // namespace cuda
