@@ -80,10 +80,14 @@ configure() {
 # ab_bench BINARY TAG [VAR=V...]: the A/B rows (seed scenario, f16/u8, T = 1, 3, 8) -> ab_TAG.json
 # (AB_BATCH=1 adds the batch rows, 32 x 8k at T=1/4, to each: ab_TAG.batch.json, same table; AB_ARGS adds
 # bench arguments to the seed rows, e.g. AB_ARGS="--block-size 16 --context 32768")
+# AB_SCENARIO=prefill: the prefill scenario's rows instead (bf16 prefill from zero, 8k and 32k tokens, two
+# shapes; keyed by shape in the table), for kernels only prefill chunks run (the Hopper wg_kernel)
 ab_bench() {
   local bin=$1 tag=$2
   shift 2
-  env "$@" timeout 120 "$bin" bench --backend cuda --scenario seed --kv f16,u8 --tokens 1,3,8 ${AB_ARGS:-} \
+  local rows=(--scenario seed --kv f16,u8 --tokens 1,3,8)
+  [ "${AB_SCENARIO:-seed}" = prefill ] && rows=(--scenario prefill)
+  env "$@" timeout 120 "$bin" bench --backend cuda "${rows[@]}" ${AB_ARGS:-} \
     --json "$run_dir/ab_$tag.json" > "$run_dir/ab_$tag.log" 2>&1 || return 1
   [ "${AB_BATCH:-0}" = 1 ] || return 0
   env "$@" timeout 120 "$bin" bench --backend cuda --scenario seed --batch 32 --context 8192 --tokens 1,4 \
@@ -232,15 +236,15 @@ for f in sorted(glob.glob(d + "/ab_*.json")):
         runs.setdefault(name, []).append(j)
     except (OSError, ValueError) as e:  # a run that failed or timed out leaves an empty file
         print("skipped %s: %s" % (f, e))
-def rows(js):
-    return {(r.get("kv"), r.get("context"), r.get("T"), r.get("seqs", 1)): r.get("us")
-            for j in js for r in j.get("rows", [])}
+def rows(js):  # seed rows by (kv, context, T, seqs); prefill rows (AB_SCENARIO=prefill) by shape for context
+    return {(r.get("kv"), r.get("context", r.get("shape")), r.get("T"), r.get("seqs", 1)): r.get("us")
+            for j in js for r in j.get("rows", []) + j.get("prefill", {}).get("rows", [])}
 tabs = {k: rows(v) for k, v in runs.items()}
 base = tabs.get("default", {})
 names = ["default"] + [k for k in tabs if k not in ("default", "default_again")] + \
     [k for k in tabs if k == "default_again"]
-print("kv ctx T seqs " + " ".join(names) + "   (us per 8 layers; ratios to default in brackets)")
-for key in sorted(base, key=lambda k: (k[3] or 1, str(k[0]), k[1] or 0, k[2] or 0)):
+print("kv ctx T seqs " + " ".join(names) + "   (us per 8 layers, prefill rows us per call; ratios to default in brackets)")
+for key in sorted(base, key=lambda k: (k[3] or 1, str(k[0]), (0, k[1], "") if isinstance(k[1], int) else (1, 0, str(k[1])), k[2] or 0)):
     cells = []
     for n in names:
         v = tabs[n].get(key)
