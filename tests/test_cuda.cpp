@@ -238,21 +238,6 @@ TEST(Cuda, BlockSizeGrid) {
   }
 }
 
-// The few-query kernel's softmax reference (FwdParams::stale_log2) moves only when a slice's max passes
-// it by more than 6-8 (log2 units). Steep ALiBi slopes (up to 4: scores rise by up to 5.8 per key
-// toward the query) make every slice pass it by far more, so the rescale of O, l and the u8 value
-// correction runs on most slices, with jumps of tens of units; a reference that lagged, or a rescale
-// that missed one of them, would be off by factors of 2^8 and more. Long contexts, so many slices.
-TEST(Cuda, RisingScores) {
-  REQUIRE_GPU();
-  CaseConfig cfg = few_query_config();
-  cfg.p_alibi = 1.0;
-  cfg.max_alibi_slope = 4.0;
-  cfg.min_past = 500;
-  cfg.max_seqs = 3;
-  run_suite("rising-scores", cfg, base_seed() + 3500000, 48);
-}
-
 namespace {
 // Few-query cases over long contexts (many partitions to merge): up to 3 sequences.
 CaseConfig long_context_config(int min_past, int max_past, int max_total_context) {
@@ -264,6 +249,19 @@ CaseConfig long_context_config(int min_past, int max_past, int max_total_context
   return cfg;
 }
 }  // namespace
+
+// The few-query kernel's softmax reference (FwdParams::stale_log2) moves only when a slice's max passes
+// it by more than 6-8 (log2 units). Steep ALiBi slopes (up to 4: scores rise by up to 5.8 per key
+// toward the query) make every slice pass it by far more, so the rescale of O, l and the u8 value
+// correction runs on most slices, with jumps of tens of units; a reference that lagged, or a rescale
+// that missed one of them, would be off by factors of 2^8 and more. Long contexts, so many slices.
+TEST(Cuda, RisingScores) {
+  REQUIRE_GPU();
+  CaseConfig cfg = long_context_config(500, 3000, 12000);
+  cfg.p_alibi = 1.0;
+  cfg.max_alibi_slope = 4.0;
+  run_suite("rising-scores", cfg, base_seed() + 3500000, 48);
+}
 
 TEST(Cuda, DecodeOnlyLongContext) {
   REQUIRE_GPU();

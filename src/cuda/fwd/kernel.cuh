@@ -655,7 +655,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
   // slices). The first visible slice sets the reference without a rescale (O, l and c are still zero).
   // Every consumer of (m, l, O) (key-group reduction, merge, sinks, the scores output) needs only that
   // l and O share m, not that m is the max.
-  const float kStale = P.stale_log2;
+  const float stale = P.stale_log2;
   float row_m[MT][2], row_l[MT][2], row_c[MT][2];
   float o[MT][kN3][4];
 #pragma unroll
@@ -794,9 +794,9 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
         for (int hf = 0; hf < 2; ++hf) {
           mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 1));
           mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 2));
-          // the reference moves only when the slice's max passes it by more than kStale (see row_m)
+          // the reference moves only when the slice's max passes it by more than stale_log2 (see row_m)
           const float m_old = row_m[mt][hf];
-          const float m_new = mx[hf] > m_old + kStale ? mx[hf] : m_old;
+          const float m_new = mx[hf] > m_old + stale ? mx[hf] : m_old;
           alpha[hf] = m_new != m_old && m_old != -INFINITY ? fast_exp2(m_old - m_new) : 1.0f;
           row_m[mt][hf] = m_new;
         }
