@@ -436,6 +436,15 @@ TEST(Cuda, SplitDRandom) {
   cfg.max_tokens = 8;
   expect_launched(cfg, 1, 1, base_seed() + 3700000, {"threads=128 ", " xd]"});
   run_suite("split-d", cfg, base_seed() + 3700000, 160);
+  {
+    EnvGuard kpw64("PAGEDATTN_SPLIT_D", "2");  // u8 one-row-tile chunks on 64-key tiles
+    CaseConfig u8 = cfg;
+    u8.kv_precisions = {KVPrecision::u8};
+    u8.group_sizes = {1, 2, 4};
+    u8.max_tokens = 4;
+    expect_launched(u8, 1, 1, base_seed() + 3750000, {"threads=128 ", " xd64]"});
+    run_suite("split-d-64", u8, base_seed() + 3750000, 60);
+  }
   CaseConfig lng = long_context_config(4000, 20000, 40000);
   lng.head_sizes = {128, 256};
   lng.max_tokens = 8;

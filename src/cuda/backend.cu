@@ -223,8 +223,11 @@ class CudaPlan final : public detail::PlanImpl {
       choice_.wg_decode = true;
     // Experiment: few-query chunks of 1-2 row tiles at D >= 128 on the split-D kernel (xd_kernel: the
     // warps split the keys for S and the head dimension for P V; three CTAs per SM), PAGEDATTN_SPLIT_D=1.
-    if (const char* e = std::getenv("PAGEDATTN_SPLIT_D"); e != nullptr && std::string(e) == "1" && D_ >= 128)
-      choice_.split_d = true;
+    // (=2: u8 chunks of one row tile on 64-key tiles)
+    if (const char* e = std::getenv("PAGEDATTN_SPLIT_D"); e != nullptr && D_ >= 128) {
+      const std::string v(e);
+      if (v == "1" || v == "2") choice_.split_d = std::stoi(v);
+    }
     in.ctas_per_sm = fwd_kernel_info(D_, kv_, 1, choice_).ctas_per_sm();
     in.deterministic = opt.deterministic;
     in.forced_partition = opt.partition_tokens;

@@ -31,7 +31,8 @@ struct KernelChoice {
   int wg = 0;              // 8-row-tile chunks on the Hopper kernel (wg_kernel): its key tile at D <= 128
                            // (64 or 128; any nonzero value means 32 at D = 256, and 64 / 32 for u8), 0 = off
   bool wg_decode = false;  // chunks of <= 4 row tiles on the one-warpgroup Hopper kernel (experiment)
-  bool split_d = false;    // chunks of 1-2 row tiles at D >= 128 on the split-D kernel (xd_kernel, experiment)
+  int split_d = 0;         // chunks of 1-2 row tiles at D >= 128 on the split-D kernel (xd_kernel, experiment):
+                           // 1: 32-key tiles; 2: u8 one-row-tile chunks on 64-key tiles
 };
 
 FwdKernelInfo fwd_kernel_info_d64(int kv, int row_tiles, const KernelChoice& c);

@@ -23,10 +23,11 @@
 namespace pagedattn {
 namespace cuda {
 
-template <int D, int KV, int RT>
+template <int D, int KV, int RT, int KPW = 32>
 struct XdTraits {
   static_assert(D == 128 || D == 256, "split-D kernel: head size 128 or 256");
   static_assert(RT == 1 || RT == 2, "split-D kernel: 1 or 2 row tiles");
+  static_assert(KPW == 32 || KPW == 64, "split-D kernel: 32- or 64-key tiles");
   using T = typename KvTraits<KV>::mma_t;
   using C = typename KvTraits<KV>::cache_t;
   static constexpr int kD = D;
@@ -35,8 +36,9 @@ struct XdTraits {
   static constexpr int kWarps = 4;
   static constexpr int kThreads = 128;
   static constexpr int kGroupThreads = 128;  // load_half: all threads copy each half
-  static constexpr int kKPW = 32;            // keys per tile (a half: K or V of the tile)
-  static constexpr int kSub = kKPW / kWarps; // keys per warp in S (one 8-key n-tile)
+  static constexpr int kKPW = KPW;           // keys per tile (a half: K or V of the tile)
+  static constexpr int kSub = kKPW / kWarps; // keys per warp in S
+  static constexpr int kN1 = kSub / 8;       // S n-tiles per warp (8 keys each)
   static constexpr int kK3 = kKPW / 16;      // PV k-steps per tile
   static constexpr int kDW = D / kWarps;     // output columns per warp
   static constexpr int kN3 = kDW / 8;        // O n-tiles per warp
@@ -54,9 +56,9 @@ struct XdTraits {
   static_assert(kStages >= 3, "pipeline depth");
 };
 
-template <int D, int KV, int RT>
+template <int D, int KV, int RT, int KPW = 32>
 struct XdStorage {
-  using Tr = XdTraits<D, KV, RT>;
+  using Tr = XdTraits<D, KV, RT, KPW>;
   using T = typename Tr::T;
   using C = typename Tr::C;
   struct Half {  // the same layout as fwd_kernel's (load_half fills it)
@@ -75,13 +77,13 @@ struct XdStorage {
   float4 row_st[Tr::kRows];           // (M, L, M with sink, 1 / denominator)
 };
 
-template <int D, int KV, int RT>
+template <int D, int KV, int RT, int KPW = 32>
 __global__ void __launch_bounds__(128, 3) xd_kernel(const __grid_constant__ FwdParams P, const int item_offset) {
-  using Tr = XdTraits<D, KV, RT>;
+  using Tr = XdTraits<D, KV, RT, KPW>;
   using T = typename Tr::T;
-  using Smem = XdStorage<D, KV, RT>;
+  using Smem = XdStorage<D, KV, RT, KPW>;
   constexpr int kKPW = Tr::kKPW, kStages = Tr::kStages, kRows = Tr::kRows;
-  constexpr int kN3 = Tr::kN3, kK3 = Tr::kK3;
+  constexpr int kN3 = Tr::kN3, kK3 = Tr::kK3, kN1 = Tr::kN1;
   constexpr bool kU8 = Tr::kU8;
   extern __shared__ __align__(16) uint8_t smem_raw[];
   Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
@@ -173,7 +175,8 @@ __global__ void __launch_bounds__(128, 3) xd_kernel(const __grid_constant__ FwdP
     for (int n = 0; n < kN3; ++n) o[mt][n][0] = o[mt][n][1] = o[mt][n][2] = o[mt][n][3] = 0.0f;
   }
   const uint32_t k64 = P.u8_exp_byte;
-  const int kc = warp * Tr::kSub + 2 * (lane % 4);  // the thread's first key of the tile in S
+  // the thread's first key of the tile in S n-tile n: kc0 + 8 n
+  const int kc0 = warp * Tr::kSub + 2 * (lane % 4);
 
   for (int it = 0; it < n_tiles; ++it) {
     const int js = w.kv_begin + it * kKPW;
@@ -182,48 +185,61 @@ __global__ void __launch_bounds__(128, 3) xd_kernel(const __grid_constant__ FwdP
     __syncthreads();
     issue(2 * it + kStages - 1);
     const auto& hk_half = sm.u.ring[(2 * it) % kStages];
-    float s[RT][4];
+    float s[RT][kN1][4];
 #pragma unroll
-    for (int mt = 0; mt < RT; ++mt) s[mt][0] = s[mt][1] = s[mt][2] = s[mt][3] = 0.0f;
+    for (int mt = 0; mt < RT; ++mt)
+#pragma unroll
+      for (int n = 0; n < kN1; ++n) s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.0f;
     if constexpr (kU8) {
 #pragma unroll
       for (int ks = 0; ks < D / 16; ks += 4) {
-        uint32_t r4[4];
-        ldmatrix_x4(r4, &hk_half.kv[warp * Tr::kSub + (lane % 8)][(ks + lane / 8) * 16]);
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const uint32_t b0 = u8x2_biased(r4[e], kSelB01), b1 = u8x2_biased(r4[e], kSelB23);
+        for (int n = 0; n < kN1; ++n) {
+          uint32_t r4[4];
+          ldmatrix_x4(r4, &hk_half.kv[warp * Tr::kSub + n * 8 + (lane % 8)][(ks + lane / 8) * 16]);
 #pragma unroll
-          for (int mt = 0; mt < RT; ++mt) {
-            uint32_t qf[4];
-            q_frag(qf, mt, ks + e);
-            mma_16816<T>(s[mt], qf, b0, b1);
+          for (int e = 0; e < 4; ++e) {
+            const uint32_t b0 = u8x2_biased(r4[e], kSelB01), b1 = u8x2_biased(r4[e], kSelB23);
+#pragma unroll
+            for (int mt = 0; mt < RT; ++mt) {
+              uint32_t qf[4];
+              q_frag(qf, mt, ks + e);
+              mma_16816<T>(s[mt][n], qf, b0, b1);
+            }
           }
         }
       }
     } else {
 #pragma unroll
       for (int ks = 0; ks < D / 16; ks += 2) {
-        uint32_t b[4];  // k-steps ks and ks+1 of the warp's 8 keys
-        ldmatrix_x4(b, &hk_half.kv[warp * Tr::kSub + (lane % 8)][ks * 16 + (lane / 8) * 8]);
 #pragma unroll
-        for (int mt = 0; mt < RT; ++mt) {
-          uint32_t qf[4];
-          q_frag(qf, mt, ks);
-          mma_16816<T>(s[mt], qf, b[0], b[1]);
-          q_frag(qf, mt, ks + 1);
-          mma_16816<T>(s[mt], qf, b[2], b[3]);
+        for (int n = 0; n < kN1; ++n) {
+          uint32_t b[4];  // k-steps ks and ks+1 of the warp's keys 8n..8n+7
+          ldmatrix_x4(b, &hk_half.kv[warp * Tr::kSub + n * 8 + (lane % 8)][ks * 16 + (lane / 8) * 8]);
+#pragma unroll
+          for (int mt = 0; mt < RT; ++mt) {
+            uint32_t qf[4];
+            q_frag(qf, mt, ks);
+            mma_16816<T>(s[mt][n], qf, b[0], b[1]);
+            q_frag(qf, mt, ks + 1);
+            mma_16816<T>(s[mt][n], qf, b[2], b[3]);
+          }
         }
       }
     }
-    // scores in log2 units with masks; element e: row hf = e / 2, key js + kc + e % 2
-    float2 kscale = make_float2(1.0f, 1.0f), kzp = make_float2(0.0f, 0.0f);
-    float2 vscale = make_float2(1.0f, 1.0f), vzp = make_float2(0.0f, 0.0f);
-    if constexpr (kU8) {
-      kscale = __half22float2(*reinterpret_cast<const __half2*>(&hk_half.par[0][kc]));
-      kzp = __half22float2(*reinterpret_cast<const __half2*>(&hk_half.par[1][kc]));
-      vscale = __half22float2(*reinterpret_cast<const __half2*>(&hk_half.par[2][kc]));
-      vzp = __half22float2(*reinterpret_cast<const __half2*>(&hk_half.par[3][kc]));
+    // scores in log2 units with masks; element (n, e): row hf = e / 2, key js + kc0 + 8 n + e % 2
+    float2 kscale[kN1], kzp[kN1], vscale[kN1], vzp[kN1];
+#pragma unroll
+    for (int n = 0; n < kN1; ++n) {
+      kscale[n] = vscale[n] = make_float2(1.0f, 1.0f);
+      kzp[n] = vzp[n] = make_float2(0.0f, 0.0f);
+      if constexpr (kU8) {
+        const int kc = kc0 + 8 * n;
+        kscale[n] = __half22float2(*reinterpret_cast<const __half2*>(&hk_half.par[0][kc]));
+        kzp[n] = __half22float2(*reinterpret_cast<const __half2*>(&hk_half.par[1][kc]));
+        vscale[n] = __half22float2(*reinterpret_cast<const __half2*>(&hk_half.par[2][kc]));
+        vzp[n] = __half22float2(*reinterpret_cast<const __half2*>(&hk_half.par[3][kc]));
+      }
     }
     float mx[RT][2];
     bool need = false;
@@ -231,18 +247,22 @@ __global__ void __launch_bounds__(128, 3) xd_kernel(const __grid_constant__ FwdP
     for (int mt = 0; mt < RT; ++mt) {
       mx[mt][0] = mx[mt][1] = -INFINITY;
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int hf = e / 2;
-        const int j = js + kc + (e % 2);
-        float raw = s[mt][e];
-        if constexpr (kU8)
-          raw = (e % 2 ? kscale.y : kscale.x) * (raw - ((e % 2 ? kzp.y : kzp.x) + kU8Bias) * row_qsum[mt][hf]);
-        const bool vis = row_valid[mt][hf] && j < w.kv_end && j <= row_qpos[mt][hf] && j >= row_lo[mt][hf] &&
-                         (row_qq[mt][hf] == nullptr || j < past || row_qq[mt][hf][j - past] != 0);
-        const float sv =
-            vis ? raw * P.scale_log2 + row_slope2[mt][hf] * static_cast<float>(j - row_qpos[mt][hf]) : -INFINITY;
-        s[mt][e] = sv;
-        mx[mt][hf] = fmaxf(mx[mt][hf], sv);
+      for (int n = 0; n < kN1; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int hf = e / 2;
+          const int j = js + kc0 + 8 * n + (e % 2);
+          float raw = s[mt][n][e];
+          if constexpr (kU8)
+            raw = (e % 2 ? kscale[n].y : kscale[n].x) *
+                  (raw - ((e % 2 ? kzp[n].y : kzp[n].x) + kU8Bias) * row_qsum[mt][hf]);
+          const bool vis = row_valid[mt][hf] && j < w.kv_end && j <= row_qpos[mt][hf] && j >= row_lo[mt][hf] &&
+                           (row_qq[mt][hf] == nullptr || j < past || row_qq[mt][hf][j - past] != 0);
+          const float sv =
+              vis ? raw * P.scale_log2 + row_slope2[mt][hf] * static_cast<float>(j - row_qpos[mt][hf]) : -INFINITY;
+          s[mt][n][e] = sv;
+          mx[mt][hf] = fmaxf(mx[mt][hf], sv);
+        }
       }
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
@@ -256,24 +276,27 @@ __global__ void __launch_bounds__(128, 3) xd_kernel(const __grid_constant__ FwdP
     auto make_p = [&]() {
 #pragma unroll
       for (int mt = 0; mt < RT; ++mt) {
-        float p[4];
         sum[mt][0] = sum[mt][1] = cz[mt][0] = cz[mt][1] = 0.0f;
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int hf = e / 2;
-          const float pe = s[mt][e] == -INFINITY ? 0.0f : fast_exp2(s[mt][e] - row_m[mt][hf]);
-          sum[mt][hf] += pe;
-          if constexpr (kU8) {
-            // NOTE: masked keys may carry NaN parameters (unwritten slots): never multiply them
-            p[e] = pe != 0.0f ? __half2float(__float2half_rn(pe * (e % 2 ? vscale.y : vscale.x))) : 0.0f;
-            cz[mt][hf] += pe != 0.0f ? p[e] * (e % 2 ? vzp.y : vzp.x) : 0.0f;
-          } else {
-            p[e] = pe;
+        for (int n = 0; n < kN1; ++n) {
+          float p[4];
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int hf = e / 2;
+            const float pe = s[mt][n][e] == -INFINITY ? 0.0f : fast_exp2(s[mt][n][e] - row_m[mt][hf]);
+            sum[mt][hf] += pe;
+            if constexpr (kU8) {
+              // NOTE: masked keys may carry NaN parameters (unwritten slots): never multiply them
+              p[e] = pe != 0.0f ? __half2float(__float2half_rn(pe * (e % 2 ? vscale[n].y : vscale[n].x))) : 0.0f;
+              cz[mt][hf] += pe != 0.0f ? p[e] * (e % 2 ? vzp[n].y : vzp[n].x) : 0.0f;
+            } else {
+              p[e] = pe;
+            }
           }
+          const int r = mt * 16 + lane / 4, kc = kc0 + 8 * n;
+          *reinterpret_cast<uint32_t*>(&sm.p[r][kc]) = pack2<T>(p[0], p[1]);
+          *reinterpret_cast<uint32_t*>(&sm.p[r + 8][kc]) = pack2<T>(p[2], p[3]);
         }
-        const int r = mt * 16 + lane / 4;
-        *reinterpret_cast<uint32_t*>(&sm.p[r][kc]) = pack2<T>(p[0], p[1]);
-        *reinterpret_cast<uint32_t*>(&sm.p[r + 8][kc]) = pack2<T>(p[2], p[3]);
       }
     };
     make_p();
