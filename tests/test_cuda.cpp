@@ -423,40 +423,6 @@ TEST(Cuda, SplitSAccumulatorsRandom) {
   run_suite("split-s", cfg, base_seed() + 900000, 90);
 }
 
-// The split-D few-query kernel (PAGEDATTN_SPLIT_D=1, an experiment): chunks of 1-2 row tiles at D = 128
-// and 256 (wider chunks stay on fwd_kernel) on the few-query cases, long contexts (partials and the
-// merge) and rising scores (its softmax reference is shared by the warps and moves by a vote), same
-// tolerances.
-TEST(Cuda, SplitDRandom) {
-  REQUIRE_GPU();
-  EnvGuard guard("PAGEDATTN_SPLIT_D", "1");
-  CaseConfig cfg = few_query_config();
-  cfg.head_sizes = {128, 256};
-  cfg.group_sizes = {1, 2, 4, 8};
-  cfg.max_tokens = 8;
-  expect_launched(cfg, 1, 1, base_seed() + 3700000, {"threads=128 ", " xd]"});
-  run_suite("split-d", cfg, base_seed() + 3700000, 160);
-  {
-    EnvGuard kpw64("PAGEDATTN_SPLIT_D", "2");  // u8 one-row-tile chunks on 64-key tiles
-    CaseConfig u8 = cfg;
-    u8.kv_precisions = {KVPrecision::u8};
-    u8.group_sizes = {1, 2, 4};
-    u8.max_tokens = 4;
-    expect_launched(u8, 1, 1, base_seed() + 3750000, {"threads=128 ", " xd64]"});
-    run_suite("split-d-64", u8, base_seed() + 3750000, 60);
-  }
-  CaseConfig lng = long_context_config(4000, 20000, 40000);
-  lng.head_sizes = {128, 256};
-  lng.max_tokens = 8;
-  run_suite("split-d-long", lng, base_seed() + 3800000, 24);
-  CaseConfig rising = long_context_config(500, 3000, 12000);
-  rising.head_sizes = {128, 256};
-  rising.max_tokens = 8;
-  rising.p_alibi = 1.0;
-  rising.max_alibi_slope = 4.0;
-  run_suite("split-d-rising", rising, base_seed() + 3900000, 32);
-}
-
 // Narrow chunks (PAGEDATTN_MAX_ROWS=16, an experiment): few-query sequences of more than 16 rows are cut
 // into 16-row chunks (several CTAs per partition; their rows written by the write kernel).
 TEST(Cuda, NarrowChunksRandom) {

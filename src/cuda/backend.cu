@@ -221,13 +221,6 @@ class CudaPlan final : public detail::PlanImpl {
     // than fwd_kernel, issue-bound on its one warpgroup per SM (H200, runs s5b and s5p).
     if (const char* e = std::getenv("PAGEDATTN_WGMMA_DECODE"); choice_.wg != 0 && e != nullptr && std::string(e) == "1")
       choice_.wg_decode = true;
-    // Experiment: few-query chunks of 1-2 row tiles at D >= 128 on the split-D kernel (xd_kernel: the
-    // warps split the keys for S and the head dimension for P V; three CTAs per SM), PAGEDATTN_SPLIT_D=1.
-    // (=2: u8 chunks of one row tile on 64-key tiles)
-    if (const char* e = std::getenv("PAGEDATTN_SPLIT_D"); e != nullptr && D_ >= 128) {
-      const std::string v(e);
-      if (v == "1" || v == "2") choice_.split_d = std::stoi(v);
-    }
     in.ctas_per_sm = fwd_kernel_info(D_, kv_, 1, choice_).ctas_per_sm();
     in.deterministic = opt.deterministic;
     in.forced_partition = opt.partition_tokens;

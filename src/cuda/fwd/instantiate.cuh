@@ -4,7 +4,6 @@
 #include "cuda/fwd/kernel.cuh"
 #include "cuda/fwd/launch.h"
 #include "cuda/fwd/wg_kernel.cuh"
-#include "cuda/fwd/xd_kernel.cuh"
 
 namespace pagedattn {
 namespace cuda {
@@ -75,35 +74,6 @@ struct WgVariant {
   }
 };
 
-// The split-D few-query kernel (xd_kernel, experiment: KernelChoice::split_d, PAGEDATTN_SPLIT_D=1), chunks
-// of 1-2 row tiles at D = 128 / 256; sized for three CTAs per SM. KPW: keys per tile (64: u8, 1 row tile,
-// KernelChoice::split_d = 2).
-template <int D, int KV, int RT, int KPW = 32>
-struct XdVariant {
-  using Tr = XdTraits<D, KV, RT, KPW>;
-  static constexpr std::size_t kSmem = sizeof(XdStorage<D, KV, RT, KPW>);
-  static_assert(kSmem <= static_cast<std::size_t>(Tr::kBudget), "split-D kernel: three CTAs per SM");
-  static cudaError_t prepare() {
-    return cudaFuncSetAttribute(xd_kernel<D, KV, RT, KPW>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                static_cast<int>(kSmem));
-  }
-  static void launch(const FwdParams& P, int item_offset, int num_items, cudaStream_t stream, bool pdl) {
-    launch_ex(xd_kernel<D, KV, RT, KPW>, dim3(num_items, P.Hk), dim3(Tr::kThreads), kSmem, stream, pdl, P, item_offset);
-  }
-  static int ctas_per_sm() {
-    if (prepare() != cudaSuccess) return 1;
-    int n = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, xd_kernel<D, KV, RT, KPW>, Tr::kThreads, kSmem) != cudaSuccess)
-      n = 1;
-    return n;
-  }
-  static FwdKernelInfo info() {
-    using Base = FwdVariant<D, KV, 8>;  // the same write-in and scores kernels
-    return FwdKernelInfo{&launch, &Base::launch_write, &Base::launch_scores, &ctas_per_sm, &prepare, kSmem,
-                         Tr::kThreads, KPW == 64 ? "xd64" : "xd"};
-  }
-};
-
 // split_s: the experimental S accumulator split (fwd_kernel's SK = 2), instantiated only where the
 // chains are long (D = 256, 1-2 row tiles: 16-key slices); elsewhere the plain variant.
 // mt2: the 8-row-tile variant with two row tiles per warp (fwd_kernel's MT = 2; the default where the
@@ -114,14 +84,6 @@ FwdKernelInfo fwd_kernel_info_for(int kv, int rt, const KernelChoice& c) {
   constexpr bool kSplitVariants = D == 256;
   constexpr bool kMt2Variants = D <= 128;
   constexpr int kWgqKeys = D == 256 ? 32 : 64;  // the one-warpgroup variant's key tile (and u8's)
-  if constexpr (D >= 128) {
-    if (c.split_d && (rt == 1 || rt == 2)) {
-      if (kv == kKvF16) return rt == 1 ? XdVariant<D, kKvF16, 1>::info() : XdVariant<D, kKvF16, 2>::info();
-      if (kv == kKvBF16) return rt == 1 ? XdVariant<D, kKvBF16, 1>::info() : XdVariant<D, kKvBF16, 2>::info();
-      if (rt == 1) return c.split_d == 2 ? XdVariant<D, kKvU8, 1, 64>::info() : XdVariant<D, kKvU8, 1>::info();
-      return XdVariant<D, kKvU8, 2>::info();
-    }
-  }
   if (c.wg != 0 && kv == kKvU8) {  // u8 on the Hopper kernel (the default; off: c.wg = 0 for u8)
     if (rt == 8) return WgVariant<D, kKvU8, kWgqKeys, 2>::info();
     if (c.wg_decode) return WgVariant<D, kKvU8, kWgqKeys, 1>::info();

@@ -64,7 +64,6 @@ struct FwdTraits {
   static_assert(MT == 1 || (MT == 2 && RT == 8 && D <= 128 && KV != kKvU8), "MT = 2: 8 row tiles, D <= 128, f16/bf16 KV");
   using T = typename KvTraits<KV>::mma_t;
   using C = typename KvTraits<KV>::cache_t;
-  static constexpr int kD = D;
   static constexpr bool kU8 = KV == kKvU8;
   static constexpr int kRows = RT * 16;
   static constexpr int kWQ = RT / MT;                     // warps along rows (MT 16-row tiles each)
@@ -366,11 +365,10 @@ __device__ __forceinline__ void fused_write_in(const FwdParams& P, const planner
 // thread's index in its group. The block-table lookups go out before the copies. (Reading the slice's
 // block id one tile ahead instead measured 0.99-1.04x, run s6c: the lookup is not what the loop waits on;
 // a called instead of inlined copy issue, half the kernel's code, 1.02-1.13x slower, run s6a.)
-// Tr: the kernel's traits (FwdTraits, XdTraits: kKPW, kGroupThreads, kLdKV, kU8, C); Half: its ring slot.
-template <class Tr, class Half>
-__device__ __forceinline__ void load_half(Half& hb, int kind, const FwdParams& P, const int32_t* table, int hk,
-                                          int js, int kv_end, int gtid) {
-  constexpr int D = Tr::kD;
+template <int D, int KV, int RT, int MT>
+__device__ __forceinline__ void load_half(typename SharedStorage<D, KV, RT, MT>::Half& hb, int kind, const FwdParams& P,
+                                          const int32_t* table, int hk, int js, int kv_end, int gtid) {
+  using Tr = FwdTraits<D, KV, RT, MT>;
   using C = typename Tr::C;
   constexpr int kChunksPerRow = D * static_cast<int>(sizeof(C)) / 16;
   constexpr int kElemsPerChunk = 16 / static_cast<int>(sizeof(C));
@@ -531,7 +529,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
     if (h < n_halves) {
       const int js = slice_begin(h / 2);
       if (js < w.kv_end)
-        load_half<Tr>(sm.u.s.ring[wkv][h % kStages], h % 2, P, table, hk, js, w.kv_end, gtid);
+        load_half<D, KV, RT, MT>(sm.u.s.ring[wkv][h % kStages], h % 2, P, table, hk, js, w.kv_end, gtid);
     }
     cp_async_commit();
   };
