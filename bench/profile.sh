@@ -66,6 +66,15 @@ for r in sorted(body, key=lambda r: -num(r[col]))[:40]:
     top = sorted(((num(r[i]), h[i]) for i in reasons), reverse=True)[:2]
     print("%5.1f%%  %-60s %s" % (100 * num(r[col]) / total, r[src].strip()[:60],
                                  " ".join("%s=%d" % (n, v) for v, n in top if v > 0)))
+# by opcode: a warp's samples sit on the instruction it waits to issue, so DEPBAR is the cp.async waits,
+# BAR the barriers, HMMA mostly its operands (conversions, ldmatrix) or the previous MMA of its chain
+by_op = {}
+for r in body:
+    w = r[src].strip().split()
+    op = (w[1] if w and w[0].startswith("@") and len(w) > 1 else w[0] if w else "?").split(".")[0]
+    by_op[op] = by_op.get(op, 0.0) + num(r[col])
+print("by opcode (share of samples):")
+print("  " + "  ".join("%s %.1f%%" % (k, 100 * v / total) for k, v in sorted(by_op.items(), key=lambda kv: -kv[1])[:16]))
 PY
   fi
 done
