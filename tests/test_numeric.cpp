@@ -207,32 +207,70 @@ TEST(Numeric, F32ToBF16MatchesReference) {
 // --- u8 quantisation --------------------------------------------------------------------------------
 
 namespace {
+// Directed rounding to f16 from the brute-force table: the largest f16 <= x / the smallest f16 >= x
+// (x finite and within the f16 range). Returns the value (the bits are checked through it).
+double f16_down(double x) {
+  const auto& mag = f16_format().mag;
+  if (x >= 0) return *(std::upper_bound(mag.begin(), mag.end() - 1, x) - 1);
+  return -*std::lower_bound(mag.begin(), mag.end() - 1, -x);
+}
+double f16_up(double x) { return -f16_down(-x); }
+
 // The params.h formula, written out again with the brute-force f16 reference.
 struct RefU8 {
-  uint16_t scale_bits, zp_bits;
-  float scale, zp;
+  float scale, min;
 };
+float clamp16(float v) { return std::isnan(v) ? -65504.0f : std::min(65504.0f, std::max(-65504.0f, v)); }
 RefU8 ref_u8_params(const std::vector<float>& x) {
   float mn = x[0], mx = x[0];
   for (float v : x) {
-    mn = v < mn ? v : mn;
-    mx = v > mx ? v : mx;
+    mn = clamp16(v) < clamp16(mn) ? v : mn;
+    mx = clamp16(v) > clamp16(mx) ? v : mx;
   }
-  float s = (mx - mn) / 255.0f;
-  if (s == 0.0f) s = 1.0f;
   RefU8 r;
-  r.scale_bits = f16_format().round(s);
-  r.scale = static_cast<float>(decode16(r.scale_bits, 10));
-  r.zp_bits = f16_format().round(-mn / r.scale);
-  r.zp = static_cast<float>(decode16(r.zp_bits, 10));
+  r.min = static_cast<float>(f16_down(clamp16(mn)));
+  const float s = (clamp16(mx) - r.min) / 255.0f;
+  r.scale = s > 0.0f ? static_cast<float>(f16_up(s)) : 0.0f;
+  while (r.min + 255.0f * r.scale > 65504.0f) r.scale = static_cast<float>(f16_down(std::nextafter(r.scale, 0.0f)));
   return r;
 }
+// the row's range after clamping, measured from its stored (rounded down) minimum
+double ref_range(const std::vector<float>& x) {
+  float mx = clamp16(x[0]);
+  for (float v : x) mx = std::max(mx, clamp16(v));
+  return static_cast<double>(mx) - ref_u8_params(x).min;
+}
 uint8_t ref_u8_code(float x, const RefU8& p) {
-  float v = std::nearbyint(x / p.scale + p.zp);
+  if (p.scale == 0.0f) return 0;
+  float v = std::nearbyint((clamp16(x) - p.min) / p.scale);
   return static_cast<uint8_t>(std::min(255.0f, std::max(0.0f, v)));
 }
 num::U8Params row_params(const std::vector<float>& x) {
   return num::u8_params(*std::min_element(x.begin(), x.end()), *std::max_element(x.begin(), x.end()));
+}
+// Quantises x and checks the promise of params.h: finite parameters, bits equal to the reference
+// formula, and every element read back (min + code * scale, in double) within half a step of its
+// input (clamped to the f16 range), plus f32 rounding of the input's magnitude.
+void check_row(const std::vector<float>& x, const std::string& what) {
+  const RefU8 ref = ref_u8_params(x);
+  const num::U8Params p = row_params(x);
+  ASSERT_TRUE(std::isfinite(p.scale) && std::isfinite(p.min)) << what;
+  ASSERT_EQ(p.scale, ref.scale) << what;
+  ASSERT_EQ(p.min, ref.min) << what;
+  ASSERT_EQ(num::f16_bits_to_f32(p.scale_bits), p.scale) << what;
+  ASSERT_EQ(num::f16_bits_to_f32(p.min_bits), p.min) << what;
+  ASSERT_GE(p.scale, 0.0f) << what;
+  for (size_t d = 0; d < x.size(); ++d) {
+    const uint8_t q = num::u8_quantize(x[d], p);
+    ASSERT_EQ(q, ref_u8_code(x[d], ref)) << what << " d " << d << " x=" << x[d];
+    const double back = static_cast<double>(p.min) + static_cast<double>(q) * p.scale;
+    const double err = std::fabs(back - clamp16(x[d]));
+    ASSERT_LE(std::fabs(back), 65504.0) << what << " d " << d << ": reads back beyond the f16 range";
+    const bool stepped_down = p.scale > 0.0f && static_cast<double>(p.scale) * 255.0 < ref_range(x);
+    ASSERT_LE(err, (stepped_down ? 0.75 : 0.5) * p.scale * (1 + 1e-5) + 1e-6 * std::fabs(static_cast<double>(clamp16(x[d]))))
+        << what << " d " << d << " x=" << x[d] << " back=" << back << " scale=" << p.scale;
+    ASSERT_TRUE(std::isfinite(num::u8_dequantize(q, p.scale, p.min))) << what;
+  }
 }
 }  // namespace
 
@@ -245,45 +283,60 @@ TEST(Numeric, U8RandomRowsMatchFormula) {
     const float shift = ud(g), mag = std::exp(ud(g));
     std::vector<float> x(D);
     for (float& v : x) v = shift + mag * nd(g);
-    const RefU8 ref = ref_u8_params(x);
-    const num::U8Params p = row_params(x);
-    ASSERT_EQ(p.scale_bits, ref.scale_bits) << "row " << row;
-    ASSERT_EQ(p.zp_bits, ref.zp_bits) << "row " << row;
-    ASSERT_EQ(p.scale, ref.scale);
-    ASSERT_EQ(p.zp, ref.zp);
-    for (int d = 0; d < D; ++d) {
-      const uint8_t q = num::u8_quantize(x[d], p);
-      ASSERT_EQ(q, ref_u8_code(x[d], ref)) << "row " << row << " d " << d << " x=" << x[d];
-      // read-back error: half a step from rint, plus the step times the zero point's f16 error
-      const double zp_err = std::fabs(static_cast<double>(p.zp) + static_cast<double>(*std::min_element(x.begin(), x.end())) / p.scale);
-      const double err = std::fabs(static_cast<double>(num::u8_dequantize(q, p.scale, p.zp)) - x[d]);
-      ASSERT_LE(err, p.scale * (0.5 + zp_err) * (1 + 1e-5) + 1e-6 * std::fabs(x[d])) << "row " << row << " d " << d;
-    }
+    check_row(x, "row " + std::to_string(row));
   }
 }
 
-TEST(Numeric, U8ConstantRow) {
-  for (float c : {0.0f, 0.3f, 7.0f, -1000.0f, 1.0e-3f}) {
+// Section 2 of the u8 rule: rows that broke the earlier zero-point format (a zero point of -255000
+// stored as -inf gave NaN) and every other corner: all within half a step, all parameters finite.
+TEST(Numeric, U8EdgeRowsStayFiniteAndWithinHalfAStep) {
+  std::mt19937_64 g(base_seed() + 4);
+  std::uniform_real_distribution<float> u01(0.0f, 1.0f);
+  auto row = [&](float lo, float width, int D) {
+    std::vector<float> x(D);
+    for (float& v : x) v = lo + width * u01(g);
+    return x;
+  };
+  check_row(row(100.0f, 0.1f, 128), "[100, 100.1)");
+  check_row(row(-100.1f, 0.1f, 128), "[-100.1, -100)");
+  check_row(row(10.0f, 0.1f, 64), "[10, 10.1)");
+  check_row(row(65000.0f, 504.0f, 256), "[65000, 65504)");
+  check_row(row(-65504.0f, 131008.0f, 256), "[-65504, 65504)");
+  check_row(row(-65504.0f, 1.0f, 128), "[-65504, -65503)");
+  check_row(row(60000.0f, 1e-2f, 128), "[60000, 60000.01)");
+  check_row(row(0.0f, 1e-6f, 128), "subnormal range [0, 1e-6)");
+  check_row(row(-3e-7f, 6e-7f, 128), "subnormal range around 0");
+  check_row(row(1.0f, 1e-6f, 128), "range below f16 resolution at 1");
+  check_row(row(1e-30f, 1e-30f, 64), "f32 subnormal range");
+  for (float c : {0.0f, -0.0f, 0.3f, 7.0f, -1000.0f, 1.0e-3f, 100.05f, 65504.0f, -65504.0f, 1e-7f}) {
     std::vector<float> x(128, c);
+    check_row(x, "constant " + std::to_string(c));
     const num::U8Params p = row_params(x);
-    EXPECT_EQ(p.scale_bits, 0x3c00) << "c=" << c;  // s == 0 -> 1
-    EXPECT_EQ(p.scale, 1.0f);
-    EXPECT_EQ(p.zp_bits, f16_format().round(-c)) << "c=" << c;
-    for (float v : x) {
-      const uint8_t q = num::u8_quantize(v, p);
-      EXPECT_EQ(q, 0) << "c=" << c;
-      // reads back as c rounded to f16 (the zero point holds it)
-      EXPECT_EQ(num::u8_dequantize(q, p.scale, p.zp), static_cast<float>(decode16(f16_format().round(c), 10)))
-          << "c=" << c;
+    if (f16_down(c) == c) {  // a constant f16 row: scale 0, codes 0, reads back exactly
+      EXPECT_EQ(p.scale, 0.0f) << "c=" << c;
+      EXPECT_EQ(num::u8_quantize(c, p), 0);
+      EXPECT_EQ(num::u8_dequantize(0, p.scale, p.min), c);
+    } else {  // min rounds below c: a step of (c - min) / 255 or more, c reads back within half of it
+      EXPECT_GT(p.scale, 0.0f) << "c=" << c;
     }
   }
+  // beyond the f16 range (f32 or bf16 inputs), inf and NaN: saturate to +-65504 (NaN: -65504)
+  std::vector<float> big = {1e6f, -1e6f, 3.0f, std::numeric_limits<float>::infinity()};
+  check_row(big, "beyond f16 range");
+  const num::U8Params pb = row_params(big);
+  EXPECT_EQ(pb.min, -65504.0f);
+  EXPECT_EQ(num::u8_quantize(1e6f, pb), 255);
+  std::vector<float> with_nan = {1.0f, 2.0f, std::numeric_limits<float>::quiet_NaN()};
+  const num::U8Params pn = num::u8_params(-std::numeric_limits<float>::quiet_NaN(), 2.0f);
+  EXPECT_TRUE(std::isfinite(pn.min) && std::isfinite(pn.scale));
+  EXPECT_EQ(num::u8_quantize(std::numeric_limits<float>::quiet_NaN(), pn), 0);  // NaN -> -65504 -> code 0
 }
 
 TEST(Numeric, U8AllNegativeRow) {
   std::vector<float> x(256);
   for (int d = 0; d < 256; ++d) x[d] = -2.0f + static_cast<float>(d) / 255.0f;  // [-2, -1]
   const num::U8Params p = row_params(x);
-  EXPECT_GT(p.zp, 255.0f);  // the zero point lies beyond the code range for an all-negative row
+  EXPECT_EQ(p.min, -2.0f);
   EXPECT_EQ(num::u8_quantize(x.front(), p), 0);
   EXPECT_EQ(num::u8_quantize(x.back(), p), 255);
   uint8_t prev = 0;
@@ -291,24 +344,16 @@ TEST(Numeric, U8AllNegativeRow) {
     const uint8_t q = num::u8_quantize(v, p);
     EXPECT_GE(q, prev);  // monotone
     prev = q;
-    EXPECT_LE(std::fabs(num::u8_dequantize(q, p.scale, p.zp) - v), p.scale);  // within one step
+    EXPECT_LE(std::fabs(num::u8_dequantize(q, p.scale, p.min) - v), 0.5f * p.scale);  // within half a step
   }
 }
 
 TEST(Numeric, U8RoundsHalfToEvenAndClamps) {
-  num::U8Params p{0x3c00, 0x0000, 1.0f, 0.0f};  // scale 1, zero point 0
+  num::U8Params p{0x3c00, 0x0000, 1.0f, 0.0f};  // scale 1, min 0
   EXPECT_EQ(num::u8_quantize(2.5f, p), 2);
   EXPECT_EQ(num::u8_quantize(3.5f, p), 4);
   EXPECT_EQ(num::u8_quantize(254.5f, p), 254);
   EXPECT_EQ(num::u8_quantize(-3.0f, p), 0);
   EXPECT_EQ(num::u8_quantize(300.0f, p), 255);
-  EXPECT_EQ(num::u8_dequantize(200, 0.5f, 100.0f), 50.0f);
-}
-
-TEST(Numeric, U8RangeBelowF16ResolutionIsTreatedAsConstant) {
-  // (mx - mn) / 255 rounds to f16 zero: u8_params falls back to scale 1 (a constant row)
-  const num::U8Params p = num::u8_params(1.0f, 1.0f + 1e-6f);
-  EXPECT_EQ(p.scale, 1.0f);
-  EXPECT_EQ(num::u8_quantize(1.0f, p), 0);
-  EXPECT_EQ(num::u8_dequantize(0, p.scale, p.zp), 1.0f);
+  EXPECT_EQ(num::u8_dequantize(200, 0.5f, 100.0f), 200.0f);
 }

@@ -90,9 +90,9 @@ std::vector<std::pair<std::string, std::vector<uint8_t>>> snapshot(const pt::Cas
           {"key_cache", c.key_cache},
           {"value_cache", c.value_cache},
           {"key_scale", bytes_of(c.key_scale)},
-          {"key_zero_point", bytes_of(c.key_zp)},
+          {"key_min", bytes_of(c.key_min)},
           {"value_scale", bytes_of(c.value_scale)},
-          {"value_zero_point", bytes_of(c.value_zp)},
+          {"value_min", bytes_of(c.value_min)},
           {"query", c.query},
           {"key", c.key},
           {"value", c.value}};
@@ -156,9 +156,9 @@ std::vector<Named> tensors(Params& p) {
           {"key_cache", &p.cache.key, false},
           {"value_cache", &p.cache.value, false},
           {"key_scale", &p.cache.key_scale, false},
-          {"key_zero_point", &p.cache.key_zero_point, false},
+          {"key_min", &p.cache.key_min, false},
           {"value_scale", &p.cache.value_scale, false},
-          {"value_zero_point", &p.cache.value_zero_point, false},
+          {"value_min", &p.cache.value_min, false},
           {"past_lens", &p.past_lens, true},
           {"subsequence_begins", &p.subsequence_begins, true},
           {"block_indices", &p.block_indices, true},
@@ -492,7 +492,7 @@ TEST(Validate, NumBlocksMustFitInt32) {
 TEST(Validate, U8CacheNeedsFourF16Params) {
   pt::Case c = draw(full_cfg(KVPrecision::u8));
   const int64_t nb = c.num_blocks, Hk = c.num_kv_heads, bs = c.block_size;
-  for (const char* name : {"key_scale", "key_zero_point", "value_scale", "value_zero_point"}) {
+  for (const char* name : {"key_scale", "key_min", "value_scale", "value_min"}) {
     SCOPED_TRACE(name);
     {
       Params p = c.params();
@@ -526,7 +526,7 @@ TEST(Validate, NonU8CacheMustNotHaveParams) {
   for (KVPrecision kv : {KVPrecision::f16, KVPrecision::bf16}) {
     pt::Case c = draw(full_cfg(kv));
     std::vector<uint16_t> buf(static_cast<size_t>(c.num_blocks) * c.num_kv_heads * c.block_size);
-    for (const char* name : {"key_scale", "key_zero_point", "value_scale", "value_zero_point"}) {
+    for (const char* name : {"key_scale", "key_min", "value_scale", "value_min"}) {
       SCOPED_TRACE(name);
       Params p = c.params();
       by_name(p, name) = TensorView::contiguous(buf.data(), DType::f16, Device::cpu,
@@ -747,7 +747,9 @@ TEST(Validate, BlockIdsInUsedPartInRange) {
   std::mt19937_64 rng(c.seed);
   const int s = static_cast<int>(rng() % c.num_seqs);
   const int used = (c.ctx(s) + c.block_size - 1) / c.block_size;
-  const int k = c.block_indices_begins[s] + static_cast<int>(rng() % used);
+  // the entries read: from the block of the first new token's window start (params.h)
+  const int first = c.sliding_window > 0 ? std::max(0, c.past_lens[s] - c.sliding_window + 1) / c.block_size : 0;
+  const int k = c.block_indices_begins[s] + first + static_cast<int>(rng() % (used - first));
   const int32_t saved = c.block_indices[k];
   for (int32_t bad : {c.num_blocks, -1, std::numeric_limits<int32_t>::max()}) {
     c.block_indices[k] = bad;
@@ -789,6 +791,48 @@ TEST(Validate, GarbagePastUsedPartIsIgnored) {
   const auto a = run_with(exact, exact_begins);
   const auto b = run_with(padded, padded_begins);
   EXPECT_TRUE(a == b) << "garbage past the used part of the tables changed the result (" << c.describe() << ")";
+}
+
+// Blocks wholly before the first new token's sliding window are seen by no token: engines free them.
+// Their entries may hold -1 or garbage (accepted), and the result equals that of a table with valid ids
+// there (nothing of those blocks is read; their slots hold NaN poison in the drawn cases).
+TEST(Validate, FreedBlocksBeforeTheWindowAreNotRead) {
+  pt::CaseConfig cfg = full_cfg(KVPrecision::f16);
+  cfg.min_past = 64;
+  cfg.p_window = 1.0;
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    pt::Case c = draw(cfg);
+    std::vector<int32_t> valid = c.block_indices, freed = c.block_indices;
+    int n_freed = 0;
+    for (int s = 0; s < c.num_seqs; ++s) {
+      const int lo = std::max(0, c.past_lens[s] - c.sliding_window + 1);
+      for (int b = 0; (b + 1) * c.block_size <= lo; ++b, ++n_freed) {
+        const int k = c.block_indices_begins[s] + b;
+        valid[k] = b % c.num_blocks;  // some real block (maybe another sequence's)
+        freed[k] = b % 2 ? -1 : std::numeric_limits<int32_t>::min();
+      }
+    }
+    if (n_freed == 0) continue;  // the window starts in the first block: nothing to free
+    const auto fresh = snapshot(c);
+    auto run_with = [&](std::vector<int32_t>& bi) {
+      c.out = fresh[0].second;
+      std::memcpy(c.scores.data(), fresh[1].second.data(), fresh[1].second.size());
+      c.key_cache = fresh[2].second;
+      c.value_cache = fresh[3].second;
+      Params p = c.params();
+      p.block_indices = TensorView::contiguous(bi.data(), DType::i32, Device::cpu, {static_cast<int64_t>(bi.size())});
+      expect_accepted(p, c);
+      return std::make_pair(c.out, bytes_of(c.scores));
+    };
+    const auto a = run_with(valid);
+    const auto b = run_with(freed);
+    EXPECT_TRUE(a == b) << "freed entries before the window changed the result (" << c.describe() << ")";
+    const int64_t n = static_cast<int64_t>(c.num_tokens) * c.num_heads * c.head_size;
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_TRUE(std::isfinite(pt::load_as_float(b.first.data(), c.qdtype, i))) << "out[" << i << "] not finite";
+    return;
+  }
+  GTEST_SKIP() << "no drawn case had a block wholly before its window";
 }
 
 // ==================================================================================================

@@ -11,7 +11,7 @@
 //
 // Bytes moved per layer and sequence (ctx = L + T):
 //   K and V in the attended range   ctx * Hk * D * 2 * sizeof(kv)
-//   u8 only: scale and zero point   ctx * Hk * 2 * 2 * sizeof(f16)          (K and V; scale and zp)
+//   u8 only: scale and row minimum ctx * Hk * 2 * 2 * sizeof(f16)          (K and V; scale and min)
 //   Q read                          T * H * D * sizeof(q)
 //   O written                       T * H * D * sizeof(q)
 //   new K/V rows read               T * Hk * D * 2 * sizeof(q)
@@ -167,7 +167,7 @@ void fill_byte(Buffer& b, uint8_t v) {
 // --- one layer's buffers -------------------------------------------------------------------------------
 struct LayerBuffers {
   Buffer key_cache, value_cache;                                      // [num_blocks, Hk, bs, D]
-  Buffer key_scale, key_zp, value_scale, value_zp;                    // u8: [num_blocks, Hk, bs] f16
+  Buffer key_scale, key_min, value_scale, value_min;                    // u8: [num_blocks, Hk, bs] f16
   Buffer query, key, value, out;                                      // [rows, H*D] / [rows, Hk*D]
 };
 
@@ -190,7 +190,7 @@ struct Setup {
 
   Setup(const BenchOptions& o, KVPrecision k, Device d) : opt(o), kv(k), dev(d) {}
 
-  std::size_t cache_bytes() const {  // one layer's K and V cache and (u8) their scales/zero points
+  std::size_t cache_bytes() const {  // one layer's K and V cache and (u8) their scales/row minima
     const std::size_t slots = static_cast<std::size_t>(num_blocks) * opt.kv_heads * opt.block_size;
     std::size_t b = 2 * slots * opt.head_size * kv_bytes(kv);
     if (kv == KVPrecision::u8) b += 4 * slots * 2;
@@ -218,9 +218,9 @@ struct Setup {
     L.value_cache = Buffer(dev, slots * opt.head_size * kv_bytes(kv));
     if (kv == KVPrecision::u8) {
       L.key_scale = Buffer(dev, slots * 2);
-      L.key_zp = Buffer(dev, slots * 2);
+      L.key_min = Buffer(dev, slots * 2);
       L.value_scale = Buffer(dev, slots * 2);
-      L.value_zp = Buffer(dev, slots * 2);
+      L.value_min = Buffer(dev, slots * 2);
     }
     allocate_io(L, io_rows);
   }
@@ -249,9 +249,9 @@ struct Setup {
         return TensorView::contiguous(b.data(), DType::f16, dev, {num_blocks, Hk, opt.block_size});
       };
       p.cache.key_scale = sv(cache.key_scale);
-      p.cache.key_zero_point = sv(cache.key_zp);
+      p.cache.key_min = sv(cache.key_min);
       p.cache.value_scale = sv(cache.value_scale);
-      p.cache.value_zero_point = sv(cache.value_zp);
+      p.cache.value_min = sv(cache.value_min);
     }
     auto host_i32 = [](const std::vector<int32_t>& v) {
       return TensorView::contiguous(const_cast<int32_t*>(v.data()), DType::i32, Device::cpu,
@@ -280,18 +280,18 @@ void fill_random(Setup& S, LayerBuffers& L, std::mt19937_64& rng) {
   constexpr std::size_t kPoolBytes = 8u << 20;
   const DType kt = kv_dtype(S.kv);
   // NOTE: one pool per layer call would cost host time for nothing: values do not change the timing.
-  static thread_local std::vector<uint8_t> pool_kv[3], pool_scale, pool_zp;
+  static thread_local std::vector<uint8_t> pool_kv[3], pool_scale, pool_min;
   std::vector<uint8_t>& pkv = pool_kv[static_cast<int>(S.kv)];
   if (pkv.empty()) pkv = random_pool(kt, kPoolBytes, -1.0f, 1.0f, rng);
   fill_tiled(L.key_cache, pkv);
   fill_tiled(L.value_cache, pkv);
   if (S.kv == KVPrecision::u8) {
     if (pool_scale.empty()) pool_scale = random_pool(DType::f16, 1u << 20, 2.0f / 255, 4.0f / 255, rng);
-    if (pool_zp.empty()) pool_zp = random_pool(DType::f16, 1u << 20, 96.0f, 160.0f, rng);
+    if (pool_min.empty()) pool_min = random_pool(DType::f16, 1u << 20, -2.0f, -1.0f, rng);
     fill_tiled(L.key_scale, pool_scale);
     fill_tiled(L.value_scale, pool_scale);
-    fill_tiled(L.key_zp, pool_zp);
-    fill_tiled(L.value_zp, pool_zp);
+    fill_tiled(L.key_min, pool_min);
+    fill_tiled(L.value_min, pool_min);
   }
 }
 
@@ -977,7 +977,7 @@ int run_bench(const BenchOptions& opt) {
               opt.backend == Backend::cuda ? ", one CUDA graph of all layers per replay" : ", wall clock");
   std::printf("read ceiling: %.1f GB/s (%s)\n", env.ceiling_gbs, env.ceiling_method.c_str());
   std::printf("bytes moved per layer and sequence, ctx = L + T: K+V ctx*Hk*D*2*sizeof(kv)"
-              " + u8 scale/zp ctx*Hk*2*2*2 + Q T*H*D*sizeof(q) + O T*H*D*sizeof(q) + new K/V T*Hk*D*2*sizeof(q)\n");
+              " + u8 scale/min ctx*Hk*2*2*2 + Q T*H*D*sizeof(q) + O T*H*D*sizeof(q) + new K/V T*Hk*D*2*sizeof(q)\n");
 
   if (do_prefill || do_chunk || do_mixed) std::printf("%s\n", kFlopsFormula);
 

@@ -4,7 +4,7 @@
 // tensor is copied to cudaMalloc'd memory and back). Compared: out (rel_l2 against the oracle), scores
 // when present, and the whole cache afterwards (written rows and the NaN-poisoned rest): byte-identical
 // for f16/bf16; for u8 the codes may differ by at most 1, on at most kMaxU8CodeDiffFraction of the
-// written codes, and the f16 scales / zero points must be identical.
+// written codes, and the f16 scales / row minima must be identical.
 #include "check.h"
 
 #include <algorithm>
@@ -14,6 +14,7 @@
 #include <cstring>
 #include <map>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 #include "buffer.h"
@@ -48,16 +49,56 @@ testing::CaseConfig make_check_config(const CheckOptions& opt) {
     cfg.max_seqs = 4;
     cfg.max_past = 1024;
     cfg.max_tokens = 16;
+  } else if (opt.config == "long") {
+    // u8 over long key sums: batches of 8 at 56k-66k (the planner gives each CTA long partitions; add
+    // --partition-tokens 1048576 for one partition per chunk), T <= 16, G <= 16, every head size
+    cfg.kv_precisions = {KVPrecision::u8};
+    cfg.min_seqs = cfg.max_seqs = 8;
+    cfg.min_past = 56000;
+    cfg.max_past = 66000;
+    cfg.max_tokens = 16;
+    cfg.kv_heads = {1};
+    cfg.p_window = cfg.p_alibi = 0.1;
   } else if (opt.config != "full") {
-    throw ValidationError("--config", "must be 'small' or 'full', got '" + opt.config + "'");
+    throw ValidationError("--config", "must be 'small', 'full' or 'long', got '" + opt.config + "'");
   }
   if (opt.backend == Backend::cuda) {
     cfg.query_dtypes = {DType::f16, DType::bf16};  // the CUDA kernels take f16/bf16 queries
     cfg.block_sizes = {16, 32, 64, 128};
-    if (opt.config == "full") cfg.group_sizes = {1, 2, 4, 8, 16};
+    if (opt.config != "small") cfg.group_sizes = {1, 2, 4, 8, 16};
   } else {
     cfg.query_dtypes = {DType::f32, DType::f16, DType::bf16};
   }
+  if (!opt.kv.empty()) {
+    cfg.kv_precisions.clear();
+    for (const std::string& k : opt.kv) {
+      if (k == "f16") cfg.kv_precisions.push_back(KVPrecision::f16);
+      else if (k == "bf16") cfg.kv_precisions.push_back(KVPrecision::bf16);
+      else if (k == "u8") cfg.kv_precisions.push_back(KVPrecision::u8);
+      else throw ValidationError("--kv", "must be f16, bf16 or u8, got '" + k + "'");
+    }
+  }
+  if (!opt.query.empty()) {
+    cfg.query_dtypes.clear();
+    for (const std::string& q : opt.query) {
+      if (q == "f32") cfg.query_dtypes.push_back(DType::f32);
+      else if (q == "f16") cfg.query_dtypes.push_back(DType::f16);
+      else if (q == "bf16") cfg.query_dtypes.push_back(DType::bf16);
+      else throw ValidationError("--query", "must be f32, f16 or bf16, got '" + q + "'");
+    }
+  }
+  if (!opt.groups.empty()) cfg.group_sizes = opt.groups;
+  if (!opt.kv_heads.empty()) cfg.kv_heads = opt.kv_heads;
+  if (!opt.head_sizes.empty()) cfg.head_sizes = opt.head_sizes;
+  if (!opt.block_sizes.empty()) cfg.block_sizes = opt.block_sizes;
+  if (opt.p_tree >= 0) cfg.p_tree = opt.p_tree;
+  if (opt.p_window >= 0) cfg.p_window = opt.p_window;
+  if (opt.p_scores >= 0) cfg.p_scores = opt.p_scores;
+  if (opt.p_alibi >= 0) cfg.p_alibi = opt.p_alibi;
+  if (opt.p_sinks >= 0) cfg.p_sinks = opt.p_sinks;
+  if (opt.min_seqs > 0) cfg.min_seqs = opt.min_seqs;
+  if (opt.min_past >= 0) cfg.min_past = opt.min_past;
+  if (opt.min_tokens > 0) cfg.min_tokens = opt.min_tokens;
   if (opt.max_seqs > 0) cfg.max_seqs = opt.max_seqs;
   if (opt.max_past >= 0) cfg.max_past = opt.max_past;
   if (opt.max_tokens > 0) cfg.max_tokens = opt.max_tokens;
@@ -77,11 +118,12 @@ std::vector<float> to_float(const std::vector<uint8_t>& raw, DType t) {
 #ifdef PAGEDATTN_WITH_CUDA
 // Runs the case on the cuda backend: every (dev) tensor copied to the device; outputs and the cache
 // copied back into `c`'s host buffers.
-void run_cuda(testing::Case& c) {
+void run_cuda(testing::Case& c, int partition_tokens) {
   testing::DeviceCase d(c);
   PA_CUDA(cudaDeviceSynchronize());  // pageable uploads complete before the op reads them
   Options o;
   o.backend = Backend::cuda;
+  o.partition_tokens = partition_tokens;
   forward(d.params(), o);
   d.download();
 }
@@ -124,10 +166,10 @@ CacheCheck check_cache(const testing::Case& got, const testing::Case& ref) {
     return r;
   }
   compare_bytes(as_bytes(got.key_scale), as_bytes(ref.key_scale), 2, "key_scale", r);
-  compare_bytes(as_bytes(got.key_zp), as_bytes(ref.key_zp), 2, "key_zero_point", r);
+  compare_bytes(as_bytes(got.key_min), as_bytes(ref.key_min), 2, "key_min", r);
   compare_bytes(as_bytes(got.value_scale), as_bytes(ref.value_scale), 2, "value_scale", r);
-  compare_bytes(as_bytes(got.value_zp), as_bytes(ref.value_zp), 2, "value_zero_point", r);
-  // NOTE: a code may differ by 1 where x / scale + zp lands within rounding of a .5 boundary.
+  compare_bytes(as_bytes(got.value_min), as_bytes(ref.value_min), 2, "value_min", r);
+  // NOTE: a code may differ by 1 where (x - min) / scale lands within rounding of a .5 boundary.
   int max_diff = 0;
   for (const auto* pair : {&got.key_cache, &got.value_cache}) {
     const std::vector<uint8_t>& g = *pair;
@@ -218,7 +260,8 @@ int run_check(const CheckOptions& opt) {
       fail = std::string("the library rejected a generated case: ") + e.what();
     }
     if (fail.empty()) {
-      oracle::forward(ref.params());
+      testing::reference_forward(ref, opt.threads > 0 ? opt.threads
+                                                    : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
       try {
         if (opt.backend == Backend::cpu) {
           Options o;
@@ -226,7 +269,7 @@ int run_check(const CheckOptions& opt) {
           forward(got.params(), o);
         } else {
 #ifdef PAGEDATTN_WITH_CUDA
-          run_cuda(got);
+          run_cuda(got, opt.partition_tokens);
 #endif
         }
       } catch (const UnsupportedError& e) {

@@ -97,12 +97,30 @@ int main(int argc, char** argv) {
   check->add_option("--cases", copt.cases, "number of cases")->capture_default_str();
   check->add_option("--seed", copt.seed, "case i uses seed + i")->capture_default_str();
   check->add_option("--config", copt.config,
-                    "case ranges: small (<= 4 seqs, past <= 1024, T <= 16) | full (<= 8 seqs, past <= 3000, T <= 40)")
-      ->check(CLI::IsMember({"small", "full"}))
+                    "case ranges: small (<= 4 seqs, past <= 1024, T <= 16) | full (<= 8 seqs, past <= 3000, T <= 40)"
+                    " | long (u8, 8 seqs, past 56k-66k, T <= 16, Hk = 1)")
+      ->check(CLI::IsMember({"small", "full", "long"}))
       ->capture_default_str();
   check->add_option("--max-seqs", copt.max_seqs, "override the config's largest batch");
   check->add_option("--max-past", copt.max_past, "override the config's largest past_len");
   check->add_option("--max-tokens", copt.max_tokens, "override the config's largest T per sequence");
+  check->add_option("--min-seqs", copt.min_seqs, "override the config's smallest batch");
+  check->add_option("--min-past", copt.min_past, "override the config's smallest past_len");
+  check->add_option("--min-tokens", copt.min_tokens, "override the config's smallest T per sequence");
+  check->add_option("--kv", copt.kv, "KV precisions drawn from (f16,bf16,u8)")->delimiter(',');
+  check->add_option("--query", copt.query, "query dtypes drawn from (f32,f16,bf16)")->delimiter(',');
+  check->add_option("--group", copt.groups, "GQA group sizes G = H / Hk drawn from")->delimiter(',');
+  check->add_option("--kv-heads", copt.kv_heads, "kv head counts drawn from")->delimiter(',');
+  check->add_option("--head-size", copt.head_sizes, "head sizes drawn from")->delimiter(',');
+  check->add_option("--block-size", copt.block_sizes, "block sizes drawn from")->delimiter(',');
+  check->add_option("--p-tree", copt.p_tree, "probability of a tree mask (qq_bias)");
+  check->add_option("--p-window", copt.p_window, "probability of a sliding window");
+  check->add_option("--p-scores", copt.p_scores, "probability of the scores output");
+  check->add_option("--p-alibi", copt.p_alibi, "probability of ALiBi slopes");
+  check->add_option("--p-sinks", copt.p_sinks, "probability of sinks");
+  check->add_option("--partition-tokens", copt.partition_tokens,
+                    "cuda: Options::partition_tokens (1048576: one partition per chunk, a CTA sums a whole context)");
+  check->add_option("--threads", copt.threads, "oracle threads over a case's sequences (0: all cores)");
   check->add_flag("-v,--verbose", copt.verbose, "one line per case");
   check->add_option("--perturb", copt.perturb,
                     "self-test of the checker: add this to one output element of the backend (the check must fail)");

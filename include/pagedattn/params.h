@@ -25,21 +25,31 @@ const char* kv_precision_name(KVPrecision p);
 
 /// The paged KV cache. Block b, kv head h, slot i holds the key (value) of one token.
 ///
-/// u8 format (asymmetric, per token and kv head). For one row x[0..D) of a new key (or value):
-///   mn = min_d x[d], mx = max_d x[d]                       (in float)
-///   s  = (mx - mn) / 255;  if s == 0 then s = 1            (float)
-///   scale = f16(s)         (round to nearest even)
-///   zp    = f16(-mn / float(scale))
-///   q[d]  = clamp(rint(x[d] / float(scale) + float(zp)), 0, 255)   (rint: round half to even)
-/// and the row reads back as  x'[d] = (float(q[d]) - float(zp)) * float(scale).
-/// Quantisation uses the f16-rounded scale and zero point, so write-in and read-back agree exactly.
+/// u8 format (asymmetric, per token and kv head): an f16 scale, an f16 row minimum and D codes 0..255.
+/// For one row x[0..D) of a new key (or value), in float:
+///   c(v)  = min(max(v, -65504), 65504)          (the f16 range; NaN becomes -65504)
+///   mn    = f16 rounded DOWN (toward -inf) of c(min_d x[d])      -> stored as `min`
+///   s     = (c(max_d x[d]) - mn) / 255
+///   scale = f16 rounded UP (toward +inf) of s; 0 when s == 0; then, while mn + 255 * scale > 65504
+///           (in float), the next f16 below (the top code never reads back beyond f16's range)
+///                                                                -> stored as `scale`
+///   q[d]  = scale == 0 ? 0 : min(max(rint((c(x[d]) - mn) / scale), 0), 255)   (rint: half to even)
+/// and the row reads back as  x'[d] = mn + q[d] * scale  (the oracle evaluates it in double).
+/// Every finite row within the f16 range reads back within half a step (scale / 2) of its input, plus
+/// f32 rounding (3/4 of a step where the scale stepped down), and inside [-65504, 65504]; no parameter is
+/// ever inf or NaN, whatever the row (constant f16 rows: scale 0, all
+/// codes 0, x' = mn; rows far from zero, |x| up to 65504, subnormal ranges). Values beyond the f16
+/// range (f32/bf16 inputs) saturate to +-65504. The write-in and the kernels use the same code
+/// (src/common/numeric.h), so a cache written by any backend reads back identically.
+/// OpenVINO's layouts differ (docs/design.md): its CPU plugin stores an f32 scale and an f32 zero point
+/// inline before each row's codes (x = (q - zp) * scale); converting ours to it is zp = -mn / scale.
 struct KVCache {
   TensorView key;               // (dev) [num_blocks, Hk, block_size, D]  f16 | bf16 | u8
   TensorView value;             // (dev) [num_blocks, Hk, block_size, D]  same dtype as key
   TensorView key_scale;         // (dev) [num_blocks, Hk, block_size] f16; u8 only, else absent
-  TensorView key_zero_point;    // (dev) [num_blocks, Hk, block_size] f16; u8 only, else absent
+  TensorView key_min;           // (dev) [num_blocks, Hk, block_size] f16 row minimum; u8 only, else absent
   TensorView value_scale;       // (dev) [num_blocks, Hk, block_size] f16; u8 only, else absent
-  TensorView value_zero_point;  // (dev) [num_blocks, Hk, block_size] f16; u8 only, else absent
+  TensorView value_min;         // (dev) [num_blocks, Hk, block_size] f16 row minimum; u8 only, else absent
 
   KVPrecision precision() const;  // from key.dtype; throws ValidationError for other dtypes
   int64_t num_blocks() const { return key.shape[0]; }
@@ -69,6 +79,12 @@ struct Params {
                                  //        block_indices[begins[s] .. begins[s+1]); position p of
                                  //        sequence s lives in block table[p / block_size], slot
                                  //        p % block_size. The table must cover ctx_s positions.
+                                 //        Entries read (valid ids in [0, num_blocks)): those covering
+                                 //        positions [lo_s, ctx_s), lo_s = max(0, past_lens[s] -
+                                 //        sliding_window + 1) with a window, else 0. Entries wholly
+                                 //        before lo_s (blocks an engine freed) and past ctx_s may hold
+                                 //        any value, -1 included; cache slots no token attends may
+                                 //        hold anything, NaN and inf included.
 
   // --- attention options ------------------------------------------------------------------------
   std::optional<float> scale;    // softmax scale; default 1/sqrt(D); finite and > 0

@@ -44,8 +44,8 @@ def cuda_available() -> bool:
 _HOST_FIELDS = {"past_lens": _np.int32, "subsequence_begins": _np.int32, "block_indices": _np.int32,
                 "block_indices_begins": _np.int32, "qq_bias": _np.uint8, "qq_bias_begins": _np.int32}
 # Tensors on the backend's device; Plan.run() may replace any of them (same shape/dtype).
-_DEVICE_FIELDS = ("query", "key", "value", "key_cache", "value_cache", "key_scale", "key_zero_point",
-                  "value_scale", "value_zero_point", "alibi_slopes", "sinks", "out", "scores")
+_DEVICE_FIELDS = ("query", "key", "value", "key_cache", "value_cache", "key_scale", "key_min",
+                  "value_scale", "value_min", "alibi_slopes", "sinks", "out", "scores")
 
 _DLPACK_CUDA = (2, 13)  # kDLCUDA, kDLCUDAManaged
 
@@ -187,8 +187,9 @@ _ARGS_DOC = """
                          None: those rows are already in the cache.
     key_cache,           [num_blocks, Hk, block_size, D] float16 | bfloat16 | uint8 (dev): the paged cache
       value_cache        (written when key/value are given).
-    key_scale, key_zero_point, value_scale, value_zero_point
-                         [num_blocks, Hk, block_size] float16 (dev): u8 caches only (x = (q - zp) * scale).
+    key_scale, key_min, value_scale, value_min
+                         [num_blocks, Hk, block_size] float16 (dev): u8 caches only: per-row scale and row
+                         minimum; a row reads back as x = min + code * scale (params.h gives the rule).
     past_lens            [num_seqs] int32 (host): tokens already cached per sequence.
     subsequence_begins   [num_seqs+1] int32 (host): token offsets of each sequence in query.
     block_indices        [n] int32 (host): all block tables back to back.
@@ -227,8 +228,8 @@ _ARGS_DOC = """
 
 
 def forward(*, query: Any, key: Any = None, value: Any = None, key_cache: Any, value_cache: Any,
-            key_scale: Any = None, key_zero_point: Any = None, value_scale: Any = None,
-            value_zero_point: Any = None, past_lens: Any, subsequence_begins: Any, block_indices: Any,
+            key_scale: Any = None, key_min: Any = None, value_scale: Any = None,
+            value_min: Any = None, past_lens: Any, subsequence_begins: Any, block_indices: Any,
             block_indices_begins: Any, scale: Optional[float] = None, sliding_window: int = 0,
             alibi_slopes: Any = None, sinks: Any = None, max_context_len: Optional[int] = None,
             qq_bias: Any = None, qq_bias_begins: Any = None, out: Any = None, scores: Any = None,
@@ -297,16 +298,16 @@ class Plan:
         return self._native.describe()
 
     def run(self, *, query: Any = None, key: Any = None, value: Any = None, key_cache: Any = None,
-            value_cache: Any = None, key_scale: Any = None, key_zero_point: Any = None,
-            value_scale: Any = None, value_zero_point: Any = None, alibi_slopes: Any = None,
+            value_cache: Any = None, key_scale: Any = None, key_min: Any = None,
+            value_scale: Any = None, value_min: Any = None, alibi_slopes: Any = None,
             sinks: Any = None, out: Any = None, scores: Any = None) -> Any:
         """Runs the planned op; arguments given replace the planned device tensors for this run.
 
         Returns `out`. Raises ValidationError when a tensor's shape, dtype or strides differ from the plan.
         """
         given = dict(query=query, key=key, value=value, key_cache=key_cache, value_cache=value_cache,
-                     key_scale=key_scale, key_zero_point=key_zero_point, value_scale=value_scale,
-                     value_zero_point=value_zero_point, alibi_slopes=alibi_slopes, sinks=sinks, out=out,
+                     key_scale=key_scale, key_min=key_min, value_scale=value_scale,
+                     value_min=value_min, alibi_slopes=alibi_slopes, sinks=sinks, out=out,
                      scores=scores)
         tensors = dict(self._tensors)
         tensors.update({k: v for k, v in given.items() if v is not None})
@@ -327,8 +328,8 @@ class Plan:
 
 
 def plan(*, query: Any, key: Any = None, value: Any = None, key_cache: Any, value_cache: Any,
-         key_scale: Any = None, key_zero_point: Any = None, value_scale: Any = None,
-         value_zero_point: Any = None, past_lens: Any, subsequence_begins: Any, block_indices: Any,
+         key_scale: Any = None, key_min: Any = None, value_scale: Any = None,
+         value_min: Any = None, past_lens: Any, subsequence_begins: Any, block_indices: Any,
          block_indices_begins: Any, scale: Optional[float] = None, sliding_window: int = 0,
          alibi_slopes: Any = None, sinks: Any = None, max_context_len: Optional[int] = None,
          qq_bias: Any = None, qq_bias_begins: Any = None, out: Any = None, scores: Any = None,

@@ -26,7 +26,7 @@ import pagedattn as _pa
 __all__ = ["forward"]
 
 # The tensors the op may write (declared to torch as mutated).
-_MUTATED = ("key_cache", "value_cache", "key_scale", "key_zero_point", "value_scale", "value_zero_point", "out",
+_MUTATED = ("key_cache", "value_cache", "key_scale", "key_min", "value_scale", "value_min", "out",
             "scores")
 
 
@@ -38,9 +38,9 @@ def _forward_op(
     key_cache: Tensor,
     value_cache: Tensor,
     key_scale: Optional[Tensor],
-    key_zero_point: Optional[Tensor],
+    key_min: Optional[Tensor],
     value_scale: Optional[Tensor],
-    value_zero_point: Optional[Tensor],
+    value_min: Optional[Tensor],
     past_lens: Tensor,
     subsequence_begins: Tensor,
     block_indices: Tensor,
@@ -58,8 +58,8 @@ def _forward_op(
     deterministic: bool,
 ) -> None:
     _pa.forward(query=query, key=key, value=value, key_cache=key_cache, value_cache=value_cache,
-                key_scale=key_scale, key_zero_point=key_zero_point, value_scale=value_scale,
-                value_zero_point=value_zero_point, past_lens=past_lens, subsequence_begins=subsequence_begins,
+                key_scale=key_scale, key_min=key_min, value_scale=value_scale,
+                value_min=value_min, past_lens=past_lens, subsequence_begins=subsequence_begins,
                 block_indices=block_indices, block_indices_begins=block_indices_begins, out=out, scores=scores,
                 alibi_slopes=alibi_slopes, sinks=sinks, qq_bias=qq_bias, qq_bias_begins=qq_bias_begins,
                 num_heads=num_heads, scale=scale, sliding_window=sliding_window,
@@ -67,8 +67,8 @@ def _forward_op(
 
 
 @_forward_op.register_fake
-def _forward_fake(query, key, value, key_cache, value_cache, key_scale, key_zero_point, value_scale,
-                  value_zero_point, past_lens, subsequence_begins, block_indices, block_indices_begins, out,
+def _forward_fake(query, key, value, key_cache, value_cache, key_scale, key_min, value_scale,
+                  value_min, past_lens, subsequence_begins, block_indices, block_indices_begins, out,
                   scores, alibi_slopes, sinks, qq_bias, qq_bias_begins, num_heads, scale, sliding_window,
                   max_context_len, deterministic) -> None:
     # Only shapes are known here; the real op validates. Out-of-place results do not exist: the op
@@ -89,9 +89,9 @@ def forward(
     *,
     num_heads: int,
     key_scale: Optional[Tensor] = None,
-    key_zero_point: Optional[Tensor] = None,
+    key_min: Optional[Tensor] = None,
     value_scale: Optional[Tensor] = None,
-    value_zero_point: Optional[Tensor] = None,
+    value_min: Optional[Tensor] = None,
     scale: Optional[float] = None,
     sliding_window: int = 0,
     alibi_slopes: Optional[Tensor] = None,
@@ -107,14 +107,14 @@ def forward(
 
     query [num_tokens, H*D] (f32/f16/bf16); key, value [num_tokens, Hk*D] or None (written into the cache
     first); key_cache, value_cache [num_blocks, Hk, block_size, D] (f16/bf16/u8, u8 with
-    key_scale/key_zero_point/value_scale/value_zero_point [num_blocks, Hk, block_size] f16); past_lens
+    key_scale/key_min/value_scale/value_min [num_blocks, Hk, block_size] f16); past_lens
     [num_seqs], subsequence_begins [num_seqs+1], block_indices [n], block_indices_begins [num_seqs+1] int32
     (CPU tensors); out [num_tokens, H*D]; scores [sum_s ctx_s] f32 or None. See pagedattn.forward.
     """
     if out is None:
         out = torch.empty_like(query, memory_format=torch.contiguous_format)
-    torch.ops.pagedattn.forward(query, key, value, key_cache, value_cache, key_scale, key_zero_point, value_scale,
-                                value_zero_point, past_lens, subsequence_begins, block_indices,
+    torch.ops.pagedattn.forward(query, key, value, key_cache, value_cache, key_scale, key_min, value_scale,
+                                value_min, past_lens, subsequence_begins, block_indices,
                                 block_indices_begins, out, scores, alibi_slopes, sinks, qq_bias, qq_bias_begins,
                                 num_heads, scale, sliding_window, max_context_len, deterministic)
     return out

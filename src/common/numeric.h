@@ -82,28 +82,71 @@ PA_HD float round_f16(float f) { return f16_bits_to_f32(f32_to_f16_bits(f)); }
 PA_HD float round_bf16(float f) { return bf16_bits_to_f32(f32_to_bf16_bits(f)); }
 
 // --- u8 KV quantisation (the rule stated in params.h) ----------------------------------------------
+// A row is stored as f16 scale, f16 row minimum and codes 0..255, and reads back as min + code * scale.
+// The minimum is rounded down and the scale up, so every code of a finite row falls in [0, 255] without
+// clamping and reads back within half a step of its input (no zero point far from zero, no overflow);
+// where the top code would read back above 65504, the scale is rounded down (within 3/4 of a step).
+constexpr float kF16Max = 65504.0f;
+
+// x clamped to the f16 range [-65504, 65504]; NaN becomes -65504 (fmaxf returns the non-NaN operand).
+PA_HD float clamp_f16_range(float x) { return fminf(fmaxf(x, -kF16Max), kF16Max); }
+
+// f16 bits of the largest f16 <= x (x finite, within the f16 range).
+PA_HD uint16_t f32_to_f16_bits_down(float x) {
+  uint16_t h = f32_to_f16_bits(x);
+  if (f16_bits_to_f32(h) > x) h = (h & 0x8000u) ? static_cast<uint16_t>(h + 1u) : (h == 0 ? 0x8001u : static_cast<uint16_t>(h - 1u));
+  return h;
+}
+// f16 bits of the smallest f16 >= x (0 <= x <= 65504).
+PA_HD uint16_t f32_to_f16_bits_up(float x) {
+  uint16_t h = f32_to_f16_bits(x);
+  if (f16_bits_to_f32(h) < x) h = static_cast<uint16_t>(h + 1u);
+  return h;
+}
+
+// a * b and a + b rounded separately (never contracted into an FMA), so host and device agree.
+PA_HD float mul_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  volatile float r = a * b;
+  return r;
+#endif
+}
+PA_HD float add_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(a, b);
+#else
+  volatile float r = a + b;
+  return r;
+#endif
+}
+
 struct U8Params {
-  uint16_t scale_bits, zp_bits;  // f16
-  float scale, zp;               // the same values as float
+  uint16_t scale_bits, min_bits;  // f16
+  float scale, min;               // the same values as float
 };
 
+// mn, mx: the row's minimum and maximum (in float, before clamping).
 PA_HD U8Params u8_params(float mn, float mx) {
-  float s = (mx - mn) / 255.0f;
-  if (s == 0.0f) s = 1.0f;
   U8Params p;
-  p.scale_bits = f32_to_f16_bits(s);
+  p.min_bits = f32_to_f16_bits_down(clamp_f16_range(mn));
+  p.min = f16_bits_to_f32(p.min_bits);
+  const float s = (clamp_f16_range(mx) - p.min) / 255.0f;  // >= 0
+  p.scale_bits = s > 0.0f ? f32_to_f16_bits_up(s) : static_cast<uint16_t>(0);
   p.scale = f16_bits_to_f32(p.scale_bits);
-  if (p.scale == 0.0f) {  // range below f16's smallest subnormal * 255: treat as constant row
-    p.scale_bits = 0x3c00u;
-    p.scale = 1.0f;
+  // NOTE: the top code must not read back above 65504 (an output row averaging such values would
+  // overflow an f16 output): there the scale steps down instead (at most a quarter step more error).
+  while (add_rn(p.min, mul_rn(255.0f, p.scale)) > kF16Max) {
+    --p.scale_bits;
+    p.scale = f16_bits_to_f32(p.scale_bits);
   }
-  p.zp_bits = f32_to_f16_bits(-mn / p.scale);
-  p.zp = f16_bits_to_f32(p.zp_bits);
   return p;
 }
 
 PA_HD uint8_t u8_quantize(float x, const U8Params& p) {
-  float v = x / p.scale + p.zp;
+  if (p.scale == 0.0f) return 0;
+  float v = (clamp_f16_range(x) - p.min) / p.scale;
 #if defined(__CUDA_ARCH__)
   v = rintf(v);
 #else
@@ -113,7 +156,7 @@ PA_HD uint8_t u8_quantize(float x, const U8Params& p) {
   return static_cast<uint8_t>(v);
 }
 
-PA_HD float u8_dequantize(uint8_t q, float scale, float zp) { return (static_cast<float>(q) - zp) * scale; }
+PA_HD float u8_dequantize(uint8_t q, float scale, float min) { return min + static_cast<float>(q) * scale; }
 
 }  // namespace num
 }  // namespace pagedattn

@@ -24,9 +24,9 @@ void check_device(const Params& p, Backend b) {
   check(p.cache.key, "key_cache");
   check(p.cache.value, "value_cache");
   check(p.cache.key_scale, "key_scale");
-  check(p.cache.key_zero_point, "key_zero_point");
+  check(p.cache.key_min, "key_min");
   check(p.cache.value_scale, "value_scale");
-  check(p.cache.value_zero_point, "value_zero_point");
+  check(p.cache.value_min, "value_min");
   check(p.alibi_slopes, "alibi_slopes");
   check(p.sinks, "sinks");
   check(p.out, "out");
@@ -77,9 +77,9 @@ void check_same_signature(const Params& a, const Params& b) {
   same(a.cache.key, b.cache.key, "key_cache");
   same(a.cache.value, b.cache.value, "value_cache");
   same(a.cache.key_scale, b.cache.key_scale, "key_scale");
-  same(a.cache.key_zero_point, b.cache.key_zero_point, "key_zero_point");
+  same(a.cache.key_min, b.cache.key_min, "key_min");
   same(a.cache.value_scale, b.cache.value_scale, "value_scale");
-  same(a.cache.value_zero_point, b.cache.value_zero_point, "value_zero_point");
+  same(a.cache.value_min, b.cache.value_min, "value_min");
   same(a.alibi_slopes, b.alibi_slopes, "alibi_slopes");
   same(a.sinks, b.sinks, "sinks");
   same(a.out, b.out, "out");

@@ -123,9 +123,9 @@ void validate(const Params& p) {
   check_structure(c.key, "key_cache", false);
   check_structure(c.value, "value_cache", false);
   check_structure(c.key_scale, "key_scale", false);
-  check_structure(c.key_zero_point, "key_zero_point", false);
+  check_structure(c.key_min, "key_min", false);
   check_structure(c.value_scale, "value_scale", false);
-  check_structure(c.value_zero_point, "value_zero_point", false);
+  check_structure(c.value_min, "value_min", false);
   check_structure(p.past_lens, "past_lens", true);
   check_structure(p.subsequence_begins, "subsequence_begins", true);
   check_structure(p.block_indices, "block_indices", true);
@@ -174,8 +174,8 @@ void validate(const Params& p) {
   // u8 params: all four present as [num_blocks, Hk, block_size] f16; absent for f16/bf16 caches
   {
     const bool u8 = c.key.dtype == DType::u8;
-    const TensorView* params[4] = {&c.key_scale, &c.key_zero_point, &c.value_scale, &c.value_zero_point};
-    const char* names[4] = {"key_scale", "key_zero_point", "value_scale", "value_zero_point"};
+    const TensorView* params[4] = {&c.key_scale, &c.key_min, &c.value_scale, &c.value_min};
+    const char* names[4] = {"key_scale", "key_min", "value_scale", "value_min"};
     for (int k = 0; k < 4; ++k) {
       const TensorView& t = *params[k];
       if (!u8) {
@@ -305,10 +305,14 @@ void validate(const Params& p) {
 
   // Each table must cover ctx_s positions: ceil(ctx_s / block_size) entries; it may be longer.
   // Only that used part is read, so only its ids are checked: entries past it are never read by any
-  // backend and may hold anything (engines leave stale or garbage ids there).
-  std::vector<int64_t> used(static_cast<size_t>(num_seqs));
+  // backend and may hold anything (engines leave stale or garbage ids there). With a sliding window,
+  // entries whose block lies wholly before the window of the sequence's first new token (positions
+  // < past_len - window + 1, which no new token sees) are not read either: engines free those blocks,
+  // so they may hold anything too, -1 included.
+  std::vector<int64_t> used(static_cast<size_t>(num_seqs)), first(static_cast<size_t>(num_seqs), 0);
   for (int64_t s = 0; s < num_seqs; ++s) {
     used[s] = (ctx[s] + block_size - 1) / block_size;
+    if (p.sliding_window > 0) first[s] = std::max<int64_t>(0, past[s] - p.sliding_window + 1) / block_size;
     const int64_t have = int64_t{bib[s + 1]} - bib[s];
     if (have < used[s])
       fail("block_indices", cat("table of sequence ", s, " (block_indices[", bib[s], "..", bib[s + 1], ")) has ",
@@ -316,7 +320,7 @@ void validate(const Params& p) {
                                 " needs ", used[s]));
   }
   for (int64_t s = 0; s < num_seqs; ++s)
-    for (int64_t i = 0; i < used[s]; ++i) {
+    for (int64_t i = first[s]; i < used[s]; ++i) {
       const int64_t k = bib[s] + i;
       if (bi[k] < 0 || bi[k] >= num_blocks)
         fail("block_indices", cat("block id ", bi[k], " at block_indices[", k, "] (sequence ", s,
@@ -351,7 +355,7 @@ void validate(const Params& p) {
     }
     if (!writer.empty())
       for (int64_t s = 0; s < num_seqs; ++s)
-        for (int64_t i = 0; i < used[s]; ++i) {
+        for (int64_t i = first[s]; i < used[s]; ++i) {
           const int64_t k = bib[s] + i;
           auto it = writer.find(bi[k]);
           if (it != writer.end() && it->second.index != k)

@@ -74,7 +74,7 @@ Slot slot_of(const Params& p, const Layout& L, int s, int64_t pos) {
 }
 
 // Writes one row x[0..D) of a key (or value) into `data` at (block, kh, slot), quantising for u8.
-void write_row(const TensorView& data, const TensorView& scale, const TensorView& zp, KVPrecision kv,
+void write_row(const TensorView& data, const TensorView& scale, const TensorView& min, KVPrecision kv,
                Slot at, int kh, const std::vector<float>& x) {
   const int D = static_cast<int>(x.size());
   if (kv == KVPrecision::u8) {
@@ -85,7 +85,7 @@ void write_row(const TensorView& data, const TensorView& scale, const TensorView
     }
     num::U8Params qp = num::u8_params(mn, mx);
     scale.ptr<uint16_t>()[offset(scale, at.block, kh, at.slot)] = qp.scale_bits;
-    zp.ptr<uint16_t>()[offset(zp, at.block, kh, at.slot)] = qp.zp_bits;
+    min.ptr<uint16_t>()[offset(min, at.block, kh, at.slot)] = qp.min_bits;
     for (int d = 0; d < D; ++d) data.ptr<uint8_t>()[offset(data, at.block, kh, at.slot, d)] = num::u8_quantize(x[d], qp);
   } else {
     for (int d = 0; d < D; ++d) store(data, offset(data, at.block, kh, at.slot, d), x[d]);
@@ -93,13 +93,14 @@ void write_row(const TensorView& data, const TensorView& scale, const TensorView
 }
 
 // Reads one row of a key (or value) from the cache as float (dequantising for u8).
-void read_row(const TensorView& data, const TensorView& scale, const TensorView& zp, KVPrecision kv, Slot at,
+// u8: min + code * scale, in double (then float: within one f32 rounding of the exact value).
+void read_row(const TensorView& data, const TensorView& scale, const TensorView& min, KVPrecision kv, Slot at,
               int kh, float* x, int D) {
   if (kv == KVPrecision::u8) {
-    float sc = num::f16_bits_to_f32(scale.ptr<const uint16_t>()[offset(scale, at.block, kh, at.slot)]);
-    float z = num::f16_bits_to_f32(zp.ptr<const uint16_t>()[offset(zp, at.block, kh, at.slot)]);
+    const double sc = num::f16_bits_to_f32(scale.ptr<const uint16_t>()[offset(scale, at.block, kh, at.slot)]);
+    const double mn = num::f16_bits_to_f32(min.ptr<const uint16_t>()[offset(min, at.block, kh, at.slot)]);
     for (int d = 0; d < D; ++d)
-      x[d] = num::u8_dequantize(data.ptr<const uint8_t>()[offset(data, at.block, kh, at.slot, d)], sc, z);
+      x[d] = static_cast<float>(mn + sc * data.ptr<const uint8_t>()[offset(data, at.block, kh, at.slot, d)]);
   } else {
     for (int d = 0; d < D; ++d) x[d] = load(data, offset(data, at.block, kh, at.slot, d));
   }
@@ -131,9 +132,9 @@ void write_kv(const Params& p) {
       const Slot at = slot_of(p, L, s, past + t);
       for (int kh = 0; kh < L.Hk; ++kh) {
         for (int d = 0; d < L.D; ++d) row[d] = load(p.key, offset(p.key, tok0 + t, kh * L.D + d));
-        write_row(c.key, c.key_scale, c.key_zero_point, L.kv, at, kh, row);
+        write_row(c.key, c.key_scale, c.key_min, L.kv, at, kh, row);
         for (int d = 0; d < L.D; ++d) row[d] = load(p.value, offset(p.value, tok0 + t, kh * L.D + d));
-        write_row(c.value, c.value_scale, c.value_zero_point, L.kv, at, kh, row);
+        write_row(c.value, c.value_scale, c.value_min, L.kv, at, kh, row);
       }
     }
   }
@@ -151,14 +152,17 @@ void attention(const Params& p) {
     const int T = load_i32(p.subsequence_begins, s + 1) - tok0;
     const int ctx = past + T;
 
-    // Gather this sequence's keys and values through the block table: [Hk][ctx][D] as float.
+    // Gather this sequence's keys and values through the block table: [Hk][ctx][D] as float. Keys
+    // before the first new token's sliding window are seen by no token: their blocks are not read
+    // (their table entries may hold anything, params.h).
     std::vector<float> K(static_cast<size_t>(L.Hk) * ctx * L.D), V(K.size());
-    for (int j = 0; j < ctx; ++j) {
+    const int lo = p.sliding_window > 0 ? std::max(0, past - p.sliding_window + 1) : 0;
+    for (int j = lo; j < ctx; ++j) {
       const Slot at = slot_of(p, L, s, j);
       for (int kh = 0; kh < L.Hk; ++kh) {
         const size_t row = (static_cast<size_t>(kh) * ctx + j) * L.D;
-        read_row(c.key, c.key_scale, c.key_zero_point, L.kv, at, kh, &K[row], L.D);
-        read_row(c.value, c.value_scale, c.value_zero_point, L.kv, at, kh, &V[row], L.D);
+        read_row(c.key, c.key_scale, c.key_min, L.kv, at, kh, &K[row], L.D);
+        read_row(c.value, c.value_scale, c.value_min, L.kv, at, kh, &V[row], L.D);
       }
     }
 

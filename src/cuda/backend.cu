@@ -369,10 +369,10 @@ class CudaPlan final : public detail::PlanImpl {
   void run(const Params& p) override {
     detail::check_same_signature(planned_, p);
     const TensorView* need_align[] = {&p.query, &p.key, &p.value, &p.out, &p.cache.key, &p.cache.value,
-                                      &p.cache.key_scale, &p.cache.key_zero_point, &p.cache.value_scale,
-                                      &p.cache.value_zero_point};
+                                      &p.cache.key_scale, &p.cache.key_min, &p.cache.value_scale,
+                                      &p.cache.value_min};
     const char* names[] = {"query", "key", "value", "out", "key_cache", "value_cache",
-                           "key_scale", "key_zero_point", "value_scale", "value_zero_point"};
+                           "key_scale", "key_min", "value_scale", "value_min"};
     for (int i = 0; i < 10; ++i)
       if (!aligned16(*need_align[i]))
         throw ValidationError(names[i], "the cuda backend needs 16-byte aligned data");
@@ -385,9 +385,9 @@ class CudaPlan final : public detail::PlanImpl {
     P.k_cache = p.cache.key.data;
     P.v_cache = p.cache.value.data;
     P.k_scale = static_cast<uint16_t*>(p.cache.key_scale.data);
-    P.k_zp = static_cast<uint16_t*>(p.cache.key_zero_point.data);
+    P.k_min = static_cast<uint16_t*>(p.cache.key_min.data);
     P.v_scale = static_cast<uint16_t*>(p.cache.value_scale.data);
-    P.v_zp = static_cast<uint16_t*>(p.cache.value_zero_point.data);
+    P.v_min = static_cast<uint16_t*>(p.cache.value_min.data);
     P.past_lens = d_past_.as<int32_t>();
     P.subseq_begins = d_sb_.as<int32_t>();
     P.block_indices = d_bi_.as<int32_t>();

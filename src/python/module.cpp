@@ -29,7 +29,7 @@ namespace {
 // The fields the op writes: they must be writable arrays (a read-only NumPy array is refused).
 bool is_written(const std::string& name) {
   return name == "out" || name == "scores" || name == "key_cache" || name == "value_cache" ||
-         name == "key_scale" || name == "key_zero_point" || name == "value_scale" || name == "value_zero_point";
+         name == "key_scale" || name == "key_min" || name == "value_scale" || name == "value_min";
 }
 
 DType to_dtype(const nb::dlpack::dtype& t, const std::string& name) {
@@ -146,7 +146,7 @@ struct Scalars {
 Params make_params(const nb::dict& tensors, const Scalars& s, Keep& keep) {
   Params p;
   static const char* kKnown[] = {"query", "key", "value", "key_cache", "value_cache", "key_scale",
-                                 "key_zero_point", "value_scale", "value_zero_point", "past_lens",
+                                 "key_min", "value_scale", "value_min", "past_lens",
                                  "subsequence_begins", "block_indices", "block_indices_begins",
                                  "alibi_slopes", "sinks", "qq_bias", "qq_bias_begins", "out", "scores"};
   for (auto [k, v] : tensors) {
@@ -167,9 +167,9 @@ Params make_params(const nb::dict& tensors, const Scalars& s, Keep& keep) {
   p.cache.key = get("key_cache");
   p.cache.value = get("value_cache");
   p.cache.key_scale = get("key_scale");
-  p.cache.key_zero_point = get("key_zero_point");
+  p.cache.key_min = get("key_min");
   p.cache.value_scale = get("value_scale");
-  p.cache.value_zero_point = get("value_zero_point");
+  p.cache.value_min = get("value_min");
   p.past_lens = get("past_lens");
   p.subsequence_begins = get("subsequence_begins");
   p.block_indices = get("block_indices");

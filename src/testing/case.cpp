@@ -5,7 +5,10 @@
 // every standard library.
 #include "testing/case.h"
 
+#include "cpu/oracle.h"
+
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +17,7 @@
 #include <numeric>
 #include <random>
 #include <sstream>
+#include <thread>
 #include <stdexcept>
 
 #include "common/numeric.h"
@@ -242,6 +246,18 @@ Case make_random_case(uint64_t seed, const CaseConfig& cfg) {
     }
   }
 
+  // Sliding window: positions before the first new token's window are seen by no token. Their slots
+  // stay poisoned (NaN, never filled below), and half the time their blocks are freed as engines free
+  // them: the table entries wholly before the window become -1 or garbage (params.h).
+  std::vector<int> window_lo(c.num_seqs, 0);
+  if (c.sliding_window > 0)
+    for (int s = 0; s < c.num_seqs; ++s) {
+      window_lo[s] = std::max(0, c.past_lens[s] - c.sliding_window + 1);
+      if (r.chance(0.5))
+        for (int b = 0; (b + 1) * bs <= window_lo[s]; ++b)
+          c.block_indices[c.block_indices_begins[s] + b] = r.chance(0.5) ? -1 : std::numeric_limits<int32_t>::max();
+    }
+
   // --- new tokens -----------------------------------------------------------------------------------
   const size_t qsz = dtype_size(c.qdtype);
   const double qstd = r.pick(std::vector<double>{0.5, 1.0, 2.0});
@@ -264,9 +280,9 @@ Case make_random_case(uint64_t seed, const CaseConfig& cfg) {
   c.value_cache.resize(c.key_cache.size());
   if (c.kv == KVPrecision::u8) {
     c.key_scale.assign(rows, kF16NaN);
-    c.key_zp.assign(rows, kF16NaN);
+    c.key_min.assign(rows, kF16NaN);
     c.value_scale.assign(rows, kF16NaN);
-    c.value_zp.assign(rows, kF16NaN);
+    c.value_min.assign(rows, kF16NaN);
   }
   for (int64_t i = 0; i < rows * D; ++i) {
     store_nan(c.key_cache.data(), kvt, i);
@@ -274,24 +290,26 @@ Case make_random_case(uint64_t seed, const CaseConfig& cfg) {
   }
   // Positions [0, filled) of each sequence hold data: the past, plus the new tokens when they are not
   // written in by this call.
-  auto fill_row = [&](std::vector<uint8_t>& data, std::vector<uint16_t>& scale, std::vector<uint16_t>& zp,
+  auto fill_row = [&](std::vector<uint8_t>& data, std::vector<uint16_t>& scale, std::vector<uint16_t>& min,
                       int64_t row) {
     if (c.kv == KVPrecision::u8) {
+      // rows straddling zero, as keys and values after projections do: min = -(64..192 steps)
       for (int d = 0; d < D; ++d) data[row * D + d] = static_cast<uint8_t>(r.uniform_int(0, 255));
-      scale[row] = num::f32_to_f16_bits(static_cast<float>(r.uniform(0.004, 0.03)));
-      zp[row] = num::f32_to_f16_bits(static_cast<float>(r.uniform(64.0, 192.0)));
+      const double sc = r.uniform(0.004, 0.03);
+      scale[row] = num::f32_to_f16_bits(static_cast<float>(sc));
+      min[row] = num::f32_to_f16_bits(static_cast<float>(-sc * r.uniform(64.0, 192.0)));
     } else {
       for (int d = 0; d < D; ++d) store_float(data.data(), kvt, row * D + d, static_cast<float>(r.normal()));
     }
   };
   for (int s = 0; s < c.num_seqs; ++s) {
     const int filled = c.write_kv ? c.past_lens[s] : c.ctx(s);
-    for (int pos = 0; pos < filled; ++pos) {
+    for (int pos = window_lo[s]; pos < filled; ++pos) {
       const int block = c.block_indices[c.block_indices_begins[s] + pos / bs];
       for (int kh = 0; kh < Hk; ++kh) {
         const int64_t row = (static_cast<int64_t>(block) * Hk + kh) * bs + pos % bs;
-        fill_row(c.key_cache, c.key_scale, c.key_zp, row);
-        fill_row(c.value_cache, c.value_scale, c.value_zp, row);
+        fill_row(c.key_cache, c.key_scale, c.key_min, row);
+        fill_row(c.value_cache, c.value_scale, c.value_min, row);
       }
     }
   }
@@ -324,9 +342,9 @@ Params Case::params() {
   p.cache.value = view(value_cache.data(), kvt, {num_blocks, Hk, block_size, D});
   if (kv == KVPrecision::u8) {
     p.cache.key_scale = view(key_scale.data(), DType::f16, {num_blocks, Hk, block_size});
-    p.cache.key_zero_point = view(key_zp.data(), DType::f16, {num_blocks, Hk, block_size});
+    p.cache.key_min = view(key_min.data(), DType::f16, {num_blocks, Hk, block_size});
     p.cache.value_scale = view(value_scale.data(), DType::f16, {num_blocks, Hk, block_size});
-    p.cache.value_zero_point = view(value_zp.data(), DType::f16, {num_blocks, Hk, block_size});
+    p.cache.value_min = view(value_min.data(), DType::f16, {num_blocks, Hk, block_size});
   }
   p.past_lens = view(past_lens.data(), DType::i32, {num_seqs});
   p.subsequence_begins = view(subsequence_begins.data(), DType::i32, {num_seqs + 1});
@@ -360,8 +378,11 @@ std::string Case::describe() const {
   if (!qq_bias.empty() || !qq_bias_begins.empty()) os << " tree";
   if (want_scores) os << " scores";
   std::vector<int32_t> used;  // the blocks read, to spot prefix sharing
-  for (int s = 0; s < num_seqs; ++s)
-    for (int b = 0; b < (ctx(s) + block_size - 1) / block_size; ++b) used.push_back(block_indices[block_indices_begins[s] + b]);
+  for (int s = 0; s < num_seqs; ++s) {
+    const int lo = sliding_window > 0 ? std::max(0, past_lens[s] - sliding_window + 1) : 0;
+    for (int b = lo / block_size; b < (ctx(s) + block_size - 1) / block_size; ++b)
+      used.push_back(block_indices[block_indices_begins[s] + b]);
+  }
   std::sort(used.begin(), used.end());
   if (std::adjacent_find(used.begin(), used.end()) != used.end()) os << " shared-prefix";
   os << " past=[";
@@ -450,6 +471,59 @@ uint64_t base_seed(const char* binary, uint64_t fallback) {
     return s;
   }();
   return seed;
+}
+
+void reference_forward(Case& c, int threads) {
+  Params p = c.params();
+  oracle::write_kv(p);
+  // Sequence s alone: its metadata entries as one-sequence views (the oracle indexes query, out and the
+  // block table by the absolute offsets they hold) and its slice of scores.
+  std::vector<int64_t> scores_base(c.num_seqs + 1, 0);
+  for (int s = 0; s < c.num_seqs; ++s) scores_base[s + 1] = scores_base[s] + c.ctx(s);
+  auto one = [&](int s) {
+    Params q = p;
+    auto at = [](const TensorView& v, int64_t off, int64_t n) {
+      return TensorView::contiguous(v.ptr<int32_t>() + off, DType::i32, Device::cpu, {n});
+    };
+    q.past_lens = at(p.past_lens, s, 1);
+    q.subsequence_begins = at(p.subsequence_begins, s, 2);
+    q.block_indices_begins = at(p.block_indices_begins, s, 2);
+    if (p.qq_bias_begins.present()) q.qq_bias_begins = at(p.qq_bias_begins, s, 2);
+    if (p.scores.present())
+      q.scores = TensorView::contiguous(c.scores.data() + scores_base[s], DType::f32, Device::cpu, {c.ctx(s)});
+    oracle::attention(q);
+  };
+  std::atomic<int> next{0};
+  std::vector<std::thread> pool;
+  for (int t = 0; t < std::max(1, threads); ++t)
+    pool.emplace_back([&] {
+      for (int s = next++; s < c.num_seqs; s = next++) one(s);
+    });
+  for (auto& th : pool) th.join();
+}
+
+void apply_edge_rows(Case& c, uint64_t seed) {
+  if (!c.write_kv) return;
+  Rng r(seed);
+  const int D = c.head_size, Hk = c.num_kv_heads;
+  for (int tok = 0; tok < c.num_tokens; ++tok)
+    for (int kh = 0; kh < Hk; ++kh)
+      for (int which = 0; which < 2; ++which) {  // 0: key, 1: value
+        const int kind = static_cast<int>(r.uniform_int(0, 8));
+        double lo = 0.0, width = 0.0;  // the row: uniform in [lo, lo + width)
+        switch (kind) {
+          case 0: lo = 100.0, width = 0.1; break;   // far from zero: a zero point of -255000 overflowed f16
+          case 1: lo = -100.1, width = 0.1; break;
+          case 2: lo = r.pick(std::vector<double>{0.0, 100.05, -7.0, 1e-7, which ? 65504.0 : 3.0}); break;  // constant
+          case 3: lo = 0.0, width = 1e-6; break;    // a subnormal range
+          case 4: lo = which ? 60000.0 : 10.0, width = which ? 5504.0 : 0.1; break;  // values up to 65504
+          case 5: lo = which ? -65504.0 : -1.0, width = which ? 131008.0 : 2.0; break;
+          default: continue;                        // stays a random N(0, 1) row
+        }
+        std::vector<uint8_t>& dst = which == 0 ? c.key : c.value;
+        const int64_t base = (static_cast<int64_t>(tok) * Hk + kh) * D;
+        for (int d = 0; d < D; ++d) store_float(dst.data(), c.qdtype, base + d, static_cast<float>(lo + width * r.uniform()));
+      }
 }
 
 }  // namespace testing

@@ -51,7 +51,7 @@ struct Case {
   // raw bytes in the dtype of the tensor
   std::vector<uint8_t> query, key, value, out;        // [num_tokens, heads*D] in qdtype
   std::vector<uint8_t> key_cache, value_cache;        // [num_blocks, Hk, bs, D] in kv dtype
-  std::vector<uint16_t> key_scale, key_zp, value_scale, value_zp;  // u8 only: [num_blocks, Hk, bs] f16
+  std::vector<uint16_t> key_scale, key_min, value_scale, value_min;  // u8 only: [num_blocks, Hk, bs] f16
   std::vector<float> scores;                           // [sum ctx] or empty
 
   int T(int s) const { return subsequence_begins[s + 1] - subsequence_begins[s]; }
@@ -68,6 +68,15 @@ uint64_t base_seed(const char* binary, uint64_t fallback);
 
 /// Draws a random valid case (deterministic in `seed`).
 Case make_random_case(uint64_t seed, const CaseConfig& cfg);
+
+/// The oracle on `c` (write-in, then attention) with its sequences spread over `threads` threads:
+/// the same results as oracle::forward(c.params()), for long batches in a fraction of the time.
+void reference_forward(Case& c, int threads);
+
+/// Replaces rows of the new tokens' keys and values (write_kv cases) with rows at the corners of the u8
+/// rule of params.h: far from zero ([100, 100.1)), constant, a subnormal range, and (values) up to
+/// +-65504; a third of the rows stay random. Deterministic in `seed`.
+void apply_edge_rows(Case& c, uint64_t seed);
 
 /// Reads element i of a raw buffer of dtype `t` as float.
 float load_as_float(const uint8_t* data, DType t, int64_t i);

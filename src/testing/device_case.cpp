@@ -34,9 +34,9 @@ DeviceCase::DeviceCase(Case& c) : c_(c) {
   copy(params_.cache.key);
   copy(params_.cache.value);
   copy(params_.cache.key_scale);
-  copy(params_.cache.key_zero_point);
+  copy(params_.cache.key_min);
   copy(params_.cache.value_scale);
-  copy(params_.cache.value_zero_point);
+  copy(params_.cache.value_min);
   copy(params_.alibi_slopes);
   copy(params_.sinks);
   copy(params_.out);
@@ -60,9 +60,9 @@ void DeviceCase::download() {
   back(params_.cache.key, host.cache.key);
   back(params_.cache.value, host.cache.value);
   back(params_.cache.key_scale, host.cache.key_scale);
-  back(params_.cache.key_zero_point, host.cache.key_zero_point);
+  back(params_.cache.key_min, host.cache.key_min);
   back(params_.cache.value_scale, host.cache.value_scale);
-  back(params_.cache.value_zero_point, host.cache.value_zero_point);
+  back(params_.cache.value_min, host.cache.value_min);
 }
 
 }  // namespace testing

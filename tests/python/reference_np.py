@@ -35,9 +35,9 @@ class Case:
     key_cache: np.ndarray        # [num_blocks, Hk, bs, D]
     value_cache: np.ndarray
     key_scale: Optional[np.ndarray] = None      # u8: [num_blocks, Hk, bs] f16
-    key_zero_point: Optional[np.ndarray] = None
+    key_min: Optional[np.ndarray] = None
     value_scale: Optional[np.ndarray] = None
-    value_zero_point: Optional[np.ndarray] = None
+    value_min: Optional[np.ndarray] = None
     scale: Optional[float] = None
     sliding_window: int = 0
     alibi_slopes: Optional[np.ndarray] = None
@@ -62,8 +62,8 @@ class Case:
 
     def kwargs(self) -> Dict[str, object]:
         """The keyword arguments of pagedattn.forward / plan for this case."""
-        names = ["query", "key", "value", "key_cache", "value_cache", "key_scale", "key_zero_point",
-                 "value_scale", "value_zero_point", "past_lens", "subsequence_begins", "block_indices",
+        names = ["query", "key", "value", "key_cache", "value_cache", "key_scale", "key_min",
+                 "value_scale", "value_min", "past_lens", "subsequence_begins", "block_indices",
                  "block_indices_begins", "scale", "sliding_window", "alibi_slopes", "sinks", "qq_bias",
                  "qq_bias_begins", "out", "scores"]
         kw = {n: getattr(self, n) for n in names}
@@ -81,29 +81,51 @@ class Case:
 
     def snapshot(self) -> Dict[str, np.ndarray]:
         """Copies of every array the op may write (to check what it changed)."""
-        names = ["key_cache", "value_cache", "key_scale", "key_zero_point", "value_scale",
-                 "value_zero_point", "out", "scores"]
+        names = ["key_cache", "value_cache", "key_scale", "key_min", "value_scale",
+                 "value_min", "out", "scores"]
         return {n: getattr(self, n).copy() for n in names if getattr(self, n) is not None}
 
 
 # --- u8 quantisation (params.h), in float32 like the op -------------------------------------------------
+def _f16_step(h: np.ndarray, down: np.ndarray) -> np.ndarray:
+    """h (float16) moved one representable value toward -inf where `down`, else unchanged."""
+    bits = h.view(np.uint16).astype(np.int32)
+    neg = (bits & 0x8000) != 0
+    stepped = np.where(neg, bits + 1, np.where(bits == 0, 0x8001, bits - 1))
+    return np.where(down, stepped, bits).astype(np.uint16).view(np.float16)
+
+
+def f16_down(x: np.ndarray) -> np.ndarray:
+    """The largest float16 <= x (x float32 within the f16 range)."""
+    h = x.astype(np.float16)
+    return _f16_step(h, h.astype(np.float32) > x)
+
+
+def f16_up(x: np.ndarray) -> np.ndarray:
+    """The smallest float16 >= x (x float32, 0 <= x <= 65504)."""
+    return -f16_down(-x)
+
+
 def quantize_u8_rows(x: np.ndarray):
-    """x [..., D] float32 -> (codes u8 [..., D], scale f16 [...], zp f16 [...])."""
-    x = x.astype(np.float32)
-    mn = x.min(axis=-1)
-    mx = x.max(axis=-1)
-    s = (mx - mn) / np.float32(255.0)
-    s = np.where(s == 0, np.float32(1.0), s).astype(np.float32)
-    scale = s.astype(np.float16)
-    scale = np.where(scale == 0, np.float16(1.0), scale)           # below f16's range: constant row
-    zp = (-mn / scale.astype(np.float32)).astype(np.float16)
-    v = x / scale.astype(np.float32)[..., None] + zp.astype(np.float32)[..., None]
-    codes = np.clip(np.rint(v), 0, 255).astype(np.uint8)
-    return codes, scale, zp
+    """x [..., D] float32 -> (codes u8 [..., D], scale f16 [...], min f16 [...]) by the rule of params.h."""
+    x = np.clip(np.nan_to_num(x.astype(np.float32), nan=-65504.0), -65504.0, 65504.0).astype(np.float32)
+    mn = f16_down(x.min(axis=-1))
+    s = ((x.max(axis=-1) - mn.astype(np.float32)) / np.float32(255.0)).astype(np.float32)
+    scale = np.where(s > 0, f16_up(s), np.float16(0.0)).astype(np.float16)
+    while True:  # the top code must not read back above 65504: step the scale down there
+        over = mn.astype(np.float32) + np.float32(255.0) * scale.astype(np.float32) > np.float32(65504.0)
+        if not over.any():
+            break
+        scale = np.where(over, (scale.view(np.uint16) - np.uint16(1)).view(np.float16), scale)
+    sc32 = scale.astype(np.float32)[..., None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        v = (x - mn.astype(np.float32)[..., None]) / np.where(sc32 > 0, sc32, np.float32(1.0))
+    codes = np.where(sc32 > 0, np.clip(np.rint(v), 0, 255), 0).astype(np.uint8)
+    return codes, scale, mn
 
 
-def dequantize_u8(codes: np.ndarray, scale: np.ndarray, zp: np.ndarray) -> np.ndarray:
-    return (codes.astype(np.float64) - zp.astype(np.float64)[..., None]) * scale.astype(np.float64)[..., None]
+def dequantize_u8(codes: np.ndarray, scale: np.ndarray, mn: np.ndarray) -> np.ndarray:
+    return mn.astype(np.float64)[..., None] + codes.astype(np.float64) * scale.astype(np.float64)[..., None]
 
 
 # --- random cases -----------------------------------------------------------------------------------
@@ -111,7 +133,7 @@ def make_case(seed: int, *, kv: Optional[str] = None, qdtype=None, write: Option
               max_seqs: int = 4, max_T: int = 9, max_past: int = 70, head_sizes=(8, 16, 32, 64),
               block_sizes=(1, 4, 8, 16)) -> Case:
     """A random valid case. Unused blocks, unused slots of partly filled blocks, the rows to be written
-    and the outputs are poisoned (NaN; u8 codes 0xFF with NaN scale/zero point)."""
+    and the outputs are poisoned (NaN; u8 codes 0xFF with NaN scale/min)."""
     rng = np.random.default_rng(seed)
     num_seqs = int(rng.integers(1, max_seqs + 1))
     Hk = int(rng.choice([1, 2]))
@@ -151,11 +173,11 @@ def make_case(seed: int, *, kv: Optional[str] = None, qdtype=None, write: Option
     if kv == "f16":
         kc = np.full(shape, F16_NAN, np.float16)
         vc = np.full(shape, F16_NAN, np.float16)
-        ks = kz = vs = vz = None
+        ks = km = vs = vm = None
     else:
         kc = np.full(shape, U8_POISON, np.uint8)
         vc = np.full(shape, U8_POISON, np.uint8)
-        ks, kz, vs, vz = (np.full(shape[:3], F16_NAN, np.float16) for _ in range(4))
+        ks, km, vs, vm = (np.full(shape[:3], F16_NAN, np.float16) for _ in range(4))
     for s in range(num_seqs):
         filled = int(past[s]) if write else int(ctx[s])
         for p in range(filled):
@@ -164,10 +186,11 @@ def make_case(seed: int, *, kv: Optional[str] = None, qdtype=None, write: Option
                 kc[b, :, slot] = rng.standard_normal((Hk, D)).astype(np.float16)
                 vc[b, :, slot] = rng.standard_normal((Hk, D)).astype(np.float16)
             else:
-                for c, sc, zp in ((kc, ks, kz), (vc, vs, vz)):
+                for c, sc, mn in ((kc, ks, km), (vc, vs, vm)):
                     c[b, :, slot] = rng.integers(0, 256, (Hk, D), dtype=np.uint8)
-                    sc[b, :, slot] = rng.uniform(0.004, 0.02, Hk).astype(np.float16)
-                    zp[b, :, slot] = rng.uniform(90, 160, Hk).astype(np.float16)
+                    step = rng.uniform(0.004, 0.02, Hk)
+                    sc[b, :, slot] = step.astype(np.float16)
+                    mn[b, :, slot] = (-step * rng.uniform(90, 160, Hk)).astype(np.float16)
 
     query = rng.standard_normal((num_tokens, H * D)).astype(qdtype)
     key = value = None
@@ -178,7 +201,7 @@ def make_case(seed: int, *, kv: Optional[str] = None, qdtype=None, write: Option
     case = Case(seed=seed, num_heads=H, num_kv_heads=Hk, head_size=D, block_size=bs, num_blocks=num_blocks,
                 kv=kv, qdtype=qdtype, past_lens=past, subsequence_begins=begins, block_indices=block_indices,
                 block_indices_begins=table_begins, query=query, key=key, value=value, key_cache=kc,
-                value_cache=vc, key_scale=ks, key_zero_point=kz, value_scale=vs, value_zero_point=vz)
+                value_cache=vc, key_scale=ks, key_min=km, value_scale=vs, value_min=vm)
     if rng.random() < 0.5:
         case.scale = float(rng.uniform(0.05, 0.5))
     if rng.random() < 0.3:
@@ -206,8 +229,8 @@ def make_case(seed: int, *, kv: Optional[str] = None, qdtype=None, write: Option
 def expected_cache(case: Case, before: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
     """The cache arrays after the write-in: `before` with the new rows stored (f16: rounded; u8: this
     module's quantisation)."""
-    exp = {n: before[n].copy() for n in ("key_cache", "value_cache", "key_scale", "key_zero_point",
-                                         "value_scale", "value_zero_point") if n in before}
+    exp = {n: before[n].copy() for n in ("key_cache", "value_cache", "key_scale", "key_min",
+                                         "value_scale", "value_min") if n in before}
     if case.key is None:
         return exp
     Hk, D, bs = case.num_kv_heads, case.head_size, case.block_size
@@ -217,16 +240,16 @@ def expected_cache(case: Case, before: Dict[str, np.ndarray]) -> Dict[str, np.nd
             row = int(case.subsequence_begins[s]) + t
             p = int(case.past_lens[s]) + t
             b, slot = table[p // bs], p % bs
-            for src, c, sc, zp in ((case.key, "key_cache", "key_scale", "key_zero_point"),
-                                   (case.value, "value_cache", "value_scale", "value_zero_point")):
+            for src, c, sc, mn in ((case.key, "key_cache", "key_scale", "key_min"),
+                                   (case.value, "value_cache", "value_scale", "value_min")):
                 x = src[row].astype(np.float32).reshape(Hk, D)
                 if case.kv == "f16":
                     exp[c][b, :, slot] = x.astype(np.float16)
                 else:
-                    codes, scale, zero = quantize_u8_rows(x)
+                    codes, scale, row_min = quantize_u8_rows(x)
                     exp[c][b, :, slot] = codes
                     exp[sc][b, :, slot] = scale
-                    exp[zp][b, :, slot] = zero
+                    exp[mn][b, :, slot] = row_min
     return exp
 
 
@@ -241,8 +264,8 @@ def _gather(case: Case, cache: Dict[str, np.ndarray], s: int, which: str) -> np.
     if case.kv == "f16":
         return data.astype(np.float64)
     scale = cache[f"{which}_scale"][blocks, :, slots]                # [ctx, Hk]
-    zp = cache[f"{which}_zero_point"][blocks, :, slots]
-    return dequantize_u8(data, scale, zp)
+    mn = cache[f"{which}_min"][blocks, :, slots]
+    return dequantize_u8(data, scale, mn)
 
 
 def attention(case: Case, cache: Dict[str, np.ndarray]):

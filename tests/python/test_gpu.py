@@ -26,8 +26,8 @@ DEV = torch.device("cuda")
 TOL = {torch.float16: 4e-3, torch.bfloat16: 2.5e-2}       # atol = rtol, vs a float64 reference
 WORST = {}                                                 # dtype -> worst abs error seen (printed at the end)
 
-_FIELDS = ("query", "key", "value", "key_cache", "value_cache", "key_scale", "key_zero_point", "value_scale",
-           "value_zero_point", "alibi_slopes", "sinks", "out", "scores")
+_FIELDS = ("query", "key", "value", "key_cache", "value_cache", "key_scale", "key_min", "value_scale",
+           "value_min", "alibi_slopes", "sinks", "out", "scores")
 _HOST = ("past_lens", "subsequence_begins", "block_indices", "block_indices_begins", "qq_bias", "qq_bias_begins")
 
 
@@ -94,8 +94,8 @@ def sdpa_reference(case, t):
             data = t[f"{which}_cache"][blocks, :, slots]                     # [n, Hk, D]
             if case.kv == "u8":
                 sc = t[f"{which}_scale"][blocks, :, slots].double()
-                zp = t[f"{which}_zero_point"][blocks, :, slots].double()
-                return (data.double() - zp[..., None]) * sc[..., None]
+                mn = t[f"{which}_min"][blocks, :, slots].double()
+                return mn[..., None] + data.double() * sc[..., None]
             return data.double()
 
         K = gather("key").repeat_interleave(G, dim=1).transpose(0, 1)          # [H, n, D]
@@ -169,8 +169,8 @@ def check_cache_write(case, before, t):
 @pytest.mark.parametrize("seed", range(SEED, SEED + NUM_CASES))
 def test_cuda_matches_sdpa_float64(seed, qdtype):
     case, t = gpu_case(seed, qdtype)
-    before = {n: t[n].cpu().numpy().copy() for n in ("key_cache", "value_cache", "key_scale", "key_zero_point",
-                                                    "value_scale", "value_zero_point") if t[n] is not None}
+    before = {n: t[n].cpu().numpy().copy() for n in ("key_cache", "value_cache", "key_scale", "key_min",
+                                                    "value_scale", "value_min") if t[n] is not None}
     got = call(case, t)
     torch.cuda.synchronize()
     assert got is t["out"]
@@ -186,8 +186,8 @@ def test_custom_op_on_cuda():
     t["scores"] = case.scores = None
     got = pat.forward(t["query"], None, None, t["key_cache"], t["value_cache"], t["past_lens"],
                       t["subsequence_begins"], t["block_indices"], t["block_indices_begins"],
-                      num_heads=case.num_heads, key_scale=t["key_scale"], key_zero_point=t["key_zero_point"],
-                      value_scale=t["value_scale"], value_zero_point=t["value_zero_point"], scale=case.scale,
+                      num_heads=case.num_heads, key_scale=t["key_scale"], key_min=t["key_min"],
+                      value_scale=t["value_scale"], value_min=t["value_min"], scale=case.scale,
                       sliding_window=case.sliding_window, alibi_slopes=t["alibi_slopes"], sinks=t["sinks"],
                       qq_bias=t["qq_bias"], qq_bias_begins=t["qq_bias_begins"], scores=t["scores"])
     torch.cuda.synchronize()
@@ -231,8 +231,8 @@ def test_cuda_graph_replay():
             t[n].copy_(torch.randn(t[n].shape, generator=gen).to(t[n].dtype))
             setattr(case, n, t[n].float().cpu().numpy())
         t["out"].fill_(float("nan"))
-        before = {n: t[n].cpu().numpy().copy() for n in ("key_cache", "value_cache", "key_scale", "key_zero_point",
-                                                        "value_scale", "value_zero_point") if t[n] is not None}
+        before = {n: t[n].cpu().numpy().copy() for n in ("key_cache", "value_cache", "key_scale", "key_min",
+                                                        "value_scale", "value_min") if t[n] is not None}
         g.replay()
         torch.cuda.synchronize()
         check_cache_write(case, before, t)

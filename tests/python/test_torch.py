@@ -12,8 +12,8 @@ import reference_np as ref  # noqa: E402
 from test_cpu import check_case  # noqa: E402
 
 SEED = 5150000
-_TENSOR_FIELDS = ("query", "key", "value", "key_cache", "value_cache", "key_scale", "key_zero_point", "value_scale",
-                  "value_zero_point", "past_lens", "subsequence_begins", "block_indices", "block_indices_begins",
+_TENSOR_FIELDS = ("query", "key", "value", "key_cache", "value_cache", "key_scale", "key_min", "value_scale",
+                  "value_min", "past_lens", "subsequence_begins", "block_indices", "block_indices_begins",
                   "alibi_slopes", "sinks", "qq_bias", "qq_bias_begins", "out", "scores")
 
 
@@ -23,8 +23,8 @@ def torch_views(case):
 
 
 def op_args(case, t):
-    return dict(num_heads=case.num_heads, key_scale=t["key_scale"], key_zero_point=t["key_zero_point"],
-                value_scale=t["value_scale"], value_zero_point=t["value_zero_point"], scale=case.scale,
+    return dict(num_heads=case.num_heads, key_scale=t["key_scale"], key_min=t["key_min"],
+                value_scale=t["value_scale"], value_min=t["value_min"], scale=case.scale,
                 sliding_window=case.sliding_window, alibi_slopes=t["alibi_slopes"], sinks=t["sinks"],
                 qq_bias=t["qq_bias"], qq_bias_begins=t["qq_bias_begins"], out=t["out"], scores=t["scores"])
 
@@ -105,8 +105,8 @@ def test_opcheck():
     case = ref.make_case(SEED + 500, kv="u8", write=True)
     case.scores = np.zeros(sum(case.ctx(s) for s in range(case.num_seqs)), np.float32)
     t = torch_views(case)
-    args = (t["query"], t["key"], t["value"], t["key_cache"], t["value_cache"], t["key_scale"], t["key_zero_point"],
-            t["value_scale"], t["value_zero_point"], t["past_lens"], t["subsequence_begins"], t["block_indices"],
+    args = (t["query"], t["key"], t["value"], t["key_cache"], t["value_cache"], t["key_scale"], t["key_min"],
+            t["value_scale"], t["value_min"], t["past_lens"], t["subsequence_begins"], t["block_indices"],
             t["block_indices_begins"], t["out"], t["scores"], t["alibi_slopes"], t["sinks"], t["qq_bias"],
             t["qq_bias_begins"], case.num_heads, case.scale, case.sliding_window, None, False)
     torch.library.opcheck(torch.ops.pagedattn.forward.default, args,

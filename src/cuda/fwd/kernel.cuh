@@ -11,8 +11,9 @@
 // what T=1 costs.
 // u8 caches: the MMAs run on the codes (biased by 1024, exact in f16) straight from shared memory, and
 // the affine parameters are folded into per-key epilogues:
-//   s_j = scale_j * (q . (code_j + 1024) - (zp_j + 1024) * sum(q))
-//   o   = sum_j (p_j * vscale_j) code_j - sum_j (p_j * vscale_j) * vzp_j
+//   s_j = scale_j * (q . (code_j + 1024) - 1024 * sum(q)) + min_j * sum(q)
+//   o   = sum_j (p_j * vscale_j) (code_j - 128) + sum_j p_j (vmin_j + 128 vscale_j)
+// (values centred: both sums stay near the result's size, whatever the number of keys summed).
 // The op's KV write-in is fused for sequences that are one chunk: before reading, a CTA writes (and
 // quantises) every new token that lies in its key range, for its kv head; each row has one writer.
 // Sequences cut into several chunks are written by write_kernel, launched before this kernel.
@@ -82,7 +83,7 @@ struct FwdTraits {
   static constexpr int kMinCtas = kOneCta ? 1 : 2;        // __launch_bounds__ occupancy hint
   static constexpr int kLdQ = D + 8;                      // Q row (elements)
   static constexpr int kLdKV = kU8 ? D + 16 : D + 8;      // K/V row (cache elements)
-  static constexpr int kParBytes = (kU8 ? 4 : 1) * kKPW * 2;  // u8: key scale, key zp, value scale, value zp
+  static constexpr int kParBytes = (kU8 ? 4 : 1) * kKPW * 2;  // u8: key scale, key min, value scale, value min
   static constexpr int kHalfBytes = kKPW * kLdKV * static_cast<int>(sizeof(C)) + kParBytes;
   static constexpr int kQBytes = kRows * kLdQ * static_cast<int>(sizeof(T));
   static constexpr int kFixed = kQBytes + kRows * 4 + kWKV * kRows * 8 + 128;
@@ -192,8 +193,8 @@ struct NoOp {
 // `after_loads()` runs once the first batch has landed and is stored (fwd_kernel issues the rest of its
 // copy prologue there, after the query, as it did before session 9; issuing it with the loads in
 // flight, run s9c, measured the same on the rows it was meant to help, run s9d). `row_sums` (u8
-// caches; shared memory, or nullptr): each row's sum of its f16-rounded elements (for the key zero
-// points), reduced across the lanes holding the row in a fixed order (bit-reproducible); visible after
+// caches; shared memory, or nullptr): each row's sum of its f16-rounded elements (for the key bias
+// and row minima), reduced across the lanes holding the row in a fixed order (bit-reproducible); visible after
 // the caller's next barrier.
 template <typename T, int kRows, int D, int kThreads, typename Store, typename AfterLoads = NoOp>
 __device__ __forceinline__ void stage_q(const FwdParams& P, int64_t q_tok0, int hk, int G, int rows, int tid,
@@ -295,23 +296,26 @@ __device__ __forceinline__ float fast_exp2(float x) {
 }
 
 // u8 codes -> f16 pairs. 0x6400 | b is the half 1024 + b (exact), made by one PRMT; `sel` picks the two
-// bytes. The key MMAs run on these biased codes and fold the 1024 into the key zero point (against
-// sum(q)): the bias costs at most 3 bits of an f32 sum over one head's D products. The value MMAs
-// subtract it (u8x2_to_half2): there the f32 accumulators sum over thousands of keys, and a bias of
-// 1024 * sum(p) measurably lost accuracy (rel_l2 5.8e-3 on a 23k-token case with sinks).
+// bytes. The key MMAs run on these biased codes and fold the 1024 against sum(q): the bias costs at most
+// 3 bits of an f32 sum over one head's D products. The value MMAs run on centred codes b - 128 (one
+// subtraction of 1152, exact): there the f32 accumulators sum over up to a whole context of keys, and
+// any bias grows with that sum. Measured: uncentred codes (b, with the zero point folded as
+// -sum_j p_j vscale_j zp_j) lost accuracy in proportion to the keys a CTA summed (rel_l2 1.4e-2 at 64k
+// keys per CTA); a bias of 1024 * sum(p) did too (5.8e-3 on a 23k-token case).
 __device__ __forceinline__ uint32_t u8x2_biased(uint32_t x, uint32_t sel) { return __byte_perm(x, 0x64u, sel); }
 __device__ __forceinline__ uint32_t u8x2_to_half2(uint32_t x, uint32_t sel, uint32_t k64 = 0x64u) {
   uint32_t h = __byte_perm(x, k64, sel);  // u8x2_biased with the 0x64 byte given
-  __half2 v = __hsub2(*reinterpret_cast<__half2*>(&h), __float2half2_rn(1024.0f));
+  __half2 v = __hsub2(*reinterpret_cast<__half2*>(&h), __float2half2_rn(1152.0f));  // b - 128
   return *reinterpret_cast<uint32_t*>(&v);
 }
-constexpr float kU8Bias = 1024.0f;
+constexpr float kU8Bias = 1024.0f;   // key codes as f16: b + 1024
+constexpr float kU8Centre = 128.0f;  // value codes as f16: b - 128
 constexpr uint32_t kSelB01 = 0x4140u, kSelB23 = 0x4342u, kSelB02 = 0x4240u, kSelB13 = 0x4341u;
 
 // One warp writes (and for u8 quantises) one new key or value row of one kv head into the cache.
 template <int D, int KV>
 __device__ __forceinline__ void write_row(const void* src, int64_t src_off, void* cache, uint16_t* scale,
-                                          uint16_t* zp, int64_t row, int io, int lane) {
+                                          uint16_t* min, int64_t row, int io, int lane) {
   constexpr int kPer = D / 32;
   float x[kPer];
   load_io_n<kPer>(src, src_off + lane * kPer, io, x);
@@ -330,7 +334,7 @@ __device__ __forceinline__ void write_row(const void* src, int64_t src_off, void
     for (int i = 0; i < kPer; ++i) dst[i] = num::u8_quantize(x[i], qp);
     if (lane == 0) {
       scale[row] = qp.scale_bits;
-      zp[row] = qp.zp_bits;
+      min[row] = qp.min_bits;
     }
   } else {
     using C = typename KvTraits<KV>::cache_t;
@@ -353,21 +357,29 @@ __device__ __forceinline__ void fused_write_in(const FwdParams& P, const planner
   for (int pos = wb + warp; pos < we; pos += warps) {
     const int64_t src = static_cast<int64_t>(w.tok0 + pos - w.past) * P.Hk * D + static_cast<int64_t>(hk) * D;
     const int64_t row = cache_row(table, pos, hk, P.Hk, P.block_size_log2);
-    write_row<D, KV>(P.k_new, src, P.k_cache, P.k_scale, P.k_zp, row, P.io_dtype, lane);
-    write_row<D, KV>(P.v_new, src, P.v_cache, P.v_scale, P.v_zp, row, P.io_dtype, lane);
+    write_row<D, KV>(P.k_new, src, P.k_cache, P.k_scale, P.k_min, row, P.io_dtype, lane);
+    write_row<D, KV>(P.v_new, src, P.v_cache, P.v_scale, P.v_min, row, P.io_dtype, lane);
   }
   __threadfence();  // NOTE: the rows just written are read back through cp.async (L2)
   __syncthreads();
 }
 
+// The first key any new token of a chunk starting at token t0 may see: its sliding window's start (0
+// without a window). Keys below it are never read: their slots may hold anything, their blocks freed.
+__device__ __forceinline__ int window_lo(const FwdParams& P, int past, int t0) {
+  return P.sliding_window > 0 ? max(0, past + t0 - P.sliding_window + 1) : 0;
+}
+
 // Issues the async copies of one half-tile for a key group: K (kind 0, with the u8 parameters) or V
-// (kind 1) of keys [js, js + kKPW) clipped to kv_end; rows past kv_end are zero-filled. `gtid` is the
+// (kind 1) of keys [js, js + kKPW) clipped to [kv_lo, kv_end); rows outside are zero-filled and their
+// blocks never looked up (kv_lo: the first key in the sliding window of the chunk's first token; the
+// slots before it may hold NaN, and their table entries any value, -1 included). `gtid` is the
 // thread's index in its group. The block-table lookups go out before the copies. (Reading the slice's
 // block id one tile ahead instead measured 0.99-1.04x, run s6c: the lookup is not what the loop waits on;
 // a called instead of inlined copy issue, half the kernel's code, 1.02-1.13x slower, run s6a.)
 template <int D, int KV, int RT, int MT>
 __device__ __forceinline__ void load_half(typename SharedStorage<D, KV, RT, MT>::Half& hb, int kind, const FwdParams& P,
-                                          const int32_t* table, int hk, int js, int kv_end, int gtid) {
+                                          const int32_t* table, int hk, int js, int kv_lo, int kv_end, int gtid) {
   using Tr = FwdTraits<D, KV, RT, MT>;
   using C = typename Tr::C;
   constexpr int kChunksPerRow = D * static_cast<int>(sizeof(C)) / 16;
@@ -385,7 +397,7 @@ __device__ __forceinline__ void load_half(typename SharedStorage<D, KV, RT, MT>:
   // checks block_size >= 16), else it spans kKPW / block_size blocks (2 or 4).
   constexpr int kMaxBlocks = Tr::kKPW / 16;
   const int lbs = P.block_size_log2;
-  if ((kMaxBlocks == 1 || lbs >= kLog2KPW) && js + Tr::kKPW <= kv_end) {
+  if ((kMaxBlocks == 1 || lbs >= kLog2KPW) && js + Tr::kKPW <= kv_end && js >= kv_lo) {
     // Every slice but a partition's last: all rows valid and in one cache block, so one table lookup,
     // one base address, and constant offsets that fold into the copies (the general path below pays
     // a block select and 64-bit offset and zero-fill arithmetic per copy).
@@ -397,20 +409,22 @@ __device__ __forceinline__ void load_half(typename SharedStorage<D, KV, RT, MT>:
       constexpr int kPerArray = Tr::kKPW / 8;
       if (kind == 0 && gtid < 4 * kPerArray) {
         const int a = gtid / kPerArray, cc = gtid % kPerArray;
-        const uint16_t* ps = a == 0 ? P.k_scale : a == 1 ? P.k_zp : a == 2 ? P.v_scale : P.v_zp;
+        const uint16_t* ps = a == 0 ? P.k_scale : a == 1 ? P.k_min : a == 2 ? P.v_scale : P.v_min;
         cp_async_16_full(smem_u32(&hb.par[a][cc * 8]), ps + row0 + cc * 8);
       }
     }
     return;
   }
-  // General: a partition's last slice (rows past kv_end zero-filled) or a slice over several blocks.
-  // One table lookup per block the slice reaches below kv_end (all issued before the copies); a row's
-  // cache row is its block's first row plus its offset in the block.
+  // General: a partition's last slice (rows past kv_end zero-filled), a slice over several blocks, or
+  // a slice that starts before kv_lo (rows before it zero-filled). One table lookup per block the slice
+  // reaches inside [kv_lo, kv_end) (all issued before the copies); a row's cache row is its block's first
+  // row plus its offset in the block.
   int64_t rowb[kMaxBlocks];
 #pragma unroll
   for (int k = 0; k < kMaxBlocks; ++k) {
-    const int j = js + (k << lbs);
-    rowb[k] = (k == 0 || (k << lbs) < Tr::kKPW) && j < kv_end ? cache_row(table, j, hk, P.Hk, lbs) : 0;
+    const int j = js + (k << lbs);  // first row of block k in the slice (js is block-aligned when k > 0)
+    const int j_last = js + min((k + 1) << lbs, Tr::kKPW) - 1;
+    rowb[k] = (k == 0 || (k << lbs) < Tr::kKPW) && j < kv_end && j_last >= kv_lo ? cache_row(table, j, hk, P.Hk, lbs) : 0;
   }
   const int bs_mask = (1 << lbs) - 1;
   auto row_of = [&](int r) {
@@ -422,7 +436,7 @@ __device__ __forceinline__ void load_half(typename SharedStorage<D, KV, RT, MT>:
   };
   auto copy_row = [&](int i) {
     const int r = r0 + i * kRowStep;
-    const bool ok = js + r < kv_end;
+    const bool ok = js + r < kv_end && js + r >= kv_lo;
     cp_async_16_u32(dst + i * kDstStep, ok ? src + row_of(r) * D + c : src, ok ? 16 : 0);
   };
   if constexpr (kMaxBlocks == 1) {
@@ -436,12 +450,12 @@ __device__ __forceinline__ void load_half(typename SharedStorage<D, KV, RT, MT>:
   }
   if constexpr (Tr::kU8) {
     // 4 parameter arrays x (kKPW/8) chunks of 8 tokens (block_size >= 16: a chunk stays in one block).
-    // NOTE: a chunk that straddles kv_end also loads slots past it: masked keys, never multiplied.
+    // NOTE: a chunk that straddles kv_end or kv_lo also loads slots outside: masked keys, never multiplied.
     constexpr int kPerArray = Tr::kKPW / 8;
     if (kind == 0 && gtid < 4 * kPerArray) {
       const int a = gtid / kPerArray, cc = gtid % kPerArray;
-      const bool ok = js + cc * 8 < kv_end;
-      const uint16_t* ps = a == 0 ? P.k_scale : a == 1 ? P.k_zp : a == 2 ? P.v_scale : P.v_zp;
+      const bool ok = js + cc * 8 < kv_end && js + cc * 8 + 7 >= kv_lo;
+      const uint16_t* ps = a == 0 ? P.k_scale : a == 1 ? P.k_min : a == 2 ? P.v_scale : P.v_min;
       cp_async_16(&hb.par[a][cc * 8], ps + (ok ? row_of(cc * 8) : 0), ok ? 16 : 0);
     }
   }
@@ -523,13 +537,14 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
   const bool early = P.pdl_early_reads && w.kv_end <= past;  // (then no fused write-in in its range)
   const int n_tiles = (w.kv_end - w.kv_begin + Tr::kTileKV - 1) / Tr::kTileKV;
   const int n_halves = 2 * n_tiles;
+  const int kv_lo = window_lo(P, past, w.t0);
   auto slice_begin = [&](int it) { return w.kv_begin + it * Tr::kTileKV + wkv * kKPW; };
   // Half h of a group: tile h/2, K (h even) or V (h odd), ring slot h % kStages.
   auto issue = [&](int h) {
     if (h < n_halves) {
       const int js = slice_begin(h / 2);
       if (js < w.kv_end)
-        load_half<D, KV, RT, MT>(sm.u.s.ring[wkv][h % kStages], h % 2, P, table, hk, js, w.kv_end, gtid);
+        load_half<D, KV, RT, MT>(sm.u.s.ring[wkv][h % kStages], h % 2, P, table, hk, js, kv_lo, w.kv_end, gtid);
     }
     cp_async_commit();
   };
@@ -582,7 +597,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
       *reinterpret_cast<uint4*>(&sm.u.s.q[r][ch * 8]) = v;
     }
   };
-  // (u8: with each row's sum, for the key zero points; a separate pass over Q after the barrier cost a
+  // (u8: with each row's sum, for the key bias and row minima; a separate pass over Q after the barrier cost a
   // second barrier and a chain of dependent shared-memory loads per row)
   stage_q<T, kRows, D, kThreads>(P, tok0 + w.t0, hk, G, rows, tid, store_q, prologue_rest,
                                  kU8 ? sm.qsum : nullptr);
@@ -645,7 +660,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
     }
   }
 
-  // Online-softmax state of the thread's rows; l and c (u8 value zero-point correction) are the
+  // Online-softmax state of the thread's rows; l and c (u8: sum_j p_j (vmin_j + 128 vscale_j)) are the
   // thread's own partial sums, reduced over the quad once at the end.
   // row_m is a reference, not the running max: it moves (and O, l, c are rescaled) only when a slice's
   // max passes it by more than P.stale_log2, so P = 2^(s - row_m) <= 2^stale_log2 (FwdParams says
@@ -755,10 +770,10 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
 #pragma unroll
         for (int n = 0; n < kN1; ++n) {
           const int kc = n * 8 + 2 * (lane % 4);  // key within the slice (and its neighbour kc + 1)
-          float2 kscale = make_float2(1.0f, 1.0f), kzp = make_float2(0.0f, 0.0f);
+          float2 kscale = make_float2(1.0f, 1.0f), kmin = make_float2(0.0f, 0.0f);
           if constexpr (kU8) {
             kscale = __half22float2(*reinterpret_cast<const __half2*>(&hb.par[0][kc]));
-            kzp = __half22float2(*reinterpret_cast<const __half2*>(&hb.par[1][kc]));
+            kmin = __half22float2(*reinterpret_cast<const __half2*>(&hb.par[1][kc]));
           }
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
@@ -766,7 +781,8 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
             const int j = js + kc + (e % 2);
             float raw = acc[mt][n][e];
             if constexpr (kU8)
-              raw = (e % 2 ? kscale.y : kscale.x) * (raw - ((e % 2 ? kzp.y : kzp.x) + kU8Bias) * row_qsum[mt][hf]);
+              raw = fmaf(e % 2 ? kscale.y : kscale.x, fmaf(-kU8Bias, row_qsum[mt][hf], raw),
+                         (e % 2 ? kmin.y : kmin.x) * row_qsum[mt][hf]);
             float sv;
             if constexpr (kPlain) {
               sv = row_valid[mt][hf] ? raw * P.scale_log2 : -INFINITY;
@@ -804,10 +820,11 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
 #pragma unroll
         for (int n = 0; n < kN1; ++n) {
           const int kc = n * 8 + 2 * (lane % 4);
-          float2 vscale = make_float2(1.0f, 1.0f), vzp = make_float2(0.0f, 0.0f);
+          float2 vscale = make_float2(1.0f, 1.0f), vbias = make_float2(0.0f, 0.0f);
           if constexpr (kU8) {
             vscale = __half22float2(*reinterpret_cast<const __half2*>(&hb.par[2][kc]));
-            vzp = __half22float2(*reinterpret_cast<const __half2*>(&hb.par[3][kc]));
+            const float2 vmin = __half22float2(*reinterpret_cast<const __half2*>(&hb.par[3][kc]));
+            vbias = make_float2(fmaf(kU8Centre, vscale.x, vmin.x), fmaf(kU8Centre, vscale.y, vmin.y));
           }
           float p[4];
 #pragma unroll
@@ -818,7 +835,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
             if constexpr (kU8) {
               // NOTE: masked keys may carry NaN parameters (unwritten slots): never multiply them
               p[e] = pe != 0.0f ? __half2float(__float2half_rn(pe * (e % 2 ? vscale.y : vscale.x))) : 0.0f;
-              cz[hf] += pe != 0.0f ? p[e] * (e % 2 ? vzp.y : vzp.x) : 0.0f;
+              cz[hf] += pe != 0.0f ? pe * (e % 2 ? vbias.y : vbias.x) : 0.0f;
             } else {
               p[e] = pe;
             }
@@ -953,13 +970,13 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
 #pragma unroll
       for (int g = 0; g < Tr::kWKV; ++g) M = fmaxf(M, sm.ml[g][r].x);
       const float f = row_m[mt][hf] == -INFINITY ? 0.0f : fast_exp2(row_m[mt][hf] - M);
-      const float cz = kU8 ? row_c[mt][hf] : 0.0f;  // u8 value zero-point correction (f16/bf16: none)
+      const float cz = kU8 ? row_c[mt][hf] : 0.0f;  // u8 value offset term (f16/bf16: none)
 #pragma unroll
       for (int n = 0; n < kN3; ++n) {
         // (float4/float2 stores here measured level, run s10b)
         const int c = o_col<kU8>(n, lane);
-        sm.u.r.red[wkv][r][c] = (o[mt][n][2 * hf] - cz) * f;
-        sm.u.r.red[wkv][r][c + (kU8 ? 2 : 1)] = (o[mt][n][2 * hf + 1] - cz) * f;
+        sm.u.r.red[wkv][r][c] = (o[mt][n][2 * hf] + cz) * f;
+        sm.u.r.red[wkv][r][c + (kU8 ? 2 : 1)] = (o[mt][n][2 * hf + 1] + cz) * f;
       }
     }
   }
@@ -1017,8 +1034,8 @@ __global__ void __launch_bounds__(128) write_kernel(const __grid_constant__ FwdP
   const int pos = P.past_lens[lo] + token - P.subseq_begins[lo];
   const int64_t row = cache_row(P.block_indices + P.block_indices_begins[lo], pos, hk, P.Hk, P.block_size_log2);
   const int64_t src = static_cast<int64_t>(token) * P.Hk * D + static_cast<int64_t>(hk) * D;
-  write_row<D, KV>(P.k_new, src, P.k_cache, P.k_scale, P.k_zp, row, P.io_dtype, lane);
-  write_row<D, KV>(P.v_new, src, P.v_cache, P.v_scale, P.v_zp, row, P.io_dtype, lane);
+  write_row<D, KV>(P.k_new, src, P.k_cache, P.k_scale, P.k_min, row, P.io_dtype, lane);
+  write_row<D, KV>(P.v_new, src, P.v_cache, P.v_scale, P.v_min, row, P.io_dtype, lane);
 }
 
 // Combines the partitions of one query row: out = sum_p 2^(m_p - M) O_p / (sum_p 2^(m_p - M) l_p + sink).
@@ -1153,16 +1170,16 @@ __global__ void __launch_bounds__(128) scores_kernel(const __grid_constant__ Fwd
     __syncthreads();  // the previous head's tile is no longer read
     for (int r = warp; r < kScoreKeys; r += 4) {
       const int jr = st.j0 + r;
-      if (jr >= ctx) {
+      if (jr >= ctx || jr < window_lo(P, past, 0)) {  // no token sees it: its block may be freed
         for (int d = lane; d < D; d += 32) kt[r][d] = 0.0f;
         continue;
       }
       const int64_t row = cache_row(table, jr, hk, P.Hk, P.block_size_log2);
       if constexpr (KV == kKvU8) {
         const float sc = __half2float(__ushort_as_half(P.k_scale[row]));
-        const float zp = __half2float(__ushort_as_half(P.k_zp[row]));
+        const float mn = __half2float(__ushort_as_half(P.k_min[row]));
         const uint8_t* src = static_cast<const uint8_t*>(P.k_cache) + row * D;
-        for (int d = lane; d < D; d += 32) kt[r][d] = num::u8_dequantize(src[d], sc, zp);
+        for (int d = lane; d < D; d += 32) kt[r][d] = num::u8_dequantize(src[d], sc, mn);
       } else {
         for (int d = lane; d < D; d += 32) kt[r][d] = load_io(P.k_cache, row * D + d, KV == kKvF16 ? kIoF16 : kIoBF16);
       }

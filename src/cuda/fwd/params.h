@@ -33,9 +33,9 @@ struct FwdParams {
   void* k_cache;              // [num_blocks, Hk, block_size, D]
   void* v_cache;              // [num_blocks, Hk, block_size, D]
   uint16_t* k_scale;          // u8 only: [num_blocks, Hk, block_size] f16 bits
-  uint16_t* k_zp;
+  uint16_t* k_min;
   uint16_t* v_scale;
-  uint16_t* v_zp;
+  uint16_t* v_min;
   const int32_t* past_lens;   // [num_seqs]
   const int32_t* subseq_begins;      // [num_seqs+1]
   const int32_t* block_indices;      // [n]

@@ -108,8 +108,10 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, WGS>::kThreads, 1)
   const int32_t* table = P.block_indices + w.table;
   const bool early = P.pdl_early_reads && w.kv_end <= past;  // see fwd_kernel
   const int n_tiles = (w.kv_end - w.kv_begin + kKeys - 1) / kKeys;
+  const int kv_lo = window_lo(P, past, w.t0);
 
-  // K and V of tile `it` -> ring slot it % kStages; rows past kv_end are zero-filled. A thread keeps
+  // K and V of tile `it` -> ring slot it % kStages; rows outside [kv_lo, kv_end) are zero-filled (and
+  // their blocks never looked up: see load_half). A thread keeps
   // one 16-byte column chunk and takes every (kThreads / kChunks)-th row.
   auto issue = [&](int it) {
     if constexpr (kU8) {
@@ -126,7 +128,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, WGS>::kThreads, 1)
 #pragma unroll
       for (int i = 0; i < kIters; ++i) {
         const int r = r0 + i * kRowStep;
-        const bool ok = js + r < w.kv_end;
+        const bool ok = js + r < w.kv_end && js + r >= kv_lo;
         const int64_t off = ok ? cache_row(table, js + r, hk, P.Hk, P.block_size_log2) * D + c * 16 : 0;
         cp_async_16_u32(sb + r * D + c * 16, static_cast<const uint8_t*>(P.k_cache) + off, ok ? 16 : 0);
         cp_async_16_u32(sb + kKeys * D + r * D + c * 16, static_cast<const uint8_t*>(P.v_cache) + off, ok ? 16 : 0);
@@ -136,8 +138,8 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, WGS>::kThreads, 1)
       if (tid < 4 * kPerArray) {
         const int a = tid / kPerArray, cc = tid % kPerArray;
         const int j = js + cc * 8;
-        const bool ok = j < w.kv_end;
-        const uint16_t* ps = a == 0 ? P.k_scale : a == 1 ? P.k_zp : a == 2 ? P.v_scale : P.v_zp;
+        const bool ok = j < w.kv_end && j + 7 >= kv_lo;
+        const uint16_t* ps = a == 0 ? P.k_scale : a == 1 ? P.k_min : a == 2 ? P.v_scale : P.v_min;
         const int64_t off8 = ok ? cache_row(table, j, hk, P.Hk, P.block_size_log2) : 0;
         cp_async_16_u32(sb + kParOff + a * kKeys * 2 + cc * 16, ps + off8, ok ? 16 : 0);
       }
@@ -151,7 +153,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, WGS>::kThreads, 1)
 #pragma unroll
       for (int i = 0; i < kIters; ++i) {
         const int r = r0 + i * kRowStep;
-        const bool ok = js + r < w.kv_end;
+        const bool ok = js + r < w.kv_end && js + r >= kv_lo;
         const int64_t off = ok ? cache_row(table, js + r, hk, P.Hk, P.block_size_log2) * D + ch * 8 : 0;
         const uint32_t so = sw128_offset(r, ch, kKeys);
         cp_async_16_u32(kb + so, static_cast<const T*>(P.k_cache) + off, ok ? 16 : 0);
@@ -161,7 +163,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, WGS>::kThreads, 1)
     cp_async_commit();
   };
   // u8: the codes this thread loaded for tile `it` -> f16 in the tile's MMA-layout buffer: keys biased
-  // by 1024 (exact; folded into the key zero point against sum(q), as in fwd_kernel), values exact.
+  // by 1024 (exact; folded against sum(q), as in fwd_kernel), values centred (b - 128, exact).
   auto convert = [&](int it) {
     constexpr int kRowStep = Tr::kThreads / kC16;
     constexpr int kIters = kKeys / kRowStep;
@@ -198,7 +200,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, WGS>::kThreads, 1)
 
   const bool alibi = P.alibi != nullptr;
   // Q rows -> shared memory (MMA type, swizzled); padding rows zero
-  // u8: with each row's sum of its f16-rounded query (for the key zero points)
+  // u8: with each row's sum of its f16-rounded query (for the key bias and row minima)
   float* qsum = reinterpret_cast<float*>(smem_ptr(slot_base(kStages)));
   stage_q<T, Tr::kRows, D, Tr::kThreads>(
       P, w.tok0 + w.t0, hk, G, rows, tid,
@@ -228,7 +230,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, WGS>::kThreads, 1)
                      ? P.qq_bias + P.qq_bias_begins[w.seq] + static_cast<int64_t>(t) * w.t_seq
                      : nullptr;
   }
-  // row_c: u8 value zero-point correction, sum_j p'_j vzp_j with p'_j = p_j * vscale_j (as fwd_kernel)
+  // row_c: u8 value offset term, sum_j p_j (vmin_j + 128 vscale_j) (as fwd_kernel)
   float row_m[2] = {-INFINITY, -INFINITY}, row_l[2] = {0.0f, 0.0f}, row_c[2] = {0.0f, 0.0f};
   float o[kN3 * 4];
 #pragma unroll
@@ -281,15 +283,16 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, WGS>::kThreads, 1)
     }
     wg::fence_regs(s);
     const uint16_t* par = reinterpret_cast<const uint16_t*>(smem_ptr(slot_base(it % kStages) + kParOff));
-    if constexpr (kU8) {  // s_j = kscale_j * (q . (code_j + 1024) - (kzp_j + 1024) * sum(q))
+    if constexpr (kU8) {  // s_j = kscale_j * (q . (code_j + 1024) - 1024 * sum(q)) + kmin_j * sum(q)
 #pragma unroll
       for (int n = 0; n < kN1; ++n) {
         const int kc = n * 8 + 2 * (lane % 4);
         const float2 ks2 = __half22float2(*reinterpret_cast<const __half2*>(par + kc));
-        const float2 kz2 = __half22float2(*reinterpret_cast<const __half2*>(par + kKeys + kc));
+        const float2 km2 = __half22float2(*reinterpret_cast<const __half2*>(par + kKeys + kc));
 #pragma unroll
         for (int e = 0; e < 4; ++e)
-          s[4 * n + e] = (e % 2 ? ks2.y : ks2.x) * (s[4 * n + e] - ((e % 2 ? kz2.y : kz2.x) + kU8Bias) * row_qsum[e / 2]);
+          s[4 * n + e] = fmaf(e % 2 ? ks2.y : ks2.x, fmaf(-kU8Bias, row_qsum[e / 2], s[4 * n + e]),
+                              (e % 2 ? km2.y : km2.x) * row_qsum[e / 2]);
       }
     }
 
@@ -352,19 +355,20 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, WGS>::kThreads, 1)
       o[4 * n + 3] *= alpha[1];
     }
 
-    if constexpr (kU8) {  // P' = f16(p * vscale) feeds the MMA on the codes; c += P' * vzp
+    if constexpr (kU8) {  // P' = f16(p * vscale) feeds the MMA on the centred codes; c += p (vmin + 128 vscale)
       float cz[2] = {0.0f, 0.0f};
 #pragma unroll
       for (int n = 0; n < kN1; ++n) {
         const int kc = n * 8 + 2 * (lane % 4);
         const float2 vs2 = __half22float2(*reinterpret_cast<const __half2*>(par + 2 * kKeys + kc));
-        const float2 vz2 = __half22float2(*reinterpret_cast<const __half2*>(par + 3 * kKeys + kc));
+        const float2 vm2 = __half22float2(*reinterpret_cast<const __half2*>(par + 3 * kKeys + kc));
+        const float2 vb2 = make_float2(fmaf(kU8Centre, vs2.x, vm2.x), fmaf(kU8Centre, vs2.y, vm2.y));
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           // NOTE: masked keys may carry NaN parameters (unwritten slots): never multiply them
           const float pe = s[4 * n + e];
           s[4 * n + e] = pe != 0.0f ? __half2float(__float2half_rn(pe * (e % 2 ? vs2.y : vs2.x))) : 0.0f;
-          cz[e / 2] += pe != 0.0f ? s[4 * n + e] * (e % 2 ? vz2.y : vz2.x) : 0.0f;
+          cz[e / 2] += pe != 0.0f ? pe * (e % 2 ? vb2.y : vb2.x) : 0.0f;
         }
       }
 #pragma unroll
@@ -388,13 +392,13 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, WGS>::kThreads, 1)
   for (int hf = 0; hf < 2; ++hf) {
     row_l[hf] += __shfl_xor_sync(0xffffffffu, row_l[hf], 1);
     row_l[hf] += __shfl_xor_sync(0xffffffffu, row_l[hf], 2);
-    if constexpr (kU8) {  // O = sum_j P'_j code_j - c
+    if constexpr (kU8) {  // O = sum_j P'_j (code_j - 128) + c
       row_c[hf] += __shfl_xor_sync(0xffffffffu, row_c[hf], 1);
       row_c[hf] += __shfl_xor_sync(0xffffffffu, row_c[hf], 2);
 #pragma unroll
       for (int n = 0; n < kN3; ++n) {
-        o[4 * n + 2 * hf] -= row_c[hf];
-        o[4 * n + 2 * hf + 1] -= row_c[hf];
+        o[4 * n + 2 * hf] += row_c[hf];
+        o[4 * n + 2 * hf + 1] += row_c[hf];
       }
     }
   }
