@@ -302,14 +302,18 @@ __device__ __forceinline__ float fast_exp2(float x) {
 // any bias grows with that sum. Measured: uncentred codes (b, with the zero point folded as
 // -sum_j p_j vscale_j zp_j) lost accuracy in proportion to the keys a CTA summed (rel_l2 1.4e-2 at 64k
 // keys per CTA); a bias of 1024 * sum(p) did too (5.8e-3 on a 23k-token case).
+constexpr float kU8Bias = 1024.0f;   // key codes as f16: b + 1024
+#if defined(PAGEDATTN_U8_UNCENTRED_REPRO)
+constexpr float kU8Centre = 0.0f;    // reproduction build of the uncentred fold (bench/u8_accuracy.sh)
+#else
+constexpr float kU8Centre = 128.0f;  // value codes as f16: b - 128
+#endif
 __device__ __forceinline__ uint32_t u8x2_biased(uint32_t x, uint32_t sel) { return __byte_perm(x, 0x64u, sel); }
 __device__ __forceinline__ uint32_t u8x2_to_half2(uint32_t x, uint32_t sel, uint32_t k64 = 0x64u) {
   uint32_t h = __byte_perm(x, k64, sel);  // u8x2_biased with the 0x64 byte given
-  __half2 v = __hsub2(*reinterpret_cast<__half2*>(&h), __float2half2_rn(1152.0f));  // b - 128
+  __half2 v = __hsub2(*reinterpret_cast<__half2*>(&h), __float2half2_rn(kU8Bias + kU8Centre));  // b - 128
   return *reinterpret_cast<uint32_t*>(&v);
 }
-constexpr float kU8Bias = 1024.0f;   // key codes as f16: b + 1024
-constexpr float kU8Centre = 128.0f;  // value codes as f16: b - 128
 constexpr uint32_t kSelB01 = 0x4140u, kSelB23 = 0x4342u, kSelB02 = 0x4240u, kSelB13 = 0x4341u;
 
 // One warp writes (and for u8 quantises) one new key or value row of one kv head into the cache.
