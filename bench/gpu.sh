@@ -134,7 +134,7 @@ fi
 
 if has test; then
   log "GPU tests"
-  timeout 300 "$build/tests/test_cuda" --gtest_filter="${TEST_FILTER:-*}" > "$run_dir/test_cuda.log" 2>&1 ||
+  timeout "${TEST_TIMEOUT:-360}" "$build/tests/test_cuda" --gtest_filter="${TEST_FILTER:-*}" > "$run_dir/test_cuda.log" 2>&1 ||
     { status=1; echo "test_cuda failed or timed out"; tail -5 "$run_dir/test_cuda.log"; }
   grep -E "^\[ *(PASSED|FAILED|OK|SKIPPED) |worst" "$run_dir/test_cuda.log" | head -40
 fi

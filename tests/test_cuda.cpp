@@ -127,9 +127,11 @@ Suite make_suite(const char* name, const CaseConfig& cfg, uint64_t seed0, int n)
       cost[i] += static_cast<double>(c.T(q)) * c.ctx(q) * c.num_heads * c.head_size;
   }
   std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return cost[a] > cost[b]; });
+  // (fewer cases than workers: each case's sequences spread over the spare ones)
+  const int per_case = std::max(1, static_cast<int>(workers) / n);
   parallel(order, [&](int i) {
     s.refs[i] = s.cases[i];
-    oracle::forward(s.refs[i].params());
+    reference_forward(s.refs[i], per_case);
   });
   return s;
 }
