@@ -839,6 +839,14 @@ TEST(Validate, FreedBlocksBeforeTheWindowAreNotRead) {
 // write/read conflicts between tables
 // ==================================================================================================
 
+// Cases for the conflict rules: no sliding window, so every used entry of a table is read (entries
+// wholly before a window are not, and the drawn cases free some of them).
+pt::CaseConfig conflict_cfg() {
+  pt::CaseConfig cfg = full_cfg(KVPrecision::f16);
+  cfg.p_window = 0.0;
+  return cfg;
+}
+
 struct Tables {
   pt::Case& c;
   int entry(int s, int i) const { return c.block_indices_begins[s] + i; }
@@ -846,7 +854,7 @@ struct Tables {
 };
 
 TEST(Validate, BlockWrittenByTwoSequences) {
-  pt::Case c = draw(full_cfg(KVPrecision::f16));
+  pt::Case c = draw(conflict_cfg());
   Tables t{c};
   const int k0 = t.first_write(0), k1 = t.first_write(1);
   const int32_t w = c.block_indices[k0];
@@ -857,7 +865,7 @@ TEST(Validate, BlockWrittenByTwoSequences) {
 }
 
 TEST(Validate, BlockWrittenByOneSequenceReadByAnother) {
-  pt::Case c = draw(full_cfg(KVPrecision::f16));  // past >= 2 blocks: entry 0 is read-only
+  pt::Case c = draw(conflict_cfg());  // past >= 2 blocks: entry 0 is read-only
   Tables t{c};
   const int k0 = t.first_write(0), r1 = t.entry(1, 0);
   const int32_t w = c.block_indices[k0];
@@ -868,7 +876,7 @@ TEST(Validate, BlockWrittenByOneSequenceReadByAnother) {
 }
 
 TEST(Validate, BlockWrittenAndReadThroughTwoEntriesOfOneTable) {
-  pt::Case c = draw(full_cfg(KVPrecision::f16));
+  pt::Case c = draw(conflict_cfg());
   Tables t{c};
   const int k0 = t.first_write(0), r0 = t.entry(0, 0);
   const int32_t w = c.block_indices[k0];
@@ -878,7 +886,7 @@ TEST(Validate, BlockWrittenAndReadThroughTwoEntriesOfOneTable) {
 }
 
 TEST(Validate, SharedReadOnlyBlocksAreAccepted) {
-  pt::Case c = draw(full_cfg(KVPrecision::f16));
+  pt::Case c = draw(conflict_cfg());
   Tables t{c};
   // prefix sharing: sequence 1 reads sequence 0's first (full, read-only) block
   c.block_indices[t.entry(1, 0)] = c.block_indices[t.entry(0, 0)];
@@ -886,7 +894,7 @@ TEST(Validate, SharedReadOnlyBlocksAreAccepted) {
 }
 
 TEST(Validate, SharedBlocksWithoutWriteAreAccepted) {
-  pt::Case c = draw(full_cfg(KVPrecision::f16));
+  pt::Case c = draw(conflict_cfg());
   Tables t{c};
   // without key/value nothing is written: two sequences may share even their last blocks
   c.block_indices[t.first_write(1)] = c.block_indices[t.first_write(0)];

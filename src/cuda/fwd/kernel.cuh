@@ -11,7 +11,7 @@
 // what T=1 costs.
 // u8 caches: the MMAs run on the codes (biased by 1024, exact in f16) straight from shared memory, and
 // the affine parameters are folded into per-key epilogues:
-//   s_j = scale_j * (q . (code_j + 1024) - 1024 * sum(q)) + min_j * sum(q)
+//   s_j = scale_j * q . (code_j + 1024) + (min_j - 1024 scale_j) * sum(q)
 //   o   = sum_j (p_j * vscale_j) (code_j - 128) + sum_j p_j (vmin_j + 128 vscale_j)
 // (values centred: both sums stay near the result's size, whatever the number of keys summed).
 // The op's KV write-in is fused for sequences that are one chunk: before reading, a CTA writes (and
@@ -303,11 +303,7 @@ __device__ __forceinline__ float fast_exp2(float x) {
 // -sum_j p_j vscale_j zp_j) lost accuracy in proportion to the keys a CTA summed (rel_l2 1.4e-2 at 64k
 // keys per CTA); a bias of 1024 * sum(p) did too (5.8e-3 on a 23k-token case).
 constexpr float kU8Bias = 1024.0f;   // key codes as f16: b + 1024
-#if defined(PAGEDATTN_U8_UNCENTRED_REPRO)
-constexpr float kU8Centre = 0.0f;    // reproduction build of the uncentred fold (bench/u8_accuracy.sh)
-#else
 constexpr float kU8Centre = 128.0f;  // value codes as f16: b - 128
-#endif
 __device__ __forceinline__ uint32_t u8x2_biased(uint32_t x, uint32_t sel) { return __byte_perm(x, 0x64u, sel); }
 __device__ __forceinline__ uint32_t u8x2_to_half2(uint32_t x, uint32_t sel, uint32_t k64 = 0x64u) {
   uint32_t h = __byte_perm(x, k64, sel);  // u8x2_biased with the 0x64 byte given
@@ -774,10 +770,13 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
 #pragma unroll
         for (int n = 0; n < kN1; ++n) {
           const int kc = n * 8 + 2 * (lane % 4);  // key within the slice (and its neighbour kc + 1)
-          float2 kscale = make_float2(1.0f, 1.0f), kmin = make_float2(0.0f, 0.0f);
+          // u8: s = kscale * acc + (kmin - 1024 kscale) * sum(q), acc over codes biased by 1024 (two
+          // operations per score, as with the zero point; the bias cancels as it did there)
+          float2 kscale = make_float2(1.0f, 1.0f), kbias = make_float2(0.0f, 0.0f);
           if constexpr (kU8) {
             kscale = __half22float2(*reinterpret_cast<const __half2*>(&hb.par[0][kc]));
-            kmin = __half22float2(*reinterpret_cast<const __half2*>(&hb.par[1][kc]));
+            const float2 kmin = __half22float2(*reinterpret_cast<const __half2*>(&hb.par[1][kc]));
+            kbias = make_float2(fmaf(-kU8Bias, kscale.x, kmin.x), fmaf(-kU8Bias, kscale.y, kmin.y));
           }
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
@@ -785,8 +784,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
             const int j = js + kc + (e % 2);
             float raw = acc[mt][n][e];
             if constexpr (kU8)
-              raw = fmaf(e % 2 ? kscale.y : kscale.x, fmaf(-kU8Bias, row_qsum[mt][hf], raw),
-                         (e % 2 ? kmin.y : kmin.x) * row_qsum[mt][hf]);
+              raw = fmaf(e % 2 ? kscale.y : kscale.x, raw, (e % 2 ? kbias.y : kbias.x) * row_qsum[mt][hf]);
             float sv;
             if constexpr (kPlain) {
               sv = row_valid[mt][hf] ? raw * P.scale_log2 : -INFINITY;

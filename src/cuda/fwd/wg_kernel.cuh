@@ -283,16 +283,16 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, WGS>::kThreads, 1)
     }
     wg::fence_regs(s);
     const uint16_t* par = reinterpret_cast<const uint16_t*>(smem_ptr(slot_base(it % kStages) + kParOff));
-    if constexpr (kU8) {  // s_j = kscale_j * (q . (code_j + 1024) - 1024 * sum(q)) + kmin_j * sum(q)
+    if constexpr (kU8) {  // s_j = kscale_j * q . (code_j + 1024) + (kmin_j - 1024 kscale_j) * sum(q)
 #pragma unroll
       for (int n = 0; n < kN1; ++n) {
         const int kc = n * 8 + 2 * (lane % 4);
         const float2 ks2 = __half22float2(*reinterpret_cast<const __half2*>(par + kc));
         const float2 km2 = __half22float2(*reinterpret_cast<const __half2*>(par + kKeys + kc));
+        const float2 kb2 = make_float2(fmaf(-kU8Bias, ks2.x, km2.x), fmaf(-kU8Bias, ks2.y, km2.y));
 #pragma unroll
         for (int e = 0; e < 4; ++e)
-          s[4 * n + e] = fmaf(e % 2 ? ks2.y : ks2.x, fmaf(-kU8Bias, row_qsum[e / 2], s[4 * n + e]),
-                              (e % 2 ? km2.y : km2.x) * row_qsum[e / 2]);
+          s[4 * n + e] = fmaf(e % 2 ? ks2.y : ks2.x, s[4 * n + e], (e % 2 ? kb2.y : kb2.x) * row_qsum[e / 2]);
       }
     }
 
