@@ -23,7 +23,7 @@ else
 fi
 PY_CUDA=OFF
 if [ "${PAGEDATTN_BUILT_CUDA:-0}" = 1 ]; then PY_CUDA=ON; fi
-run "$PY" -m pip install -q scikit-build-core nanobind numpy pytest
+run "$PY" -m pip install -q scikit-build-core nanobind numpy pytest openvino
 run env CMAKE_BUILD_PARALLEL_LEVEL="$JOBS" PAGEDATTN_CUDA="$PY_CUDA" "$PY" -m pip install -q --no-build-isolation \
   -C build-dir="$BUILD_DIR/wheel" "$PAGEDATTN_ROOT"
 (cd "$BUILD_DIR" && run "$PY" -m pytest "$PAGEDATTN_ROOT/tests/python" -q -rs -p no:cacheprovider)
