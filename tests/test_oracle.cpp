@@ -125,7 +125,9 @@ Dense dense_attention(const Case& c) {
         }
       }
     std::vector<double> seq_scores(n, 0.0);
+    const int w = c.score_window.empty() ? 1 : c.score_window[s];  // scores: the last w new tokens
     for (int t = 0; t < T; ++t) {
+      const bool scored = w < 0 || t >= T - w;
       const int i = past + t;
       const int first = c.sliding_window > 0 ? std::max(0, i - c.sliding_window + 1) : 0;
       std::vector<int> keys;
@@ -155,7 +157,7 @@ Dense dense_attention(const Case& c) {
         std::vector<double> o(D, 0.0);
         for (size_t k = 0; k < keys.size(); ++k) {
           const double p = std::exp(logit[k] - lse);
-          seq_scores[keys[k]] += p;
+          if (scored) seq_scores[keys[k]] += p;
           const double* vr = &V[(static_cast<size_t>(kh) * n + keys[k]) * D];
           for (int d = 0; d < D; ++d) o[d] += p * vr[d];
         }
@@ -362,7 +364,8 @@ TEST(Oracle, U8EdgeRowsWrittenInStayFiniteAndExact) {
   }
 }
 
-// Without sinks each (token, head) row of weights sums to 1, so sequence s's scores sum to H * T_s.
+// Without sinks each (token, head) row of weights sums to 1: sequence s's scores sum to H times the
+// tokens counted (score_aggregation_window: the last w_s; absent: 1).
 TEST(Oracle, ScoresSumToHeadsTimesTokens) {
   for (int k = 0; k < 60; ++k) {
     CaseConfig cfg = sweep_config(k);
@@ -375,7 +378,8 @@ TEST(Oracle, ScoresSumToHeadsTimesTokens) {
       double sum = 0;
       for (int j = 0; j < c.ctx(s); ++j) sum += c.scores[at + j];
       at += c.ctx(s);
-      const double want = static_cast<double>(c.num_heads) * c.T(s);
+      const int w = c.score_window.empty() ? 1 : c.score_window[s];  // tokens whose weights count
+      const double want = static_cast<double>(c.num_heads) * (w < 0 || w >= c.T(s) ? c.T(s) : w);
       ASSERT_NEAR(sum, want, 1e-5 * std::max(1.0, want)) << c.describe() << " sequence " << s;
     }
     ASSERT_EQ(at, static_cast<int64_t>(c.scores.size()));

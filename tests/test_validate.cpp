@@ -1001,13 +1001,45 @@ TEST(Validate, QqBiasAboveDiagonalIgnored) {
 
 TEST(Validate, ScaleFiniteAndPositive) {
   pt::Case c = draw(full_cfg(KVPrecision::f16));
-  for (float bad : {0.0f, -0.5f, std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
+  for (float bad : {-0.5f, std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
     Params p = c.params();
     p.scale = bad;
     expect_rejected(c, p, "scale", {"finite and > 0"});
   }
   Params p = c.params();
   p.scale.reset();  // absent: the default 1/sqrt(D)
+  expect_accepted(p, c);
+}
+
+// scale = 0 reads as the default 1/sqrt(D), as OpenVINO's op reads it: the same output bits as absent.
+TEST(Validate, ScaleZeroIsTheDefault) {
+  pt::Case c = draw(full_cfg(KVPrecision::f16));
+  const auto fresh = snapshot(c);
+  Params p = c.params();
+  p.scale.reset();
+  pagedattn::forward(p, {Backend::cpu});
+  const std::vector<uint8_t> absent = c.out;
+  c.out = fresh[0].second;
+  c.key_cache = fresh[2].second;
+  c.value_cache = fresh[3].second;
+  p = c.params();
+  p.scale = 0.0f;
+  pagedattn::forward(p, {Backend::cpu});
+  EXPECT_TRUE(absent == c.out) << c.describe();
+}
+
+TEST(Validate, ScoreAggregationWindow) {
+  pt::Case c = draw(full_cfg(KVPrecision::f16));
+  std::vector<int32_t> w(c.num_seqs, 1), short_w(c.num_seqs > 1 ? c.num_seqs - 1 : 2, 1);
+  Params p = c.params();
+  w[c.num_seqs - 1] = -2;
+  p.score_aggregation_window = TensorView::contiguous(w.data(), DType::i32, Device::cpu, {c.num_seqs});
+  expect_rejected(c, p, "score_aggregation_window", {">= -1", "score_aggregation_window[" + str(c.num_seqs - 1) + "]"});
+  p.score_aggregation_window =
+      TensorView::contiguous(short_w.data(), DType::i32, Device::cpu, {static_cast<int64_t>(short_w.size())});
+  expect_rejected(c, p, "score_aggregation_window", {"num_seqs"});
+  w[c.num_seqs - 1] = -1;
+  p.score_aggregation_window = TensorView::contiguous(w.data(), DType::i32, Device::cpu, {c.num_seqs});
   expect_accepted(p, c);
 }
 

@@ -87,7 +87,8 @@ struct Params {
                                  //        hold anything, NaN and inf included.
 
   // --- attention options ------------------------------------------------------------------------
-  std::optional<float> scale;    // softmax scale; default 1/sqrt(D); finite and > 0
+  std::optional<float> scale;    // softmax scale; absent or 0: 1/sqrt(D) (0 as OpenVINO reads it);
+                                 // else finite and > 0
   int sliding_window = 0;        // 0 = none; else query at position i sees keys j with i - j < window
   TensorView alibi_slopes;       // (dev) [H] f32 or absent: score += slope[h] * (j - i), i = query pos
   TensorView sinks;              // (dev) [H] f32 or absent: a per-head logit (same units as the scaled
@@ -105,7 +106,11 @@ struct Params {
   TensorView out;                // (dev) [num_tokens, H*D] same dtype as query
   TensorView scores;             // (dev) [sum_s ctx_s] f32 or absent: for each sequence (back to back),
                                  //       for each key position j < ctx_s, the attention weight summed
-                                 //       over all query heads and new tokens of that sequence
+                                 //       over all query heads and the last w_s new tokens of that
+                                 //       sequence (w_s: score_aggregation_window)
+  TensorView score_aggregation_window;  // (host) [num_seqs] i32 or absent (OpenVINO's input 13): w_s =
+                                 //       window[s]; -1 or >= T_s: every new token, 0: none (scores 0);
+                                 //       absent: w_s = 1 (the last new token, OpenVINO's default)
 };
 
 }  // namespace pagedattn

@@ -42,7 +42,8 @@ def cuda_available() -> bool:
 # Metadata read on the host by plan() (params.h "(host)"): copied to host memory here when given on
 # a device, converted from Python lists.
 _HOST_FIELDS = {"past_lens": _np.int32, "subsequence_begins": _np.int32, "block_indices": _np.int32,
-                "block_indices_begins": _np.int32, "qq_bias": _np.uint8, "qq_bias_begins": _np.int32}
+                "block_indices_begins": _np.int32, "qq_bias": _np.uint8, "qq_bias_begins": _np.int32,
+                "score_aggregation_window": _np.int32}
 # Tensors on the backend's device; Plan.run() may replace any of them (same shape/dtype).
 _DEVICE_FIELDS = ("query", "key", "value", "key_cache", "value_cache", "key_scale", "key_min",
                   "value_scale", "value_min", "alibi_slopes", "sinks", "out", "scores")
@@ -203,12 +204,15 @@ _ARGS_DOC = """
     qq_bias_begins       [num_seqs+1] int32 (host) or None (iff qq_bias is None).
     out                  [num_tokens, H*D], query's dtype (dev), or None: allocated with query's framework.
     scores               [sum_s ctx_s] float32 (dev) or None: attention weight per cached+new position,
-                         summed over heads and new tokens (for cache eviction).
+                         summed over heads and the last w_s new tokens of each sequence (cache eviction).
+    score_aggregation_window
+                         [num_seqs] int32 (host) or None: w_s (OpenVINO's input 13); -1 or >= T_s: every new
+                         token, 0: none; None: w_s = 1 (the last new token, OpenVINO's default).
     Lists of ints are accepted for the (host) metadata.
 
     Options:
     num_heads            H (required).
-    scale                softmax scale; None: 1/sqrt(D).
+    scale                softmax scale; None or 0: 1/sqrt(D) (0 as OpenVINO reads it).
     sliding_window       0 = none; else query at position i sees keys j with i - j < sliding_window.
     max_context_len      sizing hint >= every ctx_s; None: computed from past_lens and subsequence_begins.
     backend              "auto" (cuda when query is on a CUDA device, else cpu), "cpu" or "cuda".
@@ -233,6 +237,7 @@ def forward(*, query: Any, key: Any = None, value: Any = None, key_cache: Any, v
             block_indices_begins: Any, scale: Optional[float] = None, sliding_window: int = 0,
             alibi_slopes: Any = None, sinks: Any = None, max_context_len: Optional[int] = None,
             qq_bias: Any = None, qq_bias_begins: Any = None, out: Any = None, scores: Any = None,
+            score_aggregation_window: Any = None,
             num_heads: int, backend: str = "auto", deterministic: bool = False, partition_tokens: int = 0,
             stream: Any = None, programmatic_launch: bool = True) -> Any:
     tensors = _tensor_args(locals())
@@ -333,6 +338,7 @@ def plan(*, query: Any, key: Any = None, value: Any = None, key_cache: Any, valu
          block_indices_begins: Any, scale: Optional[float] = None, sliding_window: int = 0,
          alibi_slopes: Any = None, sinks: Any = None, max_context_len: Optional[int] = None,
          qq_bias: Any = None, qq_bias_begins: Any = None, out: Any = None, scores: Any = None,
+         score_aggregation_window: Any = None,
          num_heads: int, backend: str = "auto", deterministic: bool = False, partition_tokens: int = 0,
          stream: Any = None, programmatic_launch: bool = True) -> Plan:
     tensors = _tensor_args(locals())

@@ -37,6 +37,7 @@ void check_device(const Params& p, Backend b) {
   check_host(p.block_indices_begins, "block_indices_begins");
   check_host(p.qq_bias, "qq_bias");
   check_host(p.qq_bias_begins, "qq_bias_begins");
+  check_host(p.score_aggregation_window, "score_aggregation_window");
 }
 }  // namespace
 
@@ -84,6 +85,7 @@ void check_same_signature(const Params& a, const Params& b) {
   same(a.sinks, b.sinks, "sinks");
   same(a.out, b.out, "out");
   same(a.scores, b.scores, "scores");
+  same(a.score_aggregation_window, b.score_aggregation_window, "score_aggregation_window");
   if (a.scale != b.scale) throw ValidationError("scale", "differs from the planned call: re-plan");
   if (a.sliding_window != b.sliding_window)
     throw ValidationError("sliding_window", "differs from the planned call (the work list depends on it): re-plan");

@@ -134,6 +134,7 @@ void validate(const Params& p) {
   check_structure(p.sinks, "sinks", false);
   check_structure(p.qq_bias, "qq_bias", true);
   check_structure(p.qq_bias_begins, "qq_bias_begins", true);
+  check_structure(p.score_aggregation_window, "score_aggregation_window", true);
   check_structure(p.out, "out", false);
   check_structure(p.scores, "scores", false);
 
@@ -263,6 +264,16 @@ void validate(const Params& p) {
     require_i32_vector(p.qq_bias_begins, "qq_bias_begins", "[num_seqs+1]", num_seqs + 1, "num_seqs+1");
   }
 
+  // score_aggregation_window: i32 [num_seqs] or absent, each >= -1
+  if (p.score_aggregation_window.present()) {
+    require_i32_vector(p.score_aggregation_window, "score_aggregation_window", "[num_seqs]", num_seqs, "num_seqs");
+    const int32_t* w = i32_data(p.score_aggregation_window);
+    for (int64_t s = 0; s < num_seqs; ++s)
+      if (w[s] < -1)
+        fail("score_aggregation_window", cat("must be >= -1 (-1: every new token), got ", w[s],
+                                             " at score_aggregation_window[", s, "]"));
+  }
+
   // scores: [sum ctx] f32 or absent (its length is checked once ctx_s is known)
   if (p.scores.present()) {
     require_ndim(p.scores, "scores", 1, "[sum_s ctx_s]");
@@ -270,8 +281,8 @@ void validate(const Params& p) {
   }
 
   // ---- 3. scalar options ------------------------------------------------------------------------------
-  if (p.scale.has_value() && !(std::isfinite(*p.scale) && *p.scale > 0.f))
-    fail("scale", cat("must be finite and > 0 when given, got ", *p.scale));
+  if (p.scale.has_value() && !(std::isfinite(*p.scale) && *p.scale >= 0.f))
+    fail("scale", cat("must be finite and > 0 when given (0: the default 1/sqrt(D)), got ", *p.scale));
   if (p.sliding_window < 0) fail("sliding_window", cat("must be >= 0 (0 = none), got ", p.sliding_window));
   if (p.max_context_len < 0) fail("max_context_len", cat("must be >= 0, got ", p.max_context_len));
 

@@ -143,7 +143,8 @@ void write_kv(const Params& p) {
 void attention(const Params& p) {
   const Layout L = layout_of(p);
   const KVCache& c = p.cache;
-  const double scale = p.scale ? static_cast<double>(*p.scale) : 1.0 / std::sqrt(static_cast<double>(L.D));
+  const double scale = p.scale && *p.scale != 0.0f ? static_cast<double>(*p.scale)
+                                                   : 1.0 / std::sqrt(static_cast<double>(L.D));
   int64_t scores_base = 0;  // start of sequence s in p.scores
 
   for (int s = 0; s < L.num_seqs; ++s) {
@@ -166,6 +167,9 @@ void attention(const Params& p) {
       }
     }
 
+    // scores count the last w new tokens (score_aggregation_window; absent: 1; -1 or >= T: all)
+    const int w = p.score_aggregation_window.present() ? load_i32(p.score_aggregation_window, s) : 1;
+    const int t_scored = w < 0 || w >= T ? 0 : T - w;  // first new token whose weights are summed
     std::vector<double> score(ctx), weight_sum(ctx, 0.0), acc(L.D);
     std::vector<char> visible(ctx);
     for (int t = 0; t < T; ++t) {
@@ -219,7 +223,7 @@ void attention(const Params& p) {
         for (int j = 0; j <= ctx; ++j) {
           if (j < ctx && visible[j]) {
             w4[n4] = score[j] / sum;
-            weight_sum[j] += w4[n4];
+            if (t >= t_scored) weight_sum[j] += w4[n4];
             v4[n4++] = &V[(static_cast<size_t>(kh) * ctx + j) * L.D];
           }
           if (n4 == 4) {

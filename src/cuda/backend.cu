@@ -347,8 +347,11 @@ class CudaPlan final : public detail::PlanImpl {
       std::vector<ScoreTile> tiles;
       int64_t base = 0;
       for (int s = 0; s < num_seqs; ++s) {
-        const int ctx = past[s] + sb[s + 1] - sb[s];
-        for (int j0 = 0; j0 < ctx; j0 += kScoreKeys) tiles.push_back(ScoreTile{s, j0, base});
+        const int T = sb[s + 1] - sb[s], ctx = past[s] + T;
+        // the last w new tokens count (score_aggregation_window; absent: 1; -1 or >= T: all)
+        const int w = p.score_aggregation_window.present() ? p.score_aggregation_window.ptr<const int32_t>()[s] : 1;
+        const int t_lo = w < 0 || w >= T ? 0 : T - w;
+        for (int j0 = 0; j0 < ctx; j0 += kScoreKeys) tiles.push_back(ScoreTile{s, j0, base, t_lo});
         base += ctx;
       }
       num_score_tiles_ = static_cast<int>(tiles.size());
@@ -363,7 +366,7 @@ class CudaPlan final : public detail::PlanImpl {
     ws_o_.alloc(ws_bytes + 16);
     ws_ml_.alloc(static_cast<std::size_t>(wl_.num_slots) * wl_.slot_rows * 2 * sizeof(float) + 16);
 
-    scale_ = p.scale ? *p.scale : 1.0f / std::sqrt(static_cast<float>(D_));
+    scale_ = p.scale && *p.scale != 0.0f ? *p.scale : 1.0f / std::sqrt(static_cast<float>(D_));
   }
 
   void run(const Params& p) override {

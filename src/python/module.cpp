@@ -148,7 +148,8 @@ Params make_params(const nb::dict& tensors, const Scalars& s, Keep& keep) {
   static const char* kKnown[] = {"query", "key", "value", "key_cache", "value_cache", "key_scale",
                                  "key_min", "value_scale", "value_min", "past_lens",
                                  "subsequence_begins", "block_indices", "block_indices_begins",
-                                 "alibi_slopes", "sinks", "qq_bias", "qq_bias_begins", "out", "scores"};
+                                 "alibi_slopes", "sinks", "qq_bias", "qq_bias_begins", "out", "scores",
+                                 "score_aggregation_window"};
   for (auto [k, v] : tensors) {
     const std::string name = nb::cast<std::string>(k);
     bool known = false;
@@ -182,6 +183,7 @@ Params make_params(const nb::dict& tensors, const Scalars& s, Keep& keep) {
   p.qq_bias_begins = get("qq_bias_begins");
   p.out = get("out");
   p.scores = get("scores");
+  p.score_aggregation_window = get("score_aggregation_window");
   p.max_context_len = s.max_context_len ? *s.max_context_len : default_max_context_len(p);
   return p;
 }

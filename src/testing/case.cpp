@@ -321,6 +321,10 @@ Case make_random_case(uint64_t seed, const CaseConfig& cfg) {
     int64_t total_ctx = 0;
     for (int s = 0; s < c.num_seqs; ++s) total_ctx += c.ctx(s);
     c.scores.assign(total_ctx, std::numeric_limits<float>::quiet_NaN());
+    // score_aggregation_window: absent (the last token) or per sequence -1 (all), 0 (none), 1..T+2
+    if (r.chance(0.6))
+      for (int s = 0; s < c.num_seqs; ++s)
+        c.score_window.push_back(r.chance(0.2) ? -1 : r.chance(0.1) ? 0 : static_cast<int32_t>(r.uniform_int(1, T[s] + 2)));
   }
   return c;
 }
@@ -363,6 +367,8 @@ Params Case::params() {
   }
   p.out = view(out.data(), qdtype, {num_tokens, H * D});
   if (want_scores) p.scores = view(scores.data(), DType::f32, {static_cast<int64_t>(scores.size())});
+  if (!score_window.empty())
+    p.score_aggregation_window = view(score_window.data(), DType::i32, {static_cast<int64_t>(score_window.size())});
   return p;
 }
 
@@ -377,6 +383,11 @@ std::string Case::describe() const {
   if (!sinks.empty()) os << " sinks";
   if (!qq_bias.empty() || !qq_bias_begins.empty()) os << " tree";
   if (want_scores) os << " scores";
+  if (!score_window.empty()) {
+    os << " score_window=[";
+    for (size_t s = 0; s < score_window.size(); ++s) os << (s ? "," : "") << score_window[s];
+    os << "]";
+  }
   std::vector<int32_t> used;  // the blocks read, to spot prefix sharing
   for (int s = 0; s < num_seqs; ++s) {
     const int lo = sliding_window > 0 ? std::max(0, past_lens[s] - sliding_window + 1) : 0;
@@ -489,6 +500,7 @@ void reference_forward(Case& c, int threads) {
     q.subsequence_begins = at(p.subsequence_begins, s, 2);
     q.block_indices_begins = at(p.block_indices_begins, s, 2);
     if (p.qq_bias_begins.present()) q.qq_bias_begins = at(p.qq_bias_begins, s, 2);
+    if (p.score_aggregation_window.present()) q.score_aggregation_window = at(p.score_aggregation_window, s, 1);
     if (p.scores.present())
       q.scores = TensorView::contiguous(c.scores.data() + scores_base[s], DType::f32, Device::cpu, {c.ctx(s)});
     oracle::attention(q);

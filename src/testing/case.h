@@ -53,6 +53,7 @@ struct Case {
   std::vector<uint8_t> key_cache, value_cache;        // [num_blocks, Hk, bs, D] in kv dtype
   std::vector<uint16_t> key_scale, key_min, value_scale, value_min;  // u8 only: [num_blocks, Hk, bs] f16
   std::vector<float> scores;                           // [sum ctx] or empty
+  std::vector<int32_t> score_window;                   // score_aggregation_window [num_seqs] or empty
 
   int T(int s) const { return subsequence_begins[s + 1] - subsequence_begins[s]; }
   int ctx(int s) const { return past_lens[s] + T(s); }

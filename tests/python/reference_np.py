@@ -46,6 +46,7 @@ class Case:
     qq_bias_begins: Optional[np.ndarray] = None
     out: Optional[np.ndarray] = None
     scores: Optional[np.ndarray] = None
+    score_aggregation_window: Optional[np.ndarray] = None  # [num_seqs] int32; None: the last token
 
     @property
     def num_seqs(self) -> int:
@@ -65,7 +66,7 @@ class Case:
         names = ["query", "key", "value", "key_cache", "value_cache", "key_scale", "key_min",
                  "value_scale", "value_min", "past_lens", "subsequence_begins", "block_indices",
                  "block_indices_begins", "scale", "sliding_window", "alibi_slopes", "sinks", "qq_bias",
-                 "qq_bias_begins", "out", "scores"]
+                 "qq_bias_begins", "out", "scores", "score_aggregation_window"]
         kw = {n: getattr(self, n) for n in names}
         kw["num_heads"] = self.num_heads
         return kw
@@ -77,7 +78,8 @@ class Case:
                 f"kv={self.kv} q={np.dtype(self.qdtype).name} write={self.key is not None} "
                 f"window={self.sliding_window} alibi={self.alibi_slopes is not None} "
                 f"sinks={self.sinks is not None} tree={self.qq_bias is not None} "
-                f"scores={self.scores is not None} scale={self.scale}")
+                f"scores={self.scores is not None} scale={self.scale} "
+                f"score_window={None if self.score_aggregation_window is None else self.score_aggregation_window.tolist()}")
 
     def snapshot(self) -> Dict[str, np.ndarray]:
         """Copies of every array the op may write (to check what it changed)."""
@@ -222,6 +224,9 @@ def make_case(seed: int, *, kv: Optional[str] = None, qdtype=None, write: Option
     case.out = np.full((num_tokens, H * D), np.nan, qdtype)
     if rng.random() < 0.3:
         case.scores = np.full(int(ctx.sum()), np.nan, np.float32)
+        if rng.random() < 0.6:  # the last w_s tokens count: -1 (all), 0 (none), 1..T+2; else the last one
+            case.score_aggregation_window = np.array(
+                [rng.choice([-1, 0, int(rng.integers(1, int(t) + 3))]) for t in T], np.int32)
     return case
 
 
@@ -310,6 +315,8 @@ def attention(case: Case, cache: Dict[str, np.ndarray]):
                 denom = denom + np.exp(case.sinks.astype(np.float64)[:, None] - m)
             prob = e / denom                                          # [H, ctx]
             out[row] = np.einsum("hj,jhd->hd", prob, V)
-            seq_scores += prob.sum(axis=0)
+            w = 1 if case.score_aggregation_window is None else int(case.score_aggregation_window[s])
+            if w < 0 or t >= T - w:  # scores: the last w new tokens
+                seq_scores += prob.sum(axis=0)
         scores.append(seq_scores)
     return out.reshape(num_tokens, H * D), (np.concatenate(scores) if case.scores is not None else None)

@@ -20,11 +20,12 @@ Where the two ops' semantics differ, the compared cases stay on common ground:
   * ALiBi with a sliding window: OpenVINO's CPU plugin drops ALiBi when a window is set, pagedattn
     applies both; cases have one or the other, never both (test_openvino_drops_alibi_when_a_window_is_set
     pins this).
-  * scores: pagedattn sums over every new token of a sequence; OpenVINO over the last w_s new tokens
-    of sequence s, w = `score_aggregation_window` (input 13, i32 [num_seqs] on the CPU plugin: the op
-    accepts a scalar too, but the plugin then fails at inference for more than one sequence). An empty
-    array means the last token only, w_s = 0 gives zero scores, w_s >= T_s every new token; the test
-    gives it T_s per sequence (test_openvino_score_aggregation_window pins this).
+  * scores: both sum each key's weights over the last w_s new tokens of sequence s (pagedattn's
+    score_aggregation_window, OpenVINO's input 13, i32 [num_seqs] on the CPU plugin: the op accepts a
+    scalar too, but the plugin then fails at inference for more than one sequence). Absent (OpenVINO:
+    an empty array) means the last token only, w_s = 0 gives zero scores, -1 or w_s >= T_s every new
+    token. The compared cases give both T_s per sequence (test_openvino_score_aggregation_window
+    compares the other values).
 A failure prints the seed and the case.
 """
 
@@ -205,8 +206,13 @@ def make_case(seed: int, kv: str, *, for_write: bool = False, adjust=None) -> Ca
 
 
 # --- pagedattn -------------------------------------------------------------------------------------
-def run_pagedattn(case: Case, key=None, value=None, key_cache=None, value_cache=None):
-    """(out [num_tokens, H*D] f32, scores [sum ctx] f32 or None) from pagedattn's CPU backend."""
+_EVERY_TOKEN = object()
+
+
+def run_pagedattn(case: Case, key=None, value=None, key_cache=None, value_cache=None, score_window=_EVERY_TOKEN):
+    """(out [num_tokens, H*D] f32, scores [sum ctx] f32 or None) from pagedattn's CPU backend.
+    score_window: its score_aggregation_window (default: T_s per sequence, every new token, as
+    run_openvino's default; None: absent, the last token)."""
     out = np.full(case.query.shape, np.nan, np.float32)
     scores = np.full(int(case.ctx.sum()), np.nan, np.float32) if case.scores else None
     kw = dict(query=case.query, key=key, value=value,
@@ -216,6 +222,7 @@ def run_pagedattn(case: Case, key=None, value=None, key_cache=None, value_cache=
               block_indices_begins=case.block_indices_begins, scale=case.scale,
               sliding_window=case.sliding_window, alibi_slopes=case.alibi_slopes, sinks=case.sinks,
               qq_bias=case.qq_bias, qq_bias_begins=case.qq_bias_begins, out=out, scores=scores,
+              score_aggregation_window=case.T.astype(np.int32) if score_window is _EVERY_TOKEN else score_window,
               num_heads=case.H, backend="cpu")
     if case.kv == "u8":
         kw.update(key_scale=case.key_scale, key_min=case.key_min, value_scale=case.value_scale,
@@ -453,23 +460,24 @@ def test_openvino_drops_alibi_when_a_window_is_set(seed):
 
 @pytest.mark.parametrize("seed", range(BASE_SEED + 31000, BASE_SEED + 31004))
 def test_openvino_score_aggregation_window(seed):
-    """OpenVINO's input 13 (i32 [num_seqs]): scores summed over the last w_s new tokens of sequence s
-    (w_s >= T_s: all of them, pagedattn's rule); an empty array: the last token only; 0: none (zeros)."""
+    """OpenVINO's input 13 (i32 [num_seqs]) and pagedattn's score_aggregation_window, the same meaning:
+    scores summed over the last w_s new tokens of sequence s (w_s >= T_s or -1: all of them; 0: none,
+    zeros; absent / OpenVINO's empty array: the last token only)."""
     case = make_case(seed, "f16", adjust=lambda past, T: (past, np.maximum(T, 2)))
     case.scores = True
     case.qq_bias = case.qq_bias_begins = None           # (a tree row may hide new tokens from the last)
-    _, pa_all = run_pagedattn(case)
-    _, ov_all = run_openvino(case, score_window=(case.T + 3).astype(np.int32))
-    assert_close(pa_all, ov_all, "scores (OpenVINO window T_s + 3)", case)
-    # the last token alone, on pagedattn: one query per sequence at position ctx_s - 1
-    last = dataclasses.replace(case, past=(case.past + case.T - 1).astype(np.int32), T=np.ones_like(case.T),
-                               begins=np.arange(case.num_seqs + 1, dtype=np.int32),
-                               query=np.ascontiguousarray(case.query[case.begins[1:] - 1]))
-    _, pa_last = run_pagedattn(last)
+    rng = np.random.default_rng(seed)
+    for w in ((case.T + 3).astype(np.int32), np.full(case.num_seqs, -1, np.int32),
+              np.array([rng.integers(1, t + 1) for t in case.T], np.int32)):
+        _, pa = run_pagedattn(case, score_window=w)
+        _, ov = run_openvino(case, score_window=w)
+        assert_close(pa, ov, f"scores (window {w.tolist()})", case)
+    _, pa_default = run_pagedattn(case, score_window=None)
     _, ov_default = run_openvino(case, score_window=np.zeros(0, np.int32))
-    assert_close(pa_last, ov_default, "scores (OpenVINO empty window: last token)", case)
+    assert_close(pa_default, ov_default, "scores (no window: the last token)", case)
+    _, pa_zero = run_pagedattn(case, score_window=np.zeros(case.num_seqs, np.int32))
     _, ov_zero = run_openvino(case, score_window=np.zeros(case.num_seqs, np.int32))
-    assert not ov_zero.any(), f"OpenVINO window 0 now gives non-zero scores; {case.describe()}"
+    assert not ov_zero.any() and not pa_zero.any(), f"window 0 gives non-zero scores; {case.describe()}"
 
 
 def test_report_worst_errors():

@@ -1188,7 +1188,7 @@ __global__ void __launch_bounds__(128) scores_kernel(const __grid_constant__ Fwd
     }
     __syncthreads();
     if (j >= ctx) continue;
-    for (int r = warp; r < T * G; r += 4) {  // warp-uniform loop; the lanes differ only in the key
+    for (int r = st.t_lo * G + warp; r < T * G; r += 4) {  // warp-uniform; the lanes differ only in the key
       const int t = r / G, h = hk * G + r % G;
       const int qpos = past + t;
       bool vis = j <= qpos && (P.sliding_window == 0 || qpos - j < P.sliding_window);

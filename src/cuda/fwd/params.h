@@ -23,6 +23,7 @@ struct ScoreTile {      // 32 key positions of one sequence for the scores kerne
   int32_t seq;
   int32_t j0;           // first key position
   int64_t base;         // offset of the sequence's first key in `scores`
+  int32_t t_lo;         // first new token whose weights are summed (score_aggregation_window)
 };
 
 struct FwdParams {
