@@ -242,7 +242,9 @@ double ref_range(const std::vector<float>& x) {
 }
 uint8_t ref_u8_code(float x, const RefU8& p) {
   if (p.scale == 0.0f) return 0;
-  float v = std::nearbyint((clamp16(x) - p.min) / p.scale);
+  volatile float d = clamp16(x) - p.min, inv = 1.0f / p.scale;  // (volatile: no contraction)
+  volatile float prod = d * inv;
+  float v = std::nearbyint(static_cast<float>(prod));
   return static_cast<uint8_t>(std::min(255.0f, std::max(0.0f, v)));
 }
 num::U8Params row_params(const std::vector<float>& x) {
@@ -267,7 +269,7 @@ void check_row(const std::vector<float>& x, const std::string& what) {
     const double err = std::fabs(back - clamp16(x[d]));
     ASSERT_LE(std::fabs(back), 65504.0) << what << " d " << d << ": reads back beyond the f16 range";
     const bool stepped_down = p.scale > 0.0f && static_cast<double>(p.scale) * 255.0 < ref_range(x);
-    ASSERT_LE(err, (stepped_down ? 0.75 : 0.5) * p.scale * (1 + 1e-5) + 1e-6 * std::fabs(static_cast<double>(clamp16(x[d]))))
+    ASSERT_LE(err, (stepped_down ? 0.75 : 0.5) * p.scale * (1 + 1e-4) + 1e-6 * std::fabs(static_cast<double>(clamp16(x[d]))))
         << what << " d " << d << " x=" << x[d] << " back=" << back << " scale=" << p.scale;
     ASSERT_TRUE(std::isfinite(num::u8_dequantize(q, p.scale, p.min))) << what;
   }
@@ -349,7 +351,7 @@ TEST(Numeric, U8AllNegativeRow) {
 }
 
 TEST(Numeric, U8RoundsHalfToEvenAndClamps) {
-  num::U8Params p{0x3c00, 0x0000, 1.0f, 0.0f};  // scale 1, min 0
+  num::U8Params p{0x3c00, 0x0000, 1.0f, 0.0f, 1.0f};  // scale 1, min 0
   EXPECT_EQ(num::u8_quantize(2.5f, p), 2);
   EXPECT_EQ(num::u8_quantize(3.5f, p), 4);
   EXPECT_EQ(num::u8_quantize(254.5f, p), 254);

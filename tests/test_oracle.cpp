@@ -215,7 +215,9 @@ void check_written_row(const Case& c, const char* what, const std::vector<uint8_
     if (scale[row] != sb) fail("scale bits " + std::to_string(scale[row]) + " != " + std::to_string(sb));
     if (min[row] != mb) fail("min bits " + std::to_string(min[row]) + " != " + std::to_string(mb));
     for (int d = 0; d < D; ++d) {
-      const float v = sf == 0.0f ? 0.0f : std::nearbyint((clamp16(x[d]) - mf) / sf);
+      volatile float diff = clamp16(x[d]) - mf, inv = sf == 0.0f ? 0.0f : 1.0f / sf;  // no contraction
+      volatile float prod = diff * inv;
+      const float v = std::nearbyint(static_cast<float>(prod));
       const uint8_t code = static_cast<uint8_t>(v < 0 ? 0 : v > 255 ? 255 : v);
       if (data[row * D + d] != code) {
         fail("code at d=" + std::to_string(d) + " is " + std::to_string(data[row * D + d]) + ", want " +

@@ -33,7 +33,9 @@ const char* kv_precision_name(KVPrecision p);
 ///   scale = f16 rounded UP (toward +inf) of s; 0 when s == 0; then, while mn + 255 * scale > 65504
 ///           (in float), the next f16 below (the top code never reads back beyond f16's range)
 ///                                                                -> stored as `scale`
-///   q[d]  = scale == 0 ? 0 : min(max(rint((c(x[d]) - mn) / scale), 0), 255)   (rint: half to even)
+///   inv   = scale == 0 ? 0 : 1 / scale     (f32, rounded to nearest)
+///   q[d]  = min(max(rint((c(x[d]) - mn) * inv), 0), 255)   (each operation rounded to f32; rint: half
+///           to even)
 /// and the row reads back as  x'[d] = mn + q[d] * scale  (the oracle evaluates it in double).
 /// Every finite row within the f16 range reads back within half a step (scale / 2) of its input, plus
 /// f32 rounding (3/4 of a step where the scale stepped down), and inside [-65504, 65504]; no parameter is

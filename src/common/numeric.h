@@ -142,6 +142,7 @@ PA_HD float add_rn(float a, float b) {
 struct U8Params {
   uint16_t scale_bits, min_bits;  // f16
   float scale, min;               // the same values as float
+  float inv;                      // 1 / scale rounded to f32 (0 when scale == 0): one division per row
 };
 
 // mn, mx: the row's minimum and maximum (in float, before clamping).
@@ -158,12 +159,12 @@ PA_HD U8Params u8_params(float mn, float mx) {
     --p.scale_bits;
     p.scale = f16_bits_to_f32(p.scale_bits);
   }
+  p.inv = p.scale > 0.0f ? 1.0f / p.scale : 0.0f;
   return p;
 }
 
 PA_HD uint8_t u8_quantize(float x, const U8Params& p) {
-  if (p.scale == 0.0f) return 0;
-  float v = (clamp_f16_range(x) - p.min) / p.scale;
+  float v = mul_rn(add_rn(clamp_f16_range(x), -p.min), p.inv);  // scale 0: inv 0, code 0
 #if defined(__CUDA_ARCH__)
   v = rintf(v);
 #else

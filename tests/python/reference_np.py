@@ -121,8 +121,9 @@ def quantize_u8_rows(x: np.ndarray):
         scale = np.where(over, (scale.view(np.uint16) - np.uint16(1)).view(np.float16), scale)
     sc32 = scale.astype(np.float32)[..., None]
     with np.errstate(divide="ignore", invalid="ignore"):
-        v = (x - mn.astype(np.float32)[..., None]) / np.where(sc32 > 0, sc32, np.float32(1.0))
-    codes = np.where(sc32 > 0, np.clip(np.rint(v), 0, 255), 0).astype(np.uint8)
+        inv = np.where(sc32 > 0, np.float32(1.0) / np.where(sc32 > 0, sc32, np.float32(1.0)), np.float32(0.0))
+    v = ((x - mn.astype(np.float32)[..., None]).astype(np.float32) * inv.astype(np.float32)).astype(np.float32)
+    codes = np.clip(np.rint(v), 0, 255).astype(np.uint8)
     return codes, scale, mn
 
 
