@@ -13,7 +13,7 @@ namespace tools {
 struct CheckOptions {
   Backend backend = Backend::cpu;
   int cases = 100;
-  uint64_t seed = 1;            // case i uses seed + i
+  uint64_t seed = 1;            // case i uses seed + i; 0: a fresh random base seed (printed)
   std::string config = "small"; // small | full | long (see make_check_config)
   int max_seqs = 0;             // 0: the config's value
   int max_past = -1;            // -1: the config's value

@@ -95,7 +95,7 @@ int main(int argc, char** argv) {
   CLI::App* check = app.add_subcommand("check", "random seeded cases of a backend against the CPU oracle");
   check->add_option("--backend", check_backend, "cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   check->add_option("--cases", copt.cases, "number of cases")->capture_default_str();
-  check->add_option("--seed", copt.seed, "case i uses seed + i")->capture_default_str();
+  check->add_option("--seed", copt.seed, "case i uses seed + i; 0: a fresh random seed (printed)")->capture_default_str();
   check->add_option("--config", copt.config,
                     "case ranges: small (<= 4 seqs, past <= 1024, T <= 16) | full (<= 8 seqs, past <= 3000, T <= 40)"
                     " | long (u8, 8 seqs, past 56k-66k, T <= 16, Hk = 1)")

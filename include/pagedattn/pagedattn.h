@@ -33,6 +33,10 @@ struct Options {
                                  // waiting for it (docs/design.md). Turn off if the kernel just before
                                  // the op writes such rows after it lets its dependents start
                                  // (griddepcontrol.launch_dependents), or for PTX's strict guarantee
+  int num_threads = 0;           // cpu: worker threads; 0 = PAGEDATTN_CPU_THREADS, else all cores
+  bool cpu_reference = false;    // cpu: run the oracle (double-precision loops, one thread) instead of
+                                 // the fast kernels: the reference the tests compare against (also
+                                 // PAGEDATTN_CPU_ORACLE=1)
 };
 
 namespace detail {

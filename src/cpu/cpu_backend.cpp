@@ -1,35 +1,444 @@
-// The cpu backend: the oracle behind the Plan interface.
+// The cpu backend: the GPU's algorithm on cores.
+//
+// A sequence's new tokens are cut into chunks of at most kMaxRows / G tokens (the chunk's T*G query
+// rows share every K/V row read); each chunk's key range [window start of its first token, causal limit
+// of its last) is cut into partitions, so that the work items (chunk, kv head, partition) keep every
+// thread busy. An item loads its query rows once (f32), streams its keys in tiles of kTile rows
+// gathered through the block table and converted to f32 once for all rows (u8: min + code * scale),
+// computes S = Q K^T, masks, the online softmax (log2 units) and O += P V (tile.h, vectorised and
+// dispatched by ISA), and leaves (m, l, O) as a partial, or the final row when the chunk has one
+// partition. Partials merge in partition order (sinks join there). Scores, when asked for, are
+// recomputed per key tile against the rows' final (m, l). OpenMP threads; no allocation in run().
+// Options::cpu_reference (or PAGEDATTN_CPU_ORACLE=1) runs the oracle instead: the reference of the tests.
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <sstream>
+#include <vector>
 
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+
+#include "common/numeric.h"
 #include "core/plan_impl.h"
 #include "cpu/oracle.h"
+#include "cpu/tile.h"
 
 namespace pagedattn {
 namespace detail {
 
 namespace {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr int kMaxRows = 64;   // query rows per chunk (T*G); a longer sequence is cut into chunks
+constexpr int kTile = 32;      // keys per tile
+constexpr int kMinPart = 512;  // smallest partition (keys)
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::atoi(v) : fallback;
+}
+
+int max_threads() {
+#if defined(_OPENMP)
+  return omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
+
+float load_f(const TensorView& t, int64_t i) {
+  switch (t.dtype) {
+    case DType::f32: return t.ptr<const float>()[i];
+    case DType::f16: return num::f16_bits_to_f32(t.ptr<const uint16_t>()[i]);
+    case DType::bf16: return num::bf16_bits_to_f32(t.ptr<const uint16_t>()[i]);
+    default: return 0.0f;
+  }
+}
+void store_f(const TensorView& t, int64_t i, float x) {
+  switch (t.dtype) {
+    case DType::f32: t.ptr<float>()[i] = x; break;
+    case DType::f16: t.ptr<uint16_t>()[i] = num::f32_to_f16_bits(x); break;
+    case DType::bf16: t.ptr<uint16_t>()[i] = num::f32_to_bf16_bits(x); break;
+    default: break;
+  }
+}
+
+struct Chunk {
+  int seq, t0, nt;  // tokens [t0, t0 + nt) of sequence seq
+  int lo, hi;       // keys [lo, hi): the first token's window start, the last token's causal limit
+  int parts, part;  // partitions of [lo, hi) at absolute multiples of `part` keys
+  int64_t slot;     // first partial slot (parts > 1), per kv head: slot + hk * parts + p
+};
+
+struct Item {
+  int chunk, hk, p;
+  int kb, ke;  // keys [kb, ke)
+};
+
 class CpuPlan final : public PlanImpl {
  public:
-  explicit CpuPlan(const Params& p) : planned_(p) {}
+  CpuPlan(const Params& p, const Options& opt) : planned_(p) {
+    reference_ = opt.cpu_reference || env_int("PAGEDATTN_CPU_ORACLE", 0) != 0;
+    if (reference_) return;
+    threads_ = opt.num_threads > 0 ? opt.num_threads : env_int("PAGEDATTN_CPU_THREADS", max_threads());
+    threads_ = std::max(1, threads_);
+    num_seqs_ = static_cast<int>(p.past_lens.shape[0]);
+    H_ = p.num_heads;
+    Hk_ = static_cast<int>(p.cache.num_kv_heads());
+    G_ = H_ / Hk_;
+    D_ = static_cast<int>(p.cache.head_size());
+    const int32_t* past = p.past_lens.ptr<const int32_t>();
+    const int32_t* sb = p.subsequence_begins.ptr<const int32_t>();
+    past_.assign(past, past + num_seqs_);
+    begins_.assign(sb, sb + num_seqs_ + 1);
+
+    // --- chunks and partitions -----------------------------------------------------------------------
+    const int per_chunk = std::max(1, kMaxRows / G_);
+    for (int s = 0; s < num_seqs_; ++s) {
+      const int T = begins_[s + 1] - begins_[s];
+      for (int t0 = 0; t0 < T; t0 += per_chunk) {
+        Chunk c;
+        c.seq = s;
+        c.t0 = t0;
+        c.nt = std::min(per_chunk, T - t0);
+        c.hi = past_[s] + t0 + c.nt;
+        c.lo = p.sliding_window > 0 ? std::max(0, past_[s] + t0 - p.sliding_window + 1) : 0;
+        chunks_.push_back(c);
+      }
+    }
+    // partition size: whole ranges when the chunks alone give every thread 4 items; else the smallest
+    // multiple of kMinPart that gives ~4 items per thread (Options::partition_tokens forces it)
+    int64_t keys = 0;
+    for (const Chunk& c : chunks_) keys += c.hi - c.lo;
+    int part = 1 << 30;
+    if (opt.partition_tokens > 0) {
+      part = opt.partition_tokens;
+    } else if (static_cast<int64_t>(chunks_.size()) * Hk_ < 4 * threads_ && keys > 0) {
+      const int64_t want = 4 * static_cast<int64_t>(threads_) / Hk_ + 1;
+      part = static_cast<int>(std::max<int64_t>(kMinPart, (keys / want + kMinPart - 1) / kMinPart * kMinPart));
+    }
+    int64_t slots = 0;
+    for (Chunk& c : chunks_) {
+      c.part = part;
+      const int p0 = c.lo / part, p1 = c.hi > c.lo ? (c.hi - 1) / part + 1 : p0 + 1;
+      c.parts = p1 - p0;
+      c.slot = c.parts > 1 ? slots : -1;
+      if (c.parts > 1) slots += static_cast<int64_t>(c.parts) * Hk_;
+      const int ci = static_cast<int>(&c - chunks_.data());
+      for (int hk = 0; hk < Hk_; ++hk)
+        for (int q = p0; q < p1; ++q)
+          items_.push_back(Item{ci, hk, q - p0, std::max(c.lo, q * part), std::min(c.hi, (q + 1) * part)});
+    }
+    // longest items first (dynamic schedule over a sorted list: the tail is short items)
+    std::stable_sort(items_.begin(), items_.end(),
+                     [](const Item& a, const Item& b) { return a.ke - a.kb > b.ke - b.kb; });
+    for (const Chunk& c : chunks_)
+      if (c.parts > 1) split_.push_back(static_cast<int>(&c - chunks_.data()));
+    if (p.scores.present()) {  // key tiles of every sequence's context, and each sequence's offset
+      score_base_.assign(num_seqs_ + 1, 0);
+      for (int s = 0; s < num_seqs_; ++s) {
+        const int ctx = past_[s] + begins_[s + 1] - begins_[s];
+        score_base_[s + 1] = score_base_[s] + ctx;
+        for (int j0 = 0; j0 < ctx; j0 += kTile) score_tiles_.emplace_back(s, j0);
+      }
+    }
+    partials_.assign(static_cast<size_t>(slots) * kMaxRows * (D_ + 2), 0.0f);
+    row_stats_.assign(static_cast<size_t>(begins_[num_seqs_]) * H_ * 2, 0.0f);
+    // per-thread scratch: Q rows, K and V tiles, S/P, O, row state
+    scratch_stride_ = static_cast<size_t>(kMaxRows) * D_ + 2 * kTile * D_ + 2 * kMaxRows * kTile +
+                      static_cast<size_t>(kMaxRows) * D_ + 3 * kMaxRows + kTile * D_;
+    scratch_.assign(scratch_stride_ * threads_, 0.0f);
+  }
+
   void run(const Params& p) override {
     check_same_signature(planned_, p);
-    validate(p);  // cheap on the host, and run() may see new metadata on this backend
-    oracle::forward(p);
+    validate(p);  // cheap on the host
+    if (reference_) {
+      oracle::forward(p);
+      return;
+    }
+    write_in(p);
+    const float scale = p.scale && *p.scale != 0.0f ? *p.scale : 1.0f / std::sqrt(static_cast<float>(D_));
+    const int n_items = static_cast<int>(items_.size());
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads_)
+    for (int i = 0; i < n_items; ++i) attend(p, items_[i], scale, thread_scratch());
+    merge(p);
+    if (p.scores.present()) score(p, scale);
   }
+
   Backend backend() const override { return Backend::cpu; }
   std::string describe() const override {
     std::ostringstream os;
-    os << "pagedattn plan: backend=cpu (oracle), num_seqs=" << planned_.past_lens.numel()
-       << " num_tokens=" << planned_.query.shape[0];
+    os << "pagedattn plan: backend=cpu" << (reference_ ? " (oracle)" : "")
+       << " num_seqs=" << planned_.past_lens.numel() << " num_tokens=" << planned_.query.shape[0];
+    if (!reference_)
+      os << " threads=" << threads_ << " chunks=" << chunks_.size() << " items=" << items_.size()
+         << " partition=" << (chunks_.empty() ? 0 : chunks_[0].part) << " tile=" << kTile;
     return os.str();
+  }
+  std::size_t workspace_bytes() const override {
+    return (partials_.size() + row_stats_.size() + scratch_.size()) * sizeof(float);
   }
 
  private:
+  float* thread_scratch() {
+#if defined(_OPENMP)
+    const int t = omp_get_thread_num();
+#else
+    const int t = 0;
+#endif
+    return scratch_.data() + scratch_stride_ * static_cast<size_t>(t);
+  }
+
+  // Cache row (block, kv head, slot) of position pos of sequence s, as an element index of D-rows.
+  int64_t cache_row(const Params& p, int s, int pos, int hk) const {
+    const int bs = static_cast<int>(p.cache.block_size());
+    const int32_t* table = p.block_indices.ptr<const int32_t>() + p.block_indices_begins.ptr<const int32_t>()[s];
+    return (static_cast<int64_t>(table[pos / bs]) * Hk_ + hk) * bs + pos % bs;
+  }
+
+  // The op's write-in: the new tokens' key and value rows into the cache (u8: quantised by the rule
+  // of params.h, the same code as the CUDA kernels and the oracle).
+  void write_in(const Params& p) {
+    if (!p.key.present()) return;
+    const KVPrecision kv = p.cache.precision();
+    const int n = begins_[num_seqs_] * Hk_;
+#pragma omp parallel for num_threads(threads_)
+    for (int idx = 0; idx < n; ++idx) {
+      const int tok = idx / Hk_, hk = idx % Hk_;
+      const int s = static_cast<int>(std::upper_bound(begins_.begin(), begins_.end(), tok) - begins_.begin()) - 1;
+      const int64_t row = cache_row(p, s, past_[s] + tok - begins_[s], hk);
+      for (int which = 0; which < 2; ++which) {
+        const TensorView& src = which ? p.value : p.key;
+        const TensorView& dst = which ? p.cache.value : p.cache.key;
+        const int64_t base = (static_cast<int64_t>(tok) * Hk_ + hk) * D_;
+        if (kv == KVPrecision::u8) {
+          float mn = load_f(src, base), mx = mn;
+          for (int d = 1; d < D_; ++d) {
+            const float x = load_f(src, base + d);
+            mn = std::fmin(mn, x);
+            mx = std::fmax(mx, x);
+          }
+          const num::U8Params qp = num::u8_params(mn, mx);
+          uint8_t* codes = dst.ptr<uint8_t>() + row * D_;
+          for (int d = 0; d < D_; ++d) codes[d] = num::u8_quantize(load_f(src, base + d), qp);
+          (which ? p.cache.value_scale : p.cache.key_scale).ptr<uint16_t>()[row] = qp.scale_bits;
+          (which ? p.cache.value_min : p.cache.key_min).ptr<uint16_t>()[row] = qp.min_bits;
+        } else {
+          uint16_t* out = dst.ptr<uint16_t>() + row * D_;
+          for (int d = 0; d < D_; ++d) {
+            const float x = load_f(src, base + d);
+            out[d] = kv == KVPrecision::f16 ? num::f32_to_f16_bits(x) : num::f32_to_bf16_bits(x);
+          }
+        }
+      }
+    }
+  }
+
+  // Keys [j0, j0 + n) of item's sequence and kv head -> f32 rows of `dst` (K or V).
+  void load_tile(const Params& p, int s, int hk, int j0, int n, bool value, float* dst) const {
+    const KVPrecision kv = p.cache.precision();
+    const TensorView& data = value ? p.cache.value : p.cache.key;
+    const cpu::RowType rt = kv == KVPrecision::f16 ? cpu::RowType::f16 : kv == KVPrecision::bf16 ? cpu::RowType::bf16 : cpu::RowType::u8;
+    const int64_t esize = kv == KVPrecision::u8 ? 1 : 2;
+    for (int k = 0; k < n; ++k) {
+      const int64_t row = cache_row(p, s, j0 + k, hk);
+      float sc = 0.0f, mn = 0.0f;
+      if (kv == KVPrecision::u8) {
+        sc = num::f16_bits_to_f32((value ? p.cache.value_scale : p.cache.key_scale).ptr<const uint16_t>()[row]);
+        mn = num::f16_bits_to_f32((value ? p.cache.value_min : p.cache.key_min).ptr<const uint16_t>()[row]);
+      }
+      cpu::load_row(dst + static_cast<int64_t>(k) * D_, static_cast<const char*>(data.data) + row * D_ * esize, rt, D_,
+                    sc, mn);
+    }
+  }
+
+  void attend(const Params& p, const Item& it, float scale, float* scr) {
+    const Chunk& c = chunks_[it.chunk];
+    const int s = c.seq, past = past_[s], T = begins_[s + 1] - begins_[s];
+    const int rows = c.nt * G_;
+    float* q = scr;                                 // [rows][D]
+    float* kt = q + static_cast<size_t>(kMaxRows) * D_;   // [kTile][D]
+    float* vt = kt + kTile * D_;                    // [kTile][D]
+    float* sc = vt + kTile * D_;                    // [rows][kTile] scores, then P
+    float* o = sc + 2 * kMaxRows * kTile;           // [rows][D]
+    float* m = o + static_cast<size_t>(kMaxRows) * D_;   // [rows]
+    float* l = m + kMaxRows;
+    // query rows: row r = token t0 + r / G, head hk * G + r % G; scaled to log2 units
+    const float qs = scale * kLog2e;
+    for (int r = 0; r < rows; ++r) {
+      const int64_t base = static_cast<int64_t>(begins_[s] + c.t0 + r / G_) * H_ * D_ +
+                           static_cast<int64_t>(it.hk * G_ + r % G_) * D_;
+      for (int d = 0; d < D_; ++d) q[static_cast<size_t>(r) * D_ + d] = load_f(p.query, base + d) * qs;
+      m[r] = -INFINITY;
+      l[r] = 0.0f;
+    }
+    std::fill(o, o + static_cast<size_t>(rows) * D_, 0.0f);
+    const float* alibi = p.alibi_slopes.present() ? p.alibi_slopes.ptr<const float>() : nullptr;
+    const uint8_t* qq = p.qq_bias.present() ? p.qq_bias.ptr<const uint8_t>() + p.qq_bias_begins.ptr<const int32_t>()[s] : nullptr;
+    for (int j0 = it.kb; j0 < it.ke; j0 += kTile) {
+      const int n = std::min(kTile, it.ke - j0);
+      load_tile(p, s, it.hk, j0, n, false, kt);
+      cpu::scores(sc, kTile, q, rows, kt, n, D_);
+      // masks (causal, window, tree), ALiBi, online softmax
+      bool any = false;
+      for (int r = 0; r < rows; ++r) {
+        const int t = c.t0 + r / G_, qpos = past + t;
+        const int lo = p.sliding_window > 0 ? qpos - p.sliding_window + 1 : 0;
+        const float slope = alibi ? alibi[it.hk * G_ + r % G_] * kLog2e : 0.0f;
+        float* sr = sc + static_cast<size_t>(r) * kTile;
+        float mx = -INFINITY;
+        for (int k = 0; k < n; ++k) {
+          const int j = j0 + k;
+          const bool vis = j <= qpos && j >= lo && (qq == nullptr || j < past || qq[static_cast<int64_t>(t) * T + (j - past)] != 0);
+          sr[k] = vis ? sr[k] + slope * static_cast<float>(j - qpos) : -INFINITY;
+          mx = std::max(mx, sr[k]);
+        }
+        if (mx == -INFINITY) {  // nothing visible in this tile for this row
+          std::fill(sr, sr + n, 0.0f);
+          continue;
+        }
+        any = true;
+        const float m_new = std::max(m[r], mx);
+        if (m_new != m[r]) {
+          const float a = m[r] == -INFINITY ? 0.0f : std::exp2(m[r] - m_new);
+          cpu::scale_row(o + static_cast<size_t>(r) * D_, a, D_);
+          l[r] *= a;
+          m[r] = m_new;
+        }
+        l[r] += cpu::exp2_sum(sr, sr, n, m[r]);
+      }
+      if (!any) continue;
+      load_tile(p, s, it.hk, j0, n, true, vt);
+      cpu::accumulate(o, sc, kTile, rows, vt, n, D_);
+    }
+    if (c.parts > 1) {  // partial: (m, l, O) per row
+      float* dst = partials_.data() + static_cast<size_t>(c.slot + it.hk * c.parts + it.p) * kMaxRows * (D_ + 2);
+      for (int r = 0; r < rows; ++r) {
+        float* pr = dst + static_cast<size_t>(r) * (D_ + 2);
+        pr[0] = m[r];
+        pr[1] = l[r];
+        std::memcpy(pr + 2, o + static_cast<size_t>(r) * D_, sizeof(float) * D_);
+      }
+    } else {
+      for (int r = 0; r < rows; ++r) finish_row(p, c, it.hk, r, m[r], l[r], o + static_cast<size_t>(r) * D_);
+    }
+  }
+
+  // The row's final output (sink joins the denominator) and its (m, l) for the scores.
+  void finish_row(const Params& p, const Chunk& c, int hk, int r, float m, float l, float* o) {
+    const int h = hk * G_ + r % G_;
+    const int64_t tok = begins_[c.seq] + c.t0 + r / G_;
+    if (p.sinks.present()) {
+      const float sink = p.sinks.ptr<const float>()[h] * kLog2e;
+      const float mn = std::max(m, sink);
+      const float a = m == -INFINITY ? 0.0f : std::exp2(m - mn);
+      l = l * a + std::exp2(sink - mn);
+      cpu::scale_row(o, a, D_);
+      m = mn;
+    }
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    const int64_t base = tok * H_ * D_ + static_cast<int64_t>(h) * D_;
+    for (int d = 0; d < D_; ++d) store_f(p.out, base + d, o[d] * inv);
+    row_stats_[static_cast<size_t>(tok * H_ + h) * 2] = m;
+    row_stats_[static_cast<size_t>(tok * H_ + h) * 2 + 1] = l;
+  }
+
+  // Partitions of each (chunk, kv head, row) combined in partition order.
+  void merge(const Params& p) {
+    const int n = static_cast<int>(split_.size()) * Hk_;
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads_)
+    for (int idx = 0; idx < n; ++idx) {
+      const Chunk& c = chunks_[split_[idx / Hk_]];
+      const int hk = idx % Hk_;
+      float* o = thread_scratch();  // D floats
+      const float* base = partials_.data() + static_cast<size_t>(c.slot + hk * c.parts) * kMaxRows * (D_ + 2);
+      for (int r = 0; r < c.nt * G_; ++r) {
+        float M = -INFINITY;
+        for (int q = 0; q < c.parts; ++q) M = std::max(M, base[(static_cast<size_t>(q) * kMaxRows + r) * (D_ + 2)]);
+        float L = 0.0f;
+        std::fill(o, o + D_, 0.0f);
+        for (int q = 0; q < c.parts; ++q) {
+          const float* pr = base + (static_cast<size_t>(q) * kMaxRows + r) * (D_ + 2);
+          if (pr[0] == -INFINITY) continue;
+          const float a = std::exp2(pr[0] - M);
+          L += pr[1] * a;
+          for (int d = 0; d < D_; ++d) o[d] += pr[2 + d] * a;
+        }
+        finish_row(p, c, hk, r, M, L, o);
+      }
+    }
+  }
+
+  // scores[j] of each sequence: the weights of its last w new tokens summed over heads, recomputed per
+  // key tile from the final row statistics (fixed order: kv head, token, head).
+  void score(const Params& p, float scale) {
+    const std::vector<std::pair<int, int>>& tiles = score_tiles_;
+    const std::vector<int64_t>& base = score_base_;
+    const float qs = scale * kLog2e;
+    const int n_tiles = static_cast<int>(tiles.size());
+#pragma omp parallel for schedule(dynamic, 4) num_threads(threads_)
+    for (int ti = 0; ti < n_tiles; ++ti) {
+      const int s = tiles[ti].first, j0 = tiles[ti].second, past = past_[s], T = begins_[s + 1] - begins_[s];
+      const int n = std::min(kTile, past + T - j0);
+      const int w = p.score_aggregation_window.present() ? p.score_aggregation_window.ptr<const int32_t>()[s] : 1;
+      const int t_lo = w < 0 || w >= T ? 0 : T - w;
+      const int lo_seq = p.sliding_window > 0 ? std::max(0, past - p.sliding_window + 1) : 0;
+      float* scr = thread_scratch();
+      float* kt = scr;
+      float* qrow = kt + kTile * D_;
+      float acc[kTile] = {};
+      const float* alibi = p.alibi_slopes.present() ? p.alibi_slopes.ptr<const float>() : nullptr;
+      const uint8_t* qq = p.qq_bias.present() ? p.qq_bias.ptr<const uint8_t>() + p.qq_bias_begins.ptr<const int32_t>()[s] : nullptr;
+      const int first = std::max(j0, lo_seq);  // keys before the first token's window: never read
+      if (first >= j0 + n) {
+        for (int k = 0; k < n; ++k) p.scores.ptr<float>()[base[s] + j0 + k] = 0.0f;
+        continue;
+      }
+      for (int hk = 0; hk < Hk_; ++hk) {
+        load_tile(p, s, hk, first, j0 + n - first, false, kt);
+        for (int t = t_lo; t < T; ++t) {
+          const int qpos = past + t;
+          const int lo = p.sliding_window > 0 ? qpos - p.sliding_window + 1 : 0;
+          for (int g = 0; g < G_; ++g) {
+            const int h = hk * G_ + g;
+            const int64_t qb = static_cast<int64_t>(begins_[s] + t) * H_ * D_ + static_cast<int64_t>(h) * D_;
+            for (int d = 0; d < D_; ++d) qrow[d] = load_f(p.query, qb + d) * qs;
+            const float M = row_stats_[static_cast<size_t>((begins_[s] + t) * H_ + h) * 2];
+            const float L = row_stats_[static_cast<size_t>((begins_[s] + t) * H_ + h) * 2 + 1];
+            const float slope = alibi ? alibi[h] * kLog2e : 0.0f;
+            float sv[kTile];
+            cpu::scores(sv, kTile, qrow, 1, kt, j0 + n - first, D_);
+            for (int k = first - j0; k < n; ++k) {
+              const int j = j0 + k;
+              const bool vis = j <= qpos && j >= lo && (qq == nullptr || j < past || qq[static_cast<int64_t>(t) * T + (j - past)] != 0);
+              if (vis && L > 0.0f) acc[k] += std::exp2(sv[k - (first - j0)] + slope * static_cast<float>(j - qpos) - M) / L;
+            }
+          }
+        }
+      }
+      for (int k = 0; k < n; ++k) p.scores.ptr<float>()[base[s] + j0 + k] = acc[k];
+    }
+  }
+
   Params planned_;
+  bool reference_ = false;
+  int threads_ = 1, num_seqs_ = 0, H_ = 0, Hk_ = 0, G_ = 1, D_ = 0;
+  std::vector<int32_t> past_, begins_;
+  std::vector<Chunk> chunks_;
+  std::vector<Item> items_;
+  std::vector<int> split_;                          // chunks with more than one partition
+  std::vector<std::pair<int, int>> score_tiles_;    // scores: (sequence, first key) of each key tile
+  std::vector<int64_t> score_base_;                 // scores: offset of each sequence
+  std::vector<float> partials_, row_stats_, scratch_;
+  size_t scratch_stride_ = 0;
 };
 }  // namespace
 
-std::shared_ptr<PlanImpl> make_cpu_plan(const Params& p, const Options&) { return std::make_shared<CpuPlan>(p); }
+std::shared_ptr<PlanImpl> make_cpu_plan(const Params& p, const Options& opt) { return std::make_shared<CpuPlan>(p, opt); }
 
 }  // namespace detail
 }  // namespace pagedattn
