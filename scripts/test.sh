@@ -10,6 +10,9 @@ pagedattn_build
 say "C++ tests (ctest)"
 run ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS"
 
+say "CMake package: install, then examples/consumer with find_package and with FetchContent"
+run env BUILD_DIR="$BUILD_DIR" JOBS="$JOBS" bash "$PAGEDATTN_ROOT/scripts/consumer.sh"
+
 # ---- Python tests --------------------------------------------------------------------------------
 # The package is built into a venv under the build dir (it sees the system's packages, e.g. PyTorch
 # where installed, so the torch and GPU tests run there and skip with a message elsewhere), with the
