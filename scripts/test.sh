@@ -27,6 +27,12 @@ fi
 PY_CUDA=OFF
 if [ "${PAGEDATTN_BUILT_CUDA:-0}" = 1 ]; then PY_CUDA=ON; fi
 run "$PY" -m pip install -q scikit-build-core nanobind numpy pytest openvino
+# PyTorch for tests/python/test_torch.py (the custom op, opcheck, torch.compile on the CPU). Only PyPI is
+# reachable, whose Linux torch is the CUDA build: ~5.4 GB installed with its nvidia-* wheels, ~1 min here.
+if ! "$PY" -c "import torch" >/dev/null 2>&1; then
+  run "$PY" -m pip install -q torch
+fi
+run "$PY" -c "import torch; print('torch', torch.__version__)"
 run env CMAKE_BUILD_PARALLEL_LEVEL="$JOBS" PAGEDATTN_CUDA="$PY_CUDA" "$PY" -m pip install -q --no-build-isolation \
   -C build-dir="$BUILD_DIR/wheel" "$PAGEDATTN_ROOT"
 (cd "$BUILD_DIR" && run "$PY" -m pytest "$PAGEDATTN_ROOT/tests/python" -q -rs -p no:cacheprovider)

@@ -25,9 +25,17 @@ import numpy as _np
 from . import _C
 from ._errors import Error, RuntimeError, UnsupportedError, ValidationError  # noqa: A004
 
-__version__ = "0.1.0"
-__all__ = ["forward", "plan", "Plan", "cuda_available", "built_with_cuda", "Error", "ValidationError",
-           "UnsupportedError"]
+try:  # written into the wheel by the build (pyproject.toml: CMakeLists.txt's project version)
+    from ._version import __version__
+except ImportError:  # a package directory used without a build: the installed distribution's metadata
+    try:
+        from importlib.metadata import version as _dist_version
+
+        __version__ = _dist_version("pagedattn")
+    except Exception:
+        __version__ = "0+unknown"
+__all__ = ["__version__", "forward", "plan", "Plan", "cuda_available", "built_with_cuda", "Error",
+           "ValidationError", "UnsupportedError"]
 
 #: True when this build has the CUDA backend (the wheel was built with nvcc).
 built_with_cuda: bool = bool(_C.built_with_cuda)

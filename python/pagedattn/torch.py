@@ -56,6 +56,7 @@ def _forward_op(
     sliding_window: int,
     max_context_len: Optional[int],
     deterministic: bool,
+    score_aggregation_window: Optional[Tensor] = None,
 ) -> None:
     _pa.forward(query=query, key=key, value=value, key_cache=key_cache, value_cache=value_cache,
                 key_scale=key_scale, key_min=key_min, value_scale=value_scale,
@@ -63,14 +64,15 @@ def _forward_op(
                 block_indices=block_indices, block_indices_begins=block_indices_begins, out=out, scores=scores,
                 alibi_slopes=alibi_slopes, sinks=sinks, qq_bias=qq_bias, qq_bias_begins=qq_bias_begins,
                 num_heads=num_heads, scale=scale, sliding_window=sliding_window,
-                max_context_len=max_context_len, deterministic=deterministic)
+                max_context_len=max_context_len, deterministic=deterministic,
+                score_aggregation_window=score_aggregation_window)
 
 
 @_forward_op.register_fake
 def _forward_fake(query, key, value, key_cache, value_cache, key_scale, key_min, value_scale,
                   value_min, past_lens, subsequence_begins, block_indices, block_indices_begins, out,
                   scores, alibi_slopes, sinks, qq_bias, qq_bias_begins, num_heads, scale, sliding_window,
-                  max_context_len, deterministic) -> None:
+                  max_context_len, deterministic, score_aggregation_window=None) -> None:
     # Only shapes are known here; the real op validates. Out-of-place results do not exist: the op
     # writes `out` (and the caches, `scores`) in place.
     return None
@@ -101,6 +103,7 @@ def forward(
     qq_bias_begins: Optional[Tensor] = None,
     out: Optional[Tensor] = None,
     scores: Optional[Tensor] = None,
+    score_aggregation_window: Optional[Tensor] = None,
     deterministic: bool = False,
 ) -> Tensor:
     """``torch.ops.pagedattn.forward`` with `out` allocated when None; returns `out`.
@@ -109,12 +112,14 @@ def forward(
     first); key_cache, value_cache [num_blocks, Hk, block_size, D] (f16/bf16/u8, u8 with
     key_scale/key_min/value_scale/value_min [num_blocks, Hk, block_size] f16); past_lens
     [num_seqs], subsequence_begins [num_seqs+1], block_indices [n], block_indices_begins [num_seqs+1] int32
-    (CPU tensors); out [num_tokens, H*D]; scores [sum_s ctx_s] f32 or None. See pagedattn.forward.
+    (CPU tensors); out [num_tokens, H*D]; scores [sum_s ctx_s] f32 or None; score_aggregation_window
+    [num_seqs] int32 (CPU) or None (w_s = 1). See pagedattn.forward.
     """
     if out is None:
         out = torch.empty_like(query, memory_format=torch.contiguous_format)
     torch.ops.pagedattn.forward(query, key, value, key_cache, value_cache, key_scale, key_min, value_scale,
                                 value_min, past_lens, subsequence_begins, block_indices,
                                 block_indices_begins, out, scores, alibi_slopes, sinks, qq_bias, qq_bias_begins,
-                                num_heads, scale, sliding_window, max_context_len, deterministic)
+                                num_heads, scale, sliding_window, max_context_len, deterministic,
+                                score_aggregation_window)
     return out

@@ -14,7 +14,7 @@ from test_cpu import check_case  # noqa: E402
 SEED = 5150000
 _TENSOR_FIELDS = ("query", "key", "value", "key_cache", "value_cache", "key_scale", "key_min", "value_scale",
                   "value_min", "past_lens", "subsequence_begins", "block_indices", "block_indices_begins",
-                  "alibi_slopes", "sinks", "qq_bias", "qq_bias_begins", "out", "scores")
+                  "alibi_slopes", "sinks", "qq_bias", "qq_bias_begins", "out", "scores", "score_aggregation_window")
 
 
 def torch_views(case):
@@ -26,7 +26,8 @@ def op_args(case, t):
     return dict(num_heads=case.num_heads, key_scale=t["key_scale"], key_min=t["key_min"],
                 value_scale=t["value_scale"], value_min=t["value_min"], scale=case.scale,
                 sliding_window=case.sliding_window, alibi_slopes=t["alibi_slopes"], sinks=t["sinks"],
-                qq_bias=t["qq_bias"], qq_bias_begins=t["qq_bias_begins"], out=t["out"], scores=t["scores"])
+                qq_bias=t["qq_bias"], qq_bias_begins=t["qq_bias_begins"], out=t["out"], scores=t["scores"],
+                score_aggregation_window=t["score_aggregation_window"])
 
 
 def call_torch_op(case, t):
@@ -104,11 +105,13 @@ def test_opcheck():
     the real op."""
     case = ref.make_case(SEED + 500, kv="u8", write=True)
     case.scores = np.zeros(sum(case.ctx(s) for s in range(case.num_seqs)), np.float32)
+    case.score_aggregation_window = np.full(case.num_seqs, -1, np.int32)
     t = torch_views(case)
     args = (t["query"], t["key"], t["value"], t["key_cache"], t["value_cache"], t["key_scale"], t["key_min"],
             t["value_scale"], t["value_min"], t["past_lens"], t["subsequence_begins"], t["block_indices"],
             t["block_indices_begins"], t["out"], t["scores"], t["alibi_slopes"], t["sinks"], t["qq_bias"],
-            t["qq_bias_begins"], case.num_heads, case.scale, case.sliding_window, None, False)
+            t["qq_bias_begins"], case.num_heads, case.scale, case.sliding_window, None, False,
+            t["score_aggregation_window"])
     torch.library.opcheck(torch.ops.pagedattn.forward.default, args,
                           test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_static"))
 
