@@ -42,7 +42,7 @@ namespace {
 }  // namespace
 
 PA_CPU_CLONES
-void load_row(float* dst, const void* src, RowType t, int D, float scale, float min) {
+static void load_row_generic(float* dst, const void* src, RowType t, int D, float scale, float min) {
   switch (t) {
     case RowType::f16: {
 #if defined(__FLT16_MAX__)
@@ -205,6 +205,44 @@ static bool use_avx512() {
 }
 #pragma GCC diagnostic pop
 #endif
+
+#if defined(PA_CPU_AVX512)
+// 16 elements per step: vcvtph2ps (f16), a 16-bit shift (bf16), zero-extend + convert + FMA (u8).
+// (GCC 12 leaves the _Float16 loop scalar: one vcvtph2ps per element, 20% of a decode's time.)
+__attribute__((target("avx512f"))) static void load_row_avx512(float* dst, const void* src, RowType t, int D,
+                                                               float scale, float min) {
+  switch (t) {
+    case RowType::f16:
+      for (int d = 0; d < D; d += 16)
+        _mm512_storeu_ps(dst + d, _mm512_cvtph_ps(_mm256_loadu_si256(
+                                      reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(src) + d))));
+      break;
+    case RowType::bf16:
+      for (int d = 0; d < D; d += 16) {
+        const __m512i w = _mm512_cvtepu16_epi32(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(src) + d)));
+        _mm512_storeu_ps(dst + d, _mm512_castsi512_ps(_mm512_slli_epi32(w, 16)));
+      }
+      break;
+    case RowType::u8: {
+      const __m512 vs = _mm512_set1_ps(scale), vm = _mm512_set1_ps(min);
+      for (int d = 0; d < D; d += 16) {
+        const __m512i c = _mm512_cvtepu8_epi32(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint8_t*>(src) + d)));
+        _mm512_storeu_ps(dst + d, _mm512_fmadd_ps(_mm512_cvtepi32_ps(c), vs, vm));
+      }
+      break;
+    }
+  }
+}
+#endif
+
+void load_row(float* dst, const void* src, RowType t, int D, float scale, float min) {
+#if defined(PA_CPU_AVX512)
+  if (D % 16 == 0 && use_avx512()) return load_row_avx512(dst, src, t, D, scale, min);
+#endif
+  load_row_generic(dst, src, t, D, scale, min);
+}
 
 void scores(float* s, int ld_s, const float* q, int rows, const float* kt, int keys, int D) {
 #if defined(PA_CPU_AVX512)
