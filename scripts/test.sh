@@ -13,6 +13,11 @@ run ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$JOBS"
 say "CMake package: install, then examples/consumer with find_package and with FetchContent"
 run env BUILD_DIR="$BUILD_DIR" JOBS="$JOBS" bash "$PAGEDATTN_ROOT/scripts/consumer.sh"
 
+# libFuzzer on validate() and plan() (cpu backend) for FUZZ_SECONDS (default 60): clang and libFuzzer are
+# installed when root; skipped with a message where neither is there nor can be installed.
+say "fuzzing: tests/fuzz/run.sh ${FUZZ_SECONDS:-60}"
+run env BUILD_DIR="$BUILD_DIR" JOBS="$JOBS" FUZZ_OPTIONAL=1 bash "$PAGEDATTN_ROOT/tests/fuzz/run.sh" "${FUZZ_SECONDS:-60}"
+
 # ---- Python tests --------------------------------------------------------------------------------
 # The package is built into a venv under the build dir (it sees the system's packages, e.g. PyTorch
 # where installed, so the torch and GPU tests run there and skip with a message elsewhere), with the
