@@ -130,7 +130,8 @@ class CpuPlan final : public PlanImpl {
       const int ci = static_cast<int>(&c - chunks_.data());
       for (int hk = 0; hk < Hk_; ++hk)
         for (int q = p0; q < p1; ++q)
-          items_.push_back(Item{ci, hk, q - p0, std::max(c.lo, q * part), std::min(c.hi, (q + 1) * part)});
+          items_.push_back(Item{ci, hk, q - p0, static_cast<int>(std::max<int64_t>(c.lo, int64_t{q} * part)),
+                                static_cast<int>(std::min<int64_t>(c.hi, (int64_t{q} + 1) * part))});
     }
     // longest items first (dynamic schedule over a sorted list: the tail is short items)
     std::stable_sort(items_.begin(), items_.end(),

@@ -407,23 +407,6 @@ void dump(const Params& p, const pagedattn::Options& opt) {
                opt.cpu_reference);
 }
 
-// Known bugs in src/ that the fuzzer found, skipped until they are fixed so that it can look further
-// (FUZZ_PLAN_KNOWN=1 fuzzes them too; tests/fuzz/known/ holds their inputs). Each returns true when the
-// call may reach the bug.
-bool known_issue(const Params& p, const pagedattn::Options& opt) {
-  // cpu_backend.cpp, CpuPlan: `(q + 1) * part` (int) overflows when a sequence's context comes within one
-  // partition of INT32_MAX (partitions are up to 2^30 keys): past_lens {2147483635}, T = 6
-  // (known/cpu-plan-partition-overflow).
-  if (opt.backend == pagedattn::Backend::cpu && !opt.cpu_reference) {
-    const int64_t part = std::max<int64_t>(int64_t{1} << 30, opt.partition_tokens);
-    const int32_t* past = p.past_lens.ptr<const int32_t>();
-    const int32_t* sb = p.subsequence_begins.ptr<const int32_t>();
-    for (int64_t s = 0; s < p.past_lens.shape[0]; ++s)
-      if (int64_t{past[s]} + sb[s + 1] - sb[s] + part > kI32Max) return true;
-  }
-  return false;
-}
-
 void check_error(const pagedattn::ValidationError& e, const char* where) {
   if (e.input().empty() || e.rule().empty() || std::strlen(e.what()) == 0)
     fail(where, std::string("a ValidationError without an input or a rule: '") + e.what() + "'");
@@ -463,8 +446,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const Outcome v = attempt(
       "validate()", [&] { pagedattn::validate(p); }, &vmsg);
   if (v == Outcome::accepted && !within_budget(p, b.opt)) return 0;
-  static const bool kKnown = std::getenv("FUZZ_PLAN_KNOWN") != nullptr;
-  if (v == Outcome::accepted && !kKnown && known_issue(p, b.opt)) return 0;
   const Outcome pl = attempt(
       "plan()",
       [&] {

@@ -8,12 +8,12 @@
 #   fuzz_plan -merge=1 NEW_DIR $FUZZ_BUILD_DIR/corpus && for f in NEW_DIR/*; do base64 -w0 "$f"; echo; done \
 #     | sort > tests/fuzz/seeds.b64
 # A crash, leak, timeout or out-of-memory exits non-zero and leaves its input in
-# $FUZZ_BUILD_DIR/artifacts/; replay one (or an input of known/) with
+# $FUZZ_BUILD_DIR/artifacts/; replay one with
 #   FUZZ_PLAN_DUMP=1 $FUZZ_BUILD_DIR/fuzz_plan FILE       (prints the decoded call, then the report)
 # As root on Debian it installs clang and libclang-rt-<version>-dev (libFuzzer) when they are missing.
 # Environment: FUZZ_BUILD_DIR (default $BUILD_DIR/fuzz, BUILD_DIR default build), JOBS, FUZZ_OPTIONAL=1
-# (no usable clang/libFuzzer: say so and exit 0, as scripts/test.sh runs it), FUZZ_PLAN_KNOWN=1 (fuzz
-# the known bugs too: see known_issue() in fuzz_plan.cpp).
+# (no usable clang/libFuzzer: say so and exit 0, as scripts/test.sh runs it). Inputs of bugs the fuzzer
+# found (e.g. the cpu plan's partition-bound overflow, fixed) are among the seeds: each run replays them.
 set -euo pipefail
 source "$(dirname "$0")/../../scripts/setup.sh"
 secs="${1:-60}"
