@@ -284,7 +284,12 @@ class CpuPlan final : public PlanImpl {
       const int n = std::min(kTile, it.ke - j0);
       load_tile(p, s, it.hk, j0, n, false, kt);
       cpu::scores(sc, kTile, q, rows, kt, n, D_);
-      // masks (causal, window, tree), ALiBi, online softmax
+      // masks (causal, window, tree), ALiBi, online softmax. An interior tile (every key visible to
+      // every row: before the first row's causal limit, inside the last row's window, in the cached
+      // prefix when there is a tree) without ALiBi needs only the row max.
+      const bool interior = alibi == nullptr && j0 + n <= past + c.t0 + 1 &&
+                            (p.sliding_window == 0 || j0 >= past + c.t0 + c.nt - p.sliding_window) &&
+                            (qq == nullptr || j0 + n <= past);
       bool any = false;
       for (int r = 0; r < rows; ++r) {
         const int t = c.t0 + r / G_, qpos = past + t;
@@ -292,11 +297,15 @@ class CpuPlan final : public PlanImpl {
         const float slope = alibi ? alibi[it.hk * G_ + r % G_] * kLog2e : 0.0f;
         float* sr = sc + static_cast<size_t>(r) * kTile;
         float mx = -INFINITY;
-        for (int k = 0; k < n; ++k) {
-          const int j = j0 + k;
-          const bool vis = j <= qpos && j >= lo && (qq == nullptr || j < past || qq[static_cast<int64_t>(t) * T + (j - past)] != 0);
-          sr[k] = vis ? sr[k] + slope * static_cast<float>(j - qpos) : -INFINITY;
-          mx = std::max(mx, sr[k]);
+        if (interior) {
+          for (int k = 0; k < n; ++k) mx = std::max(mx, sr[k]);
+        } else {
+          for (int k = 0; k < n; ++k) {
+            const int j = j0 + k;
+            const bool vis = j <= qpos && j >= lo && (qq == nullptr || j < past || qq[static_cast<int64_t>(t) * T + (j - past)] != 0);
+            sr[k] = vis ? sr[k] + slope * static_cast<float>(j - qpos) : -INFINITY;
+            mx = std::max(mx, sr[k]);
+          }
         }
         if (mx == -INFINITY) {  // nothing visible in this tile for this row
           std::fill(sr, sr + n, 0.0f);

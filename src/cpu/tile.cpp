@@ -151,8 +151,19 @@ __attribute__((target("avx512f"))) static void scores_avx512(float* s, int ld_s,
         for (int i = 0; i < 4; ++i)
           for (int j = 0; j < 4; ++j) acc[i][j] = _mm512_fmadd_ps(qv[i], kv[j], acc[i][j]);
       }
+      // 16 horizontal sums at once: fold 512 -> 256 -> 128 bits pairwise, then two hadds
+      __m256 h[16];
       for (int i = 0; i < 4; ++i)
-        for (int j = 0; j < 4; ++j) s[static_cast<int64_t>(r + i) * ld_s + k + j] = _mm512_reduce_add_ps(acc[i][j]);
+        for (int j = 0; j < 4; ++j)
+          h[i * 4 + j] = _mm256_add_ps(_mm512_castps512_ps256(acc[i][j]),
+                                       _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[i][j]), 1)));
+      for (int i = 0; i < 4; ++i) {
+        __m128 x[4];
+        for (int j = 0; j < 4; ++j)
+          x[j] = _mm_add_ps(_mm256_castps256_ps128(h[i * 4 + j]), _mm256_extractf128_ps(h[i * 4 + j], 1));
+        const __m128 sum = _mm_hadd_ps(_mm_hadd_ps(x[0], x[1]), _mm_hadd_ps(x[2], x[3]));  // keys j..j+3
+        _mm_storeu_ps(s + static_cast<int64_t>(r + i) * ld_s + k, sum);
+      }
     }
   if (r4 < rows) scores_generic(s + static_cast<int64_t>(r4) * ld_s, ld_s, q + static_cast<int64_t>(r4) * D, rows - r4, kt, keys, D);
   if (k4 < keys && r4 > 0) scores_generic(s + k4, ld_s, q, r4, kt + static_cast<int64_t>(k4) * D, keys - k4, D);
