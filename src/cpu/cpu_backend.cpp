@@ -257,6 +257,19 @@ class CpuPlan final : public PlanImpl {
     }
   }
 
+  // Software prefetch of keys [j0, j0 + n) (K and V) into the caches: the next tile's rows are in flight
+  // while the current one is computed (block transitions defeat the hardware prefetcher).
+  void prefetch_tile(const Params& p, int s, int hk, int j0, int n) const {
+    const int64_t bytes = D_ * (p.cache.precision() == KVPrecision::u8 ? 1 : 2);
+    for (int k = 0; k < n; ++k) {
+      const int64_t off = cache_row(p, s, j0 + k, hk) * bytes;
+      for (int64_t b = 0; b < bytes; b += 64) {
+        __builtin_prefetch(static_cast<const char*>(p.cache.key.data) + off + b);
+        __builtin_prefetch(static_cast<const char*>(p.cache.value.data) + off + b);
+      }
+    }
+  }
+
   void attend(const Params& p, const Item& it, float scale, float* scr) {
     const Chunk& c = chunks_[it.chunk];
     const int s = c.seq, past = past_[s], T = begins_[s + 1] - begins_[s];
@@ -282,6 +295,7 @@ class CpuPlan final : public PlanImpl {
     const uint8_t* qq = p.qq_bias.present() ? p.qq_bias.ptr<const uint8_t>() + p.qq_bias_begins.ptr<const int32_t>()[s] : nullptr;
     for (int j0 = it.kb; j0 < it.ke; j0 += kTile) {
       const int n = std::min(kTile, it.ke - j0);
+      if (j0 + n < it.ke) prefetch_tile(p, s, it.hk, j0 + n, std::min(kTile, it.ke - j0 - n));
       load_tile(p, s, it.hk, j0, n, false, kt);
       cpu::scores(sc, kTile, q, rows, kt, n, D_);
       // masks (causal, window, tree), ALiBi, online softmax. An interior tile (every key visible to
