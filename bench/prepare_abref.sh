@@ -2,7 +2,8 @@
 # Run HERE before a GPU call whose stages include `abref`: exports each COMMIT's source tree (default
 # HEAD~1) into .abref/<commit>/ (git-ignored; add .abref to the device call's `carry`), so bench/gpu.sh
 # builds each beside the working tree and prints same-run ratios of the seed rows against them.
-# COMMIT+PATCH exports COMMIT with PATCH (a file of this checkout, e.g. bench/experiments/x.patch)
+# COMMIT+PATCH exports COMMIT with PATCH (a file of this checkout, e.g. one written out of git history:
+# git show COMMIT:bench/experiments/x.patch > x.patch; bench/NOTES.md lists them)
 # applied: .abref/<commit>_<patch name>/, so experiments kept as patches run in the same call.
 #   usage: bench/prepare_abref.sh [COMMIT[+PATCH]...]
 set -euo pipefail
