@@ -39,9 +39,9 @@ const char* kv_precision_name(KVPrecision p);
 /// and the row reads back as  x'[d] = mn + q[d] * scale  (the oracle evaluates it in double).
 /// Every finite row within the f16 range reads back within half a step (scale / 2) of its input, plus
 /// f32 rounding (3/4 of a step where the scale stepped down), and inside [-65504, 65504]; no parameter is
-/// ever inf or NaN, whatever the row (constant f16 rows: scale 0, all
-/// codes 0, x' = mn; rows far from zero, |x| up to 65504, subnormal ranges). Values beyond the f16
-/// range (f32/bf16 inputs) saturate to +-65504. The write-in and the kernels use the same code
+/// ever inf or NaN, whatever the row (constant f16 rows: scale 0, all codes 0, x' = mn; rows far from
+/// zero, |x| up to 65504, subnormal ranges). Values beyond the f16 range (f32/bf16 inputs) saturate to
+/// +-65504. The write-in and the kernels use the same code
 /// (src/common/numeric.h), so a cache written by any backend reads back identically.
 /// OpenVINO's layouts differ (docs/design.md): its CPU plugin stores an f32 scale and an f32 zero point
 /// inline before each row's codes (x = (q - zp) * scale); converting ours to it is zp = -mn / scale.
