@@ -760,6 +760,23 @@ TEST(Validate, BlockIdsInUsedPartInRange) {
   c.block_indices[k] = saved;
 }
 
+// Runs `c` on the cpu backend with block tables `bi` (and `bib`, or c's own begins) after restoring its
+// poisoned outputs and original cache from `fresh` (a snapshot); returns (out, scores) bytes.
+std::pair<std::vector<uint8_t>, std::vector<uint8_t>> run_with_tables(
+    pt::Case& c, const std::vector<std::pair<std::string, std::vector<uint8_t>>>& fresh, std::vector<int32_t>& bi,
+    std::vector<int32_t>* bib = nullptr) {
+  c.out = fresh[0].second;
+  std::memcpy(c.scores.data(), fresh[1].second.data(), fresh[1].second.size());
+  c.key_cache = fresh[2].second;
+  c.value_cache = fresh[3].second;
+  Params p = c.params();
+  p.block_indices = TensorView::contiguous(bi.data(), DType::i32, Device::cpu, {static_cast<int64_t>(bi.size())});
+  if (bib != nullptr)
+    p.block_indices_begins = TensorView::contiguous(bib->data(), DType::i32, Device::cpu, {c.num_seqs + 1});
+  expect_accepted(p, c);
+  return std::make_pair(c.out, bytes_of(c.scores));
+}
+
 // Entries past the used part of a table are never read: garbage there is accepted and changes nothing.
 TEST(Validate, GarbagePastUsedPartIsIgnored) {
   pt::Case c = draw(full_cfg(KVPrecision::f16));
@@ -776,20 +793,8 @@ TEST(Validate, GarbagePastUsedPartIsIgnored) {
     padded_begins.push_back(static_cast<int32_t>(padded.size()));
   }
   const auto fresh = snapshot(c);
-  auto run_with = [&](std::vector<int32_t>& bi, std::vector<int32_t>& bib) {
-    // restore poisoned outputs and the original cache, then run
-    c.out = fresh[0].second;
-    std::memcpy(c.scores.data(), fresh[1].second.data(), fresh[1].second.size());
-    c.key_cache = fresh[2].second;
-    c.value_cache = fresh[3].second;
-    Params p = c.params();
-    p.block_indices = TensorView::contiguous(bi.data(), DType::i32, Device::cpu, {static_cast<int64_t>(bi.size())});
-    p.block_indices_begins = TensorView::contiguous(bib.data(), DType::i32, Device::cpu, {c.num_seqs + 1});
-    expect_accepted(p, c);
-    return std::make_pair(c.out, bytes_of(c.scores));
-  };
-  const auto a = run_with(exact, exact_begins);
-  const auto b = run_with(padded, padded_begins);
+  const auto a = run_with_tables(c, fresh, exact, &exact_begins);
+  const auto b = run_with_tables(c, fresh, padded, &padded_begins);
   EXPECT_TRUE(a == b) << "garbage past the used part of the tables changed the result (" << c.describe() << ")";
 }
 
@@ -814,18 +819,8 @@ TEST(Validate, FreedBlocksBeforeTheWindowAreNotRead) {
     }
     if (n_freed == 0) continue;  // the window starts in the first block: nothing to free
     const auto fresh = snapshot(c);
-    auto run_with = [&](std::vector<int32_t>& bi) {
-      c.out = fresh[0].second;
-      std::memcpy(c.scores.data(), fresh[1].second.data(), fresh[1].second.size());
-      c.key_cache = fresh[2].second;
-      c.value_cache = fresh[3].second;
-      Params p = c.params();
-      p.block_indices = TensorView::contiguous(bi.data(), DType::i32, Device::cpu, {static_cast<int64_t>(bi.size())});
-      expect_accepted(p, c);
-      return std::make_pair(c.out, bytes_of(c.scores));
-    };
-    const auto a = run_with(valid);
-    const auto b = run_with(freed);
+    const auto a = run_with_tables(c, fresh, valid);
+    const auto b = run_with_tables(c, fresh, freed);
     EXPECT_TRUE(a == b) << "freed entries before the window changed the result (" << c.describe() << ")";
     const int64_t n = static_cast<int64_t>(c.num_tokens) * c.num_heads * c.head_size;
     for (int64_t i = 0; i < n; ++i)

@@ -2,6 +2,8 @@
 // under `omp simd`), each compiled for x86-64-v4 / v3 / baseline and dispatched at load time.
 #include "cpu/tile.h"
 
+#include "common/numeric.h"
+
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -20,26 +22,6 @@
 namespace pagedattn {
 namespace cpu {
 
-namespace {
-[[maybe_unused]] float f16_to_f32(uint16_t h) {
-  // exact conversion through the bit fields (vectorises; no F16C needed at the baseline)
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-  uint32_t bits;
-  if (e == 0) {
-    const float v = static_cast<float>(m) * 5.9604644775390625e-8f;  // subnormal or zero
-    std::memcpy(&bits, &v, 4);
-    bits |= sign;
-  } else if (e == 31) {
-    bits = sign | 0x7f800000u | (m << 13);
-  } else {
-    bits = sign | ((e + 112u) << 23) | (m << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-}  // namespace
 
 PA_CPU_CLONES
 static void load_row_generic(float* dst, const void* src, RowType t, int D, float scale, float min) {
@@ -51,7 +33,7 @@ static void load_row_generic(float* dst, const void* src, RowType t, int D, floa
       for (int d = 0; d < D; ++d) dst[d] = static_cast<float>(s[d]);
 #else
       const uint16_t* s = static_cast<const uint16_t*>(src);
-      for (int d = 0; d < D; ++d) dst[d] = f16_to_f32(s[d]);
+      for (int d = 0; d < D; ++d) dst[d] = num::f16_bits_to_f32(s[d]);
 #endif
       break;
     }
@@ -218,6 +200,8 @@ static bool use_avx512() {
 #endif
 
 #if defined(PA_CPU_AVX512)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12's intrinsic headers (false positive)
 // 16 elements per step: vcvtph2ps (f16), a 16-bit shift (bf16), zero-extend + convert + FMA (u8).
 // (GCC 12 leaves the _Float16 loop scalar: one vcvtph2ps per element, 20% of a decode's time.)
 __attribute__((target("avx512f"))) static void load_row_avx512(float* dst, const void* src, RowType t, int D,
@@ -246,6 +230,7 @@ __attribute__((target("avx512f"))) static void load_row_avx512(float* dst, const
     }
   }
 }
+#pragma GCC diagnostic pop
 #endif
 
 void load_row(float* dst, const void* src, RowType t, int D, float scale, float min) {
