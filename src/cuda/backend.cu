@@ -420,7 +420,7 @@ class CudaPlan final : public detail::PlanImpl {
     P.chunk_rows = wl_.chunk_rows;
     P.pdl_early_reads = pdl_ && early_reads_ ? 1 : 0;
     P.u8_exp_byte = 0x64u;
-    P.stale_log2 = kv_ != kKvU8 ? 8.0f : P.io_dtype == kIoF16 ? 6.0f : 0.0f;  // FwdParams::stale_log2
+    P.stale_log2 = kv_ != kKvU8 ? 8.0f : 6.0f;  // FwdParams::stale_log2
     if (!stale_max_) P.stale_log2 = 0.0f;
 
     if (P.k_new != nullptr && separate_write_) {  // rows of multi-chunk sequences (the rest stay fused)

@@ -538,5 +538,20 @@ void apply_edge_rows(Case& c, uint64_t seed) {
       }
 }
 
+void scale_values(Case& c, double f) {
+  const int64_t n_new = c.write_kv ? static_cast<int64_t>(c.num_tokens) * c.num_kv_heads * c.head_size : 0;
+  for (int64_t i = 0; i < n_new; ++i)
+    store_float(c.value.data(), c.qdtype, i, static_cast<float>(f * load_as_float(c.value.data(), c.qdtype, i)));
+  if (c.kv == KVPrecision::u8) {
+    for (std::vector<uint16_t>* v : {&c.value_scale, &c.value_min})
+      for (uint16_t& h : *v) h = num::f32_to_f16_bits(static_cast<float>(f * num::f16_bits_to_f32(h)));
+    return;
+  }
+  const DType kvt = kv_dtype(c.kv);
+  const int64_t n_cache = static_cast<int64_t>(c.value_cache.size() / dtype_size(kvt));
+  for (int64_t i = 0; i < n_cache; ++i)
+    store_float(c.value_cache.data(), kvt, i, static_cast<float>(f * load_as_float(c.value_cache.data(), kvt, i)));
+}
+
 }  // namespace testing
 }  // namespace pagedattn

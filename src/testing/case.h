@@ -79,6 +79,11 @@ void reference_forward(Case& c, int threads);
 /// +-65504; a third of the rows stay random. Deterministic in `seed`.
 void apply_edge_rows(Case& c, uint64_t seed);
 
+/// Multiplies every value of `c` by f: the new value rows, and the cached value rows (u8: their scale
+/// and minimum, rounded to f16, so the codes stay; f16/bf16: each element, rounded). Poison stays NaN.
+/// For value rows of small range (u8: scales in f16's subnormal range when f is small).
+void scale_values(Case& c, double f);
+
 /// Reads element i of a raw buffer of dtype `t` as float.
 float load_as_float(const uint8_t* data, DType t, int64_t i);
 

@@ -64,9 +64,8 @@ struct FwdParams {
   uint32_t u8_exp_byte;       // 0x64, the high byte of the f16 1024 + code (see fwd_kernel's value step)
   // fwd_kernel's softmax reference moves only when a slice's max passes it by more than this (log2
   // units), so P <= 2^stale_log2 (0: the exact running max). f16/bf16 caches: 8 (P <= 256 in the P V
-  // MMA's f16/bf16 operand). u8: P * vscale is rounded to f16, so 6 with f16 io (any vscale quantised
-  // from f16 values is <= 131008 / 255, and 64 times that < 65504), else 0 (bf16/f32 values may give
-  // vscale up to 65504).
+  // MMA's f16/bf16 operand). u8: 6; P * vscale * 2^E is rounded to f16, and the kernels choose E so
+  // that the scales read back below 2^9 (u8_value_exp), so every product stays below 2^15.
   float stale_log2;
 };
 
