@@ -19,7 +19,9 @@ for arg in "${@:-HEAD~1}"; do
   d=$root/.abref/$name
   mkdir -p "$d"
   git -C "$root" archive "$commit" -- . ':!bench/results' | tar x -C "$d"
-  [ -z "$patch" ] || (cd "$d" && git apply "$root/$patch")
+  # NOTE: from the repository root with --directory: git apply run inside .abref/ (a git-ignored folder
+  # of this repository) skips every path silently, and the export ran without its patch
+  [ -z "$patch" ] || git -C "$root" apply --directory=".abref/$name" "$root/$patch"
   echo "$name" > "$d/.commit"
   echo "$d ($(du -sh "$d" | cut -f1))"
 done

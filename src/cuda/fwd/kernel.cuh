@@ -307,16 +307,17 @@ constexpr float kU8Centre = 128.0f;  // value codes as f16: b - 128
 
 // u8 value path: P * vscale is rounded to f16 as the A operand of the P V MMA. Rows with a small value
 // range (vscale ~1e-4: range ~0.03) put most products into f16 subnormals (below 2^-14), and a long
-// flat tail of small p loses its mass (rel_l2 3.9e-2 for range 0.01, bench/u8_pv_rounding.py). So the
-// value scales are multiplied by 2^E, E chosen from the largest scale of the keys in flight so that
-// it reads back in [2^0, 2^9): with p <= 2^6 (FwdParams::stale_log2) every product stays below 2^15,
-// and a product falls below the normal range only where p is ~2^-14 of the row's reference. O holds
-// sum_j f16(p_j vscale_j 2^E) (code_j - 128); it is rescaled by 2^(E' - E) when E moves (as for a new
-// max) and by 2^-E at the end. The offset term sum_j p_j (vmin_j + 128 vscale_j) is f32 and unscaled.
-// E of a largest scale vsmax (> 0, finite): vsmax * 2^E in [2^8, 2^9).
-__device__ __forceinline__ int u8_value_exp(float vsmax) { return 135 - (__float_as_int(vsmax) >> 23); }
-// 2^e as a float, exact, for e in [-126, 127] (u8_value_exp gives [-1, 32] for f16 scales).
-__device__ __forceinline__ float exp2_int(int e) { return __int_as_float((e + 127) << 23); }
+// flat tail of small p loses its mass (rel_l2 3.9e-2 for range 0.01, bench/u8_pv_rounding.py). So p
+// carries a power of two 2^E, E chosen from the largest value scale of the keys in flight so that
+// vscale * 2^E reads back below 2^9 (and the largest at least 2^0): with 2^(s - m) <= 2^6
+// (FwdParams::stale_log2) every product stays below 2^15, and one falls below f16's normal range only
+// where its weight is ~2^-22 of the row's largest. The 2^E costs nothing per key: it is folded into the
+// softmax reference (p = 2^(s - (m - E))), so l, the offset term c and O all carry it, every consumer
+// of (m, l, O) sees the reference m - E, and a change of E rescales them as a new max does.
+// E of a largest scale vsmax (> 0, finite): vsmax * 2^E in [2^8, 2^9); an integer, as a float.
+__device__ __forceinline__ float u8_value_exp(float vsmax) {
+  return static_cast<float>(135 - (__float_as_int(vsmax) >> 23));
+}
 __device__ __forceinline__ uint32_t u8x2_biased(uint32_t x, uint32_t sel) { return __byte_perm(x, 0x64u, sel); }
 __device__ __forceinline__ uint32_t u8x2_to_half2(uint32_t x, uint32_t sel, uint32_t k64 = 0x64u) {
   uint32_t h = __byte_perm(x, k64, sel);  // u8x2_biased with the 0x64 byte given
@@ -685,7 +686,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
   // l and O share m, not that m is the max.
   const float stale = P.stale_log2;
   float row_m[MT][2], row_l[MT][2], row_c[MT][2];
-  int v_exp = 0;  // u8: O is in units of 2^-v_exp (see u8_value_exp); warp-uniform
+  float v_exp = 0.0f;  // u8: E of u8_value_exp (the reference is row_m - v_exp); warp-uniform
   float o[MT][kN3][4];
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
@@ -814,30 +815,35 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
         }
       };
       const bool plain = interior && P.alibi == nullptr;
-      // u8: the slice's value-scale exponent, from the largest scale of its keys (the quad's lanes hold
-      // every key of the slice, so after two shuffles it is warp-uniform). E moves only when the slice's
-      // largest scale leaves [2^0, 2^9) at the current E; then O is rescaled with the softmax's alpha.
-      float v_mul = 1.0f, e_resc = 1.0f;
+      // u8: the slice's E, from the largest value scale of its keys (the quad's lanes hold every key
+      // of the slice, so after two shuffles it is warp-uniform). E moves only when the slice's largest
+      // scale leaves [2^0, 2^9) at the current E; de joins the softmax's alpha.
+      float de = 0.0f;
       if constexpr (kU8) {
-        float vsmax = 0.0f;
+        __half2 vs2 = __float2half2_rn(0.0f);
+        if (js + kKPW <= w.kv_end) {
 #pragma unroll
-        for (int n = 0; n < kN1; ++n) {
-          const int kc = n * 8 + 2 * (lane % 4);
-          const float2 vs = __half22float2(*reinterpret_cast<const __half2*>(&hb.par[2][kc]));
-          // slots past the partition's end may be unwritten (NaN, or stale scales): not counted
-          if (js + kc < w.kv_end) vsmax = fmaxf(vsmax, vs.x);
-          if (js + kc + 1 < w.kv_end) vsmax = fmaxf(vsmax, vs.y);
+          for (int n = 0; n < kN1; ++n)  // NaN (unwritten) scales lose to any number in __hmax2
+            vs2 = __hmax2(vs2, *reinterpret_cast<const __half2*>(&hb.par[2][n * 8 + 2 * (lane % 4)]));
+        } else {  // slots past the partition's end may be unwritten (NaN, or stale scales): not counted
+#pragma unroll
+          for (int n = 0; n < kN1; ++n) {
+            const int kc = n * 8 + 2 * (lane % 4);
+            const __half2 v = *reinterpret_cast<const __half2*>(&hb.par[2][kc]);
+            vs2 = __hmax2(vs2, __halves2half2(js + kc < w.kv_end ? __low2half(v) : __float2half(0.0f),
+                                               js + kc + 1 < w.kv_end ? __high2half(v) : __float2half(0.0f)));
+          }
         }
+        float vsmax = fmaxf(__low2float(vs2), __high2float(vs2));
         vsmax = fmaxf(vsmax, __shfl_xor_sync(0xffffffffu, vsmax, 1));
         vsmax = fmaxf(vsmax, __shfl_xor_sync(0xffffffffu, vsmax, 2));
         if (vsmax > 0.0f) {  // else (scales all 0: constant rows, or zero-filled window rows) E stays
-          const int e = u8_value_exp(vsmax);
-          if (v_exp > e || v_exp < e - 8) {
-            e_resc = exp2_int(e - v_exp);
+          const float e = u8_value_exp(vsmax);
+          if (v_exp > e || v_exp < e - 8.0f) {
+            de = e - v_exp;
             v_exp = e;
           }
         }
-        v_mul = exp2_int(v_exp);
       }
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) {
@@ -846,16 +852,18 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
           score_pass(std::true_type{}, mt, mx);
         else
           score_pass(std::false_type{}, mt, mx);
-        float alpha[2];
+        float alpha[2], ref[2];
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) {
           mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 1));
           mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 2));
           // the reference moves only when the slice's max passes it by more than stale_log2 (see row_m)
+          // (u8: or when E moves; the reference is m - E)
           const float m_old = row_m[mt][hf];
           const float m_new = mx[hf] > m_old + stale ? mx[hf] : m_old;
-          alpha[hf] = m_new != m_old && m_old != -INFINITY ? fast_exp2(m_old - m_new) : 1.0f;
+          alpha[hf] = (m_new != m_old || de != 0.0f) && m_old != -INFINITY ? fast_exp2(m_old - m_new + de) : 1.0f;
           row_m[mt][hf] = m_new;
+          ref[hf] = m_new - v_exp;
         }
         float sum[2] = {0.0f, 0.0f}, cz[2] = {0.0f, 0.0f};
 #pragma unroll
@@ -866,14 +874,12 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
             vscale = __half22float2(*reinterpret_cast<const __half2*>(&hb.par[2][kc]));
             const float2 vmin = __half22float2(*reinterpret_cast<const __half2*>(&hb.par[3][kc]));
             vbias = make_float2(fmaf(kU8Centre, vscale.x, vmin.x), fmaf(kU8Centre, vscale.y, vmin.y));
-            vscale.x *= v_mul;  // exact: a power of two
-            vscale.y *= v_mul;
           }
           float p[4];
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int hf = e / 2;
-            const float pe = acc[mt][n][e] == -INFINITY ? 0.0f : fast_exp2(acc[mt][n][e] - row_m[mt][hf]);
+            const float pe = acc[mt][n][e] == -INFINITY ? 0.0f : fast_exp2(acc[mt][n][e] - ref[hf]);
             sum[hf] += pe;
             if constexpr (kU8) {
               // NOTE: masked keys may carry NaN parameters (unwritten slots): never multiply them
@@ -892,14 +898,13 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
           row_l[mt][hf] = row_l[mt][hf] * alpha[hf] + sum[hf];
           row_c[mt][hf] = row_c[mt][hf] * alpha[hf] + cz[hf];
         }
-        if (!__all_sync(0xffffffffu, alpha[0] == 1.0f && alpha[1] == 1.0f && e_resc == 1.0f)) {
-          const float a0 = alpha[0] * e_resc, a1 = alpha[1] * e_resc;
+        if (!__all_sync(0xffffffffu, alpha[0] == 1.0f && alpha[1] == 1.0f)) {
 #pragma unroll
           for (int n = 0; n < kN3; ++n) {
-            o[mt][n][0] *= a0;
-            o[mt][n][1] *= a0;
-            o[mt][n][2] *= a1;
-            o[mt][n][3] *= a1;
+            o[mt][n][0] *= alpha[0];
+            o[mt][n][1] *= alpha[0];
+            o[mt][n][2] *= alpha[1];
+            o[mt][n][3] *= alpha[1];
           }
         }
       }
@@ -955,11 +960,12 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
   // before its griddepcontrol.wait (early reads). Keep the trigger after every cache write.
   pdl_launch_dependents();
 
-  // --- the quad's partial sums -> full row sums ---------------------------------------------------
+  // --- the quad's partial sums -> full row sums (u8: the reference m - E from here on) ------------
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
+      row_m[mt][hf] -= v_exp;
 #pragma unroll
       for (int x = 1; x <= 2; x *= 2) {
         row_l[mt][hf] += __shfl_xor_sync(0xffffffffu, row_l[mt][hf], x);
@@ -1015,13 +1021,12 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
       for (int g = 0; g < Tr::kWKV; ++g) M = fmaxf(M, sm.ml[g][r].x);
       const float f = row_m[mt][hf] == -INFINITY ? 0.0f : fast_exp2(row_m[mt][hf] - M);
       const float cz = kU8 ? row_c[mt][hf] : 0.0f;  // u8 value offset term (f16/bf16: none)
-      const float v_inv = kU8 ? exp2_int(-v_exp) : 1.0f;  // u8: O's 2^E off
 #pragma unroll
       for (int n = 0; n < kN3; ++n) {
         // (float4/float2 stores here measured level, run s10b)
         const int c = o_col<kU8>(n, lane);
-        sm.u.r.red[wkv][r][c] = (kU8 ? fmaf(o[mt][n][2 * hf], v_inv, cz) : o[mt][n][2 * hf]) * f;
-        sm.u.r.red[wkv][r][c + (kU8 ? 2 : 1)] = (kU8 ? fmaf(o[mt][n][2 * hf + 1], v_inv, cz) : o[mt][n][2 * hf + 1]) * f;
+        sm.u.r.red[wkv][r][c] = (o[mt][n][2 * hf] + cz) * f;
+        sm.u.r.red[wkv][r][c + (kU8 ? 2 : 1)] = (o[mt][n][2 * hf + 1] + cz) * f;
       }
     }
   }

@@ -232,7 +232,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, WGS>::kThreads, 1)
   }
   // row_c: u8 value offset term, sum_j p_j (vmin_j + 128 vscale_j) (as fwd_kernel)
   float row_m[2] = {-INFINITY, -INFINITY}, row_l[2] = {0.0f, 0.0f}, row_c[2] = {0.0f, 0.0f};
-  int v_exp = 0;  // u8: O is in units of 2^-v_exp, set per tile from its largest value scale (u8_value_exp)
+  float v_exp = 0.0f;  // u8: E of u8_value_exp, set per tile (the reference is row_m - v_exp)
   float o[kN3 * 4];
 #pragma unroll
   for (int i = 0; i < kN3 * 4; ++i) o[i] = 0.0f;
@@ -325,15 +325,37 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, WGS>::kThreads, 1)
         }
       }
     }
+    // u8: this tile's E (u8_value_exp) from its largest value scale (the quad holds every key of the
+    // tile); O, l and c are rescaled every tile anyway, so E follows each tile: alpha takes 2^(E' - E)
+    float de = 0.0f;
+    if constexpr (kU8) {
+      __half2 vs2 = __float2half2_rn(0.0f);
+#pragma unroll
+      for (int n = 0; n < kN1; ++n) {  // slots past the end may be unwritten (NaN: loses in __hmax2, or stale)
+        const int kc = n * 8 + 2 * (lane % 4);
+        const __half2 v = *reinterpret_cast<const __half2*>(par + 2 * kKeys + kc);
+        vs2 = __hmax2(vs2, __halves2half2(js + kc < w.kv_end ? __low2half(v) : __float2half(0.0f),
+                                           js + kc + 1 < w.kv_end ? __high2half(v) : __float2half(0.0f)));
+      }
+      float vsmax = fmaxf(__low2float(vs2), __high2float(vs2));
+      vsmax = fmaxf(vsmax, __shfl_xor_sync(0xffffffffu, vsmax, 1));
+      vsmax = fmaxf(vsmax, __shfl_xor_sync(0xffffffffu, vsmax, 2));
+      if (vsmax > 0.0f) {
+        const float e = u8_value_exp(vsmax);
+        de = e - v_exp;
+        v_exp = e;
+      }
+    }
     float alpha[2], m_sub[2];
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
       mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 1));
       mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 2));
       const float m_new = fmaxf(row_m[hf], mx[hf]);
-      alpha[hf] = m_new != -INFINITY ? fast_exp2(row_m[hf] - m_new) : 1.0f;
+      alpha[hf] = m_new != -INFINITY ? fast_exp2(row_m[hf] - m_new + de) : 1.0f;
       row_m[hf] = m_new;
-      m_sub[hf] = m_new != -INFINITY ? m_new : 0.0f;  // no visible key yet: every score is -inf -> 0
+      // no visible key yet: every score is -inf -> 0 (u8: p = 2^(s - (m - E)), see u8_value_exp)
+      m_sub[hf] = (m_new != -INFINITY ? m_new : 0.0f) - v_exp;
     }
     float sum[2] = {0.0f, 0.0f};
 #pragma unroll
@@ -345,36 +367,15 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, WGS>::kThreads, 1)
     for (int hf = 0; hf < 2; ++hf) row_l[hf] = row_l[hf] * alpha[hf] + sum[hf];
     // The previous tile's PV MMA reads pa and writes o asynchronously: both stay untouched (and pa
     // live, fenced) until it has completed.
-    // u8: this tile's value-scale exponent (the quad holds every key of the tile); O is rescaled
-    // every tile anyway, so E follows each tile exactly: O *= alpha 2^(E' - E)
-    float oa[2] = {alpha[0], alpha[1]};
-    if constexpr (kU8) {
-      float vsmax = 0.0f;
-#pragma unroll
-      for (int n = 0; n < kN1; ++n) {
-        const int kc = n * 8 + 2 * (lane % 4);
-        const float2 vs2 = __half22float2(*reinterpret_cast<const __half2*>(par + 2 * kKeys + kc));
-        if (js + kc < w.kv_end) vsmax = fmaxf(vsmax, vs2.x);  // slots past the end: maybe unwritten
-        if (js + kc + 1 < w.kv_end) vsmax = fmaxf(vsmax, vs2.y);
-      }
-      vsmax = fmaxf(vsmax, __shfl_xor_sync(0xffffffffu, vsmax, 1));
-      vsmax = fmaxf(vsmax, __shfl_xor_sync(0xffffffffu, vsmax, 2));
-      if (vsmax > 0.0f) {
-        const int e = u8_value_exp(vsmax);
-        oa[0] *= exp2_int(e - v_exp);
-        oa[1] *= exp2_int(e - v_exp);
-        v_exp = e;
-      }
-    }
     wg::wait<0>();
     wg::fence_regs(o);
     wg::fence_regs(pa);
 #pragma unroll
     for (int n = 0; n < kN3; ++n) {
-      o[4 * n + 0] *= oa[0];
-      o[4 * n + 1] *= oa[0];
-      o[4 * n + 2] *= oa[1];
-      o[4 * n + 3] *= oa[1];
+      o[4 * n + 0] *= alpha[0];
+      o[4 * n + 1] *= alpha[0];
+      o[4 * n + 2] *= alpha[1];
+      o[4 * n + 3] *= alpha[1];
     }
 
     if constexpr (kU8) {  // P' = f16(p * vscale) feeds the MMA on the centred codes; c += p (vmin + 128 vscale)
@@ -385,12 +386,11 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, WGS>::kThreads, 1)
         const float2 vs2 = __half22float2(*reinterpret_cast<const __half2*>(par + 2 * kKeys + kc));
         const float2 vm2 = __half22float2(*reinterpret_cast<const __half2*>(par + 3 * kKeys + kc));
         const float2 vb2 = make_float2(fmaf(kU8Centre, vs2.x, vm2.x), fmaf(kU8Centre, vs2.y, vm2.y));
-        const float v_mul = exp2_int(v_exp);  // P' = f16(p vscale 2^E): normal f16 (u8_value_exp)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           // NOTE: masked keys may carry NaN parameters (unwritten slots): never multiply them
           const float pe = s[4 * n + e];
-          s[4 * n + e] = pe != 0.0f ? __half2float(__float2half_rn(pe * ((e % 2 ? vs2.y : vs2.x) * v_mul))) : 0.0f;
+          s[4 * n + e] = pe != 0.0f ? __half2float(__float2half_rn(pe * (e % 2 ? vs2.y : vs2.x))) : 0.0f;
           cz[e / 2] += pe != 0.0f ? pe * (e % 2 ? vb2.y : vb2.x) : 0.0f;
         }
       }
@@ -415,14 +415,14 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, WGS>::kThreads, 1)
   for (int hf = 0; hf < 2; ++hf) {
     row_l[hf] += __shfl_xor_sync(0xffffffffu, row_l[hf], 1);
     row_l[hf] += __shfl_xor_sync(0xffffffffu, row_l[hf], 2);
-    if constexpr (kU8) {  // O = 2^-E sum_j P'_j (code_j - 128) + c
+    row_m[hf] -= v_exp;  // u8: the reference m - E from here on (l, c and O carry 2^E)
+    if constexpr (kU8) {  // O = sum_j P'_j (code_j - 128) + c
       row_c[hf] += __shfl_xor_sync(0xffffffffu, row_c[hf], 1);
       row_c[hf] += __shfl_xor_sync(0xffffffffu, row_c[hf], 2);
-      const float v_inv = exp2_int(-v_exp);
 #pragma unroll
       for (int n = 0; n < kN3; ++n) {
-        o[4 * n + 2 * hf] = fmaf(o[4 * n + 2 * hf], v_inv, row_c[hf]);
-        o[4 * n + 2 * hf + 1] = fmaf(o[4 * n + 2 * hf + 1], v_inv, row_c[hf]);
+        o[4 * n + 2 * hf] += row_c[hf];
+        o[4 * n + 2 * hf + 1] += row_c[hf];
       }
     }
   }
