@@ -222,10 +222,6 @@ class CudaPlan final : public detail::PlanImpl {
     if (const char* e = std::getenv("PAGEDATTN_WGMMA_DECODE"); choice_.wg != 0 && e != nullptr && std::string(e) == "1")
       choice_.wg_decode = true;
     in.ctas_per_sm = fwd_kernel_info(D_, kv_, 1, choice_).ctas_per_sm();
-    for (int k = 0; k < 4; ++k) {  // row-tile classes on the Hopper kernel: their own occupancy (planner.h)
-      const FwdKernelInfo info = fwd_kernel_info(D_, kv_, 1 << k, choice_);
-      if (std::strncmp(info.variant, "wg", 2) == 0) in.wg_ctas_per_sm[k] = info.ctas_per_sm();
-    }
     in.deterministic = opt.deterministic;
     in.forced_partition = opt.partition_tokens;
     // 128-row chunks for prefill: the default at D <= 128, where on 8-warp mma.sync CTAs they measured
