@@ -534,25 +534,6 @@ TEST(Cuda, WidePrefillOneRowTilePerWarpRandom) {
   run_suite("wide-prefill-mt1", cfg, base_seed() + 2100000, 40);
 }
 
-// The experimental S accumulator split (PAGEDATTN_SPLIT_S=1, instantiated at D = 256 for 1-2 row
-// tiles): the few-query cases at D = 256, same tolerances.
-TEST(Cuda, SplitSAccumulatorsRandom) {
-  REQUIRE_GPU();
-  EnvGuard guard("PAGEDATTN_SPLIT_S", "1");
-  CaseConfig cfg = few_query_config();
-  cfg.head_sizes = {256};
-  expect_launched(cfg, 1, 1, base_seed() + 900000, {" sk2]"});  // decode: the 1-row-tile variant
-  run_suite("split-s", cfg, base_seed() + 900000, 90);
-}
-
-// Narrow chunks (PAGEDATTN_MAX_ROWS=16, an experiment): few-query sequences of more than 16 rows are cut
-// into 16-row chunks (several CTAs per partition; their rows written by the write kernel).
-TEST(Cuda, NarrowChunksRandom) {
-  REQUIRE_GPU();
-  EnvGuard guard("PAGEDATTN_MAX_ROWS", "16");
-  run_suite("narrow-chunks", few_query_config(), base_seed() + 1400000, 60);
-}
-
 // Two row tiles per warp in the 128-row prefill variant (the default at D <= 128 for f16/bf16 KV where
 // the Hopper kernel is not used; PAGEDATTN_WGMMA=0 keeps it from replacing it here): the tile cases.
 TEST(Cuda, PrefillTwoRowTilesPerWarpRandom) {

@@ -178,10 +178,6 @@ void check_plan(const Inputs& in, const Plan& plan) {
     EXPECT_TRUE(a.row_tiles < b.row_tiles ||
                 (a.row_tiles == b.row_tiles && a.kv_end - a.kv_begin >= b.kv_end - b.kv_begin))
         << "items " << i - 1 << " and " << i << " out of order: " << describe(a) << " then " << describe(b);
-    if (in.interleave_chunks && a.row_tiles == b.row_tiles && a.kv_end - a.kv_begin == b.kv_end - b.kv_begin)
-      EXPECT_TRUE(a.seq < b.seq || (a.seq == b.seq && a.kv_begin <= b.kv_begin))
-          << "interleave_chunks: equally long items " << i - 1 << " and " << i << " not by (seq, key range): "
-          << describe(a) << " then " << describe(b);
   }
 
   // chunks
@@ -290,14 +286,13 @@ void check_plan(const Inputs& in, const Plan& plan) {
   }
 }
 
-void run_random(int cases, uint64_t offset, int max_rows = pl::kMaxRows, bool interleave = false) {
+void run_random(int cases, uint64_t offset, int max_rows = pl::kMaxRows) {
   for (int i = 0; i < cases; ++i) {
     const uint64_t seed = base_seed() + offset + static_cast<uint64_t>(i);
     std::mt19937_64 rng(seed);
     Inputs in = random_inputs(rng);
     in.max_rows = max_rows;
     in.group = std::min(in.group, max_rows);  // a chunk holds at least one token's rows
-    in.interleave_chunks = interleave;
     SCOPED_TRACE("case seed " + std::to_string(seed) + " (base + " + std::to_string(offset + i) + "): " + describe(in));
     const Plan plan = pl::make_plan(in);
     check_plan(in, plan);
@@ -314,15 +309,12 @@ void run_random(int cases, uint64_t offset, int max_rows = pl::kMaxRows, bool in
 
 TEST(Planner, RandomBatchesKeepEveryRule) { run_random(1500, 0); }
 
-// Wide prefill tiles (128-row chunks, 8 row tiles; PAGEDATTN_WIDE_PREFILL=1 on the CUDA backend).
+// Wide prefill tiles (128-row chunks, 8 row tiles; the CUDA default at D <= 128 and on Hopper).
 TEST(Planner, RandomBatchesWideChunks) { run_random(500, 2000000, pl::kMaxRowsWide); }
-// Narrow chunks (PAGEDATTN_MAX_ROWS=16/32 on the CUDA backend: few-query sequences split by rows).
+// Narrow chunks (16 and 32 rows: few-query sequences split by rows; no backend plans them today).
 TEST(Planner, RandomBatchesNarrowChunks) {
   run_random(300, 3000000, 16);
   run_random(300, 3100000, 32);
-  run_random(300, 3200000, 16, true);
-  run_random(300, 3300000, pl::kMaxRows, true);
-  run_random(300, 3400000, pl::kMaxRowsWide, true);
 }
 
 // Deterministic and forced modes, drawn on their own so each case exercises them.

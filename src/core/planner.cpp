@@ -91,15 +91,9 @@ Plan make_plan(const Inputs& in) {
   plan.num_slots = slot;
   plan.slot_rows = 16 * plan.max_row_tiles;  // partial slots as wide as the widest chunk, not max_rows
   plan.ctas = static_cast<int64_t>(plan.items.size()) * in.num_kv_heads;
-  const bool interleave = in.interleave_chunks;
-  std::stable_sort(plan.items.begin(), plan.items.end(), [interleave](const WorkItem& a, const WorkItem& b) {
+  std::stable_sort(plan.items.begin(), plan.items.end(), [](const WorkItem& a, const WorkItem& b) {
     if (a.row_tiles != b.row_tiles) return a.row_tiles < b.row_tiles;
-    if (a.kv_end - a.kv_begin != b.kv_end - b.kv_begin) return (a.kv_end - a.kv_begin) > (b.kv_end - b.kv_begin);
-    // equally long items of one sequence's chunks that read the same keys side by side (L2 reuse);
-    // (seq, kv_begin) in full, so the order stays a strict weak ordering
-    if (interleave && a.seq != b.seq) return a.seq < b.seq;
-    if (interleave) return a.kv_begin < b.kv_begin;
-    return false;
+    return (a.kv_end - a.kv_begin) > (b.kv_end - b.kv_begin);
   });
   return plan;
 }

@@ -55,10 +55,8 @@ struct Inputs {
   int ctas_per_sm = 1;                     // occupancy of the attention kernel
   bool deterministic = false;
   int forced_partition = 0;                // 0: choose
-  bool interleave_chunks = false;          // experiment: equally long items of a sequence's chunks over
-                                           // the same keys adjacent in the grid (see make_plan)
-  int max_rows = kMaxRows;                 // rows per chunk: kMaxRows, kMaxRowsWide (8 row tiles), or
-                                           // 16/32 (experiment: PAGEDATTN_MAX_ROWS); >= group
+  int max_rows = kMaxRows;                 // rows per chunk: kMaxRows or kMaxRowsWide (8 row tiles);
+                                           // any multiple of 16 up to 128 plans (tests: 16, 32); >= group
 };
 
 struct Plan {
@@ -68,8 +66,7 @@ struct Plan {
   int chunk_rows = kMaxRows;               // = Inputs::max_rows (the chunking rule: T > chunk_rows / G)
   int max_row_tiles = 1;
   int64_t ctas = 0;                        // attention CTAs (items x kv heads)
-  std::vector<WorkItem> items;             // sorted by row_tiles, then longest key range first (then,
-                                           // with interleave_chunks, a sequence's items by kv_begin)
+  std::vector<WorkItem> items;             // sorted by row_tiles, then longest key range first
   std::vector<MergeItem> merges;
   std::string describe() const;
 };

@@ -187,8 +187,6 @@ class CudaPlan final : public detail::PlanImpl {
     if (const char* e = std::getenv("PAGEDATTN_EARLY_READS"); e != nullptr && std::string(e) == "0") early_reads_ = false;
     // fwd_kernel's stale softmax reference (FwdParams::stale_log2); PAGEDATTN_STALE_MAX=0: the exact max (A/B runs)
     if (const char* e = std::getenv("PAGEDATTN_STALE_MAX"); e != nullptr && std::string(e) == "0") stale_max_ = false;
-    // experiment: S accumulated in two independent chains (fwd_kernel's SK; 0.98-1.01x in run s4a: off)
-    if (const char* e = std::getenv("PAGEDATTN_SPLIT_S"); e != nullptr && std::string(e) == "1") choice_.split_s = true;
     // 8-row-tile chunks on 4 warps of two row tiles (fwd_kernel's MT = 2, D <= 128, f16/bf16): the
     // default where the Hopper kernel is not used; 1.20x faster than 8 warps of one row tile on bf16
     // prefill from zero at D = 128 (H200, run s4a). PAGEDATTN_PREFILL_MT2=0 turns it off (A/B runs).
@@ -235,18 +233,9 @@ class CudaPlan final : public detail::PlanImpl {
     if (const char* e = std::getenv("PAGEDATTN_WIDE_PREFILL"); e != nullptr && *e != '\0') wide = std::string(e) == "1";
     const bool wide_fits = static_cast<int>(fwd_kernel_info(D_, kv_, 8, choice_).smem_bytes) <= optin;
     if (wide && wide_fits) in.max_rows = planner::kMaxRowsWide;
-    // Experiment (A/B runs; run s4a: 0.93x at 8k T=8, 1.15-1.33x slower at 32k/128k, off):
-    // PAGEDATTN_MAX_ROWS=16/32/64/128 cuts sequences into
-    // chunks of that many rows (at least one token's), e.g. T=8 at G=4 (32 rows) into two 16-row chunks
-    // on the 1-row-tile variant (four one-warp key groups) whose second read of each K/V tile may come
-    // from L2 (with PAGEDATTN_INTERLEAVE=1 the two CTAs over one partition are adjacent in the grid).
-    if (const char* e = std::getenv("PAGEDATTN_MAX_ROWS"); e != nullptr && *e != '\0') {
-      const int v = std::atoi(e);
-      if (v == 16 || v == 32 || v == 64 || (v == 128 && wide_fits)) in.max_rows = std::max(v, (G_ + 15) / 16 * 16);
-    }
-    // Experiment: PAGEDATTN_INTERLEAVE=1 orders equally long items of a sequence's chunks by key range
-    // (chunked prefill: the chunks reading one KV partition adjacent in the grid, for L2 reuse).
-    if (const char* e = std::getenv("PAGEDATTN_INTERLEAVE"); e != nullptr && std::string(e) == "1") in.interleave_chunks = true;
+    // (Not adopted, removed after 5a4d0c0: 16-row chunks, e.g. T=8 at G=4 as two CTAs over the same keys,
+    // 0.93x at 8k T=8 but 1.15-1.33x slower at 32k/128k (runs s4a, s7d); a sequence's chunks over one
+    // partition adjacent in the grid, 1.00x on the chunk scenario.)
     wl_ = planner::make_plan(in);
     const int32_t* bib = p.block_indices_begins.ptr<int32_t>();
     for (planner::WorkItem& w : wl_.items) {
@@ -476,9 +465,9 @@ class CudaPlan final : public detail::PlanImpl {
   bool pdl_ = false;
   bool early_reads_ = true;
   bool stale_max_ = true;  // FwdParams::stale_log2 > 0 (PAGEDATTN_STALE_MAX=0: off)
-  // kernel variants besides the defaults: split_s (PAGEDATTN_SPLIT_S=1), mt2 (on; PAGEDATTN_PREFILL_MT2=0),
-  // wg (the Hopper prefill kernel's key tile; sm_90a builds on sm_90 devices), wg_decode (experiment)
-  KernelChoice choice_{false, true, 0, false};
+  // kernel variants besides the defaults: mt2 (on; PAGEDATTN_PREFILL_MT2=0), wg (the Hopper prefill
+  // kernel's key tile; sm_90a builds on sm_90 devices), wg_decode (experiment)
+  KernelChoice choice_{true, 0, false};
   bool separate_write_ = false;  // KV write-in as its own launch (some sequence has several chunks)
   int num_seqs_ = 0, num_tokens_ = 0;
   float scale_ = 1.0f;

@@ -8,23 +8,23 @@
 namespace pagedattn {
 namespace cuda {
 
-template <int D, int KV, int RT, int SK = 1, int MT = 1>
+template <int D, int KV, int RT, int MT = 1>
 struct FwdVariant {
   static constexpr std::size_t kSmem = sizeof(SharedStorage<D, KV, RT, MT>);
   static_assert(kSmem <= 227 * 1024, "shared memory of one CTA exceeds the sm_90 limit");
   // NOTE: a per-device attribute: the cuda plan calls this for every variant it will launch.
   static cudaError_t prepare() {
-    return cudaFuncSetAttribute(fwd_kernel<D, KV, RT, SK, MT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    return cudaFuncSetAttribute(fwd_kernel<D, KV, RT, MT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 static_cast<int>(kSmem));
   }
   static void launch(const FwdParams& P, int item_offset, int num_items, cudaStream_t stream, bool pdl) {
-    launch_ex(fwd_kernel<D, KV, RT, SK, MT>, dim3(num_items, P.Hk), dim3(FwdTraits<D, KV, RT, MT>::kThreads), kSmem, stream, pdl, P,
+    launch_ex(fwd_kernel<D, KV, RT, MT>, dim3(num_items, P.Hk), dim3(FwdTraits<D, KV, RT, MT>::kThreads), kSmem, stream, pdl, P,
               item_offset);
   }
   static int ctas_per_sm() {
     if (prepare() != cudaSuccess) return 1;
     int n = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fwd_kernel<D, KV, RT, SK, MT>, FwdTraits<D, KV, RT, MT>::kThreads, kSmem) != cudaSuccess) n = 1;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fwd_kernel<D, KV, RT, MT>, FwdTraits<D, KV, RT, MT>::kThreads, kSmem) != cudaSuccess) n = 1;
     return n;
   }
   static void launch_write(const FwdParams& P, int num_tokens, int num_seqs, cudaStream_t stream, bool pdl) {
@@ -37,7 +37,7 @@ struct FwdVariant {
   }
   static FwdKernelInfo info() {
     return FwdKernelInfo{&launch, &launch_write, &launch_scores, &ctas_per_sm, &prepare, kSmem,
-                         FwdTraits<D, KV, RT, MT>::kThreads, SK == 2 ? "sk2" : MT == 2 ? "mt2" : ""};
+                         FwdTraits<D, KV, RT, MT>::kThreads, MT == 2 ? "mt2" : ""};
   }
 };
 
@@ -74,14 +74,11 @@ struct WgVariant {
   }
 };
 
-// split_s: the experimental S accumulator split (fwd_kernel's SK = 2), instantiated only where the
-// chains are long (D = 256, 1-2 row tiles: 16-key slices); elsewhere the plain variant.
 // mt2: the 8-row-tile variant with two row tiles per warp (fwd_kernel's MT = 2; the default where the
 // Hopper kernel is off), instantiated at D <= 128 for f16/bf16 KV; elsewhere the plain 8-row-tile variant.
 template <int D>
 FwdKernelInfo fwd_kernel_info_for(int kv, int rt, const KernelChoice& c) {
   // Runtime values become template constants here and only here.
-  constexpr bool kSplitVariants = D == 256;
   constexpr bool kMt2Variants = D <= 128;
   constexpr int kWgqKeys = D == 256 ? 32 : 64;  // the one-warpgroup variant's key tile (and u8's)
   if (c.wg != 0 && kv == kKvU8) {  // u8 on the Hopper kernel (the default; off: c.wg = 0 for u8)
@@ -99,15 +96,13 @@ FwdKernelInfo fwd_kernel_info_for(int kv, int rt, const KernelChoice& c) {
       return c.wg == 128 ? WgVariant<D, kKvF16, 128, 2>::info() : WgVariant<D, kKvF16, 64, 2>::info();
     if (c.wg != 0 && rt == 8 && kv == kKvBF16)
       return c.wg == 128 ? WgVariant<D, kKvBF16, 128, 2>::info() : WgVariant<D, kKvBF16, 64, 2>::info();
-    if (c.mt2 && rt == 8 && kv == kKvF16) return FwdVariant<D, kKvF16, 8, 1, 2>::info();
-    if (c.mt2 && rt == 8 && kv == kKvBF16) return FwdVariant<D, kKvBF16, 8, 1, 2>::info();
+    if (c.mt2 && rt == 8 && kv == kKvF16) return FwdVariant<D, kKvF16, 8, 2>::info();
+    if (c.mt2 && rt == 8 && kv == kKvBF16) return FwdVariant<D, kKvBF16, 8, 2>::info();
   }
 #define PA_RT_CASES(KVK)                                                                       \
   switch (rt) {                                                                                \
-    case 1: return kSplitVariants && c.split_s ? FwdVariant<D, KVK, 1, kSplitVariants ? 2 : 1>::info() \
-                                             : FwdVariant<D, KVK, 1>::info();                  \
-    case 2: return kSplitVariants && c.split_s ? FwdVariant<D, KVK, 2, kSplitVariants ? 2 : 1>::info() \
-                                             : FwdVariant<D, KVK, 2>::info();                  \
+    case 1: return FwdVariant<D, KVK, 1>::info();                                              \
+    case 2: return FwdVariant<D, KVK, 2>::info();                                              \
     case 4: return FwdVariant<D, KVK, 4>::info();                                              \
     default: return FwdVariant<D, KVK, 8>::info();                                             \
   }

@@ -488,15 +488,11 @@ __device__ __forceinline__ int o_col(int n, int lane) {
   }
 }
 
-// SK: independent accumulators per S n-tile along the head dimension (1 or 2). S = QK^T runs D/16
-// dependent MMAs per 8-key n-tile; with 16-key slices (D = 256) that is 2 chains of 16, and the
-// profile of the 32-row variant shows fixed-latency dependency stalls on top. SK = 2 gives even and
-// odd k-steps their own accumulators, summed before the softmax (experiment, PAGEDATTN_SPLIT_S=1:
-// 0.98-1.01x in run s4a, so off).
-template <int D, int KV, int RT, int SK = 1, int MT = 1>
+// (S = QK^T runs D/16 dependent MMAs per 8-key n-tile. Even and odd k-steps in two accumulator chains,
+// summed before the softmax, measured 0.98-1.01x in run s4a; the variant lived until 5a4d0c0.)
+template <int D, int KV, int RT, int MT = 1>
 __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<D, KV, RT, MT>::kMinCtas)
     fwd_kernel(const __grid_constant__ FwdParams P, const int item_offset) {
-  static_assert(SK == 1 || SK == 2, "S accumulator split");
   using Tr = FwdTraits<D, KV, RT, MT>;
   using T = typename Tr::T;
   using Smem = SharedStorage<D, KV, RT, MT>;
@@ -715,14 +711,14 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
     issue(2 * it + kStages - 1);
     if (active) {
       const auto& hb = sm.u.s.ring[wkv][(2 * it) % kStages];
-      // acc_odd: odd k-steps when SK == 2 (else unused, eliminated); each K fragment feeds MT MMAs
-      float acc[MT][kN1][4], acc_odd[MT][kN1][4];
+      // each K fragment feeds MT MMAs
+      float acc[MT][kN1][4];
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
         for (int n = 0; n < kN1; ++n)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) acc[mt][n][e] = acc_odd[mt][n][e] = 0.0f;
+          for (int e = 0; e < 4; ++e) acc[mt][n][e] = 0.0f;
       if constexpr (kU8) {
         // one ldmatrix.x4 on raw codes: 8 keys x 4 MMA k-steps; each register holds 4 codes of a key
 #pragma unroll
@@ -740,7 +736,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
             for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
               for (int e = 0; e < 4; ++e)
-                mma_16816<T>(SK == 2 && (e & 1) ? acc_odd[mt][n] : acc[mt][n], qf[mt][e],
+                mma_16816<T>(acc[mt][n], qf[mt][e],
                              u8x2_biased(r4[e], kSelB01), u8x2_biased(r4[e], kSelB23));
           }
         }
@@ -759,20 +755,11 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
               mma_16816<T>(acc[mt][n], qf[mt][0], b[0], b[1]);
-              mma_16816<T>(SK == 2 ? acc_odd[mt][n] : acc[mt][n], qf[mt][1], b[2], b[3]);
+              mma_16816<T>(acc[mt][n], qf[mt][1], b[2], b[3]);
             }
           }
         }
       }
-      if constexpr (SK == 2) {
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-          for (int n = 0; n < kN1; ++n)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc[mt][n][e] += acc_odd[mt][n][e];
-      }
-
       // scores (log2 units) with masks; element (n, e): row hf = e / 2, key js + n*8 + 2*(lane%4) + e%2
       const bool interior = js + kKPW <= w.kv_end && js + kKPW <= past + w.t0 + 1 &&
                             (P.sliding_window == 0 || js >= past + w.t0 + w.nt - P.sliding_window) &&

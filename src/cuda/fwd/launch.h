@@ -21,12 +21,11 @@ struct FwdKernelInfo {
   cudaError_t (*prepare)();    // raises the kernel's dynamic shared-memory limit on the current device
   std::size_t smem_bytes;
   int threads;                 // per CTA
-  const char* variant;         // "", "wg<keys>" / "wgq<keys>" (wg_kernel on 2 / 1 warpgroups; suffix "u8" for u8 caches) or an experiment: "sk2" (SK = 2), "mt2" (MT = 2)
+  const char* variant;         // "", "wg<keys>" / "wgq<keys>" (wg_kernel on 2 / 1 warpgroups; suffix "u8" for u8 caches) or "mt2" (MT = 2)
 };
 
 // Which kernel variants a plan uses besides the defaults (run-time switches, see backend.cu).
 struct KernelChoice {
-  bool split_s = false;    // S in two accumulator chains (fwd_kernel's SK = 2; D = 256, 1-2 row tiles)
   bool mt2 = false;        // two row tiles per warp in the 8-row-tile variant (fwd_kernel's MT = 2; D <= 128)
   int wg = 0;              // 8-row-tile chunks on the Hopper kernel (wg_kernel): its key tile at D <= 128
                            // (64 or 128; any nonzero value means 32 at D = 256, and 64 / 32 for u8), 0 = off
