@@ -28,6 +28,17 @@ pagedattn_install_packages() {
   fi
 }
 
+# Installs Debian packages when root on a Debian system (apt-get); returns 1 elsewhere, so callers can
+# say what is missing (tests/fuzz/run.sh, tests/tsan.sh, tests/aarch64.sh).
+pagedattn_apt_install() {
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    run apt-get update -qq
+    run env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@"
+  else
+    return 1
+  fi
+}
+
 # Sets PAGEDATTN_HAS_NVCC=1 when a CUDA compiler is found (also in /usr/local/cuda/bin, added to PATH).
 pagedattn_find_nvcc() {
   PAGEDATTN_HAS_NVCC=0

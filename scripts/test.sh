@@ -18,6 +18,14 @@ run env BUILD_DIR="$BUILD_DIR" JOBS="$JOBS" bash "$PAGEDATTN_ROOT/scripts/consum
 say "fuzzing: tests/fuzz/run.sh ${FUZZ_SECONDS:-60}"
 run env BUILD_DIR="$BUILD_DIR" JOBS="$JOBS" FUZZ_OPTIONAL=1 bash "$PAGEDATTN_ROOT/tests/fuzz/run.sh" "${FUZZ_SECONDS:-60}"
 
+# ThreadSanitizer on the cpu backend's OpenMP threads (clang, libomp with Archer) and the aarch64 build
+# (cross-compiled, its oracle comparison run under qemu-user): packages installed when root, else skipped
+# with a message.
+say "ThreadSanitizer: tests/tsan.sh"
+run env BUILD_DIR="$BUILD_DIR" JOBS="$JOBS" TSAN_OPTIONAL=1 bash "$PAGEDATTN_ROOT/tests/tsan.sh"
+say "aarch64: tests/aarch64.sh"
+run env BUILD_DIR="$BUILD_DIR" JOBS="$JOBS" AARCH64_OPTIONAL=1 bash "$PAGEDATTN_ROOT/tests/aarch64.sh"
+
 # ---- Python tests --------------------------------------------------------------------------------
 # The package is built into a venv under the build dir (it sees the system's packages, e.g. PyTorch
 # where installed, so the torch and GPU tests run there and skip with a message elsewhere), with the

@@ -19,17 +19,24 @@
 #define PA_CPU_CLONES
 #endif
 
+// The f16 element type the compiler converts natively: _Float16 on x86-64 (vcvtph2ps where the clone has
+// F16C), ARM's __fp16 on aarch64 (fcvtl, NEON); elsewhere the bit-level conversion of common/numeric.h.
+// (GCC 12 has no _Float16 in C++ on aarch64: the aarch64 cross build in CI found it.)
+#if defined(__aarch64__)
+#define PA_CPU_HALF __fp16
+#elif defined(__x86_64__) && defined(__FLT16_MAX__)
+#define PA_CPU_HALF _Float16
+#endif
+
 namespace pagedattn {
 namespace cpu {
-
 
 PA_CPU_CLONES
 static void load_row_generic(float* dst, const void* src, RowType t, int D, float scale, float min) {
   switch (t) {
     case RowType::f16: {
-#if defined(__FLT16_MAX__)
-      // _Float16: one vcvtph2ps per 16 elements where the clone has F16C (v3, v4)
-      const _Float16* s = static_cast<const _Float16*>(src);
+#if defined(PA_CPU_HALF)
+      const PA_CPU_HALF* s = static_cast<const PA_CPU_HALF*>(src);
       for (int d = 0; d < D; ++d) dst[d] = static_cast<float>(s[d]);
 #else
       const uint16_t* s = static_cast<const uint16_t*>(src);

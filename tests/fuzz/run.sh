@@ -21,14 +21,6 @@ shift || true
 dir="${FUZZ_BUILD_DIR:-$BUILD_DIR/fuzz}"
 case "$dir" in /*) ;; *) dir="$PWD/$dir" ;; esac
 
-apt_install() {
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    run apt-get update -qq
-    run env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@"
-  else
-    return 1
-  fi
-}
 probe_libfuzzer() {  # true when clang++ links a libFuzzer target with the sanitizers
   local tmp
   tmp="$(mktemp -d)"
@@ -47,11 +39,11 @@ unavailable() {
   exit 1
 }
 
-command -v clang++ >/dev/null 2>&1 || apt_install clang || true
+command -v clang++ >/dev/null 2>&1 || pagedattn_apt_install clang || true
 command -v clang++ >/dev/null 2>&1 || unavailable "no clang++ (apt-get install clang libclang-rt-<version>-dev)"
 if ! probe_libfuzzer; then
   major="$(clang++ -dumpversion | cut -d. -f1)"
-  apt_install "libclang-rt-$major-dev" || true
+  pagedattn_apt_install "libclang-rt-$major-dev" || true
   probe_libfuzzer || unavailable "clang++ cannot link -fsanitize=fuzzer (apt-get install libclang-rt-$major-dev)"
 fi
 
