@@ -39,6 +39,18 @@ pagedattn_apt_install() {
   fi
 }
 
+# For the optional test stages (tests/fuzz/run.sh, tests/tsan.sh, tests/aarch64.sh): a tool they need is
+# missing. pagedattn_unavailable OPTIONAL SCRIPT MESSAGE: with OPTIONAL=1 say that the stage is skipped
+# and exit 0 (scripts/test.sh runs them so), else print the message and exit 1.
+pagedattn_unavailable() {
+  if [ "$1" = 1 ]; then
+    say "$2 skipped: $3"
+    exit 0
+  fi
+  echo "$2: $3" >&2
+  exit 1
+}
+
 # Sets PAGEDATTN_HAS_NVCC=1 when a CUDA compiler is found (also in /usr/local/cuda/bin, added to PATH).
 pagedattn_find_nvcc() {
   PAGEDATTN_HAS_NVCC=0

@@ -11,26 +11,18 @@ source "$(dirname "$0")/../scripts/setup.sh"
 cases="${1:-20}"
 dir="${AARCH64_BUILD_DIR:-$BUILD_DIR/aarch64}"
 case "$dir" in /*) ;; *) dir="$PWD/$dir" ;; esac
-unavailable() {
-  if [ "${AARCH64_OPTIONAL:-0}" = 1 ]; then
-    say "aarch64 build skipped: $*"
-    exit 0
-  fi
-  echo "tests/aarch64.sh: $*" >&2
-  exit 1
-}
 need=()
 command -v aarch64-linux-gnu-g++ >/dev/null 2>&1 || need+=(g++-aarch64-linux-gnu)
 command -v qemu-aarch64 >/dev/null 2>&1 || need+=(qemu-user)
 [ ${#need[@]} -eq 0 ] || pagedattn_apt_install "${need[@]}" || true
-command -v aarch64-linux-gnu-g++ >/dev/null 2>&1 || unavailable "no aarch64-linux-gnu-g++ (apt-get install g++-aarch64-linux-gnu)"
+command -v aarch64-linux-gnu-g++ >/dev/null 2>&1 || pagedattn_unavailable "${AARCH64_OPTIONAL:-0}" tests/aarch64.sh "no aarch64-linux-gnu-g++ (apt-get install g++-aarch64-linux-gnu)"
 
 say "aarch64: cross build of the library and the CLI (cpu backend) into $dir"
 run cmake -S "$PAGEDATTN_ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPAGEDATTN_CUDA=OFF \
   -DPAGEDATTN_BUILD_TESTS=OFF -DPAGEDATTN_INSTALL=OFF -DCMAKE_SYSTEM_NAME=Linux -DCMAKE_SYSTEM_PROCESSOR=aarch64 \
   -DCMAKE_CXX_COMPILER=aarch64-linux-gnu-g++ -DCMAKE_C_COMPILER=aarch64-linux-gnu-gcc --log-level=WARNING
 run cmake --build "$dir" -j "$JOBS"
-command -v qemu-aarch64 >/dev/null 2>&1 || unavailable "built, but no qemu-aarch64 to run it (apt-get install qemu-user)"
+command -v qemu-aarch64 >/dev/null 2>&1 || pagedattn_unavailable "${AARCH64_OPTIONAL:-0}" tests/aarch64.sh "built, but no qemu-aarch64 to run it (apt-get install qemu-user)"
 say "aarch64: the oracle comparison under qemu-aarch64 ($cases cases)"
 run env QEMU_LD_PREFIX=/usr/aarch64-linux-gnu qemu-aarch64 "$dir/pagedattn" check --backend cpu --cases "$cases" \
   --config full --seed 0

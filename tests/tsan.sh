@@ -12,21 +12,13 @@ source "$(dirname "$0")/../scripts/setup.sh"
 cases="${1:-60}"
 dir="${TSAN_BUILD_DIR:-$BUILD_DIR/tsan}"
 case "$dir" in /*) ;; *) dir="$PWD/$dir" ;; esac
-unavailable() {
-  if [ "${TSAN_OPTIONAL:-0}" = 1 ]; then
-    say "ThreadSanitizer skipped: $*"
-    exit 0
-  fi
-  echo "tests/tsan.sh: $*" >&2
-  exit 1
-}
 
 command -v clang++ >/dev/null 2>&1 || pagedattn_apt_install clang || true
-command -v clang++ >/dev/null 2>&1 || unavailable "no clang++ (apt-get install clang libomp-dev)"
+command -v clang++ >/dev/null 2>&1 || pagedattn_unavailable "${TSAN_OPTIONAL:-0}" tests/tsan.sh "no clang++ (apt-get install clang libomp-dev)"
 archer="$(clang++ -print-resource-dir 2>/dev/null)/../../libarcher.so"
 [ -f "$archer" ] || pagedattn_apt_install libomp-dev || true
 [ -f "$archer" ] || archer="$(ls /usr/lib/llvm-*/lib/libarcher.so 2>/dev/null | head -1)"
-[ -n "$archer" ] && [ -f "$archer" ] || unavailable "no libarcher.so (apt-get install libomp-dev)"
+[ -n "$archer" ] && [ -f "$archer" ] || pagedattn_unavailable "${TSAN_OPTIONAL:-0}" tests/tsan.sh "no libarcher.so (apt-get install libomp-dev)"
 export OMP_TOOL_LIBRARIES="$archer" TSAN_OPTIONS="halt_on_error=1 ignore_noninstrumented_modules=1"
 
 say "ThreadSanitizer: a planted race must be reported (clang++ $(clang++ -dumpversion), $archer)"

@@ -30,21 +30,13 @@ probe_libfuzzer() {  # true when clang++ links a libFuzzer target with the sanit
   rm -rf "$tmp"
   return $rc
 }
-unavailable() {
-  if [ "${FUZZ_OPTIONAL:-0}" = 1 ]; then
-    say "fuzzing skipped: $*"
-    exit 0
-  fi
-  echo "tests/fuzz/run.sh: $*" >&2
-  exit 1
-}
 
 command -v clang++ >/dev/null 2>&1 || pagedattn_apt_install clang || true
-command -v clang++ >/dev/null 2>&1 || unavailable "no clang++ (apt-get install clang libclang-rt-<version>-dev)"
+command -v clang++ >/dev/null 2>&1 || pagedattn_unavailable "${FUZZ_OPTIONAL:-0}" tests/fuzz/run.sh "no clang++ (apt-get install clang libclang-rt-<version>-dev)"
 if ! probe_libfuzzer; then
   major="$(clang++ -dumpversion | cut -d. -f1)"
   pagedattn_apt_install "libclang-rt-$major-dev" || true
-  probe_libfuzzer || unavailable "clang++ cannot link -fsanitize=fuzzer (apt-get install libclang-rt-$major-dev)"
+  probe_libfuzzer || pagedattn_unavailable "${FUZZ_OPTIONAL:-0}" tests/fuzz/run.sh "clang++ cannot link -fsanitize=fuzzer (apt-get install libclang-rt-$major-dev)"
 fi
 
 say "fuzz target: build into $dir (clang++ $(clang++ -dumpversion))"
