@@ -233,6 +233,8 @@ _ARGS_DOC = """
     programmatic_launch  cuda, sm_90+: the op's kernels may start while the previous kernel in the stream
                          drains and read cache rows before past_lens early (docs/design.md); False: plain
                          stream order.
+    num_threads          cpu: worker threads; 0 = PAGEDATTN_CPU_THREADS when set, else all cores.
+    cpu_reference        cpu: run the oracle (double precision, one thread) instead of the fast kernels.
 
     Raises ValidationError (a ValueError) naming the input and the rule, before anything is written;
     UnsupportedError for a valid call this build or backend does not support.
@@ -247,12 +249,14 @@ def forward(*, query: Any, key: Any = None, value: Any = None, key_cache: Any, v
             qq_bias: Any = None, qq_bias_begins: Any = None, out: Any = None, scores: Any = None,
             score_aggregation_window: Any = None,
             num_heads: int, backend: str = "auto", deterministic: bool = False, partition_tokens: int = 0,
-            stream: Any = None, programmatic_launch: bool = True) -> Any:
+            stream: Any = None, programmatic_launch: bool = True, num_threads: int = 0,
+            cpu_reference: bool = False) -> Any:
     tensors = _tensor_args(locals())
     tensors, backend, stream_ptr = _prepare(tensors, backend, stream)
     with _device_guard(query):
         _C.forward(tensors, int(num_heads), _opt_float(scale), int(sliding_window), _opt_int(max_context_len), backend,
-                   bool(deterministic), int(partition_tokens), stream_ptr, bool(programmatic_launch))
+                   bool(deterministic), int(partition_tokens), stream_ptr, bool(programmatic_launch),
+                   int(num_threads), bool(cpu_reference))
     return tensors["out"]
 
 
@@ -348,12 +352,14 @@ def plan(*, query: Any, key: Any = None, value: Any = None, key_cache: Any, valu
          qq_bias: Any = None, qq_bias_begins: Any = None, out: Any = None, scores: Any = None,
          score_aggregation_window: Any = None,
          num_heads: int, backend: str = "auto", deterministic: bool = False, partition_tokens: int = 0,
-         stream: Any = None, programmatic_launch: bool = True) -> Plan:
+         stream: Any = None, programmatic_launch: bool = True, num_threads: int = 0,
+         cpu_reference: bool = False) -> Plan:
     tensors = _tensor_args(locals())
     tensors, backend, stream_ptr = _prepare(tensors, backend, stream)
     with _device_guard(query):
         native = _C.plan(tensors, int(num_heads), _opt_float(scale), int(sliding_window), _opt_int(max_context_len), backend,
-                         bool(deterministic), int(partition_tokens), stream_ptr, bool(programmatic_launch))
+                         bool(deterministic), int(partition_tokens), stream_ptr, bool(programmatic_launch),
+                         int(num_threads), bool(cpu_reference))
     return Plan(native, tensors, backend, stream_ptr, stream is not None)
 
 

@@ -42,6 +42,12 @@ void check_device(const Params& p, Backend b) {
 }  // namespace
 
 Plan plan(const Params& p, const Options& opt) {
+  if (opt.num_threads < 0)
+    throw ValidationError("options.num_threads", "must be >= 0 (0: PAGEDATTN_CPU_THREADS, else all cores), got " +
+                                                     std::to_string(opt.num_threads));
+  if (opt.partition_tokens < 0)
+    throw ValidationError("options.partition_tokens", "must be >= 0 (0: the planner decides), got " +
+                                                          std::to_string(opt.partition_tokens));
   check_device(p, opt.backend);
   validate(p);
   std::shared_ptr<detail::PlanImpl> impl = opt.backend == Backend::cpu ? detail::make_cpu_plan(p, opt)

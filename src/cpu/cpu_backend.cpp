@@ -84,6 +84,7 @@ class CpuPlan final : public PlanImpl {
     reference_ = opt.cpu_reference || env_int("PAGEDATTN_CPU_ORACLE", 0) != 0;
     if (reference_) return;
     threads_ = opt.num_threads > 0 ? opt.num_threads : env_int("PAGEDATTN_CPU_THREADS", max_threads());
+    if (threads_ < 1) threads_ = max_threads();  // PAGEDATTN_CPU_THREADS=0 or not a number: all cores
     threads_ = std::max(1, threads_);
     num_seqs_ = static_cast<int>(p.past_lens.shape[0]);
     H_ = p.num_heads;

@@ -189,8 +189,10 @@ Params make_params(const nb::dict& tensors, const Scalars& s, Keep& keep) {
 }
 
 Options make_options(const std::string& backend, bool deterministic, int partition_tokens, uintptr_t stream,
-                     bool programmatic_launch) {
+                     bool programmatic_launch, int num_threads, bool cpu_reference) {
   Options o;
+  o.num_threads = num_threads;
+  o.cpu_reference = cpu_reference;
   o.programmatic_launch = programmatic_launch;
   o.backend = parse_backend(backend);
   o.deterministic = deterministic;
@@ -264,11 +266,12 @@ NB_MODULE(_C, m) {
       "plan",
       [](const nb::dict& tensors, int num_heads, std::optional<float> scale, int sliding_window,
          std::optional<int> max_context_len, const std::string& backend, bool deterministic, int partition_tokens,
-         uintptr_t stream, bool programmatic_launch) {
+         uintptr_t stream, bool programmatic_launch, int num_threads, bool cpu_reference) {
         Scalars s{num_heads, scale, sliding_window, max_context_len};
         pagedattn::py::Keep keep;
         Params p = pagedattn::py::make_params(tensors, s, keep);
-        Options o = pagedattn::py::make_options(backend, deterministic, partition_tokens, stream, programmatic_launch);
+        Options o = pagedattn::py::make_options(backend, deterministic, partition_tokens, stream, programmatic_launch,
+                                                     num_threads, cpu_reference);
         auto* pp = new PyPlan{Plan(), s};
         try {
           nb::gil_scoped_release release;
@@ -280,22 +283,25 @@ NB_MODULE(_C, m) {
         return pp;
       },
       "tensors"_a, "num_heads"_a, "scale"_a.none(), "sliding_window"_a, "max_context_len"_a.none(), "backend"_a,
-      "deterministic"_a, "partition_tokens"_a, "stream"_a, "programmatic_launch"_a = true, nb::rv_policy::take_ownership,
+      "deterministic"_a, "partition_tokens"_a, "stream"_a, "programmatic_launch"_a = true, "num_threads"_a = 0,
+      "cpu_reference"_a = false, nb::rv_policy::take_ownership,
       "Validates and plans the op; see pagedattn.plan.");
 
   m.def(
       "forward",
       [](const nb::dict& tensors, int num_heads, std::optional<float> scale, int sliding_window,
          std::optional<int> max_context_len, const std::string& backend, bool deterministic, int partition_tokens,
-         uintptr_t stream, bool programmatic_launch) {
+         uintptr_t stream, bool programmatic_launch, int num_threads, bool cpu_reference) {
         Scalars s{num_heads, scale, sliding_window, max_context_len};
         pagedattn::py::Keep keep;
         Params p = pagedattn::py::make_params(tensors, s, keep);
-        Options o = pagedattn::py::make_options(backend, deterministic, partition_tokens, stream, programmatic_launch);
+        Options o = pagedattn::py::make_options(backend, deterministic, partition_tokens, stream, programmatic_launch,
+                                                     num_threads, cpu_reference);
         nb::gil_scoped_release release;
         pagedattn::forward(p, o);
       },
       "tensors"_a, "num_heads"_a, "scale"_a.none(), "sliding_window"_a, "max_context_len"_a.none(), "backend"_a,
-      "deterministic"_a, "partition_tokens"_a, "stream"_a, "programmatic_launch"_a = true,
+      "deterministic"_a, "partition_tokens"_a, "stream"_a, "programmatic_launch"_a = true, "num_threads"_a = 0,
+      "cpu_reference"_a = false,
       "Validates, plans and runs the op; see pagedattn.forward.");
 }

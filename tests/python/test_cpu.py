@@ -80,6 +80,21 @@ def test_programmatic_launch_option_is_accepted(seed):
     check_case(ref.make_case(seed), lambda case: pagedattn.forward(**case.kwargs(), backend="cpu", programmatic_launch=False))
 
 
+@pytest.mark.parametrize("seed", range(BASE_SEED + 2100, BASE_SEED + 2106))
+def test_cpu_threads_and_reference_options(seed):
+    # one worker thread, and the oracle itself (cpu_reference): the same op within the same tolerances
+    check_case(ref.make_case(seed), lambda case: pagedattn.forward(**case.kwargs(), backend="cpu", num_threads=1))
+    check_case(ref.make_case(seed), lambda case: pagedattn.forward(**case.kwargs(), backend="cpu", cpu_reference=True))
+    check_case(ref.make_case(seed), lambda case: pagedattn.plan(**case.kwargs(), backend="cpu", num_threads=2).run())
+
+
+def test_negative_options_are_rejected():
+    case = ref.make_case(BASE_SEED + 2200)
+    for name in ("num_threads", "partition_tokens"):
+        with pytest.raises(pagedattn.ValidationError, match=f"options.{name}"):
+            pagedattn.forward(**case.kwargs(), backend="cpu", **{name: -1})
+
+
 def test_case_mix_covers_the_features():
     """The random cases above do exercise u8 caches, trees, windows, alibi, sinks, scores, f16 queries,
     read-only calls (no key/value) and block_size 1 (so a feature cannot silently drop out)."""
