@@ -7,7 +7,7 @@ f32 queries (OpenVINO's INFERENCE_PRECISION_HINT=f32). Median wall time of N cal
 read bandwidth over all threads is measured in the same run, and each row gives its KV bytes / time as
 GB/s and % of it. Needs the pagedattn package (CPU) and openvino.
     usage: python3 bench/peers/cpu_openvino.py [--context 8192,32768] [--tokens 1,2,3,4,8] [--kv f16,u8]
-                                               [--repeats 20] [--json FILE]
+                                               [--batch 8x4096x4] [--repeats 20] [--json FILE]
 """
 import argparse
 import concurrent.futures
@@ -39,15 +39,16 @@ def read_bandwidth_gbs(threads: int, mib: int = 512) -> float:
     return best
 
 
-def make_case(L: int, T: int, kv: str, rng: np.random.Generator) -> ovt.Case:
-    ctx = L + T
-    n_blocks = -(-ctx // ovt.BLOCK_SIZE)
+def make_case(L: int, T: int, kv: str, rng: np.random.Generator, seqs: int = 1) -> ovt.Case:
+    """`seqs` sequences, each with L cached tokens and T new ones; their blocks shuffled over one pool."""
+    per_seq = -(-(L + T) // ovt.BLOCK_SIZE)
+    n_blocks = per_seq * seqs
     table = rng.permutation(n_blocks).astype(np.int32)
     shape = (n_blocks, HK, ovt.BLOCK_SIZE, D)
-    case = ovt.Case(seed=0, kv=kv, H=H, Hk=HK, D=D, num_blocks=n_blocks, past=np.array([L], np.int32),
-                    T=np.array([T]), begins=np.array([0, T], np.int32), block_indices=table,
-                    block_indices_begins=np.array([0, n_blocks], np.int32),
-                    query=rng.standard_normal((T, H * D)).astype(np.float32),
+    case = ovt.Case(seed=0, kv=kv, H=H, Hk=HK, D=D, num_blocks=n_blocks, past=np.full(seqs, L, np.int32),
+                    T=np.full(seqs, T), begins=np.arange(seqs + 1, dtype=np.int32) * T, block_indices=table,
+                    block_indices_begins=np.arange(seqs + 1, dtype=np.int32) * per_seq,
+                    query=rng.standard_normal((seqs * T, H * D)).astype(np.float32),
                     key_cache=None, value_cache=None)
     for which in ("key", "value"):
         x = rng.standard_normal(shape).astype(np.float32)
@@ -76,6 +77,7 @@ def main() -> int:
     ap.add_argument("--context", default="8192,32768")
     ap.add_argument("--tokens", default="1,2,3,4,8")
     ap.add_argument("--kv", default="f16,u8")
+    ap.add_argument("--batch", default="8x4096x4", help="batch rows SEQSxLxT, comma-separated ('' for none)")
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--json")
     a = ap.parse_args()
@@ -83,27 +85,31 @@ def main() -> int:
     bw = read_bandwidth_gbs(threads)
     print(f"read bandwidth, {threads} threads: {bw:.1f} GB/s; pagedattn {pagedattn.__file__}; "
           f"openvino {ovt.ov.__version__ if hasattr(ovt, 'ov') else '?'}")
-    print(f"{'kv':4} {'L':>6} {'T':>2} {'pagedattn ms':>13} {'T/T1':>5} {'GB/s':>6} {'%bw':>5} "
+    print(f"{'kv':4} {'seqs':>4} {'L':>6} {'T':>2} {'pagedattn ms':>13} {'T/T1':>5} {'GB/s':>6} {'%bw':>5} "
           f"{'OpenVINO ms':>12} {'T/T1':>5} {'OV/pa':>6}")
     rows = []
     rng = np.random.default_rng(20261201)
+
+    def row(kv, seqs, L, T, base):
+        case = make_case(L, T, kv, rng, seqs)
+        t_pa = timed(lambda: ovt.run_pagedattn(case, score_window=None), a.repeats)
+        t_ov = timed(lambda: ovt.run_openvino(case), a.repeats)
+        kv_bytes = case.key_cache.nbytes + case.value_cache.nbytes
+        gbs = kv_bytes / t_pa / 1e9
+        rel = (lambda t, k: f"{t / base.setdefault(k, t):5.2f}") if base is not None else (lambda t, k: f"{'-':>5}")
+        rows.append(dict(kv=kv, seqs=seqs, L=L, T=T, pagedattn_ms=t_pa * 1e3, openvino_ms=t_ov * 1e3,
+                         kv_bytes=kv_bytes, gbs=gbs, pct_bw=100 * gbs / bw))
+        print(f"{kv:4} {seqs:4d} {L:6d} {T:2d} {t_pa * 1e3:13.2f} {rel(t_pa, 'pa')} {gbs:6.1f} "
+              f"{100 * gbs / bw:5.1f} {t_ov * 1e3:12.2f} {rel(t_ov, 'ov')} {t_ov / t_pa:6.2f}", flush=True)
+
     for kv in a.kv.split(","):
         for L in (int(x) for x in a.context.split(",")):
             base = {}
             for T in (int(x) for x in a.tokens.split(",")):
-                case = make_case(L, T, kv, rng)
-                t_pa = timed(lambda: ovt.run_pagedattn(case, score_window=None), a.repeats)
-                t_ov = timed(lambda: ovt.run_openvino(case), a.repeats)
-                kv_bytes = case.key_cache.nbytes + case.value_cache.nbytes
-                gbs = kv_bytes / t_pa / 1e9
-                base.setdefault("pa", t_pa)
-                base.setdefault("ov", t_ov)
-                r = dict(kv=kv, L=L, T=T, pagedattn_ms=t_pa * 1e3, openvino_ms=t_ov * 1e3, kv_bytes=kv_bytes,
-                         gbs=gbs, pct_bw=100 * gbs / bw)
-                rows.append(r)
-                print(f"{kv:4} {L:6d} {T:2d} {t_pa * 1e3:13.2f} {t_pa / base['pa']:5.2f} {gbs:6.1f} "
-                      f"{100 * gbs / bw:5.1f} {t_ov * 1e3:12.2f} {t_ov / base['ov']:5.2f} {t_ov / t_pa:6.2f}",
-                      flush=True)
+                row(kv, 1, L, T, base)
+        for spec in filter(None, a.batch.split(",")):  # batch rows: no T/T1
+            seqs, L, T = (int(x) for x in spec.split("x"))
+            row(kv, seqs, L, T, None)
     if a.json:
         with open(a.json, "w") as f:
             json.dump(dict(read_bandwidth_gbs=bw, threads=threads, shape=[H, HK, D], rows=rows), f, indent=1)
