@@ -14,8 +14,9 @@
 #include "core/plan_impl.h"
 #include "core/planner.h"
 #include "cuda/bench_util.h"
-#include "cuda/fwd/kernel.cuh"
 #include "cuda/fwd/launch.h"
+#include "cuda/fwd/merge.cuh"
+#include "cuda/fwd/scores.cuh"
 
 namespace pagedattn {
 

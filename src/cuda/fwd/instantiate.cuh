@@ -1,8 +1,9 @@
 // Included once per head size by inst_d*.cu: the launchers of every (KV kind, row tiles) variant.
 #pragma once
 
-#include "cuda/fwd/kernel.cuh"
+#include "cuda/fwd/fwd_kernel.cuh"
 #include "cuda/fwd/launch.h"
+#include "cuda/fwd/scores.cuh"
 #include "cuda/fwd/wg_kernel.cuh"
 
 namespace pagedattn {

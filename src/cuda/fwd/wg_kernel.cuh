@@ -14,7 +14,8 @@
 #pragma once
 
 #include "cuda/common/wgmma.cuh"
-#include "cuda/fwd/kernel.cuh"
+#include "cuda/fwd/gather.cuh"
+#include "cuda/fwd/write.cuh"
 
 namespace pagedattn {
 namespace cuda {

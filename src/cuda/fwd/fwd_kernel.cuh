@@ -1,0 +1,605 @@
+// The attention kernel of pagedattn: one CTA per (chunk of new tokens, KV partition, kv head).
+//
+// A chunk's T*G query rows (tokens x heads sharing one kv head) are loaded once; the partition's keys
+// stream through shared memory, gathered through the block table by cp.async into per-group rings of
+// half-tiles (K, then V, of a group's key slice). Warps form key groups (decode/verify: 4 groups of one
+// warp, or 2 of two; prefill chunks: one group of 4 warps, FlashAttention-2 style); per slice a warp
+//   S = Q K^T on tensor cores (f32)  ->  masks (causal past+t+1, tree, window), ALiBi, online softmax on
+//   the accumulators in registers    ->  P as the A operand of O += P V (tensor cores, f32).
+// A one-warp group waits on its own copies only (no CTA barrier in the loop); the groups' (m, l, O) are
+// merged once at the end. Every K/V byte is read once for all T*G rows: this is what makes T=8 cost
+// what T=1 costs.
+// u8 caches: the MMAs run on the codes (biased by 1024, exact in f16) straight from shared memory, and
+// the affine parameters are folded into per-key epilogues:
+//   s_j = scale_j * q . (code_j + 1024) + (min_j - 1024 scale_j) * sum(q)
+//   o   = sum_j (p_j * vscale_j) (code_j - 128) + sum_j p_j (vmin_j + 128 vscale_j)
+// (values centred: both sums stay near the result's size, whatever the number of keys summed).
+// The op's KV write-in is fused for sequences that are one chunk: before reading, a CTA writes (and
+// quantises) every new token that lies in its key range, for its kv head; each row has one writer.
+// Sequences cut into several chunks are written by write_kernel, launched before this kernel.
+// Partitions of one chunk leave (m, l, O) partials; merge_kernel combines them.
+#pragma once
+
+#include "cuda/fwd/gather.cuh"
+#include "cuda/fwd/write.cuh"
+
+namespace pagedattn {
+namespace cuda {
+
+// Column of accumulator element pair (n, 0/1) of an O fragment; u8 n-tiles hold even/odd columns
+// (see the PV step), f16/bf16 n-tiles 8 consecutive columns. Returns the first column; the second is
+// col + 2 (u8) or col + 1 (f16/bf16).
+template <bool kU8>
+__device__ __forceinline__ int o_col(int n, int lane) {
+  if constexpr (kU8) {
+    const int b = n / 4, q = n % 4;
+    return 32 * b + (q >= 2 ? 16 : 0) + (q % 2) + 4 * (lane % 4);
+  } else {
+    return n * 8 + 2 * (lane % 4);
+  }
+}
+
+// (S = QK^T runs D/16 dependent MMAs per 8-key n-tile. Even and odd k-steps in two accumulator chains,
+// summed before the softmax, measured 0.98-1.01x in run s4a; the variant lived until 5a4d0c0.)
+template <int D, int KV, int RT, int MT = 1>
+__global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<D, KV, RT, MT>::kMinCtas)
+    fwd_kernel(const __grid_constant__ FwdParams P, const int item_offset) {
+  using Tr = FwdTraits<D, KV, RT, MT>;
+  using T = typename Tr::T;
+  using Smem = SharedStorage<D, KV, RT, MT>;
+  constexpr int kWarps = Tr::kWarps;
+  constexpr int kThreads = Tr::kThreads;
+  constexpr int kKPW = Tr::kKPW;
+  constexpr int kRows = Tr::kRows;
+  constexpr int kStages = Tr::kStages;
+  constexpr bool kU8 = Tr::kU8;
+  constexpr int kN1 = kKPW / 8;   // S n-tiles (8 keys) per warp
+  constexpr int kK3 = kKPW / 16;  // PV k-steps (16 keys) per warp
+  constexpr int kN3 = D / 8;      // O n-tiles per warp
+  // Q stays in registers at D <= 128 (one row tile per warp); else it is re-read from shared memory.
+  constexpr bool kQRegs = D <= 128 && MT == 1;
+
+  extern __shared__ __align__(16) uint8_t smem_raw[];
+  Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
+
+  // diagnostic build only (PAGEDATTN_TIMELINE): 1 pdl wait, 2 write-in, 3 prologue issued (thread 0's
+  // copies out, its first query loads in flight), 4 Q staged, 5 first K, 6 loop, 7 partial outputs of
+  // the key groups in shared memory, 8 end
+  Timeline tl;
+  const int hk = blockIdx.y;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int wq = warp % Tr::kWQ, wkv = warp / Tr::kWQ;  // row-tile slot (tiles wq*MT ..), key group
+  const int gtid = tid % Tr::kGroupThreads;
+  auto group_sync = [&]() {
+    if constexpr (Tr::kWQ == 1) {
+      __syncwarp();
+    } else if constexpr (Tr::kWKV == 1) {
+      __syncthreads();
+    } else {
+      named_barrier(1 + wkv, Tr::kGroupThreads);
+    }
+  };
+
+  // Plan data (work items, block tables: uploaded by plan(), never written by a kernel) is read before
+  // waiting for the previous grid; the first slice's table entry is prefetched into L1.
+  const planner::WorkItem w = P.items[item_offset + blockIdx.x];
+  const int G = P.G;
+  const int rows = w.nt * G;
+  const int past = w.past, tok0 = w.tok0, t_seq = w.t_seq;
+  const int32_t* table = P.block_indices + w.table;
+  if (lane == 0 && w.kv_begin + wkv * Tr::kKPW < w.kv_end)
+    asm volatile("prefetch.global.L1 [%0];\n" ::"l"(table + ((w.kv_begin + wkv * Tr::kKPW) >> P.block_size_log2)));
+  // Cache rows before past_len were written by earlier runs of the op: a CTA whose keys are all old
+  // starts its copies before waiting for the previous grid, so its first bytes arrive while that grid
+  // drains. NOTE: PTX guarantees the previous grid's writes only after griddepcontrol.wait; these
+  // reads rely on rows written before the previous grid let its dependents start being fenced (this
+  // kernel fences its write-in before pdl_launch_dependents) or on that grid never triggering early.
+  // docs/design.md, "Programmatic dependent launch"; Options::programmatic_launch = false is strict.
+  const bool early = P.pdl_early_reads && w.kv_end <= past;  // (then no fused write-in in its range)
+  const int n_tiles = (w.kv_end - w.kv_begin + Tr::kTileKV - 1) / Tr::kTileKV;
+  const int n_halves = 2 * n_tiles;
+  const int kv_lo = window_lo(P, past, w.t0);
+  auto slice_begin = [&](int it) { return w.kv_begin + it * Tr::kTileKV + wkv * kKPW; };
+  // Half h of a group: tile h/2, K (h even) or V (h odd), ring slot h % kStages.
+  auto issue = [&](int h) {
+    if (h < n_halves) {
+      const int js = slice_begin(h / 2);
+      if (js < w.kv_end)
+        load_half<D, KV, RT, MT>(sm.u.s.ring[wkv][h % kStages], h % 2, P, table, hk, js, kv_lo, w.kv_end, gtid);
+    }
+    cp_async_commit();
+  };
+  // Copy order (run s7a, same-run A/B: 0.95-1.01x of the old order at 8k and 32k, level at 128k): one
+  // half per group (K of tile 0) goes out first, then the query rows, then, once the query's first
+  // batch has landed (stage_q), the rest of the prologue (halves 1 .. kAhead - 1). The old order (the
+  // whole prologue, then Q) left the query loads queued behind kStages - 1 halves per group: 3.3 us of
+  // an 8k T=1 CTA against 1.0 us at 1k (run s6f). A
+  // fully busy ring (kStages halves ahead for one-warp groups) measured 1.00-1.10x slower (run s7a).
+  constexpr int kAhead = kStages - 1;  // halves issued before the first step
+  auto prologue_rest = [&]() {
+#pragma unroll
+    for (int s = 1; s < kAhead; ++s) issue(s);
+    tl.mark(3);
+  };
+  if (early) issue(0);
+  // NOTE: everything below may read what the previous kernel in the stream wrote.
+  pdl_wait();
+  tl.mark(1);
+
+  // --- fused KV write-in: new tokens inside this CTA's key range ----------------------------------
+  // (sequences cut into several chunks have their rows written by write_kernel before this launch)
+  fused_write_in<D, KV>(P, w, table, hk, warp, kWarps, lane);
+  tl.mark(2);
+  if (!early) issue(0);
+
+  // --- Q rows (token-major, head-minor) -> smem in the MMA type; padding rows zero ---------------
+  // (The rows by cp.async in the copy group of half 1, where the query is already in the MMA type,
+  // measured 1.00-1.17x slower, run s7b: at T=8 the first halves, not the query, arrive last.)
+  // u8: Q in the order of the S MMA's A fragments (k permuted, see load_qf). For rows g and g + 8 of a
+  // 16-row tile (pair p = tile * 8 + g) and head dims 4i..4i+3, one 16-byte unit holds the fragment's 4
+  // registers {Q[g][4i..4i+1], Q[g+8][4i..4i+1], Q[g][4i+2..4i+3], Q[g+8][4i+2..4i+3]}: one 16-byte
+  // load per fragment and no register moves (two 8-byte loads into a fragment cost 4 moves each, ~10%
+  // of the u8 D = 256 key loop, which re-reads Q every slice). Unit i of pair p sits at i ^ 4 when p is
+  // odd, so the two pairs a quarter warp reads lie in different banks. kRows * 2D bytes: within q.
+  auto q_unit = [&](int p, int i) {
+    return reinterpret_cast<uint32_t*>(reinterpret_cast<uint8_t*>(&sm.u.s.q[0][0]) + p * (4 * D) +
+                                       (i ^ ((p & 1) << 2)) * 16);
+  };
+  auto store_q = [&](int r, int ch, uint4 v) {
+    if constexpr (kU8) {
+      const int p = (r / 16) * 8 + r % 8, hf = (r / 8) % 2;
+      uint32_t* u0 = q_unit(p, 2 * ch);
+      uint32_t* u1 = q_unit(p, 2 * ch + 1);
+      u0[hf] = v.x;
+      u0[2 + hf] = v.y;
+      u1[hf] = v.z;
+      u1[2 + hf] = v.w;
+    } else {
+      *reinterpret_cast<uint4*>(&sm.u.s.q[r][ch * 8]) = v;
+    }
+  };
+  // (u8: with each row's sum, for the key bias and row minima; a separate pass over Q after the barrier cost a
+  // second barrier and a chain of dependent shared-memory loads per row)
+  stage_q<T, kRows, D, kThreads>(P, tok0 + w.t0, hk, G, rows, tid, store_q, prologue_rest,
+                                 kU8 ? sm.qsum : nullptr);
+  __syncthreads();
+  tl.mark(4);
+
+  // Q fragments of the warp's row tile mt (A operand of S = Q K^T, k-step ks).
+  // u8: the k index of an MMA step maps to head dims so that one 32-bit load of 4 codes feeds both
+  // B registers: k = 2i+b -> d = 4i+b, k = 8+2i+b -> d = 4i+2+b (i = lane % 4); Q follows suit.
+  auto load_qf = [&](uint32_t (&f)[4], int mt, int ks) {
+    const int r0 = (wq * MT + mt) * 16;
+    if constexpr (kU8) {
+      // unit ks * 4 + t of pair p, i.e. q_unit(p, ks * 4 + t): the swizzle flips ks's parity when p is odd
+      const int p = (wq * MT + mt) * 8 + lane / 4, sw = (p & 1) ? 64 : 0;
+      const uint8_t* qb = reinterpret_cast<const uint8_t*>(&sm.u.s.q[0][0]) + p * (4 * D) + (lane % 4) * 16;
+      const uint4 u = *reinterpret_cast<const uint4*>(qb + ks * 64 + ((ks & 1) ? -sw : sw));
+      f[0] = u.x;
+      f[1] = u.y;
+      f[2] = u.z;
+      f[3] = u.w;
+    } else {
+      ldmatrix_x4(f, &sm.u.s.q[r0 + (lane % 16)][ks * 16 + (lane / 16) * 8]);
+    }
+  };
+  uint32_t qreg[kQRegs ? D / 16 : 1][4];
+  if constexpr (kQRegs) {
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) load_qf(qreg[ks], 0, ks);
+  }
+  auto q_frag = [&](uint32_t (&f)[4], int mt, int ks) {  // from registers, or re-read from shared memory
+    if constexpr (kQRegs) {
+#pragma unroll
+      for (int x = 0; x < 4; ++x) f[x] = qreg[ks][x];
+    } else {
+      load_qf(f, mt, ks);
+    }
+  };
+
+  // The thread's two rows per row tile (lane/4 and lane/4 + 8): masks, ALiBi, u8 query sums.
+  int row_qpos[MT][2], row_lo[MT][2];
+  bool row_valid[MT][2];
+  float row_slope2[MT][2], row_qsum[MT][2];
+  const uint8_t* row_qq[MT][2];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int r = (wq * MT + mt) * 16 + lane / 4 + 8 * hf;
+      const bool valid = r < rows;
+      const int t = w.t0 + (valid ? r / G : 0);
+      const int h = hk * G + (valid ? r % G : 0);
+      row_valid[mt][hf] = valid;
+      row_qpos[mt][hf] = past + t;
+      row_lo[mt][hf] = P.sliding_window > 0 ? past + t - P.sliding_window + 1 : INT_MIN;
+      row_slope2[mt][hf] = (valid && P.alibi != nullptr) ? P.alibi[h] * kLog2e : 0.0f;
+      row_qq[mt][hf] = (valid && P.qq_bias != nullptr)
+                           ? P.qq_bias + P.qq_bias_begins[w.seq] + static_cast<int64_t>(t) * t_seq
+                           : nullptr;
+      row_qsum[mt][hf] = kU8 ? sm.qsum[r] : 0.0f;
+    }
+  }
+
+  // Online-softmax state of the thread's rows; l and c (u8: sum_j p_j (vmin_j + 128 vscale_j)) are the
+  // thread's own partial sums, reduced over the quad once at the end.
+  // row_m is a reference, not the running max: it moves (and O, l, c are rescaled) only when a slice's
+  // max passes it by more than P.stale_log2, so P = 2^(s - row_m) <= 2^stale_log2 (FwdParams says
+  // which bound each KV kind can take). With random keys the max of later slices rarely passes the
+  // first slice's by that much, so the warp vote below skips the O rescale (D/2 multiplies per thread)
+  // on nearly every slice; with the exact max, any row's new max forced it (at T=3, 12 rows, on most
+  // slices). The first visible slice sets the reference without a rescale (O, l and c are still zero).
+  // Every consumer of (m, l, O) (key-group reduction, merge, sinks, the scores output) needs only that
+  // l and O share m, not that m is the max.
+  const float stale = P.stale_log2;
+  float row_m[MT][2], row_l[MT][2], row_c[MT][2];
+  float v_exp = 0.0f;  // u8: E of u8_value_exp (the reference is row_m - v_exp); warp-uniform
+  float o[MT][kN3][4];
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      row_m[mt][hf] = -INFINITY;
+      row_l[mt][hf] = row_c[mt][hf] = 0.0f;
+    }
+#pragma unroll
+    for (int n = 0; n < kN3; ++n) o[mt][n][0] = o[mt][n][1] = o[mt][n][2] = o[mt][n][3] = 0.0f;
+  }
+  uint32_t pa[MT][kK3][4];  // P of the slice as A fragments of the PV MMAs
+
+  // 0x64 (the high byte of the f16 1024 + code) from a kernel parameter, so the compiler cannot fold
+  // it: with a literal, ptxas takes the PRMT form with the selector in a register and re-creates the
+  // selectors before each use in the value step (~50 instructions per slice at u8 D = 256).
+  const uint32_t k64 = P.u8_exp_byte;
+  for (int it = 0; it < n_tiles; ++it) {
+    const int js = slice_begin(it);
+    const bool active = js < w.kv_end;  // group-uniform
+
+    // ---- K half: S = Q K^T, masks, online softmax -> P (registers) ----
+    cp_async_wait<kAhead - 1>();
+    group_sync();
+    if (it == 0) tl.mark(5);
+    issue(2 * it + kStages - 1);
+    if (active) {
+      const auto& hb = sm.u.s.ring[wkv][(2 * it) % kStages];
+      // each K fragment feeds MT MMAs
+      float acc[MT][kN1][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int n = 0; n < kN1; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[mt][n][e] = 0.0f;
+      if constexpr (kU8) {
+        // one ldmatrix.x4 on raw codes: 8 keys x 4 MMA k-steps; each register holds 4 codes of a key
+#pragma unroll
+        for (int ks = 0; ks < D / 16; ks += 4) {
+          uint32_t qf[MT][4][4];
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) q_frag(qf[mt][e], mt, ks + e);
+#pragma unroll
+          for (int n = 0; n < kN1; ++n) {
+            uint32_t r4[4];
+            ldmatrix_x4(r4, &hb.kv[n * 8 + (lane % 8)][(ks + lane / 8) * 16]);
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+              for (int e = 0; e < 4; ++e)
+                mma_16816<T>(acc[mt][n], qf[mt][e],
+                             u8x2_biased(r4[e], kSelB01), u8x2_biased(r4[e], kSelB23));
+          }
+        }
+      } else {
+#pragma unroll
+        for (int ks = 0; ks < D / 16; ks += 2) {
+          uint32_t qf[MT][2][4];
+#pragma unroll
+          for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) q_frag(qf[mt][e], mt, ks + e);
+#pragma unroll
+          for (int n = 0; n < kN1; ++n) {
+            uint32_t b[4];  // k-steps ks and ks+1 of keys n*8..n*8+7
+            ldmatrix_x4(b, &hb.kv[n * 8 + (lane % 8)][ks * 16 + (lane / 8) * 8]);
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+              mma_16816<T>(acc[mt][n], qf[mt][0], b[0], b[1]);
+              mma_16816<T>(acc[mt][n], qf[mt][1], b[2], b[3]);
+            }
+          }
+        }
+      }
+      // scores (log2 units) with masks; element (n, e): row hf = e / 2, key js + n*8 + 2*(lane%4) + e%2
+      const bool interior = js + kKPW <= w.kv_end && js + kKPW <= past + w.t0 + 1 &&
+                            (P.sliding_window == 0 || js >= past + w.t0 + w.nt - P.sliding_window) &&
+                            (P.qq_bias == nullptr || js + kKPW <= past);
+      // kPlain: an interior slice without ALiBi, the common case: a score is one multiply (and the
+      // padding-row select); the general pass masks per key and adds the ALiBi term. Two unrolled
+      // copies, chosen per slice (group-uniform), so the plain one has no per-key branches.
+      auto score_pass = [&](auto plain, int mt, float (&mx)[2]) {
+        constexpr bool kPlain = decltype(plain)::value;
+#pragma unroll
+        for (int n = 0; n < kN1; ++n) {
+          const int kc = n * 8 + 2 * (lane % 4);  // key within the slice (and its neighbour kc + 1)
+          // u8: s = kscale * acc + (kmin - 1024 kscale) * sum(q), acc over codes biased by 1024 (two
+          // operations per score, as with the zero point; the bias cancels as it did there)
+          float2 kscale = make_float2(1.0f, 1.0f), kbias = make_float2(0.0f, 0.0f);
+          if constexpr (kU8) {
+            kscale = __half22float2(*reinterpret_cast<const __half2*>(&hb.par[0][kc]));
+            const float2 kmin = __half22float2(*reinterpret_cast<const __half2*>(&hb.par[1][kc]));
+            kbias = make_float2(fmaf(-kU8Bias, kscale.x, kmin.x), fmaf(-kU8Bias, kscale.y, kmin.y));
+          }
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int hf = e / 2;
+            const int j = js + kc + (e % 2);
+            float raw = acc[mt][n][e];
+            if constexpr (kU8)
+              raw = fmaf(e % 2 ? kscale.y : kscale.x, raw, (e % 2 ? kbias.y : kbias.x) * row_qsum[mt][hf]);
+            float sv;
+            if constexpr (kPlain) {
+              sv = row_valid[mt][hf] ? raw * P.scale_log2 : -INFINITY;
+            } else {
+              const bool vis = row_valid[mt][hf] && j < w.kv_end && j <= row_qpos[mt][hf] && j >= row_lo[mt][hf] &&
+                               (row_qq[mt][hf] == nullptr || j < past || row_qq[mt][hf][j - past] != 0);
+              sv = vis ? raw * P.scale_log2 + row_slope2[mt][hf] * static_cast<float>(j - row_qpos[mt][hf])
+                       : -INFINITY;
+            }
+            acc[mt][n][e] = sv;
+            mx[hf] = fmaxf(mx[hf], sv);
+          }
+        }
+      };
+      const bool plain = interior && P.alibi == nullptr;
+      // u8: the slice's E, from the largest value scale of its keys (the quad's lanes hold every key
+      // of the slice, so after two shuffles it is warp-uniform). E moves only when the slice's largest
+      // scale leaves [2^0, 2^9) at the current E; de joins the softmax's alpha.
+      float de = 0.0f;
+      if constexpr (kU8) {
+        __half2 vs2 = __float2half2_rn(0.0f);
+        if (js + kKPW <= w.kv_end) {
+#pragma unroll
+          for (int n = 0; n < kN1; ++n)  // NaN (unwritten) scales lose to any number in __hmax2
+            vs2 = __hmax2(vs2, *reinterpret_cast<const __half2*>(&hb.par[2][n * 8 + 2 * (lane % 4)]));
+        } else {  // slots past the partition's end may be unwritten (NaN, or stale scales): not counted
+#pragma unroll
+          for (int n = 0; n < kN1; ++n) {
+            const int kc = n * 8 + 2 * (lane % 4);
+            const __half2 v = *reinterpret_cast<const __half2*>(&hb.par[2][kc]);
+            vs2 = __hmax2(vs2, __halves2half2(js + kc < w.kv_end ? __low2half(v) : __float2half(0.0f),
+                                               js + kc + 1 < w.kv_end ? __high2half(v) : __float2half(0.0f)));
+          }
+        }
+        float vsmax = fmaxf(__low2float(vs2), __high2float(vs2));
+        vsmax = fmaxf(vsmax, __shfl_xor_sync(0xffffffffu, vsmax, 1));
+        vsmax = fmaxf(vsmax, __shfl_xor_sync(0xffffffffu, vsmax, 2));
+        if (vsmax > 0.0f) {  // else (scales all 0: constant rows, or zero-filled window rows) E stays
+          const float e = u8_value_exp(vsmax);
+          if (v_exp > e || v_exp < e - 8.0f) {
+            de = e - v_exp;
+            v_exp = e;
+          }
+        }
+      }
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        float mx[2] = {-INFINITY, -INFINITY};
+        if (plain)
+          score_pass(std::true_type{}, mt, mx);
+        else
+          score_pass(std::false_type{}, mt, mx);
+        float alpha[2], ref[2];
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+          mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 1));
+          mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 2));
+          // the reference moves only when the slice's max passes it by more than stale_log2 (see row_m)
+          // (u8: or when E moves; the reference is m - E)
+          const float m_old = row_m[mt][hf];
+          const float m_new = mx[hf] > m_old + stale ? mx[hf] : m_old;
+          alpha[hf] = (m_new != m_old || de != 0.0f) && m_old != -INFINITY ? fast_exp2(m_old - m_new + de) : 1.0f;
+          row_m[mt][hf] = m_new;
+          ref[hf] = m_new - v_exp;
+        }
+        float sum[2] = {0.0f, 0.0f}, cz[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int n = 0; n < kN1; ++n) {
+          const int kc = n * 8 + 2 * (lane % 4);
+          float2 vscale = make_float2(1.0f, 1.0f), vbias = make_float2(0.0f, 0.0f);
+          if constexpr (kU8) {
+            vscale = __half22float2(*reinterpret_cast<const __half2*>(&hb.par[2][kc]));
+            const float2 vmin = __half22float2(*reinterpret_cast<const __half2*>(&hb.par[3][kc]));
+            vbias = make_float2(fmaf(kU8Centre, vscale.x, vmin.x), fmaf(kU8Centre, vscale.y, vmin.y));
+          }
+          float p[4];
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int hf = e / 2;
+            const float pe = acc[mt][n][e] == -INFINITY ? 0.0f : fast_exp2(acc[mt][n][e] - ref[hf]);
+            sum[hf] += pe;
+            if constexpr (kU8) {
+              // NOTE: masked keys may carry NaN parameters (unwritten slots): never multiply them
+              p[e] = pe != 0.0f ? __half2float(__float2half_rn(pe * (e % 2 ? vscale.y : vscale.x))) : 0.0f;
+              cz[hf] += pe != 0.0f ? pe * (e % 2 ? vbias.y : vbias.x) : 0.0f;
+            } else {
+              p[e] = pe;
+            }
+          }
+          // accumulator (n) -> A fragment of k-step n/2: registers {0,1} from even n, {2,3} from odd n
+          pa[mt][n / 2][(n % 2) * 2 + 0] = pack2<T>(p[0], p[1]);
+          pa[mt][n / 2][(n % 2) * 2 + 1] = pack2<T>(p[2], p[3]);
+        }
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+          row_l[mt][hf] = row_l[mt][hf] * alpha[hf] + sum[hf];
+          row_c[mt][hf] = row_c[mt][hf] * alpha[hf] + cz[hf];
+        }
+        if (!__all_sync(0xffffffffu, alpha[0] == 1.0f && alpha[1] == 1.0f)) {
+#pragma unroll
+          for (int n = 0; n < kN3; ++n) {
+            o[mt][n][0] *= alpha[0];
+            o[mt][n][1] *= alpha[0];
+            o[mt][n][2] *= alpha[1];
+            o[mt][n][3] *= alpha[1];
+          }
+        }
+      }
+    }
+
+    // ---- V half: O += P V (each V fragment feeds MT MMAs) ----
+    cp_async_wait<kAhead - 1>();
+    group_sync();
+    issue(2 * it + kStages);
+    if (active) {
+      const auto& hb = sm.u.s.ring[wkv][(2 * it + 1) % kStages];
+#pragma unroll
+      for (int kk = 0; kk < kK3; ++kk) {
+        const int key = kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
+        if constexpr (kU8) {
+          // ldmatrix.trans on raw codes: a register holds codes (d, d+1) of keys (k, k+1); split into an
+          // even-d and an odd-d n-tile: n-tile 4b+{0,1,2,3} holds d = 32b + {0,1,16,17} + 2 * col.
+#pragma unroll
+          for (int b = 0; b < D / 32; ++b) {
+            uint32_t r4[4];
+            ldmatrix_x4_trans(r4, &hb.kv[key][32 * b + (lane / 16) * 16]);
+            const uint32_t v0 = u8x2_to_half2(r4[0], kSelB02, k64), v1 = u8x2_to_half2(r4[1], kSelB02, k64);
+            const uint32_t v2 = u8x2_to_half2(r4[0], kSelB13, k64), v3 = u8x2_to_half2(r4[1], kSelB13, k64);
+            const uint32_t v4 = u8x2_to_half2(r4[2], kSelB02, k64), v5 = u8x2_to_half2(r4[3], kSelB02, k64);
+            const uint32_t v6 = u8x2_to_half2(r4[2], kSelB13, k64), v7 = u8x2_to_half2(r4[3], kSelB13, k64);
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+              mma_16816<T>(o[mt][4 * b + 0], pa[mt][kk], v0, v1);
+              mma_16816<T>(o[mt][4 * b + 1], pa[mt][kk], v2, v3);
+              mma_16816<T>(o[mt][4 * b + 2], pa[mt][kk], v4, v5);
+              mma_16816<T>(o[mt][4 * b + 3], pa[mt][kk], v6, v7);
+            }
+          }
+        } else {
+#pragma unroll
+          for (int n = 0; n < kN3; n += 2) {
+            uint32_t b[4];
+            ldmatrix_x4_trans(b, &hb.kv[key][(n + lane / 16) * 8]);
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+              mma_16816<T>(o[mt][n], pa[mt][kk], b[0], b[1]);
+              mma_16816<T>(o[mt][n + 1], pa[mt][kk], b[2], b[3]);
+            }
+          }
+        }
+      }
+    }
+  }
+  cp_async_wait<0>();
+
+  tl.mark(6);
+  // NOTE: after the fused write-in and its __threadfence: the next run of the op may read those rows
+  // before its griddepcontrol.wait (early reads). Keep the trigger after every cache write.
+  pdl_launch_dependents();
+
+  // --- the quad's partial sums -> full row sums (u8: the reference m - E from here on) ------------
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      row_m[mt][hf] -= v_exp;
+#pragma unroll
+      for (int x = 1; x <= 2; x *= 2) {
+        row_l[mt][hf] += __shfl_xor_sync(0xffffffffu, row_l[mt][hf], x);
+        if constexpr (kU8) row_c[mt][hf] += __shfl_xor_sync(0xffffffffu, row_c[mt][hf], x);
+      }
+    }
+
+  // --- key groups -> one (m, l, O) per row, through shared memory -------------------------------
+  // Each group leaves (m, l) per row and its output scaled to the rows' common max; then all threads
+  // sum the groups' outputs and write whole rows (coalesced), normalised or as a partial for the merge.
+  __syncthreads();  // every group is done with its ring and with Q
+  if (lane % 4 == 0) {
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt) {
+      const int r0 = (wq * MT + mt) * 16 + lane / 4;
+      sm.ml[wkv][r0] = make_float2(row_m[mt][0], row_l[mt][0]);
+      sm.ml[wkv][r0 + 8] = make_float2(row_m[mt][1], row_l[mt][1]);
+    }
+  }
+  __syncthreads();
+  // each row's statistics once, by one thread per row, for the output loop below
+  if (tid < rows) {
+    const int r = tid;
+    float M = -INFINITY;
+#pragma unroll
+    for (int g = 0; g < Tr::kWKV; ++g) M = fmaxf(M, sm.ml[g][r].x);
+    float L = 0.0f;
+#pragma unroll
+    for (int g = 0; g < Tr::kWKV; ++g) {
+      const float2 ml = sm.ml[g][r];
+      L += ml.x == -INFINITY ? 0.0f : ml.y * fast_exp2(ml.x - M);
+    }
+    // the sink joins the max (as in the merge): exp2(sink - M) alone could overflow for a large sink
+    float Ms = M, inv = 1.0f / L;
+    if (w.slot < 0 && P.sinks != nullptr) {
+      const float sink2 = P.sinks[hk * G + r % G] * kLog2e;
+      Ms = fmaxf(M, sink2);
+      const float f = fast_exp2(M - Ms);
+      const float den = L * f + fast_exp2(sink2 - Ms);
+      inv = f / den;
+      L = den;  // row_stats: (max', den)
+    }
+    sm.u.r.row_st[r] = make_float4(M, L, Ms, inv);
+  }
+#pragma unroll
+  for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int r = (wq * MT + mt) * 16 + lane / 4 + 8 * hf;
+      if (r >= rows) continue;
+      float M = -INFINITY;
+#pragma unroll
+      for (int g = 0; g < Tr::kWKV; ++g) M = fmaxf(M, sm.ml[g][r].x);
+      const float f = row_m[mt][hf] == -INFINITY ? 0.0f : fast_exp2(row_m[mt][hf] - M);
+      const float cz = kU8 ? row_c[mt][hf] : 0.0f;  // u8 value offset term (f16/bf16: none)
+#pragma unroll
+      for (int n = 0; n < kN3; ++n) {
+        // (float4/float2 stores here measured level, run s10b)
+        const int c = o_col<kU8>(n, lane);
+        sm.u.r.red[wkv][r][c] = (o[mt][n][2 * hf] + cz) * f;
+        sm.u.r.red[wkv][r][c + (kU8 ? 2 : 1)] = (o[mt][n][2 * hf + 1] + cz) * f;
+      }
+    }
+  }
+  __syncthreads();
+  tl.mark(7);
+  // one chunk per step (reading 4 chunks before storing any measured 1.04-1.13x slower, run s10b)
+  for (int idx = tid; idx < rows * (D / 4); idx += kThreads) {
+    const int r = idx / (D / 4), c = (idx % (D / 4)) * 4;
+    const float4 st = sm.u.r.row_st[r];
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int g = 0; g < Tr::kWKV; ++g) {
+      const float4 v = *reinterpret_cast<const float4*>(&sm.u.r.red[g][r][c]);
+      acc.x += v.x;
+      acc.y += v.y;
+      acc.z += v.z;
+      acc.w += v.w;
+    }
+    const int h = hk * G + r % G;
+    const int64_t token = tok0 + w.t0 + r / G;
+    if (w.slot < 0) {
+      const float inv = st.w;
+      if (P.row_stats != nullptr && c == 0)
+        *reinterpret_cast<float2*>(P.row_stats + (token * P.H + h) * 2) = make_float2(st.z, st.y);
+      store_io4(P.out, token * P.H * D + static_cast<int64_t>(h) * D + c, P.io_dtype,
+                make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
+    } else {
+      const int64_t slot = (w.slot + static_cast<int64_t>(hk) * w.num_parts) * P.slot_rows + r;
+      *reinterpret_cast<float4*>(P.ws_o + slot * D + c) = acc;
+      if (c == 0) *reinterpret_cast<float2*>(P.ws_ml + slot * 2) = make_float2(st.x, st.y);
+    }
+  }
+  tl.mark(8);
+  tl.print("fwd", 9);
+}
+
+}  // namespace cuda
+}  // namespace pagedattn

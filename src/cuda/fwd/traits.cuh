@@ -1,0 +1,105 @@
+// The attention kernels' compile-time shapes: per KV kind (KvTraits), per fwd_kernel variant
+// (FwdTraits: warps, key groups, slices, ring depth) and its shared memory (SharedStorage).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "cuda/common/ptx.cuh"
+#include "cuda/fwd/params.h"
+
+namespace pagedattn {
+namespace cuda {
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+template <int KV>
+struct KvTraits;
+template <>
+struct KvTraits<kKvF16> {
+  using mma_t = __half;    // operand type of the MMAs
+  using cache_t = __half;  // element type stored in the cache
+};
+template <>
+struct KvTraits<kKvBF16> {
+  using mma_t = __nv_bfloat16;
+  using cache_t = __nv_bfloat16;
+};
+template <>
+struct KvTraits<kKvU8> {
+  using mma_t = __half;  // codes 0..255 are exact in f16
+  using cache_t = uint8_t;
+};
+
+// Warp layout, tiles and pipeline per (head size, KV kind, row tiles); shared memory is one struct sized
+// by sizeof. Warps form kWKV key groups of kWQ warps: the warps of a group share a ring of half-tiles
+// (K or V of kKPW keys) and each owns a 16-row tile of the chunk's query rows; the groups stream
+// disjoint key slices (group g takes keys [g * kKPW, (g+1) * kKPW) of every kTileKV-key tile) and are
+// merged once at the end. Few rows (decode, verify): 1 x 4 or 2 x 2 warps; 64 rows (prefill chunks):
+// 4 x 1, the FlashAttention-2 layout. Rows of K/V are padded by 16 bytes (ldmatrix without conflicts).
+// MT: row tiles per warp. MT = 2 (128-row prefill chunks at D <= 128, f16/bf16; 1.20x, run s4a): 4 warps of 32
+// rows, so each K/V fragment read from shared memory feeds two MMAs (the 8-warp layout reads every
+// fragment once per 16 rows: shared-memory bandwidth, not the tensor cores, bounds it).
+template <int D, int KV, int RT, int MT = 1>
+struct FwdTraits {
+  static_assert(MT == 1 || (MT == 2 && RT == 8 && D <= 128 && KV != kKvU8), "MT = 2: 8 row tiles, D <= 128, f16/bf16 KV");
+  using T = typename KvTraits<KV>::mma_t;
+  using C = typename KvTraits<KV>::cache_t;
+  static constexpr bool kU8 = KV == kKvU8;
+  static constexpr int kRows = RT * 16;
+  static constexpr int kWQ = RT / MT;                     // warps along rows (MT 16-row tiles each)
+  static constexpr int kWKV = RT == 1 ? 4 : RT == 2 ? 2 : 1;  // key groups (8 row tiles: 8 warps, one group)
+  static constexpr int kWarps = kWQ * kWKV;
+  static constexpr int kThreads = kWarps * 32;
+  static constexpr int kGroupThreads = kWQ * 32;
+  // Keys per group slice. u8 two-warp groups at D = 256 (T = 5..8 of the seed shape) take 32: each warp
+  // then runs 4 S chains instead of 2 and one softmax per 32 keys (run s8b, same run: u8 128k T=8 0.83x,
+  // 32k 0.98x, 8k 1.04x slower: 2 tiles per 128-key partition instead of 4). f16/bf16 at D = 256 keep
+  // 16 (32-key halves would not fit three stages in half an SM's shared memory).
+  static constexpr int kKPW = MT == 2 ? 32 : RT >= 4 ? (D >= 256 ? 32 : 64)
+                            : (D >= 256 ? (KV == kKvU8 && RT == 2 ? 32 : 16) : 32);
+  static constexpr int kTileKV = kWKV * kKPW;             // keys per iteration of the CTA
+  static constexpr bool kOneCta = RT == 8 && MT == 1;     // the 8-warp variant: one CTA per SM
+  static constexpr int kMinCtas = kOneCta ? 1 : 2;        // __launch_bounds__ occupancy hint
+  static constexpr int kLdQ = D + 8;                      // Q row (elements)
+  static constexpr int kLdKV = kU8 ? D + 16 : D + 8;      // K/V row (cache elements)
+  static constexpr int kParBytes = (kU8 ? 4 : 1) * kKPW * 2;  // u8: key scale, key min, value scale, value min
+  static constexpr int kHalfBytes = kKPW * kLdKV * static_cast<int>(sizeof(C)) + kParBytes;
+  static constexpr int kQBytes = kRows * kLdQ * static_cast<int>(sizeof(T));
+  static constexpr int kFixed = kQBytes + kRows * 4 + kWKV * kRows * 8 + 128;
+  static constexpr int kBudget = kOneCta ? 227 * 1024 : 113 * 1024;  // two CTAs per SM (8-warp variant: one)
+  static constexpr int kFit = (kBudget - kFixed) / (kWKV * kHalfBytes);
+  static constexpr int kStages = kFit > 6 ? 6 : kFit;     // half-tiles in each group's ring
+  static_assert(kStages >= 3, "pipeline depth");
+  static_assert(kKPW % 16 == 0, "a slice is whole MMA k-steps");
+};
+
+template <int D, int KV, int RT, int MT = 1>
+struct SharedStorage {
+  using Tr = FwdTraits<D, KV, RT, MT>;
+  using T = typename Tr::T;
+  using C = typename Tr::C;
+  struct Half {  // K or V rows of one group slice; the K half of a u8 cache also carries all 4 parameters
+    alignas(16) C kv[Tr::kKPW][Tr::kLdKV];
+    alignas(16) uint16_t par[Tr::kU8 ? 4 : 1][Tr::kKPW];
+  };
+  struct Stream {
+    Half ring[Tr::kWKV][Tr::kStages];
+    alignas(16) T q[Tr::kRows][Tr::kLdQ];
+  };
+  struct Red {
+    alignas(16) float red[Tr::kWKV][Tr::kRows][D + 4];
+    float4 row_st[Tr::kRows];  // each row's (max, sum) over the key groups, and its (max', 1/den) with a sink
+  };
+  union StreamOrRed {  // rings and Q while streaming; each key group's scaled partial output after
+    Stream s;
+    Red r;  // (larger than Stream only for D = 256 u8 at 8 row tiles, the one-CTA-per-SM variant)
+  };
+
+  StreamOrRed u;
+  float qsum[Tr::kRows];
+  float2 ml[Tr::kWKV][Tr::kRows];  // (max, sum) of each key group's rows
+};
+
+}  // namespace cuda
+}  // namespace pagedattn

@@ -1,0 +1,88 @@
+// The op's KV write-in: one warp quantises (u8) or converts one new row into the cache; fused into the
+// attention kernels for single-chunk sequences (fused_write_in), else write_kernel before them.
+#pragma once
+
+#include "cuda/fwd/io.cuh"
+
+namespace pagedattn {
+namespace cuda {
+
+// One warp writes (and for u8 quantises) one new key or value row of one kv head into the cache.
+template <int D, int KV>
+__device__ __forceinline__ void write_row(const void* src, int64_t src_off, void* cache, uint16_t* scale,
+                                          uint16_t* min, int64_t row, int io, int lane) {
+  constexpr int kPer = D / 32;
+  float x[kPer];
+  load_io_n<kPer>(src, src_off + lane * kPer, io, x);
+  if constexpr (KV == kKvU8) {
+    float mn = x[0], mx = x[0];
+#pragma unroll
+    for (int i = 1; i < kPer; ++i) {
+      mn = fminf(mn, x[i]);
+      mx = fmaxf(mx, x[i]);
+    }
+    mn = warp_min(mn);
+    mx = warp_max(mx);
+    const num::U8Params qp = num::u8_params(mn, mx);
+    uint8_t* dst = static_cast<uint8_t*>(cache) + row * D + lane * kPer;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) dst[i] = num::u8_quantize(x[i], qp);
+    if (lane == 0) {
+      scale[row] = qp.scale_bits;
+      min[row] = qp.min_bits;
+    }
+  } else {
+    using C = typename KvTraits<KV>::cache_t;
+    C* dst = static_cast<C*>(cache) + row * D + lane * kPer;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) dst[i] = from_float<C>(x[i]);
+  }
+}
+
+// The op's KV write-in fused into the attention launch (sequences that are one chunk): the CTA's
+// warps write (and quantise) the new tokens inside its key range for its kv head, then fence so that
+// the copies that follow (cp.async, through L2) see them. CTA-uniform; a CTA barrier when it wrote.
+// (Sequences cut into several chunks have their rows written by write_kernel before the launch.)
+template <int D, int KV>
+__device__ __forceinline__ void fused_write_in(const FwdParams& P, const planner::WorkItem& w, const int32_t* table,
+                                               int hk, int warp, int warps, int lane) {
+  if (P.k_new == nullptr || w.nt != w.t_seq) return;
+  const int wb = max(w.kv_begin, w.past), we = min(w.kv_end, w.past + w.t_seq);
+  if (wb >= we) return;
+  for (int pos = wb + warp; pos < we; pos += warps) {
+    const int64_t src = static_cast<int64_t>(w.tok0 + pos - w.past) * P.Hk * D + static_cast<int64_t>(hk) * D;
+    const int64_t row = cache_row(table, pos, hk, P.Hk, P.block_size_log2);
+    write_row<D, KV>(P.k_new, src, P.k_cache, P.k_scale, P.k_min, row, P.io_dtype, lane);
+    write_row<D, KV>(P.v_new, src, P.v_cache, P.v_scale, P.v_min, row, P.io_dtype, lane);
+  }
+  __threadfence();  // NOTE: the rows just written are read back through cp.async (L2)
+  __syncthreads();
+}
+
+// Writes (and for u8 quantises) the new key and value rows of the sequences cut into several chunks
+// (prefill), one warp per (token, kv head): fused, every chunk's CTA would rewrite all earlier new rows
+// of its sequence (O(T^2) writes). Single-chunk sequences keep the fused write-in.
+template <int D, int KV>
+__global__ void __launch_bounds__(128) write_kernel(const __grid_constant__ FwdParams P, int num_tokens, int num_seqs) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * 4 + warp;
+  pdl_wait();
+  pdl_launch_dependents();  // the attention kernel still waits for this grid to complete
+  if (i >= static_cast<int64_t>(num_tokens) * P.Hk) return;
+  const int token = static_cast<int>(i / P.Hk), hk = static_cast<int>(i % P.Hk);
+  int lo = 0, hi = num_seqs - 1;  // the last sequence that begins at or before the token
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (P.subseq_begins[mid] <= token) lo = mid; else hi = mid - 1;
+  }
+  // single-chunk sequences write their rows inside the attention kernel (planner: T > max_rows/G -> chunks)
+  if (P.subseq_begins[lo + 1] - P.subseq_begins[lo] <= P.chunk_rows / P.G) return;
+  const int pos = P.past_lens[lo] + token - P.subseq_begins[lo];
+  const int64_t row = cache_row(P.block_indices + P.block_indices_begins[lo], pos, hk, P.Hk, P.block_size_log2);
+  const int64_t src = static_cast<int64_t>(token) * P.Hk * D + static_cast<int64_t>(hk) * D;
+  write_row<D, KV>(P.k_new, src, P.k_cache, P.k_scale, P.k_min, row, P.io_dtype, lane);
+  write_row<D, KV>(P.v_new, src, P.v_cache, P.v_scale, P.v_min, row, P.io_dtype, lane);
+}
+
+}  // namespace cuda
+}  // namespace pagedattn
