@@ -13,6 +13,7 @@
 
 #include "core/plan_impl.h"
 #include "core/planner.h"
+#include "core/tuning.h"
 #include "cuda/bench_util.h"
 #include "cuda/fwd/launch.h"
 #include "cuda/fwd/merge.cuh"
@@ -184,56 +185,33 @@ class CudaPlan final : public detail::PlanImpl {
     int cc_major = 0;
     PA_CUDA_CHECK(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, dev));
     pdl_ = cc_major >= 9 && opt.programmatic_launch;
-    // early cache reads under PDL (see the kernel); PAGEDATTN_EARLY_READS=0 turns them off (A/B runs)
-    if (const char* e = std::getenv("PAGEDATTN_EARLY_READS"); e != nullptr && std::string(e) == "0") early_reads_ = false;
-    // fwd_kernel's stale softmax reference (FwdParams::stale_log2); PAGEDATTN_STALE_MAX=0: the exact max (A/B runs)
-    if (const char* e = std::getenv("PAGEDATTN_STALE_MAX"); e != nullptr && std::string(e) == "0") stale_max_ = false;
+    // The tuning rules and their environment overrides (A/B runs): core/tuning.{h,cpp}.
+    const tuning::Overrides env = tuning::read_overrides();
+    early_reads_ = env.early_reads;  // early cache reads under PDL (see the kernel)
+    stale_max_ = env.stale_max;      // fwd_kernel's stale softmax reference (FwdParams::stale_log2)
     // 8-row-tile chunks on 4 warps of two row tiles (fwd_kernel's MT = 2, D <= 128, f16/bf16): the
     // default where the Hopper kernel is not used; 1.20x faster than 8 warps of one row tile on bf16
-    // prefill from zero at D = 128 (H200, run s4a). PAGEDATTN_PREFILL_MT2=0 turns it off (A/B runs).
-    if (const char* e = std::getenv("PAGEDATTN_PREFILL_MT2"); e != nullptr && std::string(e) == "0") choice_.mt2 = false;
-    // The Hopper prefill kernel (wg_kernel, wgmma) for the 8-row-tile chunks (u8 too, below): sm_90
-    // devices, builds with sm_90a code. Key tiles: 128 at D = 128 (1.02-1.04x over 64 on bf16 prefill
-    // from zero, H200 run s4dev5), 64 at D = 64 (not measured with 128), 32 at D = 256 (shared memory).
-    // PAGEDATTN_WGMMA=0 turns it off, =64/=128 picks the tile at D <= 128 (A/B runs).
+    // prefill from zero at D = 128 (H200, run s4a).
+    choice_.mt2 = env.prefill_mt2;
     int cc_minor = 0;
     PA_CUDA_CHECK(cudaDeviceGetAttribute(&cc_minor, cudaDevAttrComputeCapabilityMinor, dev));
-    // u8 caches on it too (codes converted to f16 in shared memory): 1024-token chunk at 32k 2099.7 vs
-    // 3779.9 us on mma.sync, mixed batch 959.7 vs 1455.1 us (H200, run s5a); PAGEDATTN_WGMMA_U8=0 off.
     bool hopper = false;
 #ifdef PAGEDATTN_HAS_SM90A
     hopper = cc_major == 9 && cc_minor == 0;
 #endif
-    const bool u8_wg = [] {
-      const char* e = std::getenv("PAGEDATTN_WGMMA_U8");
-      return e == nullptr || std::string(e) != "0";
-    }();
-    if (hopper && (kv_ != kKvU8 || u8_wg)) choice_.wg = D_ == 256 ? 32 : D_ == 128 && kv_ != kKvU8 ? 128 : 64;
-    if (const char* e = std::getenv("PAGEDATTN_WGMMA"); choice_.wg != 0 && e != nullptr && *e != '\0') {
-      const std::string v(e);
-      if (v == "0") choice_.wg = 0;
-      else if (D_ <= 128 && kv_ != kKvU8 && (v == "64" || v == "128")) choice_.wg = std::stoi(v);
-    }
+    choice_.wg = tuning::hopper_key_tile(D_, kv_ == kKvU8, hopper, env);
     // Experiment: few-query chunks (<= 64 rows) on the one-warpgroup Hopper kernel, where the Hopper
     // kernel is on (PAGEDATTN_WGMMA_DECODE=1; a 6-slot ring, one CTA per SM, two at D = 64; the planner
     // sizes the partitions for that occupancy). Measured off: T8/T1 1.03-1.11, but T=1 1.18-1.26x slower
     // than fwd_kernel, issue-bound on its one warpgroup per SM (H200, runs s5b and s5p).
-    if (const char* e = std::getenv("PAGEDATTN_WGMMA_DECODE"); choice_.wg != 0 && e != nullptr && std::string(e) == "1")
-      choice_.wg_decode = true;
+    choice_.wg_decode = choice_.wg != 0 && env.wgmma_decode;
     in.ctas_per_sm = fwd_kernel_info(D_, kv_, 1, choice_).ctas_per_sm();
     in.deterministic = opt.deterministic;
     in.forced_partition = opt.partition_tokens;
-    // 128-row chunks for prefill: the default at D <= 128, where on 8-warp mma.sync CTAs they measured
-    // 1.09-1.11x faster on prefill from zero (H200, run s3a), and wherever the Hopper kernel takes them;
-    // at D = 256 on mma.sync they were 0.88x (one CTA per SM with 1/2 the key tile).
-    // PAGEDATTN_WIDE_PREFILL=1/0 forces them on/off (A/B runs). Only where the
-    // 8-row-tile variant fits the device's shared memory (sm_80 at D=256 does not).
     int optin = 0;
     PA_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    bool wide = D_ <= 128 || choice_.wg != 0;  // D = 256: 128-row chunks only on the Hopper kernel
-    if (const char* e = std::getenv("PAGEDATTN_WIDE_PREFILL"); e != nullptr && *e != '\0') wide = std::string(e) == "1";
     const bool wide_fits = static_cast<int>(fwd_kernel_info(D_, kv_, 8, choice_).smem_bytes) <= optin;
-    if (wide && wide_fits) in.max_rows = planner::kMaxRowsWide;
+    if (tuning::wide_chunks(D_, choice_.wg, wide_fits, env)) in.max_rows = planner::kMaxRowsWide;
     // (Not adopted, removed after 5a4d0c0: 16-row chunks, e.g. T=8 at G=4 as two CTAs over the same keys,
     // 0.93x at 8k T=8 but 1.15-1.33x slower at 32k/128k (runs s4a, s7d); a sequence's chunks over one
     // partition adjacent in the grid, 1.00x on the chunk scenario.)
@@ -281,35 +259,10 @@ class CudaPlan final : public detail::PlanImpl {
       }
     }
     num_merge_rows_ = static_cast<int>(rows.size());
-    // Merge CTAs per row: split the row's columns while the merge grid stays within one CTA per SM. Few
-    // rows (decode): more, shorter CTAs (8k T=1: 1.14x faster than whole rows); many rows: a large merge
-    // grid holds the SMs that the next grid's CTAs need (8k T=8: 1.17x slower with 512 merge CTAs).
-    // (H200, same-run A/B in runs s3c and s3d.)
-    // PAGEDATTN_MERGE_SPLIT=1/2/4 forces it (A/B runs).
-    merge_split_ = 1;
-    while (merge_split_ * 2 <= D_ / 64 && static_cast<int64_t>(num_merge_rows_) * merge_split_ * 2 <= in.num_sms)
-      merge_split_ *= 2;
-    if (const char* e = std::getenv("PAGEDATTN_MERGE_SPLIT"); e != nullptr && *e != '\0') {
-      const int v = std::atoi(e);
-      if (v == 1 || ((v == 2 || v == 4) && v <= D_ / 64)) merge_split_ = v;
-    }
-    // Partition loads in flight per merge thread: as many as a thread folds (one batch), of 1, 4 or 8.
-    // More costs registers (32, 52, 74), so fewer merge CTAs per SM: the 32 x 8k batch, 1-3
-    // partitions per row, was 1.5-3.4% slower with 4 (run s9a); 8 only while the merge grid fits one
-    // CTA per SM. (Run s9a, batch 8 against 4: T=3 rows, 5 partitions per thread, 0.96-0.99x; T=1 rows,
-    // 3 per thread, 1.001-1.017x. Runs s10a/s10b, this rule against 4: T=3 rows 0.976-0.995, the
-    // rest level but u8 128k T=8, 1.02-1.04, a row whose drift was 2-5% in both.)
-    // PAGEDATTN_MERGE_BATCH=1/4/8 forces it.
     int max_parts = 0;
     for (const MergeRow& r : rows) max_parts = std::max(max_parts, r.num_parts);
-    const int groups = merge_groups(D_, merge_split_);
-    const int per_thread = (max_parts + groups - 1) / groups;
-    const bool one_wave = static_cast<int64_t>(num_merge_rows_) * merge_split_ <= in.num_sms;
-    merge_batch_ = per_thread <= 1 ? 1 : per_thread <= 4 || !one_wave ? 4 : 8;
-    if (const char* e = std::getenv("PAGEDATTN_MERGE_BATCH"); e != nullptr && *e != '\0') {
-      const int v = std::atoi(e);
-      if (v == 1 || v == 4 || v == 8) merge_batch_ = v;
-    }
+    merge_split_ = tuning::merge_split(D_, num_merge_rows_, in.num_sms, env);
+    merge_batch_ = tuning::merge_batch(D_, merge_split_, max_parts, num_merge_rows_, in.num_sms, env);
 
     // --- metadata to the device (read by run) ----------------------------------------------------
     // NOTE: copied into plan-owned vectors first: if the caller's buffers are pinned, cudaMemcpyAsync

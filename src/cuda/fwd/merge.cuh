@@ -1,6 +1,7 @@
 // merge_kernel: combines the (m, l, O) partials of a chunk's KV partitions into the output.
 #pragma once
 
+#include "core/tuning.h"
 #include "cuda/fwd/io.cuh"
 
 namespace pagedattn {
@@ -13,10 +14,10 @@ namespace cuda {
 // A row's D columns may be split over kSplit CTAs (blockIdx.y): more CTAs, and more partition groups
 // per CTA, so each thread folds fewer partitions in series (the merge is latency-bound).
 // kBatch: partitions per thread whose loads are in flight together (1, 4 or 8: what a thread folds;
-// CudaPlan::merge_batch_).
-constexpr int kMergeThreads = 512;
-// Partition groups of a merge CTA (its threads over the float4 chunks of its D / split columns).
-__host__ __device__ constexpr int merge_groups(int D, int split) { return kMergeThreads / (D / 4 / split); }
+// tuning::merge_batch).
+// (kMergeThreads, merge_groups: core/tuning.h, beside the host rules that choose kSplit and kBatch.)
+using tuning::kMergeThreads;
+using tuning::merge_groups;
 template <int D, int kSplit, int kBatch>
 __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_constant__ FwdParams P) {
   constexpr int kCols4 = D / 4 / kSplit;              // float4 chunks of the row per CTA

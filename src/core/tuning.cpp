@@ -1,0 +1,85 @@
+#include "core/tuning.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+
+namespace pagedattn {
+namespace tuning {
+
+Overrides parse_overrides(const std::function<const char*(const char*)>& getenv) {
+  Overrides o;
+  auto is = [&](const char* name, const char* value) {
+    const char* e = getenv(name);
+    return e != nullptr && std::string(e) == value;
+  };
+  auto number = [&](const char* name) {  // 0 when unset or empty
+    const char* e = getenv(name);
+    return e != nullptr && *e != '\0' ? std::atoi(e) : 0;
+  };
+  o.early_reads = !is("PAGEDATTN_EARLY_READS", "0");
+  o.stale_max = !is("PAGEDATTN_STALE_MAX", "0");
+  o.prefill_mt2 = !is("PAGEDATTN_PREFILL_MT2", "0");
+  o.wgmma_u8 = !is("PAGEDATTN_WGMMA_U8", "0");
+  o.wgmma = is("PAGEDATTN_WGMMA", "0") ? 0 : is("PAGEDATTN_WGMMA", "64") ? 64 : is("PAGEDATTN_WGMMA", "128") ? 128 : -1;
+  o.wgmma_decode = is("PAGEDATTN_WGMMA_DECODE", "1");
+  if (const char* e = getenv("PAGEDATTN_WIDE_PREFILL"); e != nullptr && *e != '\0') o.wide_prefill = is("PAGEDATTN_WIDE_PREFILL", "1");
+  const int split = number("PAGEDATTN_MERGE_SPLIT"), batch = number("PAGEDATTN_MERGE_BATCH");
+  o.merge_split = split == 1 || split == 2 || split == 4 ? split : 0;
+  o.merge_batch = batch == 1 || batch == 4 || batch == 8 ? batch : 0;
+  return o;
+}
+
+Overrides read_overrides() {
+  return parse_overrides([](const char* name) { return std::getenv(name); });
+}
+
+// The Hopper kernel (wg_kernel, wgmma) for the 8-row-tile chunks: sm_90 devices, builds with sm_90a
+// code. Key tiles: 128 at D = 128 (1.02-1.04x over 64 on bf16 prefill from zero, H200 run s4dev5), 64
+// at D = 64 (not measured with 128), 32 at D = 256 (shared memory). u8 caches on it too (codes
+// converted to f16 in shared memory, 64-key tiles): a 1024-token chunk at 32k 2099.7 vs 3779.9 us on
+// mma.sync, the mixed batch 959.7 vs 1455.1 us (H200, run s5a).
+int hopper_key_tile(int head_size, bool u8, bool hopper, const Overrides& o) {
+  if (!hopper || (u8 && !o.wgmma_u8)) return 0;
+  int tile = head_size == 256 ? 32 : head_size == 128 && !u8 ? 128 : 64;
+  if (o.wgmma == 0) tile = 0;
+  else if (o.wgmma > 0 && head_size <= 128 && !u8) tile = o.wgmma;
+  return tile;
+}
+
+// 128-row chunks for prefill: the default at D <= 128, where on 8-warp mma.sync CTAs they measured
+// 1.09-1.11x faster on prefill from zero (H200, run s3a), and wherever the Hopper kernel takes them; at
+// D = 256 on mma.sync they were 0.88x (one CTA per SM with 1/2 the key tile). Only where the
+// 8-row-tile variant fits the device's shared memory (sm_80 at D = 256 does not).
+bool wide_chunks(int head_size, int key_tile, bool wide_fits, const Overrides& o) {
+  const bool wide = o.wide_prefill >= 0 ? o.wide_prefill == 1 : head_size <= 128 || key_tile != 0;
+  return wide && wide_fits;
+}
+
+// Merge CTAs per row: split the row's columns while the merge grid stays within one CTA per SM. Few
+// rows (decode): more, shorter CTAs (8k T=1: 1.14x faster than whole rows); many rows: a large merge
+// grid holds the SMs that the next grid's CTAs need (8k T=8: 1.17x slower with 512 merge CTAs). (H200,
+// same-run A/B in runs s3c and s3d.)
+int merge_split(int head_size, int64_t merge_rows, int num_sms, const Overrides& o) {
+  if (o.merge_split > 0 && o.merge_split <= std::max(1, head_size / 64)) return o.merge_split;
+  int split = 1;
+  while (split * 2 <= head_size / 64 && merge_rows * split * 2 <= num_sms) split *= 2;
+  return split;
+}
+
+// Partition loads in flight per merge thread: as many as a thread folds (one batch), of 1, 4 or 8. More
+// costs registers (32, 52, 74), so fewer merge CTAs per SM: the 32 x 8k batch, 1-3 partitions per row,
+// was 1.5-3.4% slower with 4 (run s9a); 8 only while the merge grid fits one CTA per SM. (Run s9a, batch
+// 8 against 4: T=3 rows, 5 partitions per thread, 0.96-0.99x; T=1 rows, 3 per thread, 1.001-1.017x. Runs
+// s10a/s10b, this rule against 4: T=3 rows 0.976-0.995, the rest level but u8 128k T=8, 1.02-1.04, a
+// row whose drift was 2-5% in both.)
+int merge_batch(int head_size, int split, int max_parts, int64_t merge_rows, int num_sms, const Overrides& o) {
+  if (o.merge_batch > 0) return o.merge_batch;
+  const int groups = merge_groups(head_size, split);
+  const int per_thread = (max_parts + groups - 1) / groups;
+  const bool one_wave = merge_rows * split <= num_sms;
+  return per_thread <= 1 ? 1 : per_thread <= 4 || !one_wave ? 4 : 8;
+}
+
+}  // namespace tuning
+}  // namespace pagedattn

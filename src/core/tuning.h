@@ -1,0 +1,50 @@
+// Internal: the CUDA backend's tuning rules (which kernel variant, which merge shape) as host-only
+// functions of the plan's shape and the device, and the environment overrides of A/B runs read into one
+// struct. Unit-tested without a GPU (tests/test_tuning.cpp); the measurements behind each rule are in
+// the comments of tuning.cpp (runs under bench/results, bench/NOTES.md).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+#include "common/numeric.h"
+
+namespace pagedattn {
+namespace tuning {
+
+/// Environment overrides (A/B runs; docs/design.md lists them), read once per plan. Each field holds
+/// the default when its variable is unset or not one of the values it takes.
+struct Overrides {
+  bool early_reads = true;    // PAGEDATTN_EARLY_READS=0: no cache reads before the PDL wait
+  bool stale_max = true;      // PAGEDATTN_STALE_MAX=0: fwd_kernel's exact running max (stale_log2 0)
+  bool prefill_mt2 = true;    // PAGEDATTN_PREFILL_MT2=0: one row tile per warp in mma.sync 128-row chunks
+  bool wgmma_u8 = true;       // PAGEDATTN_WGMMA_U8=0: u8 caches back on mma.sync
+  int wgmma = -1;             // PAGEDATTN_WGMMA=0/64/128: the Hopper kernel off, or its key tile; -1 unset
+  bool wgmma_decode = false;  // PAGEDATTN_WGMMA_DECODE=1: few-query chunks on the one-warpgroup kernel
+  int wide_prefill = -1;      // PAGEDATTN_WIDE_PREFILL=0/1: 128-row chunks off/on; -1 unset
+  int merge_split = 0;        // PAGEDATTN_MERGE_SPLIT=1/2/4; 0 unset
+  int merge_batch = 0;        // PAGEDATTN_MERGE_BATCH=1/4/8; 0 unset
+};
+/// `getenv` returns a variable's value or nullptr (tests pass their own).
+Overrides parse_overrides(const std::function<const char*(const char*)>& getenv);
+/// From the process environment.
+Overrides read_overrides();
+
+/// The Hopper kernel's key tile for 128-row chunks (KernelChoice::wg): 0 where it is off (not an sm_90
+/// device of an sm_90a build, u8 with PAGEDATTN_WGMMA_U8=0, PAGEDATTN_WGMMA=0).
+int hopper_key_tile(int head_size, bool u8, bool hopper, const Overrides& o);
+/// 128-row chunks (planner::kMaxRowsWide) where the 8-row-tile variant fits the device
+/// (`wide_fits`); `key_tile` = hopper_key_tile().
+bool wide_chunks(int head_size, int key_tile, bool wide_fits, const Overrides& o);
+
+/// The merge kernel's threads per CTA and its partition groups (threads over the float4 chunks of the
+/// D / split columns a CTA takes).
+constexpr int kMergeThreads = 512;
+PA_HD constexpr int merge_groups(int head_size, int split) { return kMergeThreads / (head_size / 4 / split); }
+/// Merge CTAs per row (column blocks): 1, 2 or 4 (<= D / 64).
+int merge_split(int head_size, int64_t merge_rows, int num_sms, const Overrides& o);
+/// Partition loads in flight per merge thread: 1, 4 or 8. `max_parts`: the most partitions of a row.
+int merge_batch(int head_size, int split, int max_parts, int64_t merge_rows, int num_sms, const Overrides& o);
+
+}  // namespace tuning
+}  // namespace pagedattn

@@ -1,0 +1,119 @@
+// The CUDA backend's tuning rules (core/tuning.h) without a GPU: the environment overrides as parsed,
+// and each rule on the shapes its measurements name (the comments in tuning.cpp give the runs).
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+#include "core/tuning.h"
+
+using namespace pagedattn::tuning;
+
+namespace {
+
+Overrides parse(const std::map<std::string, std::string>& env) {
+  return parse_overrides([&](const char* name) -> const char* {
+    const auto it = env.find(name);
+    return it == env.end() ? nullptr : it->second.c_str();
+  });
+}
+
+TEST(Tuning, OverridesDefaultWhenUnsetOrNotAValueTheyTake) {
+  for (const Overrides& o : {parse({}), parse({{"PAGEDATTN_EARLY_READS", "1"}, {"PAGEDATTN_WGMMA", "32"},
+                                              {"PAGEDATTN_MERGE_SPLIT", "3"}, {"PAGEDATTN_MERGE_BATCH", "2"},
+                                              {"PAGEDATTN_WGMMA_DECODE", "yes"}, {"PAGEDATTN_WIDE_PREFILL", ""}})}) {
+    EXPECT_TRUE(o.early_reads && o.stale_max && o.prefill_mt2 && o.wgmma_u8);
+    EXPECT_FALSE(o.wgmma_decode);
+    EXPECT_EQ(o.wgmma, -1);
+    EXPECT_EQ(o.wide_prefill, -1);
+    EXPECT_EQ(o.merge_split, 0);
+    EXPECT_EQ(o.merge_batch, 0);
+  }
+}
+
+TEST(Tuning, OverridesParsed) {
+  const Overrides o = parse({{"PAGEDATTN_EARLY_READS", "0"}, {"PAGEDATTN_STALE_MAX", "0"},
+                             {"PAGEDATTN_PREFILL_MT2", "0"}, {"PAGEDATTN_WGMMA_U8", "0"}, {"PAGEDATTN_WGMMA", "64"},
+                             {"PAGEDATTN_WGMMA_DECODE", "1"}, {"PAGEDATTN_WIDE_PREFILL", "0"},
+                             {"PAGEDATTN_MERGE_SPLIT", "4"}, {"PAGEDATTN_MERGE_BATCH", "8"}});
+  EXPECT_FALSE(o.early_reads || o.stale_max || o.prefill_mt2 || o.wgmma_u8);
+  EXPECT_TRUE(o.wgmma_decode);
+  EXPECT_EQ(o.wgmma, 64);
+  EXPECT_EQ(o.wide_prefill, 0);
+  EXPECT_EQ(o.merge_split, 4);
+  EXPECT_EQ(o.merge_batch, 8);
+  EXPECT_EQ(parse({{"PAGEDATTN_WIDE_PREFILL", "1"}}).wide_prefill, 1);
+  EXPECT_EQ(parse({{"PAGEDATTN_WGMMA", "0"}}).wgmma, 0);
+}
+
+TEST(Tuning, HopperKeyTile) {
+  const Overrides none;
+  EXPECT_EQ(hopper_key_tile(128, false, false, none), 0);  // not an sm_90 device of an sm_90a build
+  EXPECT_EQ(hopper_key_tile(64, false, true, none), 64);
+  EXPECT_EQ(hopper_key_tile(128, false, true, none), 128);
+  EXPECT_EQ(hopper_key_tile(256, false, true, none), 32);
+  EXPECT_EQ(hopper_key_tile(128, true, true, none), 64);  // u8: 64-key tiles
+  EXPECT_EQ(hopper_key_tile(256, true, true, none), 32);
+  Overrides o;
+  o.wgmma_u8 = false;
+  EXPECT_EQ(hopper_key_tile(128, true, true, o), 0);
+  EXPECT_EQ(hopper_key_tile(128, false, true, o), 128);
+  o = Overrides{};
+  o.wgmma = 64;
+  EXPECT_EQ(hopper_key_tile(128, false, true, o), 64);
+  EXPECT_EQ(hopper_key_tile(256, false, true, o), 32);  // the tile choice applies at D <= 128 only
+  EXPECT_EQ(hopper_key_tile(128, true, true, o), 64);
+  EXPECT_EQ(hopper_key_tile(128, false, false, o), 0);  // an override does not turn it on
+  o.wgmma = 0;
+  EXPECT_EQ(hopper_key_tile(64, false, true, o), 0);
+  EXPECT_EQ(hopper_key_tile(256, true, true, o), 0);
+}
+
+TEST(Tuning, WideChunks) {
+  const Overrides none;
+  EXPECT_TRUE(wide_chunks(128, 0, true, none));
+  EXPECT_FALSE(wide_chunks(256, 0, true, none));  // D = 256 on mma.sync: 0.88x
+  EXPECT_TRUE(wide_chunks(256, 32, true, none));  // ... but the Hopper kernel takes them
+  EXPECT_FALSE(wide_chunks(128, 0, false, none)); // the 8-row-tile variant does not fit
+  Overrides o;
+  o.wide_prefill = 1;
+  EXPECT_TRUE(wide_chunks(256, 0, true, o));
+  EXPECT_FALSE(wide_chunks(256, 0, false, o));
+  o.wide_prefill = 0;
+  EXPECT_FALSE(wide_chunks(64, 64, true, o));
+}
+
+TEST(Tuning, MergeSplit) {
+  const Overrides none;
+  EXPECT_EQ(merge_split(256, 4, 132, none), 4);    // decode, few rows: 4 column blocks (D / 64)
+  EXPECT_EQ(merge_split(128, 4, 132, none), 2);
+  EXPECT_EQ(merge_split(64, 4, 132, none), 1);
+  EXPECT_EQ(merge_split(256, 40, 132, none), 2);   // 80 CTAs fit one per SM, 160 do not
+  EXPECT_EQ(merge_split(256, 66, 132, none), 2);
+  EXPECT_EQ(merge_split(256, 67, 132, none), 1);
+  EXPECT_EQ(merge_split(256, 512, 132, none), 1);  // many rows: whole rows
+  Overrides o;
+  o.merge_split = 4;
+  EXPECT_EQ(merge_split(256, 512, 132, o), 4);
+  EXPECT_EQ(merge_split(128, 4, 132, o), 2);       // 4 > D / 64: the rule
+  o.merge_split = 1;
+  EXPECT_EQ(merge_split(256, 4, 132, o), 1);
+}
+
+TEST(Tuning, MergeBatch) {
+  const Overrides none;
+  // D = 256, split 1: 512 threads over 64 float4 chunks, 8 partition groups
+  EXPECT_EQ(merge_groups(256, 1), 8);
+  EXPECT_EQ(merge_groups(256, 4), 32);
+  EXPECT_EQ(merge_batch(256, 1, 8, 100, 132, none), 1);    // one partition per thread
+  EXPECT_EQ(merge_batch(256, 1, 9, 100, 132, none), 4);    // 2 per thread
+  EXPECT_EQ(merge_batch(256, 1, 32, 100, 132, none), 4);   // 4 per thread
+  EXPECT_EQ(merge_batch(256, 1, 33, 100, 132, none), 8);   // 5 per thread, one wave
+  EXPECT_EQ(merge_batch(256, 1, 33, 200, 132, none), 4);   // 5 per thread, more than one wave
+  EXPECT_EQ(merge_batch(256, 2, 33, 100, 132, none), 4);   // 100 x 2 CTAs: not one wave
+  Overrides o;
+  o.merge_batch = 8;
+  EXPECT_EQ(merge_batch(256, 1, 1, 100, 132, o), 8);
+}
+
+}  // namespace
