@@ -457,7 +457,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       &pmsg);
   if (v == Outcome::rejected && pl != Outcome::rejected)
     fail("plan()", "did not reject what validate() rejected: " + vmsg);
-  if (v == Outcome::accepted && pl == Outcome::rejected && b.opt.backend == pagedattn::Backend::cpu && b.all_on_cpu())
+  // Options are plan()'s alone (validate() sees only Params): negative counts must be rejected there,
+  // naming the option; valid options never make plan() reject what validate() accepted
+  const bool bad_options = b.opt.num_threads < 0 || b.opt.partition_tokens < 0;
+  if (bad_options && (pl != Outcome::rejected || pmsg.find("options.") == std::string::npos))
+    fail("plan()", "did not reject negative options (num_threads / partition_tokens) by name: " + pmsg);
+  if (!bad_options && v == Outcome::accepted && pl == Outcome::rejected && b.opt.backend == pagedattn::Backend::cpu &&
+      b.all_on_cpu())
     fail("plan()", "rejected what validate() accepted (cpu backend, every tensor on the cpu): " + pmsg);
   return 0;
 }
