@@ -20,7 +20,7 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 OUT=${OUT:-$root/gpu-out}
 run_dir=$OUT/run
-# a clean run folder: the device machine's output folder held other runs' logs (session 8 found
+# a clean run folder: the device machine's output folder held other runs' logs (the s8 runs found
 # 2026-11-29 files in it), and a stale ab_default.json would become the base of this call's ratios
 # (GPU_SH_KEEP_RUN=1 keeps it, for a follow-up call that adds to the same folder)
 [ "${GPU_SH_KEEP_RUN:-0}" = 1 ] || rm -rf "$run_dir"

@@ -3,7 +3,7 @@
 # disassembles it with cuobjdump (from PyPI: nvidia-cuda-cuobjdump and nvidia-cuda-nvdisasm, cached under
 # $SASS_TOOLS) and prints,
 # per kernel whose name contains PATTERN, its instruction count, its loops (backward branches) and the
-# instruction mix of its largest loop. Session 8 found the copy issue's address arithmetic this way.
+# instruction mix of its largest loop. It found the copy issue's address arithmetic that v14 removed.
 #   usage: bench/sass.sh [UNIT] [PATTERN] [ARCH]
 #     UNIT    src/cuda/fwd/inst_d256.cu (default) | inst_d128.cu | inst_d64.cu
 #     PATTERN substring of the demangled name, e.g. "fwd_kernel<256, 2, 1," (default "fwd_kernel<")

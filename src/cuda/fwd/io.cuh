@@ -75,13 +75,13 @@ __device__ __forceinline__ void load_io_n(const void* base, int64_t i, int io, f
 // of token q_tok0 + r / G; rows >= `rows` are zeros. `store(r, chunk, uint4)` places the 8 elements of
 // a chunk. Each thread's loads go out in batches of 4 chunks, as raw vectors, before any is converted.
 // (Run s6a: Q loaded element by element was the few-query kernel's largest single stall, 6-8% of its
-// samples. Session 9: the batches had never overlapped: load_io_n converts next to its load, so the
+// samples. Run s9b's SASS: the batches had never overlapped: load_io_n converts next to its load, so the
 // compiled loop waited for each chunk before loading the next, 8 load latencies in series at T=8.)
 struct NoOp {
   __device__ void operator()() const {}
 };
 // `after_loads()` runs once the first batch has landed and is stored (fwd_kernel issues the rest of its
-// copy prologue there, after the query, as it did before session 9; issuing it with the loads in
+// copy prologue there, after the query, as it did before v15; issuing it with the loads in
 // flight, run s9c, measured the same on the rows it was meant to help, run s9d). `row_sums` (u8
 // caches; shared memory, or nullptr): each row's sum of its f16-rounded elements (for the key bias
 // and row minima), reduced across the lanes holding the row in a fixed order (bit-reproducible); visible after

@@ -60,7 +60,7 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_const
   };
   // A thread's loads of up to kBatch partitions go out together, then fold in partition order (the
   // same bits for every kBatch). A loop that loads and folds one partition at a time waits two L2 round
-  // trips per partition: the O load is not hoisted above the branch on m (SASS, session 8). Batches of 4
+  // trips per partition: the O load is not hoisted above the branch on m (SASS, before run s9a). Batches of 4
   // measured 0.93-0.98x at 8k and 32k (run s9a), but their registers (32 -> 52) cost the 32 x 8k batch
   // 1.5-3.4%, where no thread folds more than one partition: the planner picks kBatch. Every slot is
   // written for rows < rows, so the loads of partitions without a visible key read finite values that
