@@ -61,8 +61,8 @@ int run_bench(const BenchOptions& opt);
 /// kernel (pagedattn::cuda::measure_read_ceiling_gbs) over a 2 GiB buffer (less when memory is short).
 double measure_read_ceiling_gbs(void* stream);
 
-/// Host read ceiling in GB/s: one thread summing a 256 MiB buffer (the cpu backend is single-threaded).
-double measure_cpu_read_ceiling_gbs();
+/// Host read ceiling in GB/s: `threads` threads (the cpu backend's) summing their slices of a 512 MiB buffer.
+double measure_cpu_read_ceiling_gbs(int threads);
 
 }  // namespace tools
 }  // namespace pagedattn
