@@ -132,7 +132,8 @@ int main(int argc, char** argv) {
   CLI::App* bench = app.add_subcommand(
       "bench", "the seed scenario: Qwen3.5-9B attention, T new tokens over an L-token paged cache, per N layers");
   bench->footer(
-      "Defaults on cpu:  --context 1024,2048 --layers 2 --repeats 3 --fill random --scenario seed\n"
+      "Defaults on cpu:  --context 8192,32768 --layers 1 --repeats 20 --fill random --scenario all\n"
+      "                  (all on cpu: seed, then --batch-seqs 8 --batch-context 4096 x T=4)\n"
       "Defaults on cuda: --context 8192,32768,131072 --layers 8 --repeats 50 --fill op --scenario all\n"
       "                  (one CUDA graph of all layers per replay; layer copies rotate so caches exceed 3x L2)\n"
       "Scenario all: seed + batch on cpu; on cuda also prefill, chunk and mixed (one layer per call, random fill).\n"
@@ -158,8 +159,10 @@ int main(int argc, char** argv) {
                         "seed | batch (32 seqs x 8k x T=4) | prefill (from zero) | chunk (1024 at 32k) | "
                         "mixed (1 chunk + 31 verifies) | all")
           ->check(CLI::IsMember({"seed", "batch", "prefill", "chunk", "mixed", "all"}));
-  bench->add_option("--batch-seqs", bopt.batch_seqs, "sequences of the batch scenario")->capture_default_str();
-  bench->add_option("--batch-context", bopt.batch_context, "context of the batch scenario")->capture_default_str();
+  CLI::Option* o_bseqs =
+      bench->add_option("--batch-seqs", bopt.batch_seqs, "sequences of the batch scenario (cpu default 8)")->capture_default_str();
+  CLI::Option* o_bctx =
+      bench->add_option("--batch-context", bopt.batch_context, "context of the batch scenario (cpu default 4096)")->capture_default_str();
   bench->add_option("--batch-tokens", bopt.batch_tokens, "T of the batch scenario")->capture_default_str();
   CLI::Option* o_pctx =
       bench->add_option("--prefill-context", prefill_contexts, "prefill scenario: tokens L (= T, from zero), list")
@@ -205,16 +208,19 @@ int main(int argc, char** argv) {
     }
     const bool cuda = bench_backend == "cuda";
     bopt.backend = pagedattn::parse_backend(bench_backend);
-    bopt.contexts = contexts.empty() ? (cuda ? std::vector<int>{8192, 32768, 131072} : std::vector<int>{1024, 2048})
+    bopt.contexts = contexts.empty() ? (cuda ? std::vector<int>{8192, 32768, 131072} : std::vector<int>{8192, 32768})
                                      : parse_counts(contexts, "--context");
     bopt.tokens = tokens.empty() ? std::vector<int>{1, 2, 3, 4, 8} : parse_counts(tokens, "--tokens");
     if (kvs.empty()) kvs = {"u8", "f16"};
     for (const std::string& k : kvs) bopt.kvs.push_back(parse_kv(k));
     bopt.qdtype = parse_qdtype(query);
-    if (o_layers->count() == 0) bopt.layers = cuda ? 8 : 2;
-    if (o_rep->count() == 0) bopt.repeats = cuda ? 50 : 3;
+    // cpu: issue 22's rows (seed shape, one layer per call, 8k and 32k, 8 x 4k at T=4), medians of 20
+    if (o_layers->count() == 0) bopt.layers = cuda ? 8 : 1;
+    if (o_rep->count() == 0) bopt.repeats = cuda ? 50 : 20;
     if (o_fill->count() == 0) bopt.fill = cuda ? "op" : "random";
-    if (o_scn->count() == 0) bopt.scenario = cuda ? "all" : "seed";
+    if (o_scn->count() == 0) bopt.scenario = "all";
+    if (o_bseqs->count() == 0 && !cuda) bopt.batch_seqs = 8;
+    if (o_bctx->count() == 0 && !cuda) bopt.batch_context = 4096;
     (void)o_ctx;
     if (!prefill_contexts.empty()) bopt.prefill_contexts = parse_counts(prefill_contexts, "--prefill-context");
     else if (!cuda) bopt.prefill_contexts = {256};
