@@ -467,11 +467,11 @@ struct EnvGuard {
   }
 };
 
-// The plan description of a random case under `opt` (to check that a switch took effect).
-std::string describe_plan(const CaseConfig& cfg, uint64_t seed, const Options& opt) {
+// The plan of a random case under `opt` (to check that a switch took effect).
+PlanInfo plan_info(const CaseConfig& cfg, uint64_t seed, const Options& opt) {
   Case c = make_random_case(seed, cfg);
   DeviceCase d(c);
-  return plan(d.params(), opt).describe();
+  return plan(d.params(), opt).info();
 }
 
 // Chunks of 100+ tokens over long contexts with one kv head: several partitions per chunk (partials and
@@ -503,13 +503,22 @@ const char* no_wgmma() {
 
 // One sequence of T in [min_tokens, max_tokens] drawn from `cfg`, planned with the cuda defaults:
 // its description must contain every string of `expect` (kernel variants as their info reports them).
-void expect_launched(CaseConfig cfg, int min_tokens, int max_tokens, uint64_t seed,
-                     std::initializer_list<const char*> expect) {
+// One sequence of `min_tokens`..`max_tokens` tokens from `cfg`: some launch of its plan runs `threads`
+// threads per CTA on the kernel variant `variant` (PlanInfo::Launch; nullptr: any variant).
+void expect_launched(CaseConfig cfg, int min_tokens, int max_tokens, uint64_t seed, int threads,
+                     const char* variant = nullptr) {
   cfg.min_seqs = cfg.max_seqs = 1;
   cfg.min_tokens = min_tokens;
   cfg.max_tokens = max_tokens;
-  const std::string d = describe_plan(cfg, seed, Options{Backend::cuda});
-  for (const char* e : expect) EXPECT_NE(d.find(e), std::string::npos) << "'" << e << "' not launched: " << d;
+  const PlanInfo info = plan_info(cfg, seed, Options{Backend::cuda});
+  std::string seen;
+  bool found = false;
+  for (const PlanInfo::Launch& l : info.launches) {
+    found = found || (l.threads == threads && (variant == nullptr || l.variant == variant));
+    seen += " [rt=" + std::to_string(l.row_tiles) + " threads=" + std::to_string(l.threads) + " '" + l.variant + "']";
+  }
+  EXPECT_TRUE(found) << "no launch of " << threads << " threads" << (variant ? std::string(" on '") + variant + "'" : "")
+                     << "; launched:" << seen;
 }
 }  // namespace
 
@@ -530,7 +539,7 @@ TEST(Cuda, WidePrefillOneRowTilePerWarpRandom) {
   CaseConfig cfg = mixed_config(300, 4000, 600, 12000);
   CaseConfig f16 = cfg;
   f16.kv_precisions = {KVPrecision::f16};
-  expect_launched(f16, 200, 300, base_seed() + 2100000, {"threads=256 "});
+  expect_launched(f16, 200, 300, base_seed() + 2100000, 256);
   run_suite("wide-prefill-mt1", cfg, base_seed() + 2100000, 40);
 }
 
@@ -543,7 +552,7 @@ TEST(Cuda, PrefillTwoRowTilesPerWarpRandom) {
   cfg.head_sizes = {64, 128};
   CaseConfig f16 = cfg;  // one long f16 prefill: 128-row chunks on 4 warps, where the variant exists
   f16.kv_precisions = {KVPrecision::f16};
-  expect_launched(f16, 200, 300, base_seed() + 1500000, {"threads=128 ", " mt2]"});
+  expect_launched(f16, 200, 300, base_seed() + 1500000, 128, "mt2");
   run_suite("prefill-mt2", cfg, base_seed() + 1500000, 80);
 }
 
@@ -563,7 +572,7 @@ TEST(Cuda, HopperPrefillRandom) {
   CaseConfig f16 = cfg;  // one long f16 prefill: 128-row chunks on the Hopper kernel
   f16.kv_precisions = {KVPrecision::f16};
   f16.head_sizes = {256};
-  expect_launched(f16, 200, 300, base_seed() + 1700000, {"threads=256 ", " wg32]"});
+  expect_launched(f16, 200, 300, base_seed() + 1700000, 256, "wg32");
   run_suite("prefill-wg", cfg, base_seed() + 1700000, 100);
   run_suite("prefill-wg-long", lng, base_seed() + 1800000, 24);
   // partitions forced to 192 keys: a partition's second 128-key tile is half empty, and every other
@@ -576,8 +585,7 @@ TEST(Cuda, HopperPrefillRandom) {
   const Suite tiles_long = make_suite("prefill-wg64/128-long", lng, base_seed() + 2000000, 12);
   for (const char* keys : {"64", "128"}) {
     EnvGuard guard("PAGEDATTN_WGMMA", keys);
-    const std::string tag = std::string(" wg") + keys + "]";
-    expect_launched(f16, 200, 300, base_seed() + 1900000, {"threads=256 ", tag.c_str()});
+    expect_launched(f16, 200, 300, base_seed() + 1900000, 256, (std::string("wg") + keys).c_str());
     check_suite((std::string("prefill-wg") + keys).c_str(), tiles);
     check_suite((std::string("prefill-wg") + keys + "-long").c_str(), tiles_long);
   }
@@ -595,10 +603,10 @@ TEST(Cuda, FewQueryHopperRandom) {
   f16.kv_precisions = {KVPrecision::f16};
   f16.group_sizes = {1, 2, 4, 8};  // T <= 8: at most 64 rows, one chunk of <= 4 row tiles
   f16.head_sizes = {256};
-  expect_launched(f16, 1, 8, base_seed() + 2300000, {"threads=128 ", " wgq32]"});
+  expect_launched(f16, 1, 8, base_seed() + 2300000, 128, "wgq32");
   f16.head_sizes = {128};
   f16.kv_precisions = {KVPrecision::bf16};
-  expect_launched(f16, 1, 8, base_seed() + 2300001, {"threads=128 ", " wgq64]"});
+  expect_launched(f16, 1, 8, base_seed() + 2300001, 128, "wgq64");
   run_suite("few-query-wgq", few_query_config(), base_seed() + 2300000, 160);
   CaseConfig lng = long_context_config(4000, 20000, 40000);
   run_suite("few-query-wgq-long", lng, base_seed() + 2400000, 24);
@@ -618,9 +626,9 @@ TEST(Cuda, HopperU8Random) {
   cfg.group_sizes = {1, 3, 4, 8, 16};
   CaseConfig one = cfg;
   one.head_sizes = {256};
-  expect_launched(one, 200, 300, base_seed() + 2500000, {"threads=256 ", " wg32u8]"});
+  expect_launched(one, 200, 300, base_seed() + 2500000, 256, "wg32u8");
   one.head_sizes = {128};
-  expect_launched(one, 200, 300, base_seed() + 2500001, {"threads=256 ", " wg64u8]"});
+  expect_launched(one, 200, 300, base_seed() + 2500001, 256, "wg64u8");
   run_suite("prefill-wg-u8", cfg, base_seed() + 2500000, 60);
   run_suite("prefill-wg-u8-long", long_chunks(cfg), base_seed() + 2600000, 16);
   EnvGuard dec("PAGEDATTN_WGMMA_DECODE", "1");
@@ -629,9 +637,9 @@ TEST(Cuda, HopperU8Random) {
   CaseConfig fq1 = fq;
   fq1.group_sizes = {1, 2, 4, 8};  // T <= 8: at most 64 rows
   fq1.head_sizes = {256};
-  expect_launched(fq1, 1, 8, base_seed() + 2700000, {"threads=128 ", " wgq32u8]"});
+  expect_launched(fq1, 1, 8, base_seed() + 2700000, 128, "wgq32u8");
   fq1.head_sizes = {64};
-  expect_launched(fq1, 1, 8, base_seed() + 2700001, {"threads=128 ", " wgq64u8]"});
+  expect_launched(fq1, 1, 8, base_seed() + 2700001, 128, "wgq64u8");
   run_suite("few-query-wgq-u8", fq, base_seed() + 2700000, 80);
   CaseConfig fql = long_context_config(4000, 20000, 40000);
   fql.kv_precisions = {KVPrecision::u8};
@@ -761,8 +769,8 @@ TEST(Cuda, WithoutProgrammaticLaunch) {
   REQUIRE_GPU();
   Options opt{Backend::cuda};
   opt.programmatic_launch = false;
-  const std::string d = describe_plan(few_query_config(), base_seed() + 1000000, opt);
-  EXPECT_NE(d.find("pdl=off"), std::string::npos) << "PDL still on: " << d;
+  const PlanInfo info = plan_info(few_query_config(), base_seed() + 1000000, opt);
+  EXPECT_FALSE(info.pdl || info.early_reads) << "PDL still on";
   run_suite("no-pdl", few_query_config(), base_seed() + 1000000, 60, opt);
 }
 

@@ -29,6 +29,9 @@ using pagedattn::Backend;
 using pagedattn::Device;
 using pagedattn::DType;
 using pagedattn::KVPrecision;
+using pagedattn::Options;
+using pagedattn::Plan;
+using pagedattn::PlanInfo;
 using pagedattn::Params;
 using pagedattn::TensorView;
 using pagedattn::ValidationError;
@@ -199,6 +202,43 @@ TEST(Validate, ValidCasesPass) {
         ADD_FAILURE() << "out[" << i << "] still poisoned after a valid call (" << c.describe() << ")";
         break;
       }
+  }
+}
+
+// The cpu plan's PlanInfo: what it runs on, as describe() prints it; the oracle has no work items.
+TEST(Validate, CpuPlanInfo) {
+  pt::Case c = draw(small_cfg());
+  Options fast{Backend::cpu};
+  fast.num_threads = 2;
+  const Plan pl = pagedattn::plan(c.params(), fast);
+  const PlanInfo i = pl.info();
+  EXPECT_EQ(i.backend, Backend::cpu);
+  EXPECT_FALSE(i.reference);
+  EXPECT_EQ(i.threads, 2);
+  EXPECT_GT(i.work_items, 0);
+  EXPECT_GT(i.partition_tokens, 0);
+  EXPECT_EQ(i.workspace_bytes, pl.workspace_bytes());
+  EXPECT_NE(pl.describe().find("threads=2 "), std::string::npos) << pl.describe();
+  Options oracle{Backend::cpu};
+  oracle.cpu_reference = true;
+  const PlanInfo r = pagedattn::plan(c.params(), oracle).info();
+  EXPECT_TRUE(r.reference);
+  EXPECT_EQ(r.work_items, 0);
+  EXPECT_EQ(Plan().info().backend, Backend::cpu);  // an empty plan: the defaults
+}
+
+// Options out of range: a ValidationError naming the option, before anything else is checked.
+TEST(Validate, NegativeOptionsRejected) {
+  pt::Case c = draw(small_cfg());
+  for (int which = 0; which < 2; ++which) {
+    Options o{Backend::cpu};
+    (which ? o.partition_tokens : o.num_threads) = -1;
+    try {
+      pagedattn::plan(c.params(), o);
+      ADD_FAILURE() << "negative " << (which ? "partition_tokens" : "num_threads") << " accepted";
+    } catch (const ValidationError& e) {
+      EXPECT_EQ(e.input(), which ? "options.partition_tokens" : "options.num_threads");
+    }
   }
 }
 

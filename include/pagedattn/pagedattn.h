@@ -9,6 +9,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "pagedattn/params.h"
 #include "pagedattn/types.h"
@@ -39,6 +40,31 @@ struct Options {
                                  // PAGEDATTN_CPU_ORACLE=1)
 };
 
+/// What a plan decided (Plan::info()), for engines that log or check it and for tests; describe()
+/// prints the same facts.
+struct PlanInfo {
+  /// One launch of the attention kernel (cuda): the chunks of one row-tile class.
+  struct Launch {
+    int row_tiles = 0;          // 16-row tiles per chunk (1, 2, 4, 8)
+    int64_t ctas = 0;           // CTAs: work items x kv heads
+    int threads = 0;            // per CTA
+    std::string variant;        // "" (fwd_kernel), "mt2", "wg<keys>" / "wgq<keys>" (+"u8": wg_kernel), ...
+  };
+  Backend backend = Backend::cpu;
+  bool reference = false;       // cpu: the oracle runs (Options::cpu_reference)
+  int threads = 0;              // cpu: worker threads
+  int partition_tokens = 0;     // keys per KV partition (0: whole ranges / the oracle)
+  int64_t work_items = 0;       // (chunk, kv head, partition) items (cpu) / attention CTAs (cuda)
+  std::vector<Launch> launches; // cuda: in launch order
+  int merge_rows = 0;           // cuda: rows whose partitions the merge kernel combines
+  int merge_split = 0;          // cuda: merge CTAs per row
+  int merge_batch = 0;          // cuda: partition loads in flight per merge thread
+  bool separate_kv_write = false;  // cuda: the write-in as its own launch (a sequence in several chunks)
+  bool pdl = false;             // cuda: programmatic dependent launch
+  bool early_reads = false;     // cuda: cache reads before the PDL wait
+  std::size_t workspace_bytes = 0;
+};
+
 namespace detail {
 class PlanImpl;
 }
@@ -54,6 +80,8 @@ class Plan {
   Backend backend() const;
   /// The planner's decisions in a few lines (also printed at plan time when PAGEDATTN_PRINT_PLAN=1).
   std::string describe() const;
+  /// The planner's decisions as data.
+  PlanInfo info() const;
   /// Device workspace bytes owned by this plan.
   std::size_t workspace_bytes() const;
   bool valid() const { return impl_ != nullptr; }

@@ -314,6 +314,13 @@ class Plan:
         """The planner's decisions in a few lines."""
         return self._native.describe()
 
+    @property
+    def info(self) -> dict:
+        """The planner's decisions as a dict (C++ PlanInfo): backend, reference, threads, partition_tokens,
+        work_items, launches (cuda: [{row_tiles, ctas, threads, variant}]), merge_rows, merge_split,
+        merge_batch, separate_kv_write, pdl, early_reads, workspace_bytes."""
+        return self._native.info
+
     def run(self, *, query: Any = None, key: Any = None, value: Any = None, key_cache: Any = None,
             value_cache: Any = None, key_scale: Any = None, key_min: Any = None,
             value_scale: Any = None, value_min: Any = None, alibi_slopes: Any = None,

@@ -64,6 +64,7 @@ void Plan::run(const Params& p) const {
 Backend Plan::backend() const { return impl_ ? impl_->backend() : Backend::cpu; }
 std::string Plan::describe() const { return impl_ ? impl_->describe() : std::string("(empty plan)"); }
 std::size_t Plan::workspace_bytes() const { return impl_ ? impl_->workspace_bytes() : 0; }
+PlanInfo Plan::info() const { return impl_ ? impl_->info() : PlanInfo{}; }
 
 void forward(const Params& p, const Options& opt) { plan(p, opt).run(p); }
 

@@ -14,6 +14,7 @@ class PlanImpl {
   virtual void run(const Params& p) = 0;
   virtual Backend backend() const = 0;
   virtual std::string describe() const = 0;
+  virtual PlanInfo info() const = 0;
   virtual std::size_t workspace_bytes() const { return 0; }
 };
 

@@ -184,6 +184,18 @@ class CpuPlan final : public PlanImpl {
   std::size_t workspace_bytes() const override {
     return (partials_.size() + row_stats_.size() + scratch_.size()) * sizeof(float);
   }
+  PlanInfo info() const override {
+    PlanInfo i;
+    i.backend = Backend::cpu;
+    i.reference = reference_;
+    if (!reference_) {
+      i.threads = threads_;
+      i.partition_tokens = chunks_.empty() ? 0 : chunks_[0].part;
+      i.work_items = static_cast<int64_t>(items_.size());
+    }
+    i.workspace_bytes = workspace_bytes();
+    return i;
+  }
 
  private:
   float* thread_scratch() {

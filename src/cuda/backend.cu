@@ -388,20 +388,41 @@ class CudaPlan final : public detail::PlanImpl {
 
   std::string describe() const override {
     std::ostringstream os;
+    const PlanInfo pi = info();
     os << "pagedattn plan: backend=cuda D=" << D_ << " H=" << H_ << " Hk=" << Hk_ << " G=" << G_
        << " kv=" << kv_precision_name(planned_.cache.precision()) << " block_size=" << (1 << bs_log2_) << " "
        << wl_.describe() << " launches=";
-    for (size_t i = 0; i < launches_.size(); ++i) {  // what the launched kernels are (from their info)
-      const FwdKernelInfo info = fwd_kernel_info(D_, kv_, launches_[i].rt, choice_);
-      os << (i ? "," : "") << "[rt=" << launches_[i].rt << " ctas=" << launches_[i].count << "x" << Hk_
-         << " threads=" << info.threads << " smem=" << smem_[i] / 1024 << "KiB per_sm=" << info.ctas_per_sm()
-         << (*info.variant ? std::string(" ") + info.variant : std::string()) << "]";
+    for (size_t i = 0; i < pi.launches.size(); ++i) {
+      const PlanInfo::Launch& l = pi.launches[i];
+      os << (i ? "," : "") << "[rt=" << l.row_tiles << " ctas=" << launches_[i].count << "x" << Hk_
+         << " threads=" << l.threads << " smem=" << smem_[i] / 1024
+         << "KiB per_sm=" << fwd_kernel_info(D_, kv_, l.row_tiles, choice_).ctas_per_sm()
+         << (l.variant.empty() ? std::string() : " " + l.variant) << "]";
     }
-    os << " merge_rows=" << num_merge_rows_ << "x" << merge_split_ << " merge_batch=" << merge_batch_
-       << " kv_write=" << (separate_write_ ? "separate" : "fused")
-       << " pdl=" << (pdl_ ? (early_reads_ ? "on+early-reads" : "on") : "off");
-    os << " workspace=" << workspace_bytes() / 1024 << "KiB";
+    os << " merge_rows=" << pi.merge_rows << "x" << pi.merge_split << " merge_batch=" << pi.merge_batch
+       << " kv_write=" << (pi.separate_kv_write ? "separate" : "fused")
+       << " pdl=" << (pi.pdl ? (pi.early_reads ? "on+early-reads" : "on") : "off");
+    os << " workspace=" << pi.workspace_bytes / 1024 << "KiB";
     return os.str();
+  }
+
+  PlanInfo info() const override {
+    PlanInfo pi;
+    pi.backend = Backend::cuda;
+    pi.partition_tokens = wl_.partition_tokens;
+    pi.work_items = wl_.ctas;
+    for (const Launch& l : launches_) {  // what the launched kernels are (from their info)
+      const FwdKernelInfo k = fwd_kernel_info(D_, kv_, l.rt, choice_);
+      pi.launches.push_back(PlanInfo::Launch{l.rt, static_cast<int64_t>(l.count) * Hk_, k.threads, k.variant});
+    }
+    pi.merge_rows = num_merge_rows_;
+    pi.merge_split = merge_split_;
+    pi.merge_batch = merge_batch_;
+    pi.separate_kv_write = separate_write_;
+    pi.pdl = pdl_;
+    pi.early_reads = pdl_ && early_reads_;
+    pi.workspace_bytes = workspace_bytes();
+    return pi;
   }
 
   std::size_t workspace_bytes() const override {

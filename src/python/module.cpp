@@ -260,7 +260,34 @@ NB_MODULE(_C, m) {
       .def("run", &PyPlan::run, "tensors"_a, "Runs the planned op on {field: array} (same shapes/dtypes).")
       .def("describe", [](const PyPlan& p) { return p.plan.describe(); })
       .def_prop_ro("backend", [](const PyPlan& p) { return std::string(backend_name(p.plan.backend())); })
-      .def_prop_ro("workspace_bytes", [](const PyPlan& p) { return p.plan.workspace_bytes(); });
+      .def_prop_ro("workspace_bytes", [](const PyPlan& p) { return p.plan.workspace_bytes(); })
+      .def_prop_ro("info", [](const PyPlan& p) {  // PlanInfo as a dict (launches: a list of dicts)
+        const PlanInfo i = p.plan.info();
+        nb::dict d;
+        d["backend"] = std::string(backend_name(i.backend));
+        d["reference"] = i.reference;
+        d["threads"] = i.threads;
+        d["partition_tokens"] = i.partition_tokens;
+        d["work_items"] = i.work_items;
+        nb::list launches;
+        for (const PlanInfo::Launch& l : i.launches) {
+          nb::dict x;
+          x["row_tiles"] = l.row_tiles;
+          x["ctas"] = l.ctas;
+          x["threads"] = l.threads;
+          x["variant"] = l.variant;
+          launches.append(x);
+        }
+        d["launches"] = launches;
+        d["merge_rows"] = i.merge_rows;
+        d["merge_split"] = i.merge_split;
+        d["merge_batch"] = i.merge_batch;
+        d["separate_kv_write"] = i.separate_kv_write;
+        d["pdl"] = i.pdl;
+        d["early_reads"] = i.early_reads;
+        d["workspace_bytes"] = i.workspace_bytes;
+        return d;
+      });
 
   m.def(
       "plan",

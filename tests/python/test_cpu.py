@@ -69,6 +69,8 @@ def test_plan_run_matches_numpy_reference(seed):
         p = pagedattn.plan(**case.kwargs())
         assert p.backend == "cpu"
         assert "cpu" in p.describe()
+        info = p.info
+        assert info["backend"] == "cpu" and not info["reference"] and info["work_items"] > 0, info
         return p.run()
 
     check_case(ref.make_case(seed), via_plan)
