@@ -53,6 +53,7 @@ struct PlanInfo {
   Backend backend = Backend::cpu;
   bool reference = false;       // cpu: the oracle runs (Options::cpu_reference)
   int threads = 0;              // cpu: worker threads
+  std::string cpu_isa;          // cpu: the SIMD level of its loops ("avx512", "avx2", "baseline")
   int partition_tokens = 0;     // keys per KV partition (0: whole ranges / the oracle)
   int64_t work_items = 0;       // (chunk, kv head, partition) items (cpu) / attention CTAs (cuda)
   std::vector<Launch> launches; // cuda: in launch order

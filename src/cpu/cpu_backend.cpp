@@ -177,7 +177,7 @@ class CpuPlan final : public PlanImpl {
     os << "pagedattn plan: backend=cpu" << (reference_ ? " (oracle)" : "")
        << " num_seqs=" << planned_.past_lens.numel() << " num_tokens=" << planned_.query.shape[0];
     if (!reference_)
-      os << " threads=" << threads_ << " chunks=" << chunks_.size() << " items=" << items_.size()
+      os << " threads=" << threads_ << " isa=" << cpu::isa_name() << " chunks=" << chunks_.size() << " items=" << items_.size()
          << " partition=" << (chunks_.empty() ? 0 : chunks_[0].part) << " tile=" << kTile;
     return os.str();
   }
@@ -190,6 +190,7 @@ class CpuPlan final : public PlanImpl {
     i.reference = reference_;
     if (!reference_) {
       i.threads = threads_;
+      i.cpu_isa = cpu::isa_name();
       i.partition_tokens = chunks_.empty() ? 0 : chunks_[0].part;
       i.work_items = static_cast<int64_t>(items_.size());
     }

@@ -1,5 +1,6 @@
-// The cpu backend's inner loops (tile.h). Plain loops written so that GCC vectorises them (the reductions
-// under `omp simd`), each compiled for x86-64-v4 / v3 / baseline and dispatched at load time.
+// The cpu backend's inner loops (tile.h). Plain loops written so that the compiler vectorises them (the
+// reductions under `omp simd`), inlined into one wrapper per x86-64 level (v4, v3, baseline), plus
+// AVX-512 intrinsics for the conversion, S and P V at v4; one dispatch table picks a level per process.
 #include "cpu/tile.h"
 
 #include "common/numeric.h"
@@ -7,16 +8,18 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define PA_CPU_AVX512 1
 #endif
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define PA_CPU_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+// The loop bodies are inlined into each level's wrappers (PA_CPU_LEVEL), which set the target ISA.
+#if defined(__GNUC__)
+#define PA_CPU_BODY __attribute__((always_inline)) static inline
 #else
-#define PA_CPU_CLONES
+#define PA_CPU_BODY static inline
 #endif
 
 // The f16 element type the compiler converts natively: _Float16 on x86-64 (vcvtph2ps where the clone has
@@ -31,8 +34,7 @@
 namespace pagedattn {
 namespace cpu {
 
-PA_CPU_CLONES
-static void load_row_generic(float* dst, const void* src, RowType t, int D, float scale, float min) {
+PA_CPU_BODY void load_row_body(float* dst, const void* src, RowType t, int D, float scale, float min) {
   switch (t) {
     case RowType::f16: {
 #if defined(PA_CPU_HALF)
@@ -62,8 +64,7 @@ static void load_row_generic(float* dst, const void* src, RowType t, int D, floa
 
 // Four keys per pass over a query row: each q element loaded once for four dot products. (A 4-row x
 // 4-key register block measured 1.8-2.6x slower here: GCC spilled its accumulators.)
-PA_CPU_CLONES
-static void scores_generic(float* s, int ld_s, const float* q, int rows, const float* kt, int keys, int D) {
+PA_CPU_BODY void scores_body(float* s, int ld_s, const float* q, int rows, const float* kt, int keys, int D) {
   int k = 0;
   for (; k + 4 <= keys; k += 4) {
     const float *k0 = kt + static_cast<int64_t>(k) * D, *k1 = k0 + D, *k2 = k1 + D, *k3 = k2 + D;
@@ -96,8 +97,7 @@ static void scores_generic(float* s, int ld_s, const float* q, int rows, const f
   }
 }
 
-PA_CPU_CLONES
-static void accumulate_generic(float* o, const float* p, int ld_p, int rows, const float* vt, int keys, int D) {
+PA_CPU_BODY void accumulate_body(float* o, const float* p, int ld_p, int rows, const float* vt, int keys, int D) {
   for (int r = 0; r < rows; ++r) {
     float* orow = o + static_cast<int64_t>(r) * D;
     const float* pr = p + static_cast<int64_t>(r) * ld_p;
@@ -118,6 +118,61 @@ static void accumulate_generic(float* o, const float* p, int ld_p, int rows, con
     }
   }
 }
+
+PA_CPU_BODY float exp2_sum_body(float* p, const float* x, int n, float m) {
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (int i = 0; i < n; ++i) {
+    // 2^t = 2^k * 2^f, k = rint(t), f in [-1/2, 1/2]: the Taylor polynomial of degree 6 (its remainder
+    // (ln2 / 2)^7 / 7! < 1.3e-7 relative); t below -125 (-inf: masked keys) gives 0
+    float t = x[i] - m;
+    const bool tiny = !(t >= -125.0f);
+    t = tiny ? 0.0f : t;
+    const float k = std::nearbyint(t);
+    const float f = t - k;
+    float y = 1.5403530e-4f;
+    y = y * f + 1.3333558e-3f;
+    y = y * f + 9.6181291e-3f;
+    y = y * f + 5.5504109e-2f;
+    y = y * f + 2.4022651e-1f;
+    y = y * f + 6.9314718e-1f;
+    y = y * f + 1.0f;
+    int32_t bits;
+    std::memcpy(&bits, &y, 4);
+    bits += static_cast<int32_t>(k) << 23;
+    float v;
+    std::memcpy(&v, &bits, 4);
+    v = tiny ? 0.0f : v;
+    p[i] = v;
+    sum += v;
+  }
+  return sum;
+}
+
+PA_CPU_BODY void scale_row_body(float* o, float a, int D) {
+#pragma omp simd
+  for (int d = 0; d < D; ++d) o[d] *= a;
+}
+
+// One wrapper per function and level; `ATTR` sets the level's target ISA (empty: the build's baseline).
+#define PA_CPU_LEVEL(LEVEL, ATTR)                                                                                   \
+  ATTR static void load_row_##LEVEL(float* dst, const void* src, RowType t, int D, float scale, float min) {       \
+    load_row_body(dst, src, t, D, scale, min);                                                                   \
+  }                                                                                                              \
+  ATTR static void scores_##LEVEL(float* s, int ld_s, const float* q, int rows, const float* kt, int keys, int D) { \
+    scores_body(s, ld_s, q, rows, kt, keys, D);                                                                  \
+  }                                                                                                              \
+  ATTR static void accumulate_##LEVEL(float* o, const float* p, int ld_p, int rows, const float* vt, int keys,    \
+                                      int D) {                                                                   \
+    accumulate_body(o, p, ld_p, rows, vt, keys, D);                                                              \
+  }                                                                                                              \
+  ATTR static float exp2_sum_##LEVEL(float* p, const float* x, int n, float m) { return exp2_sum_body(p, x, n, m); } \
+  ATTR static void scale_row_##LEVEL(float* o, float a, int D) { scale_row_body(o, a, D); }
+PA_CPU_LEVEL(base, )
+#if defined(PA_CPU_AVX512)
+PA_CPU_LEVEL(v3, __attribute__((target("arch=x86-64-v3"))))
+PA_CPU_LEVEL(v4, __attribute__((target("arch=x86-64-v4"))))
+#endif
 
 #if defined(PA_CPU_AVX512)
 #pragma GCC diagnostic push
@@ -154,8 +209,8 @@ __attribute__((target("avx512f"))) static void scores_avx512(float* s, int ld_s,
         _mm_storeu_ps(s + static_cast<int64_t>(r + i) * ld_s + k, sum);
       }
     }
-  if (r4 < rows) scores_generic(s + static_cast<int64_t>(r4) * ld_s, ld_s, q + static_cast<int64_t>(r4) * D, rows - r4, kt, keys, D);
-  if (k4 < keys && r4 > 0) scores_generic(s + k4, ld_s, q, r4, kt + static_cast<int64_t>(k4) * D, keys - k4, D);
+  if (r4 < rows) scores_v4(s + static_cast<int64_t>(r4) * ld_s, ld_s, q + static_cast<int64_t>(r4) * D, rows - r4, kt, keys, D);
+  if (k4 < keys && r4 > 0) scores_v4(s + k4, ld_s, q, r4, kt + static_cast<int64_t>(k4) * D, keys - k4, D);
 }
 
 __attribute__((target("avx512f"))) static void accumulate_avx512(float* o, const float* p, int ld_p, int rows,
@@ -189,20 +244,9 @@ __attribute__((target("avx512f"))) static void accumulate_avx512(float* o, const
     }
   }
   if (r4 < rows)
-    accumulate_generic(o + static_cast<int64_t>(r4) * D, p + static_cast<int64_t>(r4) * ld_p, ld_p, rows - r4, vt, keys, D);
+    accumulate_v4(o + static_cast<int64_t>(r4) * D, p + static_cast<int64_t>(r4) * ld_p, ld_p, rows - r4, vt, keys, D);
 }
 
-// The AVX-512 kernels unless the CPU lacks AVX-512F or PAGEDATTN_CPU_ISA asks for a lower level
-// ("avx2" / "baseline": the target_clones dispatch still picks v3/baseline by the CPU, so tests force
-// the generic loops this way).
-static bool use_avx512() {
-  static const bool yes = [] {
-    const char* isa = std::getenv("PAGEDATTN_CPU_ISA");
-    if (isa && *isa && std::strcmp(isa, "avx512") != 0) return false;
-    return __builtin_cpu_supports("avx512f") != 0;
-  }();
-  return yes;
-}
 #pragma GCC diagnostic pop
 #endif
 
@@ -240,63 +284,61 @@ __attribute__((target("avx512f"))) static void load_row_avx512(float* dst, const
 #pragma GCC diagnostic pop
 #endif
 
+#if defined(PA_CPU_AVX512)
+// The v4 level: the intrinsics where the shapes allow them (D a multiple of 16; S and P V in 4-row blocks).
+static void load_row_avx512_or_v4(float* dst, const void* src, RowType t, int D, float scale, float min) {
+  if (D % 16 == 0) return load_row_avx512(dst, src, t, D, scale, min);
+  load_row_v4(dst, src, t, D, scale, min);
+}
+static void scores_avx512_or_v4(float* s, int ld_s, const float* q, int rows, const float* kt, int keys, int D) {
+  if (D % 16 == 0 && rows >= 4 && keys >= 4) return scores_avx512(s, ld_s, q, rows, kt, keys, D);
+  scores_v4(s, ld_s, q, rows, kt, keys, D);
+}
+static void accumulate_avx512_or_v4(float* o, const float* p, int ld_p, int rows, const float* vt, int keys, int D) {
+  if (D % 16 == 0 && rows >= 4) return accumulate_avx512(o, p, ld_p, rows, vt, keys, D);
+  accumulate_v4(o, p, ld_p, rows, vt, keys, D);
+}
+#endif
+
+// The dispatch table: the highest level the CPU has, or PAGEDATTN_CPU_ISA=baseline|avx2|avx512 to
+// cap it (the tests run every level the machine has this way).
+struct Table {
+  void (*load_row)(float*, const void*, RowType, int, float, float);
+  void (*scores)(float*, int, const float*, int, const float*, int, int);
+  void (*accumulate)(float*, const float*, int, int, const float*, int, int);
+  float (*exp2_sum)(float*, const float*, int, float);
+  void (*scale_row)(float*, float, int);
+  const char* name;
+};
+static const Table& table() {
+  static const Table t = [] {
+    const char* isa = std::getenv("PAGEDATTN_CPU_ISA");
+    const std::string want = isa ? isa : "";
+    (void)want;
+#if defined(PA_CPU_AVX512)
+    if ((want.empty() || want == "avx512") && __builtin_cpu_supports("x86-64-v4"))
+      return Table{load_row_avx512_or_v4, scores_avx512_or_v4, accumulate_avx512_or_v4, exp2_sum_v4, scale_row_v4,
+                   "avx512"};
+    if (want != "baseline" && __builtin_cpu_supports("x86-64-v3"))
+      return Table{load_row_v3, scores_v3, accumulate_v3, exp2_sum_v3, scale_row_v3, "avx2"};
+#endif
+    return Table{load_row_base, scores_base, accumulate_base, exp2_sum_base, scale_row_base, "baseline"};
+  }();
+  return t;
+}
+
+const char* isa_name() { return table().name; }
 void load_row(float* dst, const void* src, RowType t, int D, float scale, float min) {
-#if defined(PA_CPU_AVX512)
-  if (D % 16 == 0 && use_avx512()) return load_row_avx512(dst, src, t, D, scale, min);
-#endif
-  load_row_generic(dst, src, t, D, scale, min);
+  table().load_row(dst, src, t, D, scale, min);
 }
-
 void scores(float* s, int ld_s, const float* q, int rows, const float* kt, int keys, int D) {
-#if defined(PA_CPU_AVX512)
-  if (D % 16 == 0 && rows >= 4 && keys >= 4 && use_avx512()) return scores_avx512(s, ld_s, q, rows, kt, keys, D);
-#endif
-  scores_generic(s, ld_s, q, rows, kt, keys, D);
+  table().scores(s, ld_s, q, rows, kt, keys, D);
 }
-
 void accumulate(float* o, const float* p, int ld_p, int rows, const float* vt, int keys, int D) {
-#if defined(PA_CPU_AVX512)
-  if (D % 16 == 0 && rows >= 4 && use_avx512()) return accumulate_avx512(o, p, ld_p, rows, vt, keys, D);
-#endif
-  accumulate_generic(o, p, ld_p, rows, vt, keys, D);
+  table().accumulate(o, p, ld_p, rows, vt, keys, D);
 }
-
-PA_CPU_CLONES
-float exp2_sum(float* p, const float* x, int n, float m) {
-  float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-  for (int i = 0; i < n; ++i) {
-    // 2^t = 2^k * 2^f, k = rint(t), f in [-1/2, 1/2]: the Taylor polynomial of degree 6 (its remainder
-    // (ln2 / 2)^7 / 7! < 1.3e-7 relative); t below -125 (-inf: masked keys) gives 0
-    float t = x[i] - m;
-    const bool tiny = !(t >= -125.0f);
-    t = tiny ? 0.0f : t;
-    const float k = std::nearbyint(t);
-    const float f = t - k;
-    float y = 1.5403530e-4f;
-    y = y * f + 1.3333558e-3f;
-    y = y * f + 9.6181291e-3f;
-    y = y * f + 5.5504109e-2f;
-    y = y * f + 2.4022651e-1f;
-    y = y * f + 6.9314718e-1f;
-    y = y * f + 1.0f;
-    int32_t bits;
-    std::memcpy(&bits, &y, 4);
-    bits += static_cast<int32_t>(k) << 23;
-    float v;
-    std::memcpy(&v, &bits, 4);
-    v = tiny ? 0.0f : v;
-    p[i] = v;
-    sum += v;
-  }
-  return sum;
-}
-
-PA_CPU_CLONES
-void scale_row(float* o, float a, int D) {
-#pragma omp simd
-  for (int d = 0; d < D; ++d) o[d] *= a;
-}
+float exp2_sum(float* p, const float* x, int n, float m) { return table().exp2_sum(p, x, n, m); }
+void scale_row(float* o, float a, int D) { table().scale_row(o, a, D); }
 
 }  // namespace cpu
 }  // namespace pagedattn

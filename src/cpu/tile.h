@@ -1,6 +1,7 @@
 // Internal: the cpu backend's inner loops (rows x keys of one tile), compiled for several x86-64 levels
-// (GCC function multiversioning: x86-64-v4 = AVX-512, v3 = AVX2 + FMA + F16C, baseline) and picked at
-// run time by the CPU's features; one binary runs on any x86-64 (other architectures: the baseline).
+// (x86-64-v4 = AVX-512, with intrinsics for the conversion, S and P V; v3 = AVX2 + FMA + F16C; baseline)
+// and picked once per process by the CPU's features, or capped by PAGEDATTN_CPU_ISA=baseline|avx2|avx512;
+// one binary runs on any x86-64 (other architectures: the baseline, vectorised for their own SIMD).
 #pragma once
 
 #include <cstdint>
@@ -25,6 +26,9 @@ float exp2_sum(float* p, const float* x, int n, float m);
 
 // o[0..D) *= a
 void scale_row(float* o, float a, int D);
+
+// The level the functions above run at: "avx512", "avx2" or "baseline".
+const char* isa_name();
 
 }  // namespace cpu
 }  // namespace pagedattn

@@ -267,6 +267,7 @@ NB_MODULE(_C, m) {
         d["backend"] = std::string(backend_name(i.backend));
         d["reference"] = i.reference;
         d["threads"] = i.threads;
+        d["cpu_isa"] = i.cpu_isa;
         d["partition_tokens"] = i.partition_tokens;
         d["work_items"] = i.work_items;
         nb::list launches;
