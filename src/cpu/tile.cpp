@@ -310,16 +310,27 @@ struct Table {
   void (*scale_row)(float*, float, int);
   const char* name;
 };
+// The levels by their features (clang 14 knows neither "x86-64-v4" nor "f16c" here; F16C comes with
+// every AVX2 + FMA + BMI2 CPU).
+#if defined(PA_CPU_AVX512)
+static bool has_v4() {
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx2");
+}
+static bool has_v3() {
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi2");
+}
+#endif
 static const Table& table() {
   static const Table t = [] {
     const char* isa = std::getenv("PAGEDATTN_CPU_ISA");
     const std::string want = isa ? isa : "";
     (void)want;
 #if defined(PA_CPU_AVX512)
-    if ((want.empty() || want == "avx512") && __builtin_cpu_supports("x86-64-v4"))
+    if ((want.empty() || want == "avx512") && has_v4())
       return Table{load_row_avx512_or_v4, scores_avx512_or_v4, accumulate_avx512_or_v4, exp2_sum_v4, scale_row_v4,
                    "avx512"};
-    if (want != "baseline" && __builtin_cpu_supports("x86-64-v3"))
+    if (want != "baseline" && has_v3())
       return Table{load_row_v3, scores_v3, accumulate_v3, exp2_sum_v3, scale_row_v3, "avx2"};
 #endif
     return Table{load_row_base, scores_base, accumulate_base, exp2_sum_base, scale_row_base, "baseline"};
