@@ -144,12 +144,20 @@ if has cputest; then
   tail -3 "$run_dir/ctest_cpu.log"
 fi
 if has sanitizer; then
-  log "compute-sanitizer memcheck subset"
-  PAGEDATTN_GPU_CASES=12 timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 "$build/tests/test_cuda" \
-    --gtest_filter='Cuda.FewQueryRandom:Cuda.TileAndMixedRandom:Cuda.GraphReplayMatchesDirectRun:Cuda.PrefillTwoRowTilesPerWarpRandom:Cuda.HopperPrefillRandom:Cuda.FewQueryHopperRandom:Cuda.HopperU8Random' \
-    > "$run_dir/sanitizer.log" 2>&1
-  echo "sanitizer exit code: $?"
-  grep -E "ERROR SUMMARY|PASSED|FAILED" "$run_dir/sanitizer.log" | head -5
+  # SANITIZER_TOOLS (default memcheck): any of memcheck racecheck synccheck initcheck, each over the same
+  # subset (SANITIZER_CASES cases per suite, default 12; racecheck is the slowest: give it fewer);
+  # logs run/sanitizer.log (memcheck) and run/sanitizer_<tool>.log
+  for tool in ${SANITIZER_TOOLS:-memcheck}; do
+    log "compute-sanitizer $tool subset"
+    slog=$run_dir/sanitizer.log
+    [ "$tool" = memcheck ] || slog=$run_dir/sanitizer_$tool.log
+    PAGEDATTN_GPU_CASES=${SANITIZER_CASES:-12} timeout "${SANITIZER_TIMEOUT:-300}" compute-sanitizer --tool "$tool" \
+      --error-exitcode 9 "$build/tests/test_cuda" \
+      --gtest_filter="${SANITIZER_FILTER:-Cuda.FewQueryRandom:Cuda.TileAndMixedRandom:Cuda.GraphReplayMatchesDirectRun:Cuda.PrefillTwoRowTilesPerWarpRandom:Cuda.HopperPrefillRandom:Cuda.FewQueryHopperRandom:Cuda.HopperU8Random}" \
+      > "$slog" 2>&1
+    echo "sanitizer $tool exit code: $?"
+    grep -E "ERROR SUMMARY|PASSED|FAILED" "$slog" | head -5
+  done
 fi
 
 if has bench; then
