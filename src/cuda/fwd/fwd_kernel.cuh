@@ -39,6 +39,68 @@ __device__ __forceinline__ int o_col(int n, int lane) {
   }
 }
 
+// --- the epilogue's named steps (fwd_kernel, after the key groups' (m, l) are in sm.ml) ----------------
+// Row r's statistics, once, by one thread: the groups' common max M, the sum L at M, and for an output
+// row the sink (it joins the max, as in the merge: exp2(sink - M) alone could overflow for a large
+// sink) and 1 / denominator -> sm.u.r.row_st[r] = (M, L or the denominator, max with the sink, inv).
+template <typename Tr, typename Smem>
+__device__ __forceinline__ void row_statistics(const FwdParams& P, const planner::WorkItem& w, Smem& sm, int r, int hk,
+                                               int G) {
+  float M = -INFINITY;
+#pragma unroll
+  for (int g = 0; g < Tr::kWKV; ++g) M = fmaxf(M, sm.ml[g][r].x);
+  float L = 0.0f;
+#pragma unroll
+  for (int g = 0; g < Tr::kWKV; ++g) {
+    const float2 ml = sm.ml[g][r];
+    L += ml.x == -INFINITY ? 0.0f : ml.y * fast_exp2(ml.x - M);
+  }
+  float Ms = M, inv = 1.0f / L;
+  if (w.slot < 0 && P.sinks != nullptr) {
+    const float sink2 = P.sinks[hk * G + r % G] * kLog2e;
+    Ms = fmaxf(M, sink2);
+    const float f = fast_exp2(M - Ms);
+    const float den = L * f + fast_exp2(sink2 - Ms);
+    inv = f / den;
+    L = den;  // row_stats: (max', den)
+  }
+  sm.u.r.row_st[r] = make_float4(M, L, Ms, inv);
+}
+
+// The rows out: the key groups' outputs (sm.u.r.red, each scaled to the rows' common max) summed and
+// written as whole rows, coalesced: normalised into `out` (and row_stats), or a partial for the merge.
+// One chunk per step (reading 4 chunks before storing any measured 1.04-1.13x slower, run s10b).
+template <typename Tr, int D, typename Smem>
+__device__ __forceinline__ void write_rows(const FwdParams& P, const planner::WorkItem& w, Smem& sm, int rows, int tid,
+                                           int hk, int G, int tok0) {
+  for (int idx = tid; idx < rows * (D / 4); idx += Tr::kThreads) {
+    const int r = idx / (D / 4), c = (idx % (D / 4)) * 4;
+    const float4 st = sm.u.r.row_st[r];
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int g = 0; g < Tr::kWKV; ++g) {
+      const float4 v = *reinterpret_cast<const float4*>(&sm.u.r.red[g][r][c]);
+      acc.x += v.x;
+      acc.y += v.y;
+      acc.z += v.z;
+      acc.w += v.w;
+    }
+    const int h = hk * G + r % G;
+    const int64_t token = tok0 + w.t0 + r / G;
+    if (w.slot < 0) {
+      const float inv = st.w;
+      if (P.row_stats != nullptr && c == 0)
+        *reinterpret_cast<float2*>(P.row_stats + (token * P.H + h) * 2) = make_float2(st.z, st.y);
+      store_io4(P.out, token * P.H * D + static_cast<int64_t>(h) * D + c, P.io_dtype,
+                make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
+    } else {
+      const int64_t slot = (w.slot + static_cast<int64_t>(hk) * w.num_parts) * P.slot_rows + r;
+      *reinterpret_cast<float4*>(P.ws_o + slot * D + c) = acc;
+      if (c == 0) *reinterpret_cast<float2*>(P.ws_ml + slot * 2) = make_float2(st.x, st.y);
+    }
+  }
+}
+
 // (S = QK^T runs D/16 dependent MMAs per 8-key n-tile. Even and odd k-steps in two accumulator chains,
 // summed before the softmax, measured 0.98-1.01x in run s4a; the variant lived until 5a4d0c0.)
 template <int D, int KV, int RT, int MT = 1>
@@ -524,30 +586,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
     }
   }
   __syncthreads();
-  // each row's statistics once, by one thread per row, for the output loop below
-  if (tid < rows) {
-    const int r = tid;
-    float M = -INFINITY;
-#pragma unroll
-    for (int g = 0; g < Tr::kWKV; ++g) M = fmaxf(M, sm.ml[g][r].x);
-    float L = 0.0f;
-#pragma unroll
-    for (int g = 0; g < Tr::kWKV; ++g) {
-      const float2 ml = sm.ml[g][r];
-      L += ml.x == -INFINITY ? 0.0f : ml.y * fast_exp2(ml.x - M);
-    }
-    // the sink joins the max (as in the merge): exp2(sink - M) alone could overflow for a large sink
-    float Ms = M, inv = 1.0f / L;
-    if (w.slot < 0 && P.sinks != nullptr) {
-      const float sink2 = P.sinks[hk * G + r % G] * kLog2e;
-      Ms = fmaxf(M, sink2);
-      const float f = fast_exp2(M - Ms);
-      const float den = L * f + fast_exp2(sink2 - Ms);
-      inv = f / den;
-      L = den;  // row_stats: (max', den)
-    }
-    sm.u.r.row_st[r] = make_float4(M, L, Ms, inv);
-  }
+  if (tid < rows) row_statistics<Tr>(P, w, sm, tid, hk, G);
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
@@ -570,33 +609,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
   }
   __syncthreads();
   tl.mark(7);
-  // one chunk per step (reading 4 chunks before storing any measured 1.04-1.13x slower, run s10b)
-  for (int idx = tid; idx < rows * (D / 4); idx += kThreads) {
-    const int r = idx / (D / 4), c = (idx % (D / 4)) * 4;
-    const float4 st = sm.u.r.row_st[r];
-    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-    for (int g = 0; g < Tr::kWKV; ++g) {
-      const float4 v = *reinterpret_cast<const float4*>(&sm.u.r.red[g][r][c]);
-      acc.x += v.x;
-      acc.y += v.y;
-      acc.z += v.z;
-      acc.w += v.w;
-    }
-    const int h = hk * G + r % G;
-    const int64_t token = tok0 + w.t0 + r / G;
-    if (w.slot < 0) {
-      const float inv = st.w;
-      if (P.row_stats != nullptr && c == 0)
-        *reinterpret_cast<float2*>(P.row_stats + (token * P.H + h) * 2) = make_float2(st.z, st.y);
-      store_io4(P.out, token * P.H * D + static_cast<int64_t>(h) * D + c, P.io_dtype,
-                make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
-    } else {
-      const int64_t slot = (w.slot + static_cast<int64_t>(hk) * w.num_parts) * P.slot_rows + r;
-      *reinterpret_cast<float4*>(P.ws_o + slot * D + c) = acc;
-      if (c == 0) *reinterpret_cast<float2*>(P.ws_ml + slot * 2) = make_float2(st.x, st.y);
-    }
-  }
+  write_rows<Tr, D>(P, w, sm, rows, tid, hk, G, tok0);
   tl.mark(8);
   tl.print("fwd", 9);
 }
