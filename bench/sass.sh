@@ -15,16 +15,7 @@ unit=${1:-src/cuda/fwd/inst_d256.cu}
 [ -f "$unit" ] || unit=$root/src/cuda/fwd/$unit
 pattern=${2:-fwd_kernel<}
 arch=${3:-90a}
-tools=${SASS_TOOLS:-/tmp/pagedattn-sass-tools}
-if ! command -v cuobjdump >/dev/null; then
-  if [ ! -x "$tools/nvidia/cu13/bin/cuobjdump" ]; then
-    mkdir -p "$tools"
-    python3 -m pip download -q --no-deps nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm -d "$tools/whl"
-    for w in "$tools"/whl/*.whl; do python3 -m zipfile -e "$w" "$tools"; done
-    chmod +x "$tools"/nvidia/cu13/bin/*
-  fi
-  PATH=$tools/nvidia/cu13/bin:$PATH
-fi
+source "$root/bench/sass_tools.sh"
 cubin=/tmp/pagedattn_sass_$(basename "$unit" .cu)_$arch.cubin
 nvcc -std=c++17 -O3 --expt-relaxed-constexpr -I"$root/include" -I"$root/src" ${SASS_FLAGS:-} \
   -gencode=arch=compute_$arch,code=sm_$arch -cubin "$unit" -o "$cubin"

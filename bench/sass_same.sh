@@ -10,16 +10,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 ref=${1:-HEAD}
-tools=${SASS_TOOLS:-/tmp/pagedattn-sass-tools}
-if ! command -v cuobjdump >/dev/null; then
-  if [ ! -x "$tools/nvidia/cu13/bin/cuobjdump" ]; then
-    mkdir -p "$tools"
-    python3 -m pip download -q --no-deps nvidia-cuda-cuobjdump nvidia-cuda-nvdisasm -d "$tools/whl"
-    for w in "$tools"/whl/*.whl; do python3 -m zipfile -e "$w" "$tools"; done
-    chmod +x "$tools"/nvidia/cu13/bin/*
-  fi
-  PATH=$tools/nvidia/cu13/bin:$PATH
-fi
+source "$root/bench/sass_tools.sh"
 command -v nvcc >/dev/null || PATH=/usr/local/cuda/bin:$PATH
 work=$(mktemp -d)
 trap 'git -C "$root" worktree remove --force "$work/ref" >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
