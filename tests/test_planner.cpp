@@ -14,14 +14,15 @@
 //     num_parts > 1 have distinct slots in [slot, slot + num_parts); chunk slot ranges
 //     [slot, slot + num_parts * Hk) do not overlap and lie below num_slots; merges list exactly those chunks;
 //   - ctas == items * Hk; without forcing/determinism the partition is the smallest candidate (a
-//     multiple of kBlockKV from kMinPartition up) that fits one wave (ctas <= num_sms * ctas_per_sm)
-//     whenever one-partition-per-chunk fits, and one partition per chunk otherwise;
+//     multiple of kBlockKV from kMinPartition up) that fits one wave (ctas <= num_sms * ctas_per_sm, or
+//     the least wg_ctas_per_sm of the chunks' row-tile classes when every chunk's is nonzero) whenever one-partition-per-chunk fits, and one partition per chunk otherwise;
 //   - deterministic mode gives a sequence the same partition boundaries alone or in any batch;
 //     forced_partition is honoured (rounded up to kBlockKV).
 // Seeds: PAGEDATTN_SEED=<n> fixes the base seed; otherwise it is drawn and printed. Case i uses base + i.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -63,7 +64,8 @@ std::string describe(const Inputs& in) {
   std::ostringstream os;
   os << "past_lens=" << list(in.past_lens) << " tokens=" << list(in.tokens) << " G=" << in.group
      << " Hk=" << in.num_kv_heads << " window=" << in.sliding_window << " sms=" << in.num_sms
-     << " ctas_per_sm=" << in.ctas_per_sm << " deterministic=" << in.deterministic
+     << " ctas_per_sm=" << in.ctas_per_sm << " wg_ctas_per_sm=" << in.wg_ctas_per_sm[0] << "," << in.wg_ctas_per_sm[1]
+     << "," << in.wg_ctas_per_sm[2] << "," << in.wg_ctas_per_sm[3] << " deterministic=" << in.deterministic
      << " forced_partition=" << in.forced_partition;
   return os.str();
 }
@@ -98,6 +100,8 @@ Inputs random_inputs(std::mt19937_64& rng) {
   if (uni(0, 2) == 0) in.sliding_window = pick({1, 2, 63, 64, 65, 128, 255, 1000, 4096}) + uni(0, 1) * uni(0, 500);
   in.num_sms = pick({1, 4, 78, 108, 132, 132});
   in.ctas_per_sm = pick({0, 1, 1, 2, 3, 4});
+  if (uni(0, 2) == 0)  // chunks of some row-tile classes on the Hopper kernel, with their own occupancy
+    for (int& w : in.wg_ctas_per_sm) w = uni(0, 1) * pick({1, 1, 2});
   in.deterministic = uni(0, 5) == 0;
   if (uni(0, 5) == 0) in.forced_partition = pick({1, 63, 64, 65, 128, 256, 300, 512, 1024, 4096});
   return in;
@@ -267,7 +271,15 @@ void check_plan(const Inputs& in, const Plan& plan) {
 
   // one wave, with the smallest partition that gives it
   if (in.forced_partition <= 0 && !in.deterministic) {
-    const int64_t target = static_cast<int64_t>(in.num_sms) * std::max(1, in.ctas_per_sm);
+    // every chunk on the Hopper kernel (Inputs::wg_ctas_per_sm): the least occupancy of their classes
+    int wg = INT_MAX;
+    for (const auto& kv : chunks) {
+      const int rows = kv.second.nt * in.group;
+      const int k = rows <= 16 ? 0 : rows <= 32 ? 1 : rows <= 64 ? 2 : 3;
+      wg = std::min(wg, in.wg_ctas_per_sm[k]);
+    }
+    const int per_sm = !chunks.empty() && wg > 0 && wg != INT_MAX ? wg : std::max(1, in.ctas_per_sm);
+    const int64_t target = static_cast<int64_t>(in.num_sms) * per_sm;
     int max_hi = 0;
     for (const auto& kv : chunks) max_hi = std::max(max_hi, kv.second.items.back().kv_end);
     auto ctas_at = [&](int part) {

@@ -1,6 +1,7 @@
 #include "core/planner.h"
 
 #include <algorithm>
+#include <climits>
 #include <sstream>
 #include <stdexcept>
 
@@ -11,6 +12,9 @@ namespace {
 struct Chunk {
   int seq, t0, nt, lo, hi;  // key range [lo, hi)
 };
+
+// 0, 1, 2, 3 for chunks of <= 16, 32, 64, 128 rows (1, 2, 4, 8 row tiles: the kernel variants)
+int row_tile_class(int rows) { return rows <= 16 ? 0 : rows <= 32 ? 1 : rows <= 64 ? 2 : 3; }
 
 int64_t count_parts(const std::vector<Chunk>& chunks, int part) {
   int64_t n = 0;
@@ -45,7 +49,17 @@ Plan make_plan(const Inputs& in) {
 
   Plan plan;
   // --- partition size: the smallest (multiple of kBlockKV, >= kMinPartition) that keeps one wave --
-  const int64_t target = static_cast<int64_t>(in.num_sms) * std::max(1, in.ctas_per_sm);
+  int per_sm = std::max(1, in.ctas_per_sm);
+  {
+    int wg = INT_MAX;  // every chunk on the Hopper kernel: its occupancy (Inputs::wg_ctas_per_sm)
+    for (const Chunk& c : chunks) {
+      const int k = row_tile_class(c.nt * in.group);
+      wg = in.wg_ctas_per_sm[k] > 0 ? std::min(wg, in.wg_ctas_per_sm[k]) : 0;
+      if (wg == 0) break;
+    }
+    if (!chunks.empty() && wg > 0 && wg != INT_MAX) per_sm = wg;
+  }
+  const int64_t target = static_cast<int64_t>(in.num_sms) * per_sm;
   int part;
   if (in.forced_partition > 0) {
     part = (in.forced_partition + kBlockKV - 1) / kBlockKV * kBlockKV;
@@ -68,7 +82,7 @@ Plan make_plan(const Inputs& in) {
     const int p0 = c.lo / part, p1 = static_cast<int>((int64_t{c.hi} + part - 1) / part);
     const int nparts = p1 - p0;
     const int rows = c.nt * in.group;
-    const int rt = rows <= 16 ? 1 : rows <= 32 ? 2 : rows <= 64 ? 4 : 8;  // kernel variants: row tiles
+    const int rt = 1 << row_tile_class(rows);  // kernel variants: row tiles
     for (int p = p0; p < p1; ++p) {
       WorkItem w;
       w.seq = c.seq;

@@ -53,6 +53,12 @@ struct Inputs {
   int sliding_window = 0;
   int num_sms = 132;
   int ctas_per_sm = 1;                     // occupancy of the attention kernel
+  // Occupancy of the chunks of 1, 2, 4 and 8 row tiles where they run on the Hopper kernel (wg_kernel,
+  // one CTA per SM at D >= 128), else 0. When every chunk of a call does, the one-wave target is
+  // num_sms times the least of these instead of ctas_per_sm: partitions sized for fwd_kernel's two CTAs
+  // per SM made two waves of them (H200, run mr1: 128-row chunks at 32k 0.81x the time with the
+  // longer partitions).
+  int wg_ctas_per_sm[4] = {0, 0, 0, 0};
   bool deterministic = false;
   int forced_partition = 0;                // 0: choose
   int max_rows = kMaxRows;                 // rows per chunk: kMaxRows or kMaxRowsWide (8 row tiles);

@@ -206,6 +206,10 @@ class CudaPlan final : public detail::PlanImpl {
     // than fwd_kernel, issue-bound on its one warpgroup per SM (H200, runs s5b and s5p).
     choice_.wg_decode = choice_.wg != 0 && env.wgmma_decode;
     in.ctas_per_sm = fwd_kernel_info(D_, kv_, 1, choice_).ctas_per_sm();
+    for (int k = 0; k < 4; ++k) {  // row-tile classes on the Hopper kernel: their own occupancy (planner.h)
+      const FwdKernelInfo info = fwd_kernel_info(D_, kv_, 1 << k, choice_);
+      if (std::strncmp(info.variant, "wg", 2) == 0) in.wg_ctas_per_sm[k] = info.ctas_per_sm();
+    }
     in.deterministic = opt.deterministic;
     in.forced_partition = opt.partition_tokens;
     int optin = 0;

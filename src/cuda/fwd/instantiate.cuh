@@ -86,8 +86,12 @@ FwdKernelInfo fwd_kernel_info_for(int kv, int rt, const KernelChoice& c) {
     if (rt == 8) return WgVariant<D, kKvU8, kWgqKeys, 2>::info();
     if (c.wg_decode) return WgVariant<D, kKvU8, kWgqKeys, 1>::info();
   }
-  if (c.wg_decode && rt <= 4 && kv == kKvF16) return WgVariant<D, kKvF16, kWgqKeys, 1>::info();
-  if (c.wg_decode && rt <= 4 && kv == kKvBF16) return WgVariant<D, kKvBF16, kWgqKeys, 1>::info();
+  // f16/bf16 chunks of 33-64 rows at D = 128 on the one-warpgroup Hopper kernel (where it is on):
+  // 0.78-0.84x fwd_kernel's time (4 row tiles) at 32k/128k, G = 8 and 16 (H200, run mr1, f16); at
+  // 17-32 rows it was 1.16-1.18x slower, u8 level or 4% slower at 64 rows (not taken).
+  const bool wgq = c.wg_decode ? rt <= 4 : D == 128 && c.wg != 0 && rt == 4;
+  if (wgq && kv == kKvF16) return WgVariant<D, kKvF16, kWgqKeys, 1>::info();
+  if (wgq && kv == kKvBF16) return WgVariant<D, kKvBF16, kWgqKeys, 1>::info();
   if constexpr (D == 256) {  // the Hopper kernel takes 32-key tiles at D = 256
     if (c.wg != 0 && rt == 8 && kv == kKvF16) return WgVariant<D, kKvF16, 32, 2>::info();
     if (c.wg != 0 && rt == 8 && kv == kKvBF16) return WgVariant<D, kKvBF16, 32, 2>::info();
