@@ -21,13 +21,15 @@ Overrides parse(const std::map<std::string, std::string>& env) {
 TEST(Tuning, OverridesDefaultWhenUnsetOrNotAValueTheyTake) {
   for (const Overrides& o : {parse({}), parse({{"PAGEDATTN_EARLY_READS", "1"}, {"PAGEDATTN_WGMMA", "32"},
                                               {"PAGEDATTN_MERGE_SPLIT", "3"}, {"PAGEDATTN_MERGE_BATCH", "2"},
-                                              {"PAGEDATTN_WGMMA_DECODE", "yes"}, {"PAGEDATTN_WIDE_PREFILL", ""}})}) {
+                                              {"PAGEDATTN_WGMMA_DECODE", "yes"}, {"PAGEDATTN_WIDE_PREFILL", ""},
+                                              {"PAGEDATTN_WG_SPLIT", "128"}})}) {
     EXPECT_TRUE(o.early_reads && o.stale_max && o.prefill_mt2 && o.wgmma_u8);
     EXPECT_FALSE(o.wgmma_decode);
     EXPECT_EQ(o.wgmma, -1);
     EXPECT_EQ(o.wide_prefill, -1);
     EXPECT_EQ(o.merge_split, 0);
     EXPECT_EQ(o.merge_batch, 0);
+    EXPECT_EQ(o.wg_split, 0);
   }
 }
 
@@ -44,6 +46,8 @@ TEST(Tuning, OverridesParsed) {
   EXPECT_EQ(o.merge_batch, 8);
   EXPECT_EQ(parse({{"PAGEDATTN_WIDE_PREFILL", "1"}}).wide_prefill, 1);
   EXPECT_EQ(parse({{"PAGEDATTN_WGMMA", "0"}}).wgmma, 0);
+  EXPECT_EQ(parse({{"PAGEDATTN_WG_SPLIT", "32"}}).wg_split, 32);
+  EXPECT_EQ(parse({{"PAGEDATTN_WG_SPLIT", "64"}}).wg_split, 64);
 }
 
 TEST(Tuning, HopperKeyTile) {

@@ -21,6 +21,7 @@ struct Overrides {
   bool wgmma_u8 = true;       // PAGEDATTN_WGMMA_U8=0: u8 caches back on mma.sync
   int wgmma = -1;             // PAGEDATTN_WGMMA=0/64/128: the Hopper kernel off, or its key tile; -1 unset
   bool wgmma_decode = false;  // PAGEDATTN_WGMMA_DECODE=1: few-query chunks on the one-warpgroup kernel
+  int wg_split = 0;           // PAGEDATTN_WG_SPLIT=32/64: few-query chunks on the key-split kernel, its key tile
   int wide_prefill = -1;      // PAGEDATTN_WIDE_PREFILL=0/1: 128-row chunks off/on; -1 unset
   int merge_split = 0;        // PAGEDATTN_MERGE_SPLIT=1/2/4; 0 unset
   int merge_batch = 0;        // PAGEDATTN_MERGE_BATCH=1/4/8; 0 unset

@@ -21,7 +21,7 @@ struct FwdKernelInfo {
   cudaError_t (*prepare)();    // raises the kernel's dynamic shared-memory limit on the current device
   std::size_t smem_bytes;
   int threads;                 // per CTA
-  const char* variant;         // "", "wg<keys>" / "wgq<keys>" (wg_kernel on 2 / 1 warpgroups; suffix "u8" for u8 caches) or "mt2" (MT = 2)
+  const char* variant;         // "", "wg<keys>" / "wgq<keys>" / "wgs<keys>" (wg_kernel on 2 / 1 warpgroups / 2 splitting the keys; suffix "u8" for u8 caches) or "mt2" (MT = 2)
 };
 
 // Which kernel variants a plan uses besides the defaults (run-time switches, see backend.cu).
@@ -30,6 +30,8 @@ struct KernelChoice {
   int wg = 0;              // 8-row-tile chunks on the Hopper kernel (wg_kernel): its key tile at D <= 128
                            // (64 or 128; any nonzero value means 32 at D = 256, and 64 / 32 for u8), 0 = off
   bool wg_decode = false;  // chunks of <= 4 row tiles on the one-warpgroup Hopper kernel (experiment)
+  int wg_split = 0;        // chunks of <= 4 row tiles on the key-split Hopper kernel (D = 128; experiment):
+                           // its f16/bf16 key tile (32 or 64; u8: 32), 0 = off
 };
 
 FwdKernelInfo fwd_kernel_info_d64(int kv, int row_tiles, const KernelChoice& c);

@@ -21,17 +21,25 @@ namespace pagedattn {
 namespace cuda {
 
 // WGS warpgroups of 64 rows: 2 for 128-row chunks (prefill), 1 for few-query chunks of <= 64 rows
-// (experimental, PAGEDATTN_WGMMA_DECODE=1: the MMA shape is 64 rows whatever T*G is, so T=1..16 cost
-// the same tensor work, and the ring is deeper: 6 slots).
-template <int D, int KV, int KEYS = 64, int WGS = 2>
+// (wgq: the MMA shape is 64 rows whatever T*G is, so T=1..16 cost the same tensor work, and the ring is
+// deeper: 6 slots). SPLIT (with WGS = 2, wgs): one 64-row tile whose key tiles alternate between the
+// two warpgroups. Each warpgroup fills its own ring with its own copies and meets only its own threads
+// at a named barrier, so an SM runs two independent streams (a CTA-wide barrier per tile would make it
+// one: bench/NOTES.md, run s12e); their (m, l, O) are combined in shared memory at the end.
+template <int D, int KV, int KEYS = 64, int WGS = 2, bool SPLIT = false>
 struct WgTraits {
-  static_assert((D <= 128 && (KEYS == 64 || KEYS == 128)) || (D == 256 && KEYS == 32), "head size / key tile");
-  static_assert(KV == kKvF16 || KV == kKvBF16 || (KV == kKvU8 && KEYS == (D == 256 ? 32 : 64)), "cache type");
+  static_assert((D <= 128 && (KEYS == 64 || KEYS == 128 || (SPLIT && KEYS == 32))) || (D == 256 && KEYS == 32),
+                "head size / key tile");
+  static_assert(KV == kKvF16 || KV == kKvBF16 || (KV == kKvU8 && KEYS == (D == 256 || SPLIT ? 32 : 64)),
+                "cache type");
   static_assert(WGS == 1 || WGS == 2, "warpgroups");
+  static_assert(!SPLIT || WGS == 2, "the key-split variant runs two warpgroups");
   using T = typename KvTraits<KV>::mma_t;
   static constexpr bool kU8 = KV == kKvU8;
-  static constexpr int kRows = 64 * WGS;
+  static constexpr int kRows = SPLIT ? 64 : 64 * WGS;
   static constexpr int kThreads = 128 * WGS;
+  static constexpr int kRings = SPLIT ? 2 : 1;                 // rings of copy stages (one per stream)
+  static constexpr int kCopyThreads = kThreads / kRings;       // threads that fill one ring
   static constexpr int kKeys = KEYS;   // keys per tile (D = 256: 32, so that Q and a 5-slot ring fit)
   static constexpr int kChunks = D / 8;                      // 16-byte chunks per row
   static constexpr int kQBytes = kRows * D * 2;              // D/64 blocks of [kRows][128 bytes]
@@ -39,18 +47,23 @@ struct WgTraits {
   // f16/bf16: a ring of (K, V) tiles in the MMA layout. u8 (PAGEDATTN_WGMMA_U8=0: mma.sync instead): a
   // ring of staging slots (K and V codes, row-major, then the 4 parameter arrays), converted by the threads
   // that loaded them into three (K, V) f16 buffers in the MMA layout (one converted, one read by the
-  // PV MMA in flight, one still read by a lagging warpgroup), and the rows' query sums.
+  // PV MMA in flight, one still read by a lagging warpgroup; SPLIT: two per ring, whose one warpgroup
+  // cannot lag itself), and the rows' query sums.
   static constexpr int kStageBytes = kU8 ? 2 * kKeys * D + 4 * kKeys * 2 : 2 * kTileBytes;
-  static constexpr int kConvBytes = kU8 ? 3 * 2 * kTileBytes : 0;
+  static constexpr int kConvBufs = SPLIT ? 2 : 3;
+  static constexpr int kConvBytes = kU8 ? kConvBufs * 2 * kTileBytes : 0;  // per ring
   static constexpr int kQsumBytes = kU8 ? kRows * 4 : 0;
   // ring depth (tiles ahead = kStages - 2): 2 warpgroups 3 or 5 (measured), 1 warpgroup what fits, <= 6
-  // (D = 64: two CTAs per SM)
-  static constexpr int kFit = (227 * 1024 - 1024 - kQBytes - kConvBytes - kQsumBytes) / kStageBytes;
-  static constexpr int kStages = kU8 ? (kFit > 6 ? 6 : kFit)
-                                     : WGS == 2 ? (kStageBytes > 48 * 1024 ? 3 : 5) : (kFit > 6 ? 6 : kFit);
+  // (D = 64: two CTAs per SM); SPLIT: what fits each ring, <= 6
+  static constexpr int kFit = ((227 * 1024 - 1024 - kQBytes - kQsumBytes) / kRings - kConvBytes) / kStageBytes;
+  static constexpr int kStages = kU8 || SPLIT ? (kFit > 6 ? 6 : kFit)
+                                              : WGS == 2 ? (kStageBytes > 48 * 1024 ? 3 : 5) : (kFit > 6 ? 6 : kFit);
   static_assert(kStages >= 3, "pipeline depth");
+  static constexpr int kRingBytes = kConvBytes + kStages * kStageBytes;
+  // SPLIT: the second warpgroup's O, m and l for the combine, in the first ring once it is drained
+  static_assert(!SPLIT || kRingBytes >= kRows * (D + 2) * 4, "combine buffer");
   // + slack to align the base to 1024
-  static constexpr int kSmem = 1024 + kQBytes + kConvBytes + kStages * kStageBytes + kQsumBytes;
+  static constexpr int kSmem = 1024 + kQBytes + kRings * kRingBytes + kQsumBytes;
   static_assert(kSmem <= 227 * 1024, "shared memory");
 };
 
@@ -71,11 +84,11 @@ __device__ __forceinline__ void store_io2(void* base, int64_t i, int io, float a
   }
 }
 
-template <int D, int KV, int KEYS, int WGS>
-__global__ void __launch_bounds__(WgTraits<D, KV, KEYS, WGS>::kThreads, 1)
+template <int D, int KV, int KEYS, int WGS, bool SPLIT = false>
+__global__ void __launch_bounds__(WgTraits<D, KV, KEYS, WGS, SPLIT>::kThreads, 1)
     wg_kernel(const __grid_constant__ FwdParams P, const int item_offset) {
 #if PAGEDATTN_WGMMA_ARCH
-  using Tr = WgTraits<D, KV, KEYS, WGS>;
+  using Tr = WgTraits<D, KV, KEYS, WGS, SPLIT>;
   using T = typename Tr::T;
   constexpr int kKeys = Tr::kKeys;
   constexpr int kStages = Tr::kStages;
@@ -87,11 +100,17 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, WGS>::kThreads, 1)
   const uint32_t base = (raw_u32 + 1023u) & ~1023u;  // swizzle atoms start on 1024-byte boundaries
   const uint32_t q_base = base;
   constexpr bool kU8 = Tr::kU8;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int wgi = warp / 4;  // warpgroup: rows 64 * wgi .. (SPLIT: key tiles wgi, wgi + 2, ..)
+  // SPLIT: each warpgroup's ring, copies and barriers are its own; ctid: the thread within its ring
+  const int ring = SPLIT ? wgi : 0;
+  const int ctid = SPLIT ? tid % 128 : tid;
+  const uint32_t ring_base = base + Tr::kQBytes + ring * Tr::kRingBytes;
   // ring slot `stage`: f16/bf16 K and V tiles (MMA layout); u8 codes and parameters (staging)
-  auto slot_base = [&](int stage) { return base + Tr::kQBytes + Tr::kConvBytes + stage * Tr::kStageBytes; };
-  // K and V of tile `t` in the MMA layout: its ring slot, or (u8) its converted buffer
+  auto slot_base = [&](int stage) { return ring_base + Tr::kConvBytes + stage * Tr::kStageBytes; };
+  // K and V of (the ring's) tile `t` in the MMA layout: its ring slot, or (u8) its converted buffer
   auto k_tile = [&](int t) {
-    return kU8 ? base + Tr::kQBytes + (t % 3) * 2 * Tr::kTileBytes : slot_base(t % kStages);
+    return kU8 ? ring_base + (t % Tr::kConvBufs) * 2 * Tr::kTileBytes : slot_base(t % kStages);
   };
   auto v_tile = [&](int t) { return k_tile(t) + Tr::kTileBytes; };
   auto smem_ptr = [&](uint32_t addr) { return smem_raw + (addr - raw_u32); };
@@ -99,8 +118,6 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, WGS>::kThreads, 1)
   constexpr int kParOff = 2 * kKeys * D;          // u8: parameters in a staging slot: [4][kKeys] f16
 
   const int hk = blockIdx.y;
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int wgi = warp / 4;  // warpgroup: rows 64 * wgi ..
 
   const planner::WorkItem w = P.items[item_offset + blockIdx.x];
   const int G = P.G;
@@ -108,12 +125,15 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, WGS>::kThreads, 1)
   const int past = w.past;
   const int32_t* table = P.block_indices + w.table;
   const bool early = P.pdl_early_reads && w.kv_end <= past;  // see fwd_kernel
-  const int n_tiles = (w.kv_end - w.kv_begin + kKeys - 1) / kKeys;
+  const int n_all = (w.kv_end - w.kv_begin + kKeys - 1) / kKeys;
+  // the ring's tiles: all, or (SPLIT) every second one from wgi; ring tile `it` is tile tile_of(it)
+  const int n_tiles = SPLIT ? (n_all - wgi + 1) / 2 : n_all;
+  auto tile_of = [&](int it) { return SPLIT ? 2 * it + wgi : it; };
   const int kv_lo = window_lo(P, past, w.t0);
 
-  // K and V of tile `it` -> ring slot it % kStages; rows outside [kv_lo, kv_end) are zero-filled (and
-  // their blocks never looked up: see load_half). A thread keeps
-  // one 16-byte column chunk and takes every (kThreads / kChunks)-th row.
+  // K and V of ring tile `it` -> ring slot it % kStages; rows outside [kv_lo, kv_end) are zero-filled
+  // (and their blocks never looked up: see load_half). A thread keeps one 16-byte column chunk and takes
+  // every (kCopyThreads / kChunks)-th row.
   auto issue = [&](int it) {
     if constexpr (kU8) {
       if (it >= n_tiles) {
@@ -121,10 +141,10 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, WGS>::kThreads, 1)
         return;
       }
       // codes: a thread keeps one 16-byte chunk column (and converts what it loaded, see `convert`)
-      constexpr int kRowStep = Tr::kThreads / kC16;
+      constexpr int kRowStep = Tr::kCopyThreads / kC16;
       constexpr int kIters = kKeys / kRowStep;
-      const int c = tid % kC16, r0 = tid / kC16;
-      const int js = w.kv_begin + it * kKeys;
+      const int c = ctid % kC16, r0 = ctid / kC16;
+      const int js = w.kv_begin + tile_of(it) * kKeys;
       const uint32_t sb = slot_base(it % kStages);
 #pragma unroll
       for (int i = 0; i < kIters; ++i) {
@@ -136,8 +156,8 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, WGS>::kThreads, 1)
       }
       // parameters: 4 arrays x (kKeys / 8) chunks of 8 tokens (a chunk stays in one cache block)
       constexpr int kPerArray = kKeys / 8;
-      if (tid < 4 * kPerArray) {
-        const int a = tid / kPerArray, cc = tid % kPerArray;
+      if (ctid < 4 * kPerArray) {
+        const int a = ctid / kPerArray, cc = ctid % kPerArray;
         const int j = js + cc * 8;
         const bool ok = j < w.kv_end && j + 7 >= kv_lo;
         const uint16_t* ps = a == 0 ? P.k_scale : a == 1 ? P.k_min : a == 2 ? P.v_scale : P.v_min;
@@ -145,11 +165,11 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, WGS>::kThreads, 1)
         cp_async_16_u32(sb + kParOff + a * kKeys * 2 + cc * 16, ps + off8, ok ? 16 : 0);
       }
     } else if (it < n_tiles) {
-      constexpr int kRowStep = Tr::kThreads / Tr::kChunks;
+      constexpr int kRowStep = Tr::kCopyThreads / Tr::kChunks;
       constexpr int kIters = kKeys / kRowStep;
-      static_assert(Tr::kThreads % Tr::kChunks == 0 && kIters * kRowStep == kKeys, "tile copy split");
-      const int ch = tid % Tr::kChunks, r0 = tid / Tr::kChunks;
-      const int js = w.kv_begin + it * kKeys;
+      static_assert(Tr::kCopyThreads % Tr::kChunks == 0 && kIters * kRowStep == kKeys, "tile copy split");
+      const int ch = ctid % Tr::kChunks, r0 = ctid / Tr::kChunks;
+      const int js = w.kv_begin + tile_of(it) * kKeys;
       const uint32_t kb = k_tile(it), vb = v_tile(it);
 #pragma unroll
       for (int i = 0; i < kIters; ++i) {
@@ -166,10 +186,10 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, WGS>::kThreads, 1)
   // u8: the codes this thread loaded for tile `it` -> f16 in the tile's MMA-layout buffer: keys biased
   // by 1024 (exact; folded against sum(q), as in fwd_kernel), values centred (b - 128, exact).
   auto convert = [&](int it) {
-    constexpr int kRowStep = Tr::kThreads / kC16;
+    constexpr int kRowStep = Tr::kCopyThreads / kC16;
     constexpr int kIters = kKeys / kRowStep;
-    static_assert(kIters * kRowStep == kKeys && Tr::kThreads % kC16 == 0, "code chunk split");
-    const int c = tid % kC16, r0 = tid / kC16;
+    static_assert(kIters * kRowStep == kKeys && Tr::kCopyThreads % kC16 == 0, "code chunk split");
+    const int c = ctid % kC16, r0 = ctid / kC16;
     const uint32_t sb = slot_base(it % kStages), kb = k_tile(it), vb = v_tile(it);
 #pragma unroll
     for (int i = 0; i < kIters; ++i) {
@@ -202,23 +222,29 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, WGS>::kThreads, 1)
   const bool alibi = P.alibi != nullptr;
   // Q rows -> shared memory (MMA type, swizzled); padding rows zero
   // u8: with each row's sum of its f16-rounded query (for the key bias and row minima)
-  float* qsum = reinterpret_cast<float*>(smem_ptr(slot_base(kStages)));
+  float* qsum = reinterpret_cast<float*>(smem_ptr(base + Tr::kQBytes + Tr::kRings * Tr::kRingBytes));
   stage_q<T, Tr::kRows, D, Tr::kThreads>(
       P, w.tok0 + w.t0, hk, G, rows, tid,
       [&](int r, int ch, uint4 v) {
         *reinterpret_cast<uint4*>(smem_raw + (q_base - raw_u32) + sw128_offset(r, ch, Tr::kRows)) = v;
       },
       NoOp{}, kU8 ? qsum : nullptr);
-  if constexpr (kU8) __syncthreads();
+  if constexpr (SPLIT) {  // Q (and qsum) -> both warpgroups, whose loops meet no CTA-wide barrier
+    wg::fence_proxy_async();
+    __syncthreads();
+  } else if constexpr (kU8) {
+    __syncthreads();
+  }
+  const int row0 = SPLIT ? 0 : 64 * wgi;  // the warpgroup's first row
 
-  // The thread's two rows: 64 * wgi + 16 * (warp % 4) + lane / 4 (+ 8).
+  // The thread's two rows: row0 + 16 * (warp % 4) + lane / 4 (+ 8).
   int row_qpos[2], row_lo[2];
   bool row_valid[2];
   float row_slope2[2], row_qsum[2];
   const uint8_t* row_qq[2];
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
-    const int r = 64 * wgi + 16 * (warp % 4) + lane / 4 + 8 * hf;
+    const int r = row0 + 16 * (warp % 4) + lane / 4 + 8 * hf;
     const bool valid = r < rows;
     const int t = w.t0 + (valid ? r / G : 0);
     const int h = hk * G + (valid ? r % G : 0);
@@ -256,13 +282,16 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, WGS>::kThreads, 1)
 #pragma unroll
   for (int kk = 0; kk < kKeys / 16; ++kk) pa[kk][0] = pa[kk][1] = pa[kk][2] = pa[kk][3] = 0u;
   for (int it = 0; it < n_tiles; ++it) {
-    const int js = w.kv_begin + it * kKeys;
+    const int js = w.kv_begin + tile_of(it) * kKeys;
     cp_async_wait<kStages - 3>();
     // u8: into buffer it % 3, last read by tile it - 3's PV MMA, which every thread completed before
-    // the previous iteration's barrier
+    // the previous iteration's barrier (SPLIT: buffer it % 2, last read by the PV MMA of tile it - 2,
+    // which this thread waited for in the previous iteration; the MMA is one warpgroup operation)
     if constexpr (kU8) convert(it);
     wg::fence_proxy_async();  // this thread's copies / conversions (and Q stores) -> visible to the tensor cores
-    __syncthreads();          // every thread's; and the slot refilled below is no longer read
+    // every thread's (SPLIT: the warpgroup's); and the slot refilled below is no longer read
+    if constexpr (SPLIT) named_barrier(1 + wgi, 128);
+    else __syncthreads();
     issue(it + kStages - 2);
 
     // ---- S = Q K^T (64 x 64 per warpgroup), then O += P V of the previous tile ----
@@ -272,7 +301,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, WGS>::kThreads, 1)
     wg::fence();
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
-      const uint32_t qa = q_base + (ks / 4) * (Tr::kRows * 128) + wgi * 64 * 128 + (ks % 4) * 32;
+      const uint32_t qa = q_base + (ks / 4) * (Tr::kRows * 128) + row0 * 128 + (ks % 4) * 32;
       const uint32_t kb = k_tile(it) + (ks / 4) * (kKeys * 128) + (ks % 4) * 32;
       wg::mma_ss<T, kKeys>(s, wg::desc_sw128(qa, 16, 1024), wg::desc_sw128(kb, 16, 1024), ks > 0);
     }
@@ -427,9 +456,46 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, WGS>::kThreads, 1)
       }
     }
   }
+  if constexpr (SPLIT) {
+    // The second warpgroup's (m, l, O) -> shared memory (the first ring, drained: every thread waited
+    // for its copies above), folded into the first warpgroup's: m = max, l and O scaled by 2^(m_g - m).
+    float* cb = reinterpret_cast<float*>(smem_ptr(base + Tr::kQBytes));  // [kRows][D] O, then [kRows] (m, l)
+    __syncthreads();
+    if (wgi == 1) {
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const int r = 16 * (warp % 4) + lane / 4 + 8 * hf;
+        const int c0 = 2 * (lane % 4);
+#pragma unroll
+        for (int n = 0; n < kN3; ++n)
+          *reinterpret_cast<float2*>(cb + r * D + n * 8 + c0) = make_float2(o[4 * n + 2 * hf], o[4 * n + 2 * hf + 1]);
+        if (c0 == 0) *reinterpret_cast<float2*>(cb + Tr::kRows * D + 2 * r) = make_float2(row_m[hf], row_l[hf]);
+      }
+    }
+    __syncthreads();
+    if (wgi == 1) return;
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int r = 16 * (warp % 4) + lane / 4 + 8 * hf;
+      const int c0 = 2 * (lane % 4);
+      const float2 ml = *reinterpret_cast<const float2*>(cb + Tr::kRows * D + 2 * r);
+      const float m = fmaxf(row_m[hf], ml.x);
+      // a warpgroup without a visible key for the row: m_g = -inf, l_g = 0, O_g = 0
+      const float f0 = row_m[hf] != -INFINITY ? fast_exp2(row_m[hf] - m) : 0.0f;
+      const float f1 = ml.x != -INFINITY ? fast_exp2(ml.x - m) : 0.0f;
+      row_m[hf] = m;
+      row_l[hf] = row_l[hf] * f0 + ml.y * f1;
+#pragma unroll
+      for (int n = 0; n < kN3; ++n) {
+        const float2 o1 = *reinterpret_cast<const float2*>(cb + r * D + n * 8 + c0);
+        o[4 * n + 2 * hf] = o[4 * n + 2 * hf] * f0 + o1.x * f1;
+        o[4 * n + 2 * hf + 1] = o[4 * n + 2 * hf + 1] * f0 + o1.y * f1;
+      }
+    }
+  }
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
-    const int r = 64 * wgi + 16 * (warp % 4) + lane / 4 + 8 * hf;
+    const int r = row0 + 16 * (warp % 4) + lane / 4 + 8 * hf;
     if (r >= rows) continue;
     const int h = hk * G + r % G;
     const int64_t token = w.tok0 + w.t0 + r / G;
