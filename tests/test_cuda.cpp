@@ -646,28 +646,37 @@ TEST(Cuda, HopperU8Random) {
   run_suite("few-query-wgq-u8-long", fql, base_seed() + 2800000, 16);
 }
 
-// Chunks of <= 64 rows at D = 128 on the key-split Hopper kernel (wg_kernel's SPLIT, an experiment:
-// PAGEDATTN_WG_SPLIT=64 / 32, its f16/bf16 key tile; u8 always 32): two warpgroups over alternate key
-// tiles of one 64-row tile, combined at the end. Chains and trees, every KV precision, G up to 16.
+// Chunks of 33-64 rows on the key-split Hopper kernel (wg_kernel's SPLIT, "wgs<keys>"): two
+// warpgroups over alternate key tiles of one 64-row tile, combined at the end; f16/bf16, the default at
+// D = 128, PAGEDATTN_WG_SPLIT=1 at every head size. Chains and trees, G up to 16 (the few-query
+// cases: chunks of <= 64 rows; those of 33-64 rows run on it).
 TEST(Cuda, FewQuerySplitRandom) {
   REQUIRE_GPU();
   if (const char* why = no_wgmma()) GTEST_SKIP() << why;
-  EnvGuard on("PAGEDATTN_WGMMA", ""), u8("PAGEDATTN_WGMMA_U8", ""), dec("PAGEDATTN_WGMMA_DECODE", "");
-  for (const char* keys : {"64", "32"}) {
-    EnvGuard split("PAGEDATTN_WG_SPLIT", keys);
-    CaseConfig cfg = few_query_config();
-    cfg.head_sizes = {128};
-    CaseConfig one = cfg;
-    one.group_sizes = {1, 2, 4, 8};  // T <= 8: at most 64 rows, one chunk of <= 4 row tiles
-    one.kv_precisions = {KVPrecision::f16};
-    expect_launched(one, 1, 8, base_seed() + 3100000, 256, (std::string("wgs") + keys).c_str());
-    one.kv_precisions = {KVPrecision::u8};
-    expect_launched(one, 1, 8, base_seed() + 3100001, 256, "wgs32u8");
-    run_suite((std::string("few-query-wgs") + keys).c_str(), cfg, base_seed() + 3100000, 120);
-    CaseConfig lng = long_context_config(4000, 20000, 40000);
-    lng.head_sizes = {128};
-    run_suite((std::string("few-query-wgs-long") + keys).c_str(), lng, base_seed() + 3200000, 16);
-  }
+  EnvGuard on("PAGEDATTN_WGMMA", ""), dec("PAGEDATTN_WGMMA_DECODE", ""), split("PAGEDATTN_WG_SPLIT", "");
+  CaseConfig cfg = few_query_config();
+  cfg.kv_precisions = {KVPrecision::f16, KVPrecision::bf16};
+  cfg.min_tokens = 2;  // 33-64 rows need T * G > 32
+  cfg.group_sizes = {4, 8, 16};
+  CaseConfig one = cfg;
+  one.head_sizes = {128};
+  one.group_sizes = {8};
+  expect_launched(one, 5, 8, base_seed() + 3100000, 256, "wgs64");
+  CaseConfig d128 = cfg;
+  d128.head_sizes = {128};
+  run_suite("few-query-wgs", d128, base_seed() + 3100000, 200);
+  CaseConfig lng = long_context_config(4000, 20000, 40000);
+  lng.kv_precisions = cfg.kv_precisions;
+  lng.head_sizes = {128};
+  run_suite("few-query-wgs-long", lng, base_seed() + 3200000, 24);
+  EnvGuard all("PAGEDATTN_WG_SPLIT", "1");
+  one.head_sizes = {64};
+  expect_launched(one, 5, 8, base_seed() + 3100001, 256, "wgs64");
+  one.head_sizes = {256};
+  expect_launched(one, 5, 8, base_seed() + 3100002, 256, "wgs32");
+  CaseConfig other = cfg;
+  other.head_sizes = {64, 256};
+  run_suite("few-query-wgs-d64-d256", other, base_seed() + 3300000, 120);
 }
 
 // 64-row prefill chunks at every head size (PAGEDATTN_WIDE_PREFILL=0; the default at D = 256, and the

@@ -22,14 +22,14 @@ TEST(Tuning, OverridesDefaultWhenUnsetOrNotAValueTheyTake) {
   for (const Overrides& o : {parse({}), parse({{"PAGEDATTN_EARLY_READS", "1"}, {"PAGEDATTN_WGMMA", "32"},
                                               {"PAGEDATTN_MERGE_SPLIT", "3"}, {"PAGEDATTN_MERGE_BATCH", "2"},
                                               {"PAGEDATTN_WGMMA_DECODE", "yes"}, {"PAGEDATTN_WIDE_PREFILL", ""},
-                                              {"PAGEDATTN_WG_SPLIT", "128"}})}) {
+                                              {"PAGEDATTN_WG_SPLIT", "64"}})}) {
     EXPECT_TRUE(o.early_reads && o.stale_max && o.prefill_mt2 && o.wgmma_u8);
     EXPECT_FALSE(o.wgmma_decode);
     EXPECT_EQ(o.wgmma, -1);
     EXPECT_EQ(o.wide_prefill, -1);
     EXPECT_EQ(o.merge_split, 0);
     EXPECT_EQ(o.merge_batch, 0);
-    EXPECT_EQ(o.wg_split, 0);
+    EXPECT_EQ(o.wg_split, -1);
   }
 }
 
@@ -46,8 +46,8 @@ TEST(Tuning, OverridesParsed) {
   EXPECT_EQ(o.merge_batch, 8);
   EXPECT_EQ(parse({{"PAGEDATTN_WIDE_PREFILL", "1"}}).wide_prefill, 1);
   EXPECT_EQ(parse({{"PAGEDATTN_WGMMA", "0"}}).wgmma, 0);
-  EXPECT_EQ(parse({{"PAGEDATTN_WG_SPLIT", "32"}}).wg_split, 32);
-  EXPECT_EQ(parse({{"PAGEDATTN_WG_SPLIT", "64"}}).wg_split, 64);
+  EXPECT_EQ(parse({{"PAGEDATTN_WG_SPLIT", "0"}}).wg_split, 0);
+  EXPECT_EQ(parse({{"PAGEDATTN_WG_SPLIT", "1"}}).wg_split, 1);
 }
 
 TEST(Tuning, HopperKeyTile) {
@@ -71,6 +71,24 @@ TEST(Tuning, HopperKeyTile) {
   o.wgmma = 0;
   EXPECT_EQ(hopper_key_tile(64, false, true, o), 0);
   EXPECT_EQ(hopper_key_tile(256, true, true, o), 0);
+}
+
+TEST(Tuning, HopperSplit) {
+  const Overrides none;
+  EXPECT_TRUE(hopper_split(128, false, 128, none));   // f16/bf16 at D = 128 on an sm_90a build
+  EXPECT_FALSE(hopper_split(64, false, 64, none));    // D = 64 / 256: not measured faster yet
+  EXPECT_FALSE(hopper_split(256, false, 32, none));
+  EXPECT_FALSE(hopper_split(128, true, 64, none));    // never u8
+  EXPECT_FALSE(hopper_split(128, false, 0, none));    // the Hopper kernel off
+  Overrides on;
+  on.wg_split = 1;
+  EXPECT_TRUE(hopper_split(64, false, 64, on));
+  EXPECT_TRUE(hopper_split(256, false, 32, on));
+  EXPECT_FALSE(hopper_split(128, true, 64, on));
+  EXPECT_FALSE(hopper_split(256, false, 0, on));      // an override does not turn it on
+  Overrides off;
+  off.wg_split = 0;
+  EXPECT_FALSE(hopper_split(128, false, 128, off));
 }
 
 TEST(Tuning, WideChunks) {

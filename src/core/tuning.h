@@ -21,7 +21,7 @@ struct Overrides {
   bool wgmma_u8 = true;       // PAGEDATTN_WGMMA_U8=0: u8 caches back on mma.sync
   int wgmma = -1;             // PAGEDATTN_WGMMA=0/64/128: the Hopper kernel off, or its key tile; -1 unset
   bool wgmma_decode = false;  // PAGEDATTN_WGMMA_DECODE=1: few-query chunks on the one-warpgroup kernel
-  int wg_split = 0;           // PAGEDATTN_WG_SPLIT=32/64: few-query chunks on the key-split kernel, its key tile
+  int wg_split = -1;          // PAGEDATTN_WG_SPLIT=0/1: 33-64-row chunks on the key-split kernel off/on; -1 unset
   int wide_prefill = -1;      // PAGEDATTN_WIDE_PREFILL=0/1: 128-row chunks off/on; -1 unset
   int merge_split = 0;        // PAGEDATTN_MERGE_SPLIT=1/2/4; 0 unset
   int merge_batch = 0;        // PAGEDATTN_MERGE_BATCH=1/4/8; 0 unset
@@ -34,6 +34,9 @@ Overrides read_overrides();
 /// The Hopper kernel's key tile for 128-row chunks (KernelChoice::wg): 0 where it is off (not an sm_90
 /// device of an sm_90a build, u8 with PAGEDATTN_WGMMA_U8=0, PAGEDATTN_WGMMA=0).
 int hopper_key_tile(int head_size, bool u8, bool hopper, const Overrides& o);
+/// f16/bf16 chunks of 33-64 rows on the key-split Hopper kernel (KernelChoice::wg_split), where the
+/// Hopper kernel is on (`key_tile` = hopper_key_tile() != 0).
+bool hopper_split(int head_size, bool u8, int key_tile, const Overrides& o);
 /// 128-row chunks (planner::kMaxRowsWide) where the 8-row-tile variant fits the device
 /// (`wide_fits`); `key_tile` = hopper_key_tile().
 bool wide_chunks(int head_size, int key_tile, bool wide_fits, const Overrides& o);

@@ -205,9 +205,7 @@ class CudaPlan final : public detail::PlanImpl {
     // sizes the partitions for that occupancy). Measured off: T8/T1 1.03-1.11, but T=1 1.18-1.26x slower
     // than fwd_kernel, issue-bound on its one warpgroup per SM (H200, runs s5b and s5p).
     choice_.wg_decode = choice_.wg != 0 && env.wgmma_decode;
-    // Experiment: the same chunks at D = 128 on the key-split Hopper kernel (two warpgroups over
-    // alternate key tiles of one 64-row tile, wg_kernel's SPLIT; PAGEDATTN_WG_SPLIT=32/64: its key tile).
-    choice_.wg_split = choice_.wg != 0 ? env.wg_split : 0;
+    choice_.wg_split = tuning::hopper_split(D_, kv_ == kKvU8, choice_.wg, env);
     in.ctas_per_sm = fwd_kernel_info(D_, kv_, 1, choice_).ctas_per_sm();
     for (int k = 0; k < 4; ++k) {  // row-tile classes on the Hopper kernel: their own occupancy (planner.h)
       const FwdKernelInfo info = fwd_kernel_info(D_, kv_, 1 << k, choice_);

@@ -67,7 +67,7 @@ struct WgVariant {
   static FwdKernelInfo info() {
     using Base = FwdVariant<D, KV, 8>;  // the same write-in and scores kernels
     constexpr bool kU8 = KV == kKvU8;
-    const char* name = SPLIT      ? (KEYS == 32 ? (kU8 ? "wgs32u8" : "wgs32") : "wgs64")
+    const char* name = SPLIT      ? (KEYS == 32 ? "wgs32" : "wgs64")
                        : WGS == 1 ? (KEYS == 32 ? (kU8 ? "wgq32u8" : "wgq32") : (kU8 ? "wgq64u8" : "wgq64"))
                                   : (KEYS == 32 ? (kU8 ? "wg32u8" : "wg32")
                                                 : KEYS == 64 ? (kU8 ? "wg64u8" : "wg64") : "wg128");
@@ -83,24 +83,15 @@ FwdKernelInfo fwd_kernel_info_for(int kv, int rt, const KernelChoice& c) {
   // Runtime values become template constants here and only here.
   constexpr bool kMt2Variants = D <= 128;
   constexpr int kWgqKeys = D == 256 ? 32 : 64;  // the one-warpgroup variant's key tile (and u8's)
-  if constexpr (D == 128) {  // chunks of <= 64 rows on the key-split Hopper kernel (experiment, wg_split)
-    if (c.wg != 0 && c.wg_split != 0 && rt <= 4) {
-      if (kv == kKvU8) return WgVariant<D, kKvU8, 32, 2, true>::info();
-      if (kv == kKvF16)
-        return c.wg_split == 32 ? WgVariant<D, kKvF16, 32, 2, true>::info() : WgVariant<D, kKvF16, 64, 2, true>::info();
-      return c.wg_split == 32 ? WgVariant<D, kKvBF16, 32, 2, true>::info() : WgVariant<D, kKvBF16, 64, 2, true>::info();
-    }
-  }
+  // f16/bf16 chunks of 33-64 rows on the key-split Hopper kernel (KernelChoice::wg_split)
+  if (c.wg != 0 && c.wg_split && rt == 4 && kv == kKvF16) return WgVariant<D, kKvF16, kWgqKeys, 2, true>::info();
+  if (c.wg != 0 && c.wg_split && rt == 4 && kv == kKvBF16) return WgVariant<D, kKvBF16, kWgqKeys, 2, true>::info();
   if (c.wg != 0 && kv == kKvU8) {  // u8 on the Hopper kernel (the default; off: c.wg = 0 for u8)
     if (rt == 8) return WgVariant<D, kKvU8, kWgqKeys, 2>::info();
     if (c.wg_decode) return WgVariant<D, kKvU8, kWgqKeys, 1>::info();
   }
-  // f16/bf16 chunks of 33-64 rows at D = 128 on the one-warpgroup Hopper kernel (where it is on):
-  // 0.78-0.84x fwd_kernel's time (4 row tiles) at 32k/128k, G = 8 and 16 (H200, run mr1, f16); at
-  // 17-32 rows it was 1.16-1.18x slower, u8 level or 4% slower at 64 rows (not taken).
-  const bool wgq = c.wg_decode ? rt <= 4 : D == 128 && c.wg != 0 && rt == 4;
-  if (wgq && kv == kKvF16) return WgVariant<D, kKvF16, kWgqKeys, 1>::info();
-  if (wgq && kv == kKvBF16) return WgVariant<D, kKvBF16, kWgqKeys, 1>::info();
+  if (c.wg_decode && rt <= 4 && kv == kKvF16) return WgVariant<D, kKvF16, kWgqKeys, 1>::info();
+  if (c.wg_decode && rt <= 4 && kv == kKvBF16) return WgVariant<D, kKvBF16, kWgqKeys, 1>::info();
   if constexpr (D == 256) {  // the Hopper kernel takes 32-key tiles at D = 256
     if (c.wg != 0 && rt == 8 && kv == kKvF16) return WgVariant<D, kKvF16, 32, 2>::info();
     if (c.wg != 0 && rt == 8 && kv == kKvBF16) return WgVariant<D, kKvBF16, 32, 2>::info();

@@ -30,8 +30,7 @@ struct KernelChoice {
   int wg = 0;              // 8-row-tile chunks on the Hopper kernel (wg_kernel): its key tile at D <= 128
                            // (64 or 128; any nonzero value means 32 at D = 256, and 64 / 32 for u8), 0 = off
   bool wg_decode = false;  // chunks of <= 4 row tiles on the one-warpgroup Hopper kernel (experiment)
-  int wg_split = 0;        // chunks of <= 4 row tiles on the key-split Hopper kernel (D = 128; experiment):
-                           // its f16/bf16 key tile (32 or 64; u8: 32), 0 = off
+  bool wg_split = false;   // f16/bf16 chunks of 4 row tiles (33-64 rows) on the key-split Hopper kernel
 };
 
 FwdKernelInfo fwd_kernel_info_d64(int kv, int row_tiles, const KernelChoice& c);

@@ -28,12 +28,13 @@ namespace cuda {
 // one: bench/NOTES.md, run s12e); their (m, l, O) are combined in shared memory at the end.
 template <int D, int KV, int KEYS = 64, int WGS = 2, bool SPLIT = false>
 struct WgTraits {
-  static_assert((D <= 128 && (KEYS == 64 || KEYS == 128 || (SPLIT && KEYS == 32))) || (D == 256 && KEYS == 32),
-                "head size / key tile");
-  static_assert(KV == kKvF16 || KV == kKvBF16 || (KV == kKvU8 && KEYS == (D == 256 || SPLIT ? 32 : 64)),
-                "cache type");
+  static_assert((D <= 128 && (KEYS == 64 || KEYS == 128)) || (D == 256 && KEYS == 32), "head size / key tile");
+  static_assert(KV == kKvF16 || KV == kKvBF16 || (KV == kKvU8 && KEYS == (D == 256 ? 32 : 64)), "cache type");
   static_assert(WGS == 1 || WGS == 2, "warpgroups");
-  static_assert(!SPLIT || WGS == 2, "the key-split variant runs two warpgroups");
+  // SPLIT: two warpgroups, f16/bf16. (u8 would need three conversion buffers per ring, so 32-key tiles
+  // at D = 128; and the one-warpgroup kernel's u8 path, codes converted in shared memory, ran 2.4-3x
+  // fwd_kernel's time at T = 1: run mr1.)
+  static_assert(!SPLIT || (WGS == 2 && KV != kKvU8), "the key-split variant: two warpgroups, f16/bf16");
   using T = typename KvTraits<KV>::mma_t;
   static constexpr bool kU8 = KV == kKvU8;
   static constexpr int kRows = SPLIT ? 64 : 64 * WGS;
@@ -47,11 +48,9 @@ struct WgTraits {
   // f16/bf16: a ring of (K, V) tiles in the MMA layout. u8 (PAGEDATTN_WGMMA_U8=0: mma.sync instead): a
   // ring of staging slots (K and V codes, row-major, then the 4 parameter arrays), converted by the threads
   // that loaded them into three (K, V) f16 buffers in the MMA layout (one converted, one read by the
-  // PV MMA in flight, one still read by a lagging warpgroup; SPLIT: two per ring, whose one warpgroup
-  // cannot lag itself), and the rows' query sums.
+  // PV MMA in flight, one still read by a lagging warpgroup), and the rows' query sums.
   static constexpr int kStageBytes = kU8 ? 2 * kKeys * D + 4 * kKeys * 2 : 2 * kTileBytes;
-  static constexpr int kConvBufs = SPLIT ? 2 : 3;
-  static constexpr int kConvBytes = kU8 ? kConvBufs * 2 * kTileBytes : 0;  // per ring
+  static constexpr int kConvBytes = kU8 ? 3 * 2 * kTileBytes : 0;
   static constexpr int kQsumBytes = kU8 ? kRows * 4 : 0;
   // ring depth (tiles ahead = kStages - 2): 2 warpgroups 3 or 5 (measured), 1 warpgroup what fits, <= 6
   // (D = 64: two CTAs per SM); SPLIT: what fits each ring, <= 6
@@ -110,7 +109,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, WGS, SPLIT>::kThreads, 1
   auto slot_base = [&](int stage) { return ring_base + Tr::kConvBytes + stage * Tr::kStageBytes; };
   // K and V of (the ring's) tile `t` in the MMA layout: its ring slot, or (u8) its converted buffer
   auto k_tile = [&](int t) {
-    return kU8 ? ring_base + (t % Tr::kConvBufs) * 2 * Tr::kTileBytes : slot_base(t % kStages);
+    return kU8 ? ring_base + (t % 3) * 2 * Tr::kTileBytes : slot_base(t % kStages);
   };
   auto v_tile = [&](int t) { return k_tile(t) + Tr::kTileBytes; };
   auto smem_ptr = [&](uint32_t addr) { return smem_raw + (addr - raw_u32); };
@@ -285,8 +284,9 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, WGS, SPLIT>::kThreads, 1
     const int js = w.kv_begin + tile_of(it) * kKeys;
     cp_async_wait<kStages - 3>();
     // u8: into buffer it % 3, last read by tile it - 3's PV MMA, which every thread completed before
-    // the previous iteration's barrier (SPLIT: buffer it % 2, last read by the PV MMA of tile it - 2,
-    // which this thread waited for in the previous iteration; the MMA is one warpgroup operation)
+    // the previous iteration's barrier (a warp's wait covers its own part of a warpgroup MMA only: a
+    // two-buffer version for one warpgroup, overwriting the buffer of tile it - 2 here, failed its tests
+    // in run c2)
     if constexpr (kU8) convert(it);
     wg::fence_proxy_async();  // this thread's copies / conversions (and Q stores) -> visible to the tensor cores
     // every thread's (SPLIT: the warpgroup's); and the slot refilled below is no longer read
