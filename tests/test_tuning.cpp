@@ -30,6 +30,7 @@ TEST(Tuning, OverridesDefaultWhenUnsetOrNotAValueTheyTake) {
     EXPECT_EQ(o.merge_split, 0);
     EXPECT_EQ(o.merge_batch, 0);
     EXPECT_EQ(o.wg_split, -1);
+    EXPECT_FALSE(o.wg_split_u8 || o.wg_rows);
   }
 }
 
@@ -48,6 +49,8 @@ TEST(Tuning, OverridesParsed) {
   EXPECT_EQ(parse({{"PAGEDATTN_WGMMA", "0"}}).wgmma, 0);
   EXPECT_EQ(parse({{"PAGEDATTN_WG_SPLIT", "0"}}).wg_split, 0);
   EXPECT_EQ(parse({{"PAGEDATTN_WG_SPLIT", "1"}}).wg_split, 1);
+  EXPECT_TRUE(parse({{"PAGEDATTN_WG_SPLIT_U8", "1"}}).wg_split_u8);
+  EXPECT_TRUE(parse({{"PAGEDATTN_WG_ROWS", "1"}}).wg_rows);
 }
 
 TEST(Tuning, HopperKeyTile) {
@@ -75,15 +78,14 @@ TEST(Tuning, HopperKeyTile) {
 
 TEST(Tuning, HopperSplit) {
   const Overrides none;
-  EXPECT_TRUE(hopper_split(128, false, 128, none));   // f16/bf16 at D = 128 on an sm_90a build
-  EXPECT_FALSE(hopper_split(64, false, 64, none));    // D = 64 / 256: not measured faster yet
-  EXPECT_FALSE(hopper_split(256, false, 32, none));
+  EXPECT_TRUE(hopper_split(128, false, 128, none));   // f16/bf16 on an sm_90a build, every head size
+  EXPECT_TRUE(hopper_split(64, false, 64, none));
+  EXPECT_TRUE(hopper_split(256, false, 32, none));
   EXPECT_FALSE(hopper_split(128, true, 64, none));    // never u8
   EXPECT_FALSE(hopper_split(128, false, 0, none));    // the Hopper kernel off
   Overrides on;
   on.wg_split = 1;
   EXPECT_TRUE(hopper_split(64, false, 64, on));
-  EXPECT_TRUE(hopper_split(256, false, 32, on));
   EXPECT_FALSE(hopper_split(128, true, 64, on));
   EXPECT_FALSE(hopper_split(256, false, 0, on));      // an override does not turn it on
   Overrides off;

@@ -24,6 +24,8 @@ Overrides parse_overrides(const std::function<const char*(const char*)>& getenv)
   o.wgmma = is("PAGEDATTN_WGMMA", "0") ? 0 : is("PAGEDATTN_WGMMA", "64") ? 64 : is("PAGEDATTN_WGMMA", "128") ? 128 : -1;
   o.wgmma_decode = is("PAGEDATTN_WGMMA_DECODE", "1");
   o.wg_split = is("PAGEDATTN_WG_SPLIT", "0") ? 0 : is("PAGEDATTN_WG_SPLIT", "1") ? 1 : -1;
+  o.wg_split_u8 = is("PAGEDATTN_WG_SPLIT_U8", "1");
+  o.wg_rows = is("PAGEDATTN_WG_ROWS", "1");
   if (const char* e = getenv("PAGEDATTN_WIDE_PREFILL"); e != nullptr && *e != '\0') o.wide_prefill = is("PAGEDATTN_WIDE_PREFILL", "1");
   const int split = number("PAGEDATTN_MERGE_SPLIT"), batch = number("PAGEDATTN_MERGE_BATCH");
   o.merge_split = split == 1 || split == 2 || split == 4 ? split : 0;
@@ -49,13 +51,15 @@ int hopper_key_tile(int head_size, bool u8, bool hopper, const Overrides& o) {
 }
 
 // The key-split Hopper kernel (wg_kernel's SPLIT: two warpgroups over alternate key tiles of one 64-row
-// tile) for f16/bf16 chunks of 33-64 rows at D = 128: against fwd_kernel's 4 row tiles 0.73x (32k) /
-// 0.79-0.81x (128k), against the one-warpgroup kernel 0.87x / 0.80x; at <= 32 rows fwd_kernel stays
-// (8-16 rows 1.02-1.14x slower on it, 32 rows 1.025x at 32k, 0.97x at 128k). H200, run c2, G = 8 and
-// 16, one sequence. D = 64 and 256: PAGEDATTN_WG_SPLIT=1.
+// tile) for f16/bf16 chunks of 33-64 rows, every head size. G = 8, one sequence, H200: at D = 128
+// against fwd_kernel's 4 row tiles 0.73x (32k) / 0.79-0.81x (128k), against the one-warpgroup kernel
+// 0.87x / 0.80x (run c2, G = 8 and 16); D = 64 0.87x / 0.73x, D = 256 0.84x / 0.83x (run c3). At <= 32
+// rows fwd_kernel stays (D = 128: 8-16 rows 1.02-1.14x slower on it, 32 rows 1.025x at 32k, 0.97x at
+// 128k; run c2).
 bool hopper_split(int head_size, bool u8, int key_tile, const Overrides& o) {
+  (void)head_size;
   if (key_tile == 0 || u8) return false;
-  return o.wg_split >= 0 ? o.wg_split == 1 : head_size == 128;
+  return o.wg_split != 0;
 }
 
 // 128-row chunks for prefill: the default at D <= 128, where on 8-warp mma.sync CTAs they measured
