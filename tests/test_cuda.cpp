@@ -646,15 +646,14 @@ TEST(Cuda, HopperU8Random) {
   run_suite("few-query-wgq-u8-long", fql, base_seed() + 2800000, 16);
 }
 
-// Chunks of 33-64 rows on the key-split Hopper kernel (wg_kernel's kSplitKeys, "wgs<keys>"): two
+// Chunks of 33-64 rows on the key-split Hopper kernel (wg_kernel's SPLIT, "wgs<keys>"): two
 // warpgroups over alternate key tiles of one 64-row tile, combined at the end; f16/bf16 at every head
-// size (the default), u8 at D <= 128 with PAGEDATTN_WG_SPLIT_U8=1 (an experiment). Chains and trees,
-// G up to 16 (the few-query cases: chunks of <= 64 rows; those of 33-64 rows run on it).
+// size. Chains and trees, G up to 16 (the few-query cases: chunks of <= 64 rows; those of 33-64 rows
+// run on it).
 TEST(Cuda, FewQuerySplitRandom) {
   REQUIRE_GPU();
   if (const char* why = no_wgmma()) GTEST_SKIP() << why;
   EnvGuard on("PAGEDATTN_WGMMA", ""), dec("PAGEDATTN_WGMMA_DECODE", ""), split("PAGEDATTN_WG_SPLIT", "");
-  EnvGuard u8("PAGEDATTN_WGMMA_U8", ""), split_u8("PAGEDATTN_WG_SPLIT_U8", "");
   CaseConfig cfg = few_query_config();
   cfg.kv_precisions = {KVPrecision::f16, KVPrecision::bf16};
   cfg.min_tokens = 2;  // 33-64 rows need T * G > 32
@@ -671,43 +670,6 @@ TEST(Cuda, FewQuerySplitRandom) {
   CaseConfig lng = long_context_config(4000, 20000, 40000);
   lng.kv_precisions = cfg.kv_precisions;
   run_suite("few-query-wgs-long", lng, base_seed() + 3200000, 24);
-  EnvGuard u8_on("PAGEDATTN_WG_SPLIT_U8", "1");
-  one.kv_precisions = {KVPrecision::u8};
-  one.head_sizes = {128};
-  expect_launched(one, 5, 8, base_seed() + 3100002, 256, "wgs32u8");
-  one.head_sizes = {64};
-  expect_launched(one, 5, 8, base_seed() + 3100003, 256, "wgs64u8");
-  CaseConfig c8 = cfg;
-  c8.kv_precisions = {KVPrecision::u8};
-  c8.head_sizes = {64, 128};
-  run_suite("few-query-wgs-u8", c8, base_seed() + 3300000, 120);
-  CaseConfig l8 = long_context_config(4000, 20000, 40000);
-  l8.kv_precisions = {KVPrecision::u8};
-  l8.head_sizes = {64, 128};
-  run_suite("few-query-wgs-u8-long", l8, base_seed() + 3400000, 16);
-}
-
-// 128-row chunks on the row-split Hopper kernel (wg_kernel's kSplitRows, "wgr64", an experiment:
-// PAGEDATTN_WG_ROWS=1, f16/bf16 at D <= 128): each warpgroup its 64 rows over every key tile, with its
-// own ring. Prefill chunks and 128-row verifies (G = 16, T = 8).
-TEST(Cuda, RowSplitRandom) {
-  REQUIRE_GPU();
-  if (const char* why = no_wgmma()) GTEST_SKIP() << why;
-  EnvGuard on("PAGEDATTN_WGMMA", ""), wide("PAGEDATTN_WIDE_PREFILL", ""), rows("PAGEDATTN_WG_ROWS", "1");
-  CaseConfig cfg = mixed_config(300, 4000, 600, 12000);
-  cfg.kv_precisions = {KVPrecision::f16, KVPrecision::bf16};
-  cfg.head_sizes = {64, 128};
-  CaseConfig one = cfg;
-  one.head_sizes = {128};
-  expect_launched(one, 200, 300, base_seed() + 3500000, 256, "wgr64");
-  run_suite("row-split-prefill", cfg, base_seed() + 3500000, 60);
-  CaseConfig fq = few_query_config();
-  fq.kv_precisions = cfg.kv_precisions;
-  fq.head_sizes = {64, 128};
-  fq.group_sizes = {16};
-  fq.min_tokens = 5;
-  fq.max_tokens = 8;  // 80-128 rows
-  run_suite("row-split-verify", fq, base_seed() + 3600000, 60);
 }
 
 // 64-row prefill chunks at every head size (PAGEDATTN_WIDE_PREFILL=0; the default at D = 256, and the

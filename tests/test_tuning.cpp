@@ -30,7 +30,6 @@ TEST(Tuning, OverridesDefaultWhenUnsetOrNotAValueTheyTake) {
     EXPECT_EQ(o.merge_split, 0);
     EXPECT_EQ(o.merge_batch, 0);
     EXPECT_EQ(o.wg_split, -1);
-    EXPECT_FALSE(o.wg_split_u8 || o.wg_rows);
   }
 }
 
@@ -49,8 +48,6 @@ TEST(Tuning, OverridesParsed) {
   EXPECT_EQ(parse({{"PAGEDATTN_WGMMA", "0"}}).wgmma, 0);
   EXPECT_EQ(parse({{"PAGEDATTN_WG_SPLIT", "0"}}).wg_split, 0);
   EXPECT_EQ(parse({{"PAGEDATTN_WG_SPLIT", "1"}}).wg_split, 1);
-  EXPECT_TRUE(parse({{"PAGEDATTN_WG_SPLIT_U8", "1"}}).wg_split_u8);
-  EXPECT_TRUE(parse({{"PAGEDATTN_WG_ROWS", "1"}}).wg_rows);
 }
 
 TEST(Tuning, HopperKeyTile) {

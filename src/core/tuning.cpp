@@ -24,8 +24,6 @@ Overrides parse_overrides(const std::function<const char*(const char*)>& getenv)
   o.wgmma = is("PAGEDATTN_WGMMA", "0") ? 0 : is("PAGEDATTN_WGMMA", "64") ? 64 : is("PAGEDATTN_WGMMA", "128") ? 128 : -1;
   o.wgmma_decode = is("PAGEDATTN_WGMMA_DECODE", "1");
   o.wg_split = is("PAGEDATTN_WG_SPLIT", "0") ? 0 : is("PAGEDATTN_WG_SPLIT", "1") ? 1 : -1;
-  o.wg_split_u8 = is("PAGEDATTN_WG_SPLIT_U8", "1");
-  o.wg_rows = is("PAGEDATTN_WG_ROWS", "1");
   if (const char* e = getenv("PAGEDATTN_WIDE_PREFILL"); e != nullptr && *e != '\0') o.wide_prefill = is("PAGEDATTN_WIDE_PREFILL", "1");
   const int split = number("PAGEDATTN_MERGE_SPLIT"), batch = number("PAGEDATTN_MERGE_BATCH");
   o.merge_split = split == 1 || split == 2 || split == 4 ? split : 0;

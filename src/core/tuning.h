@@ -22,8 +22,6 @@ struct Overrides {
   int wgmma = -1;             // PAGEDATTN_WGMMA=0/64/128: the Hopper kernel off, or its key tile; -1 unset
   bool wgmma_decode = false;  // PAGEDATTN_WGMMA_DECODE=1: few-query chunks on the one-warpgroup kernel
   int wg_split = -1;          // PAGEDATTN_WG_SPLIT=0/1: 33-64-row chunks on the key-split kernel off/on; -1 unset
-  bool wg_split_u8 = false;   // PAGEDATTN_WG_SPLIT_U8=1: u8 33-64-row chunks on it too (D <= 128)
-  bool wg_rows = false;       // PAGEDATTN_WG_ROWS=1: f16/bf16 128-row chunks on the row-split kernel (D <= 128)
   int wide_prefill = -1;      // PAGEDATTN_WIDE_PREFILL=0/1: 128-row chunks off/on; -1 unset
   int merge_split = 0;        // PAGEDATTN_MERGE_SPLIT=1/2/4; 0 unset
   int merge_batch = 0;        // PAGEDATTN_MERGE_BATCH=1/4/8; 0 unset

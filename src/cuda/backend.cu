@@ -206,8 +206,6 @@ class CudaPlan final : public detail::PlanImpl {
     // than fwd_kernel, issue-bound on its one warpgroup per SM (H200, runs s5b and s5p).
     choice_.wg_decode = choice_.wg != 0 && env.wgmma_decode;
     choice_.wg_split = tuning::hopper_split(D_, kv_ == kKvU8, choice_.wg, env);
-    choice_.wg_split_u8 = choice_.wg != 0 && kv_ == kKvU8 && D_ <= 128 && env.wg_split_u8;  // experiments
-    choice_.wg_rows = choice_.wg != 0 && kv_ != kKvU8 && D_ <= 128 && env.wg_rows;
     in.ctas_per_sm = fwd_kernel_info(D_, kv_, 1, choice_).ctas_per_sm();
     for (int k = 0; k < 4; ++k) {  // row-tile classes on the Hopper kernel: their own occupancy (planner.h)
       const FwdKernelInfo info = fwd_kernel_info(D_, kv_, 1 << k, choice_);

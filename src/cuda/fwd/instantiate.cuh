@@ -44,7 +44,7 @@ struct FwdVariant {
 
 // The Hopper kernel (wg_kernel), sm_90a builds: 128-row chunks on two warpgroups; chunks of <= 64 rows
 // on one (experiment, KernelChoice::wg_decode); u8 caches (the default; PAGEDATTN_WGMMA_U8=0 off).
-template <int D, int KV, int KEYS, int WGS, int SPLIT = kSplitNone>
+template <int D, int KV, int KEYS, int WGS, bool SPLIT = false>
 struct WgVariant {
   using Tr = WgTraits<D, KV, KEYS, WGS, SPLIT>;
   static constexpr std::size_t kSmem = Tr::kSmem;
@@ -67,8 +67,7 @@ struct WgVariant {
   static FwdKernelInfo info() {
     using Base = FwdVariant<D, KV, 8>;  // the same write-in and scores kernels
     constexpr bool kU8 = KV == kKvU8;
-    const char* name = SPLIT == kSplitRows ? "wgr64"
-                       : SPLIT           ? (KEYS == 32 ? (kU8 ? "wgs32u8" : "wgs32") : (kU8 ? "wgs64u8" : "wgs64"))
+    const char* name = SPLIT      ? (KEYS == 32 ? "wgs32" : "wgs64")
                        : WGS == 1 ? (KEYS == 32 ? (kU8 ? "wgq32u8" : "wgq32") : (kU8 ? "wgq64u8" : "wgq64"))
                                   : (KEYS == 32 ? (kU8 ? "wg32u8" : "wg32")
                                                 : KEYS == 64 ? (kU8 ? "wg64u8" : "wg64") : "wg128");
@@ -85,14 +84,8 @@ FwdKernelInfo fwd_kernel_info_for(int kv, int rt, const KernelChoice& c) {
   constexpr bool kMt2Variants = D <= 128;
   constexpr int kWgqKeys = D == 256 ? 32 : 64;  // the one-warpgroup variant's key tile (and u8's)
   // f16/bf16 chunks of 33-64 rows on the key-split Hopper kernel (KernelChoice::wg_split)
-  if (c.wg != 0 && c.wg_split && rt == 4 && kv == kKvF16) return WgVariant<D, kKvF16, kWgqKeys, 2, kSplitKeys>::info();
-  if (c.wg != 0 && c.wg_split && rt == 4 && kv == kKvBF16) return WgVariant<D, kKvBF16, kWgqKeys, 2, kSplitKeys>::info();
-  if constexpr (D <= 128) {  // experiments: u8 on the key-split kernel; 128-row chunks on the row-split one
-    if (c.wg != 0 && c.wg_split_u8 && rt == 4 && kv == kKvU8)
-      return WgVariant<D, kKvU8, D == 128 ? 32 : 64, 2, kSplitKeys>::info();
-    if (c.wg != 0 && c.wg_rows && rt == 8 && kv == kKvF16) return WgVariant<D, kKvF16, 64, 2, kSplitRows>::info();
-    if (c.wg != 0 && c.wg_rows && rt == 8 && kv == kKvBF16) return WgVariant<D, kKvBF16, 64, 2, kSplitRows>::info();
-  }
+  if (c.wg != 0 && c.wg_split && rt == 4 && kv == kKvF16) return WgVariant<D, kKvF16, kWgqKeys, 2, true>::info();
+  if (c.wg != 0 && c.wg_split && rt == 4 && kv == kKvBF16) return WgVariant<D, kKvBF16, kWgqKeys, 2, true>::info();
   if (c.wg != 0 && kv == kKvU8) {  // u8 on the Hopper kernel (the default; off: c.wg = 0 for u8)
     if (rt == 8) return WgVariant<D, kKvU8, kWgqKeys, 2>::info();
     if (c.wg_decode) return WgVariant<D, kKvU8, kWgqKeys, 1>::info();

@@ -31,8 +31,6 @@ struct KernelChoice {
                            // (64 or 128; any nonzero value means 32 at D = 256, and 64 / 32 for u8), 0 = off
   bool wg_decode = false;  // chunks of <= 4 row tiles on the one-warpgroup Hopper kernel (experiment)
   bool wg_split = false;   // f16/bf16 chunks of 4 row tiles (33-64 rows) on the key-split Hopper kernel
-  bool wg_split_u8 = false;  // u8 chunks of 4 row tiles on it (D <= 128; experiment)
-  bool wg_rows = false;    // f16/bf16 chunks of 8 row tiles on the row-split Hopper kernel (D <= 128; experiment)
 };
 
 FwdKernelInfo fwd_kernel_info_d64(int kv, int row_tiles, const KernelChoice& c);

@@ -22,27 +22,23 @@ namespace cuda {
 
 // WGS warpgroups of 64 rows: 2 for 128-row chunks (prefill), 1 for few-query chunks of <= 64 rows
 // (wgq: the MMA shape is 64 rows whatever T*G is, so T=1..16 cost the same tensor work, and the ring is
-// deeper: 6 slots). With WGS = 2, SPLIT gives each warpgroup its own ring, filled by its own copies,
-// and a named barrier that meets only its own threads, so an SM runs two independent streams (a
-// CTA-wide barrier per tile makes them one: bench/NOTES.md, run s12e):
-//   kSplitKeys (wgs): one 64-row tile whose key tiles alternate between the warpgroups; their (m, l, O)
-//   are combined in shared memory at the end;
-//   kSplitRows (wgr): 128 rows, each warpgroup its 64 over every key tile (both read the same tiles,
-//   the second read mostly from L2).
-constexpr int kSplitNone = 0, kSplitKeys = 1, kSplitRows = 2;
-template <int D, int KV, int KEYS = 64, int WGS = 2, int SPLIT = kSplitNone>
+// deeper: 6 slots). SPLIT (with WGS = 2, wgs): one 64-row tile whose key tiles alternate between the
+// two warpgroups. Each warpgroup fills its own ring with its own copies and meets only its own threads
+// at a named barrier, so an SM runs two independent streams (a CTA-wide barrier per tile would make it
+// one: bench/NOTES.md, run s12e); their (m, l, O) are combined in shared memory at the end.
+template <int D, int KV, int KEYS = 64, int WGS = 2, bool SPLIT = false>
 struct WgTraits {
-  // u8 on kSplitKeys: 32-key tiles at D = 128, so that each ring's three conversion buffers fit
-  static_assert((D <= 128 && (KEYS == 64 || KEYS == 128 || (SPLIT == kSplitKeys && KEYS == 32))) ||
-                    (D == 256 && KEYS == 32), "head size / key tile");
-  static_assert(KV == kKvF16 || KV == kKvBF16 ||
-                    (KV == kKvU8 && KEYS == (D == 256 || (SPLIT == kSplitKeys && D == 128) ? 32 : 64)),
-                "cache type");
+  static_assert((D <= 128 && (KEYS == 64 || KEYS == 128)) || (D == 256 && KEYS == 32), "head size / key tile");
+  static_assert(KV == kKvF16 || KV == kKvBF16 || (KV == kKvU8 && KEYS == (D == 256 ? 32 : 64)), "cache type");
   static_assert(WGS == 1 || WGS == 2, "warpgroups");
-  static_assert(SPLIT == kSplitNone || (WGS == 2 && (SPLIT == kSplitKeys || KV != kKvU8)), "split variants");
+  // SPLIT: two warpgroups, f16/bf16. u8 on it (three conversion buffers per ring, 32-key tiles at
+  // D = 128; commit 7aba6f4) ran level with fwd_kernel at 64 rows (run c4): its codes converted in
+  // shared memory bound it, as they bound the one-warpgroup kernel's u8 path (2.4-3x fwd_kernel's time
+  // at T = 1, run mr1).
+  static_assert(!SPLIT || (WGS == 2 && KV != kKvU8), "the key-split variant: two warpgroups, f16/bf16");
   using T = typename KvTraits<KV>::mma_t;
   static constexpr bool kU8 = KV == kKvU8;
-  static constexpr int kRows = SPLIT == kSplitKeys ? 64 : 64 * WGS;
+  static constexpr int kRows = SPLIT ? 64 : 64 * WGS;
   static constexpr int kThreads = 128 * WGS;
   static constexpr int kRings = SPLIT ? 2 : 1;                 // rings of copy stages (one per stream)
   static constexpr int kCopyThreads = kThreads / kRings;       // threads that fill one ring
@@ -53,8 +49,7 @@ struct WgTraits {
   // f16/bf16: a ring of (K, V) tiles in the MMA layout. u8 (PAGEDATTN_WGMMA_U8=0: mma.sync instead): a
   // ring of staging slots (K and V codes, row-major, then the 4 parameter arrays), converted by the threads
   // that loaded them into three (K, V) f16 buffers in the MMA layout (one converted, one read by the
-  // PV MMA in flight, one still read by a lagging warpgroup; SPLIT: per ring, as a warp's wgmma wait
-  // covers its own part of the warpgroup's MMA only), and the rows' query sums.
+  // PV MMA in flight, one still read by a lagging warpgroup), and the rows' query sums.
   static constexpr int kStageBytes = kU8 ? 2 * kKeys * D + 4 * kKeys * 2 : 2 * kTileBytes;
   static constexpr int kConvBytes = kU8 ? 3 * 2 * kTileBytes : 0;
   static constexpr int kQsumBytes = kU8 ? kRows * 4 : 0;
@@ -65,8 +60,8 @@ struct WgTraits {
                                               : WGS == 2 ? (kStageBytes > 48 * 1024 ? 3 : 5) : (kFit > 6 ? 6 : kFit);
   static_assert(kStages >= 3, "pipeline depth");
   static constexpr int kRingBytes = kConvBytes + kStages * kStageBytes;
-  // kSplitKeys: the second warpgroup's O, m and l for the combine, in the first ring once it is drained
-  static_assert(SPLIT != kSplitKeys || kRingBytes >= kRows * (D + 2) * 4, "combine buffer");
+  // SPLIT: the second warpgroup's O, m and l for the combine, in the first ring once it is drained
+  static_assert(!SPLIT || kRingBytes >= kRows * (D + 2) * 4, "combine buffer");
   // + slack to align the base to 1024
   static constexpr int kSmem = 1024 + kQBytes + kRings * kRingBytes + kQsumBytes;
   static_assert(kSmem <= 227 * 1024, "shared memory");
@@ -89,7 +84,7 @@ __device__ __forceinline__ void store_io2(void* base, int64_t i, int io, float a
   }
 }
 
-template <int D, int KV, int KEYS, int WGS, int SPLIT = kSplitNone>
+template <int D, int KV, int KEYS, int WGS, bool SPLIT = false>
 __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, WGS, SPLIT>::kThreads, 1)
     wg_kernel(const __grid_constant__ FwdParams P, const int item_offset) {
 #if PAGEDATTN_WGMMA_ARCH
@@ -106,7 +101,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, WGS, SPLIT>::kThreads, 1
   const uint32_t q_base = base;
   constexpr bool kU8 = Tr::kU8;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int wgi = warp / 4;  // warpgroup: rows 64 * wgi .. (kSplitKeys: key tiles wgi, wgi + 2, ..)
+  const int wgi = warp / 4;  // warpgroup: rows 64 * wgi .. (SPLIT: key tiles wgi, wgi + 2, ..)
   // SPLIT: each warpgroup's ring, copies and barriers are its own; ctid: the thread within its ring
   const int ring = SPLIT ? wgi : 0;
   const int ctid = SPLIT ? tid % 128 : tid;
@@ -131,10 +126,9 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, WGS, SPLIT>::kThreads, 1
   const int32_t* table = P.block_indices + w.table;
   const bool early = P.pdl_early_reads && w.kv_end <= past;  // see fwd_kernel
   const int n_all = (w.kv_end - w.kv_begin + kKeys - 1) / kKeys;
-  // the ring's tiles: all, or (kSplitKeys) every second one from wgi; ring tile `it` is tile tile_of(it)
-  constexpr bool kKeySplit = SPLIT == kSplitKeys;
-  const int n_tiles = kKeySplit ? (n_all - wgi + 1) / 2 : n_all;
-  auto tile_of = [&](int it) { return kKeySplit ? 2 * it + wgi : it; };
+  // the ring's tiles: all, or (SPLIT) every second one from wgi; ring tile `it` is tile tile_of(it)
+  const int n_tiles = SPLIT ? (n_all - wgi + 1) / 2 : n_all;
+  auto tile_of = [&](int it) { return SPLIT ? 2 * it + wgi : it; };
   const int kv_lo = window_lo(P, past, w.t0);
 
   // K and V of ring tile `it` -> ring slot it % kStages; rows outside [kv_lo, kv_end) are zero-filled
@@ -241,7 +235,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, WGS, SPLIT>::kThreads, 1
   } else if constexpr (kU8) {
     __syncthreads();
   }
-  const int row0 = kKeySplit ? 0 : 64 * wgi;  // the warpgroup's first row
+  const int row0 = SPLIT ? 0 : 64 * wgi;  // the warpgroup's first row
 
   // The thread's two rows: row0 + 16 * (warp % 4) + lane / 4 (+ 8).
   int row_qpos[2], row_lo[2];
@@ -292,7 +286,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, WGS, SPLIT>::kThreads, 1
     cp_async_wait<kStages - 3>();
     // u8: into buffer it % 3, last read by tile it - 3's PV MMA, which every thread completed before
     // the previous iteration's barrier (a warp's wait covers its own part of a warpgroup MMA only: a
-    // two-buffer version for kSplitKeys, overwriting the buffer of tile it - 2 here, failed its tests
+    // two-buffer version for one warpgroup, overwriting the buffer of tile it - 2 here, failed its tests
     // in run c2)
     if constexpr (kU8) convert(it);
     wg::fence_proxy_async();  // this thread's copies / conversions (and Q stores) -> visible to the tensor cores
@@ -463,7 +457,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, WGS, SPLIT>::kThreads, 1
       }
     }
   }
-  if constexpr (kKeySplit) {
+  if constexpr (SPLIT) {
     // The second warpgroup's (m, l, O) -> shared memory (the first ring, drained: every thread waited
     // for its copies above), folded into the first warpgroup's: m = max, l and O scaled by 2^(m_g - m).
     float* cb = reinterpret_cast<float*>(smem_ptr(base + Tr::kQBytes));  // [kRows][D] O, then [kRows] (m, l)
