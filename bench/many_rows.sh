@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU machine: issue 21's many-row rows, one sequence, D=128, Hk=4, G = 8 and 16 (H = 32, 64), T = 1, 4,
 # 8, 16 (rows per kv head = G*T), 32k and 128k, f16 and u8, under each configuration given: "default",
-# an environment assignment (PAGEDATTN_WGMMA_DECODE=1) or bench arguments (--partition=2048).
+# an environment assignment (PAGEDATTN_WG_SPLIT=0) or bench arguments (--partition=2048).
 # Logs and JSON in $MR_LOG_DIR; prints each configuration's rows (us per 8 layers, T/T1).
 #   usage: bench/many_rows.sh BINARY CONFIG...     e.g. bench/many_rows.sh build/pagedattn default --partition=2048
 set -uo pipefail

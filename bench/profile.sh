@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # GPU machine: Nsight Compute profile of the attention and merge kernels on one seed-scenario config.
 #   usage: bench/profile.sh [context] [T[,T...]] [kv]     (carry .deps; logs under $OUT)
-#   Run-time switches pass through the environment (e.g. PAGEDATTN_WGMMA_DECODE=1 for the wgq kernel).
+#   Run-time switches pass through the environment (e.g. PAGEDATTN_WG_SPLIT=0: 33-64-row chunks back on fwd_kernel).
 #   SKIP_BUILD=1 reuses an existing build in $BUILD_DIR (e.g. the one bench/gpu.sh made).
 #   PROFILE_SOURCE=1 adds per-SASS-instruction stall samples (src_*.top.txt; report src_*.ncu-rep).
 #   PROFILE_SRC builds another source tree (e.g. .abref/X from bench/prepare_abref.sh) with BUILD_DIR set

@@ -21,10 +21,9 @@ Overrides parse(const std::map<std::string, std::string>& env) {
 TEST(Tuning, OverridesDefaultWhenUnsetOrNotAValueTheyTake) {
   for (const Overrides& o : {parse({}), parse({{"PAGEDATTN_EARLY_READS", "1"}, {"PAGEDATTN_WGMMA", "32"},
                                               {"PAGEDATTN_MERGE_SPLIT", "3"}, {"PAGEDATTN_MERGE_BATCH", "2"},
-                                              {"PAGEDATTN_WGMMA_DECODE", "yes"}, {"PAGEDATTN_WIDE_PREFILL", ""},
+                                              {"PAGEDATTN_WIDE_PREFILL", ""},
                                               {"PAGEDATTN_WG_SPLIT", "64"}})}) {
     EXPECT_TRUE(o.early_reads && o.stale_max && o.prefill_mt2 && o.wgmma_u8);
-    EXPECT_FALSE(o.wgmma_decode);
     EXPECT_EQ(o.wgmma, -1);
     EXPECT_EQ(o.wide_prefill, -1);
     EXPECT_EQ(o.merge_split, 0);
@@ -36,10 +35,9 @@ TEST(Tuning, OverridesDefaultWhenUnsetOrNotAValueTheyTake) {
 TEST(Tuning, OverridesParsed) {
   const Overrides o = parse({{"PAGEDATTN_EARLY_READS", "0"}, {"PAGEDATTN_STALE_MAX", "0"},
                              {"PAGEDATTN_PREFILL_MT2", "0"}, {"PAGEDATTN_WGMMA_U8", "0"}, {"PAGEDATTN_WGMMA", "64"},
-                             {"PAGEDATTN_WGMMA_DECODE", "1"}, {"PAGEDATTN_WIDE_PREFILL", "0"},
+                             {"PAGEDATTN_WIDE_PREFILL", "0"},
                              {"PAGEDATTN_MERGE_SPLIT", "4"}, {"PAGEDATTN_MERGE_BATCH", "8"}});
   EXPECT_FALSE(o.early_reads || o.stale_max || o.prefill_mt2 || o.wgmma_u8);
-  EXPECT_TRUE(o.wgmma_decode);
   EXPECT_EQ(o.wgmma, 64);
   EXPECT_EQ(o.wide_prefill, 0);
   EXPECT_EQ(o.merge_split, 4);

@@ -22,7 +22,6 @@ Overrides parse_overrides(const std::function<const char*(const char*)>& getenv)
   o.prefill_mt2 = !is("PAGEDATTN_PREFILL_MT2", "0");
   o.wgmma_u8 = !is("PAGEDATTN_WGMMA_U8", "0");
   o.wgmma = is("PAGEDATTN_WGMMA", "0") ? 0 : is("PAGEDATTN_WGMMA", "64") ? 64 : is("PAGEDATTN_WGMMA", "128") ? 128 : -1;
-  o.wgmma_decode = is("PAGEDATTN_WGMMA_DECODE", "1");
   o.wg_split = is("PAGEDATTN_WG_SPLIT", "0") ? 0 : is("PAGEDATTN_WG_SPLIT", "1") ? 1 : -1;
   if (const char* e = getenv("PAGEDATTN_WIDE_PREFILL"); e != nullptr && *e != '\0') o.wide_prefill = is("PAGEDATTN_WIDE_PREFILL", "1");
   const int split = number("PAGEDATTN_MERGE_SPLIT"), batch = number("PAGEDATTN_MERGE_BATCH");
@@ -51,7 +50,8 @@ int hopper_key_tile(int head_size, bool u8, bool hopper, const Overrides& o) {
 // The key-split Hopper kernel (wg_kernel's SPLIT: two warpgroups over alternate key tiles of one 64-row
 // tile) for f16/bf16 chunks of 33-64 rows, every head size. G = 8, one sequence, H200: at D = 128
 // against fwd_kernel's 4 row tiles 0.73x (32k) / 0.79-0.81x (128k), against the one-warpgroup kernel
-// 0.87x / 0.80x (run c2, G = 8 and 16); D = 64 0.87x / 0.73x, D = 256 0.84x / 0.83x (run c3). At <= 32
+// (wgq, removed after c7eeed8) 0.87x / 0.80x (run c2, G = 8 and 16); D = 64 0.87x / 0.73x, D = 256
+// 0.84x / 0.83x (run c3). At <= 32
 // rows fwd_kernel stays (D = 128: 8-16 rows 1.02-1.14x slower on it, 32 rows 1.025x at 32k, 0.97x at
 // 128k; run c2).
 bool hopper_split(int head_size, bool u8, int key_tile, const Overrides& o) {

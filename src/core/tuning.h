@@ -20,7 +20,6 @@ struct Overrides {
   bool prefill_mt2 = true;    // PAGEDATTN_PREFILL_MT2=0: one row tile per warp in mma.sync 128-row chunks
   bool wgmma_u8 = true;       // PAGEDATTN_WGMMA_U8=0: u8 caches back on mma.sync
   int wgmma = -1;             // PAGEDATTN_WGMMA=0/64/128: the Hopper kernel off, or its key tile; -1 unset
-  bool wgmma_decode = false;  // PAGEDATTN_WGMMA_DECODE=1: few-query chunks on the one-warpgroup kernel
   int wg_split = -1;          // PAGEDATTN_WG_SPLIT=0/1: 33-64-row chunks on the key-split kernel off/on; -1 unset
   int wide_prefill = -1;      // PAGEDATTN_WIDE_PREFILL=0/1: 128-row chunks off/on; -1 unset
   int merge_split = 0;        // PAGEDATTN_MERGE_SPLIT=1/2/4; 0 unset

@@ -200,11 +200,6 @@ class CudaPlan final : public detail::PlanImpl {
     hopper = cc_major == 9 && cc_minor == 0;
 #endif
     choice_.wg = tuning::hopper_key_tile(D_, kv_ == kKvU8, hopper, env);
-    // Experiment: few-query chunks (<= 64 rows) on the one-warpgroup Hopper kernel, where the Hopper
-    // kernel is on (PAGEDATTN_WGMMA_DECODE=1; a 6-slot ring, one CTA per SM, two at D = 64; the planner
-    // sizes the partitions for that occupancy). Measured off: T8/T1 1.03-1.11, but T=1 1.18-1.26x slower
-    // than fwd_kernel, issue-bound on its one warpgroup per SM (H200, runs s5b and s5p).
-    choice_.wg_decode = choice_.wg != 0 && env.wgmma_decode;
     choice_.wg_split = tuning::hopper_split(D_, kv_ == kKvU8, choice_.wg, env);
     in.ctas_per_sm = fwd_kernel_info(D_, kv_, 1, choice_).ctas_per_sm();
     for (int k = 0; k < 4; ++k) {  // row-tile classes on the Hopper kernel: their own occupancy (planner.h)
@@ -233,8 +228,8 @@ class CudaPlan final : public detail::PlanImpl {
     num_seqs_ = num_seqs;
     num_tokens_ = sb[num_seqs];
 
-    // one launch per kernel variant (items are sorted by row tiles; row-tile counts that share a kernel,
-    // as the one-warpgroup Hopper kernel's 1, 2 and 4, share its launch)
+    // one launch per kernel variant (items are sorted by row tiles; row-tile counts that share a kernel
+    // share its launch)
     for (size_t i = 0; i < wl_.items.size();) {
       const auto launcher = fwd_kernel_info(D_, kv_, wl_.items[i].row_tiles, choice_).launch;
       size_t j = i;
@@ -446,7 +441,7 @@ class CudaPlan final : public detail::PlanImpl {
   bool early_reads_ = true;
   bool stale_max_ = true;  // FwdParams::stale_log2 > 0 (PAGEDATTN_STALE_MAX=0: off)
   // kernel variants besides the defaults: mt2 (on; PAGEDATTN_PREFILL_MT2=0), wg (the Hopper prefill
-  // kernel's key tile; sm_90a builds on sm_90 devices), wg_decode (experiment)
+  // kernel's key tile; sm_90a builds on sm_90 devices), wg_split (its key-split form)
   KernelChoice choice_{true, 0, false};
   bool separate_write_ = false;  // KV write-in as its own launch (some sequence has several chunks)
   int num_seqs_ = 0, num_tokens_ = 0;

@@ -42,24 +42,24 @@ struct FwdVariant {
   }
 };
 
-// The Hopper kernel (wg_kernel), sm_90a builds: 128-row chunks on two warpgroups; chunks of <= 64 rows
-// on one (experiment, KernelChoice::wg_decode); u8 caches (the default; PAGEDATTN_WGMMA_U8=0 off).
-template <int D, int KV, int KEYS, int WGS, bool SPLIT = false>
+// The Hopper kernel (wg_kernel), sm_90a builds: 128-row chunks (u8 caches too: the default;
+// PAGEDATTN_WGMMA_U8=0 off), and f16/bf16 chunks of 33-64 rows on its key-split form (SPLIT).
+template <int D, int KV, int KEYS, bool SPLIT = false>
 struct WgVariant {
-  using Tr = WgTraits<D, KV, KEYS, WGS, SPLIT>;
+  using Tr = WgTraits<D, KV, KEYS, SPLIT>;
   static constexpr std::size_t kSmem = Tr::kSmem;
   static cudaError_t prepare() {
-    return cudaFuncSetAttribute(wg_kernel<D, KV, KEYS, WGS, SPLIT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    return cudaFuncSetAttribute(wg_kernel<D, KV, KEYS, SPLIT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 static_cast<int>(kSmem));
   }
   static void launch(const FwdParams& P, int item_offset, int num_items, cudaStream_t stream, bool pdl) {
-    launch_ex(wg_kernel<D, KV, KEYS, WGS, SPLIT>, dim3(num_items, P.Hk), dim3(Tr::kThreads), kSmem, stream, pdl, P,
+    launch_ex(wg_kernel<D, KV, KEYS, SPLIT>, dim3(num_items, P.Hk), dim3(Tr::kThreads), kSmem, stream, pdl, P,
               item_offset);
   }
   static int ctas_per_sm() {
     if (prepare() != cudaSuccess) return 1;
     int n = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, wg_kernel<D, KV, KEYS, WGS, SPLIT>, Tr::kThreads, kSmem) !=
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, wg_kernel<D, KV, KEYS, SPLIT>, Tr::kThreads, kSmem) !=
         cudaSuccess)
       n = 1;
     return n;
@@ -67,10 +67,9 @@ struct WgVariant {
   static FwdKernelInfo info() {
     using Base = FwdVariant<D, KV, 8>;  // the same write-in and scores kernels
     constexpr bool kU8 = KV == kKvU8;
-    const char* name = SPLIT      ? (KEYS == 32 ? "wgs32" : "wgs64")
-                       : WGS == 1 ? (KEYS == 32 ? (kU8 ? "wgq32u8" : "wgq32") : (kU8 ? "wgq64u8" : "wgq64"))
-                                  : (KEYS == 32 ? (kU8 ? "wg32u8" : "wg32")
-                                                : KEYS == 64 ? (kU8 ? "wg64u8" : "wg64") : "wg128");
+    const char* name = SPLIT ? (KEYS == 32 ? "wgs32" : "wgs64")
+                             : (KEYS == 32 ? (kU8 ? "wg32u8" : "wg32")
+                                           : KEYS == 64 ? (kU8 ? "wg64u8" : "wg64") : "wg128");
     return FwdKernelInfo{&launch, &Base::launch_write, &Base::launch_scores, &ctas_per_sm, &prepare, kSmem,
                          Tr::kThreads, name};
   }
@@ -82,25 +81,21 @@ template <int D>
 FwdKernelInfo fwd_kernel_info_for(int kv, int rt, const KernelChoice& c) {
   // Runtime values become template constants here and only here.
   constexpr bool kMt2Variants = D <= 128;
-  constexpr int kWgqKeys = D == 256 ? 32 : 64;  // the one-warpgroup variant's key tile (and u8's)
+  constexpr int kKeys = D == 256 ? 32 : 64;  // the key-split variant's key tile, and u8's
   // f16/bf16 chunks of 33-64 rows on the key-split Hopper kernel (KernelChoice::wg_split)
-  if (c.wg != 0 && c.wg_split && rt == 4 && kv == kKvF16) return WgVariant<D, kKvF16, kWgqKeys, 2, true>::info();
-  if (c.wg != 0 && c.wg_split && rt == 4 && kv == kKvBF16) return WgVariant<D, kKvBF16, kWgqKeys, 2, true>::info();
-  if (c.wg != 0 && kv == kKvU8) {  // u8 on the Hopper kernel (the default; off: c.wg = 0 for u8)
-    if (rt == 8) return WgVariant<D, kKvU8, kWgqKeys, 2>::info();
-    if (c.wg_decode) return WgVariant<D, kKvU8, kWgqKeys, 1>::info();
-  }
-  if (c.wg_decode && rt <= 4 && kv == kKvF16) return WgVariant<D, kKvF16, kWgqKeys, 1>::info();
-  if (c.wg_decode && rt <= 4 && kv == kKvBF16) return WgVariant<D, kKvBF16, kWgqKeys, 1>::info();
+  if (c.wg != 0 && c.wg_split && rt == 4 && kv == kKvF16) return WgVariant<D, kKvF16, kKeys, true>::info();
+  if (c.wg != 0 && c.wg_split && rt == 4 && kv == kKvBF16) return WgVariant<D, kKvBF16, kKeys, true>::info();
+  // u8 128-row chunks on the Hopper kernel (the default; off: c.wg = 0 for u8)
+  if (c.wg != 0 && kv == kKvU8 && rt == 8) return WgVariant<D, kKvU8, kKeys>::info();
   if constexpr (D == 256) {  // the Hopper kernel takes 32-key tiles at D = 256
-    if (c.wg != 0 && rt == 8 && kv == kKvF16) return WgVariant<D, kKvF16, 32, 2>::info();
-    if (c.wg != 0 && rt == 8 && kv == kKvBF16) return WgVariant<D, kKvBF16, 32, 2>::info();
+    if (c.wg != 0 && rt == 8 && kv == kKvF16) return WgVariant<D, kKvF16, 32>::info();
+    if (c.wg != 0 && rt == 8 && kv == kKvBF16) return WgVariant<D, kKvBF16, 32>::info();
   }
   if constexpr (kMt2Variants) {
     if (c.wg != 0 && rt == 8 && kv == kKvF16)
-      return c.wg == 128 ? WgVariant<D, kKvF16, 128, 2>::info() : WgVariant<D, kKvF16, 64, 2>::info();
+      return c.wg == 128 ? WgVariant<D, kKvF16, 128>::info() : WgVariant<D, kKvF16, 64>::info();
     if (c.wg != 0 && rt == 8 && kv == kKvBF16)
-      return c.wg == 128 ? WgVariant<D, kKvBF16, 128, 2>::info() : WgVariant<D, kKvBF16, 64, 2>::info();
+      return c.wg == 128 ? WgVariant<D, kKvBF16, 128>::info() : WgVariant<D, kKvBF16, 64>::info();
     if (c.mt2 && rt == 8 && kv == kKvF16) return FwdVariant<D, kKvF16, 8, 2>::info();
     if (c.mt2 && rt == 8 && kv == kKvBF16) return FwdVariant<D, kKvBF16, 8, 2>::info();
   }

@@ -21,7 +21,7 @@ struct FwdKernelInfo {
   cudaError_t (*prepare)();    // raises the kernel's dynamic shared-memory limit on the current device
   std::size_t smem_bytes;
   int threads;                 // per CTA
-  const char* variant;         // "", "wg<keys>" / "wgq<keys>" / "wgs<keys>" (wg_kernel on 2 / 1 warpgroups / 2 splitting the keys; suffix "u8" for u8 caches) or "mt2" (MT = 2)
+  const char* variant;         // "", "wg<keys>" / "wgs<keys>" (wg_kernel: 128-row chunks, suffix "u8" for u8 caches / key-split 33-64-row chunks) or "mt2" (MT = 2)
 };
 
 // Which kernel variants a plan uses besides the defaults (run-time switches, see backend.cu).
@@ -29,7 +29,6 @@ struct KernelChoice {
   bool mt2 = false;        // two row tiles per warp in the 8-row-tile variant (fwd_kernel's MT = 2; D <= 128)
   int wg = 0;              // 8-row-tile chunks on the Hopper kernel (wg_kernel): its key tile at D <= 128
                            // (64 or 128; any nonzero value means 32 at D = 256, and 64 / 32 for u8), 0 = off
-  bool wg_decode = false;  // chunks of <= 4 row tiles on the one-warpgroup Hopper kernel (experiment)
   bool wg_split = false;   // f16/bf16 chunks of 4 row tiles (33-64 rows) on the key-split Hopper kernel
 };
 
@@ -37,7 +36,7 @@ FwdKernelInfo fwd_kernel_info_d64(int kv, int row_tiles, const KernelChoice& c);
 FwdKernelInfo fwd_kernel_info_d128(int kv, int row_tiles, const KernelChoice& c);
 FwdKernelInfo fwd_kernel_info_d256(int kv, int row_tiles, const KernelChoice& c);
 /// Throws UnsupportedError naming the head size when there is no kernel for it. The Hopper variants
-/// (`wg`, `wg_decode`) must be asked for only on sm_90 devices of a build with sm_90a code.
+/// (`wg`, `wg_split`) must be asked for only on sm_90 devices of a build with sm_90a code.
 FwdKernelInfo fwd_kernel_info(int head_size, int kv, int row_tiles, const KernelChoice& c = {});
 
 void launch_merge(const FwdParams& P, int head_size, int num_rows, int split, cudaStream_t stream, bool pdl);

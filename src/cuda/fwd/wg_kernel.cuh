@@ -20,26 +20,24 @@
 namespace pagedattn {
 namespace cuda {
 
-// WGS warpgroups of 64 rows: 2 for 128-row chunks (prefill), 1 for few-query chunks of <= 64 rows
-// (wgq: the MMA shape is 64 rows whatever T*G is, so T=1..16 cost the same tensor work, and the ring is
-// deeper: 6 slots). SPLIT (with WGS = 2, wgs): one 64-row tile whose key tiles alternate between the
-// two warpgroups. Each warpgroup fills its own ring with its own copies and meets only its own threads
+// Two warpgroups of 64 rows: 128-row chunks (prefill, long verifies) sharing each key tile, or (SPLIT,
+// wgs) chunks of 33-64 rows: one 64-row tile whose key tiles alternate between the two warpgroups (the
+// MMA shape is 64 rows whatever T*G is, so 33-64 rows cost the same tensor work). Each warpgroup fills its own ring with its own copies and meets only its own threads
 // at a named barrier, so an SM runs two independent streams (a CTA-wide barrier per tile would make it
 // one: bench/NOTES.md, run s12e); their (m, l, O) are combined in shared memory at the end.
-template <int D, int KV, int KEYS = 64, int WGS = 2, bool SPLIT = false>
+template <int D, int KV, int KEYS = 64, bool SPLIT = false>
 struct WgTraits {
   static_assert((D <= 128 && (KEYS == 64 || KEYS == 128)) || (D == 256 && KEYS == 32), "head size / key tile");
   static_assert(KV == kKvF16 || KV == kKvBF16 || (KV == kKvU8 && KEYS == (D == 256 ? 32 : 64)), "cache type");
-  static_assert(WGS == 1 || WGS == 2, "warpgroups");
   // SPLIT: two warpgroups, f16/bf16. u8 on it (three conversion buffers per ring, 32-key tiles at
   // D = 128; commit 7aba6f4) ran level with fwd_kernel at 64 rows (run c4): its codes converted in
   // shared memory bound it, as they bound the one-warpgroup kernel's u8 path (2.4-3x fwd_kernel's time
-  // at T = 1, run mr1).
-  static_assert(!SPLIT || (WGS == 2 && KV != kKvU8), "the key-split variant: two warpgroups, f16/bf16");
+  // at T = 1, run mr1; that kernel, wgq, was removed after c7eeed8).
+  static_assert(!SPLIT || KV != kKvU8, "the key-split variant: f16/bf16");
   using T = typename KvTraits<KV>::mma_t;
   static constexpr bool kU8 = KV == kKvU8;
-  static constexpr int kRows = SPLIT ? 64 : 64 * WGS;
-  static constexpr int kThreads = 128 * WGS;
+  static constexpr int kRows = SPLIT ? 64 : 128;
+  static constexpr int kThreads = 256;
   static constexpr int kRings = SPLIT ? 2 : 1;                 // rings of copy stages (one per stream)
   static constexpr int kCopyThreads = kThreads / kRings;       // threads that fill one ring
   static constexpr int kKeys = KEYS;   // keys per tile (D = 256: 32, so that Q and a 5-slot ring fit)
@@ -57,7 +55,7 @@ struct WgTraits {
   // (D = 64: two CTAs per SM); SPLIT: what fits each ring, <= 6
   static constexpr int kFit = ((227 * 1024 - 1024 - kQBytes - kQsumBytes) / kRings - kConvBytes) / kStageBytes;
   static constexpr int kStages = kU8 || SPLIT ? (kFit > 6 ? 6 : kFit)
-                                              : WGS == 2 ? (kStageBytes > 48 * 1024 ? 3 : 5) : (kFit > 6 ? 6 : kFit);
+                                              : (kStageBytes > 48 * 1024 ? 3 : 5);
   static_assert(kStages >= 3, "pipeline depth");
   static constexpr int kRingBytes = kConvBytes + kStages * kStageBytes;
   // SPLIT: the second warpgroup's O, m and l for the combine, in the first ring once it is drained
@@ -84,11 +82,11 @@ __device__ __forceinline__ void store_io2(void* base, int64_t i, int io, float a
   }
 }
 
-template <int D, int KV, int KEYS, int WGS, bool SPLIT = false>
-__global__ void __launch_bounds__(WgTraits<D, KV, KEYS, WGS, SPLIT>::kThreads, 1)
+template <int D, int KV, int KEYS, bool SPLIT = false>
+__global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT>::kThreads, 1)
     wg_kernel(const __grid_constant__ FwdParams P, const int item_offset) {
 #if PAGEDATTN_WGMMA_ARCH
-  using Tr = WgTraits<D, KV, KEYS, WGS, SPLIT>;
+  using Tr = WgTraits<D, KV, KEYS, SPLIT>;
   using T = typename Tr::T;
   constexpr int kKeys = Tr::kKeys;
   constexpr int kStages = Tr::kStages;

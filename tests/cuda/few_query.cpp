@@ -1,0 +1,80 @@
+// GPU tests: Few-query chunks (decode, chain and tree verifies; <= 64 rows per kv head): the few-query kernel
+// over every copy path, and the key-split Hopper kernel for 33-64 rows.
+#include "cuda/suite.h"
+
+using namespace gpu_suite;
+
+TEST(Cuda, FewQueryRandom) {
+  REQUIRE_GPU();
+  run_suite("few-query", few_query_config(), base_seed(), 320);
+}
+
+// Every copy path of the few-query kernel's K/V slices, for every head size, KV precision and block
+// size: a slice in one cache block or over several (block_size < keys per slice), whole or cut by the
+// partition's end (past_len + T rarely a multiple of 16). 4 random cases per (D, kv, block size),
+// random T and G, so the row-tile variants (16-, 32- and 64-key slices) vary; same tolerances.
+TEST(Cuda, BlockSizeGrid) {
+  REQUIRE_GPU();
+  uint64_t seed = base_seed() + 3000000;
+  for (int d : {64, 128, 256}) {
+    for (KVPrecision kv : {KVPrecision::f16, KVPrecision::bf16, KVPrecision::u8}) {
+      for (int bs : {16, 32, 64, 128}) {
+        CaseConfig cfg = few_query_config();
+        cfg.head_sizes = {d};
+        cfg.kv_precisions = {kv};
+        cfg.block_sizes = {bs};
+        cfg.min_past = 100;
+        cfg.max_seqs = 3;
+        const std::string name = "grid-d" + std::to_string(d) + "-" + kv_precision_name(kv) + "-bs" + std::to_string(bs);
+        run_suite(name.c_str(), cfg, seed, 4);
+        seed += 100;
+      }
+    }
+  }
+}
+
+// The few-query kernel's softmax reference (FwdParams::stale_log2) moves only when a slice's max passes
+// it by more than 6-8 (log2 units). Steep ALiBi slopes (up to 4: scores rise by up to 5.8 per key
+// toward the query) make every slice pass it by far more, so the rescale of O, l and the u8 value
+// correction runs on most slices, with jumps of tens of units; a reference that lagged, or a rescale
+// that missed one of them, would be off by factors of 2^8 and more. Long contexts, so many slices.
+TEST(Cuda, RisingScores) {
+  REQUIRE_GPU();
+  CaseConfig cfg = long_context_config(500, 3000, 12000);
+  cfg.p_alibi = 1.0;
+  cfg.max_alibi_slope = 4.0;
+  run_suite("rising-scores", cfg, base_seed() + 3500000, 48);
+}
+
+TEST(Cuda, DecodeOnlyLongContext) {
+  REQUIRE_GPU();
+  CaseConfig cfg = long_context_config(4000, 20000, 40000);
+  cfg.max_tokens = 1;
+  run_suite("decode-long", cfg, base_seed() + 100000, 24);
+}
+
+// Chunks of 33-64 rows on the key-split Hopper kernel (wg_kernel's SPLIT, "wgs<keys>"): two
+// warpgroups over alternate key tiles of one 64-row tile, combined at the end; f16/bf16 at every head
+// size. Chains and trees, G up to 16 (the few-query cases: chunks of <= 64 rows; those of 33-64 rows
+// run on it).
+TEST(Cuda, FewQuerySplitRandom) {
+  REQUIRE_GPU();
+  if (const char* why = no_wgmma()) GTEST_SKIP() << why;
+  EnvGuard on("PAGEDATTN_WGMMA", ""), split("PAGEDATTN_WG_SPLIT", "");
+  CaseConfig cfg = few_query_config();
+  cfg.kv_precisions = {KVPrecision::f16, KVPrecision::bf16};
+  cfg.min_tokens = 2;  // 33-64 rows need T * G > 32
+  cfg.group_sizes = {4, 8, 16};
+  CaseConfig one = cfg;
+  one.group_sizes = {8};
+  for (int d : {64, 128}) {
+    one.head_sizes = {d};
+    expect_launched(one, 5, 8, base_seed() + 3100000 + d, 256, "wgs64");
+  }
+  one.head_sizes = {256};
+  expect_launched(one, 5, 8, base_seed() + 3100001, 256, "wgs32");
+  run_suite("few-query-wgs", cfg, base_seed() + 3100000, 240);
+  CaseConfig lng = long_context_config(4000, 20000, 40000);
+  lng.kv_precisions = cfg.kv_precisions;
+  run_suite("few-query-wgs-long", lng, base_seed() + 3200000, 24);
+}

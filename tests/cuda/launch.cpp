@@ -1,0 +1,223 @@
+// GPU tests: How calls run: back-to-back plans, the merge's shapes, programmatic launch, CUDA graphs,
+// determinism and bad input.
+#include "cuda/suite.h"
+
+using namespace gpu_suite;
+
+// Two decode steps of one sequence on one cache, planned first and then run back to back (no host
+// sync, no copy between their kernels): the second step's CTA over keys [past2 - 64, past2) starts
+// its copies before its PDL wait and reads the row the first step has just written (the early-read
+// contract, docs/design.md; partitions forced to 64 keys so that CTA exists). Reference: the oracle
+// on the same two tokens as one chained call (token 1 sees token 0's row: the same semantics).
+TEST(Cuda, BackToBackDecodeReadsTheRowJustWritten) {
+  REQUIRE_GPU();
+  CaseConfig cfg = few_query_config();
+  cfg.min_seqs = cfg.max_seqs = 1;
+  cfg.min_tokens = cfg.max_tokens = 2;
+  cfg.p_write = 1.0;
+  cfg.p_window = cfg.p_tree = cfg.p_scores = 0.0;
+  const uint64_t seed0 = base_seed() + 1200000;
+  std::printf("[back-to-back] base seed %llu\n", static_cast<unsigned long long>(seed0));
+  Options opt{Backend::cuda};
+  opt.partition_tokens = 64;
+  for (int i = 0; i < case_count(24); ++i) {
+    cfg.min_past = cfg.max_past = 64 * (2 + i) - 1;  // token 0 at 64k - 1, token 1 at 64k
+    Case c = make_random_case(seed0 + i, cfg);
+    Case ref = c;
+    oracle::forward(ref.params());
+    {
+      DeviceCase d(c);
+      const Params both = d.params();
+      auto row = [](TensorView v, int i) {  // row i of a [2, W] view, as [1, W]
+        v.data = static_cast<uint8_t*>(v.data) + i * v.stride[0] * static_cast<int64_t>(dtype_size(v.dtype));
+        v.shape[0] = 1;
+        return v;
+      };
+      int32_t past[2][1] = {{c.past_lens[0]}, {c.past_lens[0] + 1}};
+      int32_t begins[2] = {0, 1};
+      Params step[2] = {both, both};
+      for (int t = 0; t < 2; ++t) {
+        step[t].query = row(both.query, t);
+        step[t].key = row(both.key, t);
+        step[t].value = row(both.value, t);
+        step[t].out = row(both.out, t);
+        step[t].past_lens = TensorView::contiguous(past[t], DType::i32, Device::cpu, {1});
+        step[t].subsequence_begins = TensorView::contiguous(begins, DType::i32, Device::cpu, {2});
+      }
+      const Plan p0 = plan(step[0], opt), p1 = plan(step[1], opt);
+      p0.run(step[0]);
+      p1.run(step[1]);
+      d.download();
+    }
+    const int64_t n_out = static_cast<int64_t>(c.num_tokens) * c.num_heads * c.head_size;
+    const std::vector<float> want = as_floats(ref.out, ref.qdtype, n_out);
+    const Compare cmp = compare(c.out.data(), c.qdtype, want.data(), n_out);
+    const std::string cache_msg = compare_cache(c, ref);
+    EXPECT_TRUE(cmp.ok(tolerance(c.kv)) && cache_msg.empty())
+        << "case " << c.describe() << "\n  out: " << cmp.describe() << "\n  cache: " << cache_msg;
+  }
+}
+
+// Every merge layout, forced (PAGEDATTN_MERGE_SPLIT and PAGEDATTN_MERGE_BATCH; the plan picks them by
+// its merge rows and partitions): few-query cases with long contexts (many partitions, so batches of 4
+// or 8 with a remainder, and batch 1 over many partitions), same tolerances. A split above D/64 falls back.
+TEST(Cuda, MergeSplitsRandom) {
+  REQUIRE_GPU();
+  const Suite suite = make_suite("merge-split", long_context_config(2000, 12000, 30000), base_seed() + 1300000, 24);
+  for (const char* split : {"1", "2", "4"}) {
+    for (const char* batch : {"1", "4", "8"}) {
+      EnvGuard gs("PAGEDATTN_MERGE_SPLIT", split);
+      EnvGuard gb("PAGEDATTN_MERGE_BATCH", batch);
+      check_suite((std::string("merge-split-") + split + "-batch-" + batch).c_str(), suite);
+    }
+  }
+}
+
+// The cuda backend's alignment rule (params.h): every tensor it reads or writes starts on a 16-byte
+// boundary. A query or output one element past an aligned address (a caller's view into a larger
+// tensor) is rejected naming the tensor, and nothing is written: the output, both caches and the
+// shifted buffer keep their bits.
+TEST(Cuda, UnalignedBufferRejected) {
+  REQUIRE_GPU();
+  const Suite suite = make_suite("unaligned", few_query_config(), base_seed() + 1400000, 8);
+  for (const char* name : {"query", "out"}) {
+    for (const Case& c0 : suite.cases) {
+      Case c = c0;
+      c.out.assign(c.out.size(), 0xFF);  // poison (all-ones bits: NaN in f16/bf16)
+      const Case before = c;
+      const bool q = std::string(name) == "query";
+      const size_t n = q ? c.query.size() : c.out.size();
+      std::vector<uint8_t> shifted(q ? c.query : c.out);
+      DeviceCase d(c);
+      Params p = d.params();
+      void* buf = nullptr;
+      ASSERT_EQ(cudaSuccess, cudaMalloc(&buf, n + 16));
+      uint8_t* view = static_cast<uint8_t*>(buf) + dtype_size(c.qdtype);
+      ASSERT_EQ(cudaSuccess, cudaMemcpy(view, shifted.data(), n, cudaMemcpyHostToDevice));
+      (q ? p.query : p.out).data = view;
+      try {
+        forward(p, Options{Backend::cuda});
+        ADD_FAILURE() << name << " one element off 16 bytes was accepted: " << c.describe();
+      } catch (const ValidationError& e) {
+        EXPECT_NE(std::string(e.what()).find(std::string("'") + name + "'"), std::string::npos) << e.what();
+      }
+      d.download();
+      std::vector<uint8_t> after(n);
+      ASSERT_EQ(cudaSuccess, cudaMemcpy(after.data(), view, n, cudaMemcpyDeviceToHost));
+      ASSERT_EQ(cudaSuccess, cudaFree(buf));
+      EXPECT_EQ(before.out, c.out) << name << ": " << c.describe();
+      EXPECT_EQ(before.key_cache, c.key_cache) << name << ": " << c.describe();
+      EXPECT_EQ(before.value_cache, c.value_cache) << name << ": " << c.describe();
+      EXPECT_EQ(shifted, after) << name << ": " << c.describe();
+    }
+  }
+}
+
+// Programmatic dependent launch off (Options::programmatic_launch = false): plain stream order, no
+// early cache reads; the few-query cases, same tolerances.
+TEST(Cuda, WithoutProgrammaticLaunch) {
+  REQUIRE_GPU();
+  Options opt{Backend::cuda};
+  opt.programmatic_launch = false;
+  const PlanInfo info = plan_info(few_query_config(), base_seed() + 1000000, opt);
+  EXPECT_FALSE(info.pdl || info.early_reads) << "PDL still on";
+  run_suite("no-pdl", few_query_config(), base_seed() + 1000000, 60, opt);
+}
+
+TEST(Cuda, DeterministicModeIsBatchInvariant) {
+  REQUIRE_GPU();
+  // A sequence's output rows must be bit-identical whether it runs alone or inside a batch.
+  CaseConfig cfg = few_query_config();
+  cfg.min_seqs = cfg.max_seqs = 4;
+  cfg.p_write = 0.0;  // the cache already holds the new rows: both runs see identical caches
+  cfg.p_tree = 0.0;
+  cfg.min_past = 1000;
+  const uint64_t seed = base_seed() + 400000;
+  std::printf("[deterministic] seed %llu\n", static_cast<unsigned long long>(seed));
+  Case batch = make_random_case(seed, cfg);
+  Options opt{Backend::cuda};
+  opt.deterministic = true;
+  {
+    DeviceCase d(batch);
+    forward(d.params(), opt);
+    d.download();
+  }
+  // the last sequence alone: same cache, metadata cut to it
+  Case alone = batch;
+  const int s = batch.num_seqs - 1;
+  const int tb = batch.subsequence_begins[s], T = batch.T(s);
+  const int row = batch.num_heads * batch.head_size;
+  const size_t esz = dtype_size(batch.qdtype);
+  alone.num_seqs = 1;
+  alone.num_tokens = T;
+  alone.past_lens = {batch.past_lens[s]};
+  alone.subsequence_begins = {0, T};
+  alone.block_indices = std::vector<int32_t>(batch.block_indices.begin() + batch.block_indices_begins[s],
+                                             batch.block_indices.begin() + batch.block_indices_begins[s + 1]);
+  alone.block_indices_begins = {0, static_cast<int32_t>(alone.block_indices.size())};
+  alone.query = std::vector<uint8_t>(batch.query.begin() + tb * row * esz, batch.query.begin() + (tb + T) * row * esz);
+  alone.out.assign(T * row * esz, 0xff);
+  alone.alibi_slopes = batch.alibi_slopes;
+  alone.sinks = batch.sinks;
+  alone.scores.clear();
+  alone.want_scores = false;
+  {
+    DeviceCase d(alone);
+    forward(d.params(), opt);
+    d.download();
+  }
+  EXPECT_EQ(0, std::memcmp(alone.out.data(), batch.out.data() + tb * row * esz, T * row * esz))
+      << "deterministic mode: output of sequence " << s << " depends on the batch (" << batch.describe() << ")";
+}
+
+TEST(Cuda, GraphReplayMatchesDirectRun) {
+  REQUIRE_GPU();
+  CaseConfig cfg = few_query_config();
+  cfg.p_write = 1.0;
+  const uint64_t seed = base_seed() + 500000;
+  std::printf("[graph] seed %llu\n", static_cast<unsigned long long>(seed));
+  Case c = make_random_case(seed, cfg);
+  Case ref = c;
+  oracle::forward(ref.params());
+  DeviceCase d(c);
+  cudaStream_t stream;
+  ASSERT_EQ(cudaSuccess, cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  Options opt{Backend::cuda};
+  opt.stream = stream;
+  Plan pl = plan(d.params(), opt);
+  ASSERT_EQ(cudaSuccess, cudaStreamSynchronize(stream));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  ASSERT_EQ(cudaSuccess, cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  pl.run(d.params());
+  ASSERT_EQ(cudaSuccess, cudaStreamEndCapture(stream, &graph));
+  ASSERT_EQ(cudaSuccess, cudaGraphInstantiate(&exec, graph, 0));
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(cudaSuccess, cudaGraphLaunch(exec, stream));
+  ASSERT_EQ(cudaSuccess, cudaStreamSynchronize(stream));
+  d.download();
+  const int64_t n_out = static_cast<int64_t>(c.num_tokens) * c.num_heads * c.head_size;
+  const std::vector<float> want = as_floats(ref.out, ref.qdtype, n_out);
+  const Compare cmp = compare(c.out.data(), c.qdtype, want.data(), n_out);
+  EXPECT_TRUE(cmp.ok(tolerance(c.kv))) << c.describe() << ": " << cmp.describe();
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+TEST(Cuda, BadInputWritesNothing) {
+  REQUIRE_GPU();
+  CaseConfig cfg = few_query_config();
+  cfg.p_write = 1.0;
+  Case c = make_random_case(base_seed() + 600000, cfg);
+  const Case before = c;
+  DeviceCase d(c);
+  Params p = d.params();
+  std::vector<int32_t> bad = c.block_indices;
+  bad[0] = c.num_blocks + 7;  // out of range
+  p.block_indices.data = bad.data();
+  EXPECT_THROW(forward(p, {Backend::cuda}), ValidationError);
+  d.download();
+  EXPECT_EQ(before.out, c.out);
+  EXPECT_EQ(before.key_cache, c.key_cache);
+  EXPECT_EQ(before.value_cache, c.value_cache);
+}

@@ -1,0 +1,133 @@
+// GPU tests: u8 caches: accuracy over long key sums and small value ranges, the rows written in, and the Hopper
+// kernel's u8 path.
+#include "cuda/suite.h"
+
+using namespace gpu_suite;
+
+// u8 accuracy over long key sums. The value side once folded the zero point as two sums ~128x the
+// result, so the error grew with the keys a CTA summed (rel_l2 1.4e-2 at 8 x 64k, T = 16). Contexts of
+// 56k-66k in batches of 8 (the planner then gives each CTA long partitions), every head size, G up to 16,
+// T up to 16, f16 and bf16 queries; each case runs with the planner's partitions and again with one
+// partition per chunk (a CTA sums a whole context), and one sequence of ~512k runs the same way. The
+// oracle's cost (T * ctx * H * D) stays at tens of GFLOP per case (Hk = 1; G and T capped per D).
+TEST(Cuda, U8LongContextAccuracy) {
+  REQUIRE_GPU();
+  struct Shape {
+    int d;
+    std::vector<int> groups;
+    int max_tokens;
+  };
+  uint64_t seed = base_seed() + 5000000;
+  for (const Shape& sh : {Shape{64, {1, 4, 16}, 16}, Shape{128, {1, 4, 8}, 16}, Shape{256, {1, 4, 8}, 8}}) {
+    CaseConfig cfg = few_query_config();
+    cfg.kv_precisions = {KVPrecision::u8};
+    cfg.head_sizes = {sh.d};
+    cfg.group_sizes = sh.groups;
+    cfg.kv_heads = {1};
+    cfg.min_seqs = cfg.max_seqs = 8;
+    cfg.min_past = 56000;
+    cfg.max_past = 66000;
+    cfg.min_tokens = 1;
+    cfg.max_tokens = sh.max_tokens;
+    cfg.max_total_context = 8 * (66000 + 16);
+    cfg.block_sizes = {16, 32};
+    cfg.p_window = cfg.p_alibi = 0.1;  // both shorten what a row attends to
+    const std::string name = "u8-long-d" + std::to_string(sh.d);
+    const Suite suite = make_suite(name.c_str(), cfg, seed, 4);
+    check_suite(name.c_str(), suite);
+    check_suite((name + "-whole").c_str(), suite, whole_context_partitions());
+    seed += 100;
+  }
+  CaseConfig one = few_query_config();
+  one.kv_precisions = {KVPrecision::u8};
+  one.head_sizes = {128};
+  one.group_sizes = {1, 4};
+  one.kv_heads = {1};
+  one.min_seqs = one.max_seqs = 1;
+  one.min_past = 500000;
+  one.max_past = 524000;
+  one.max_tokens = 4;
+  one.max_total_context = 1 << 20;
+  one.block_sizes = {32};
+  one.p_window = one.p_alibi = 0.0;
+  const Suite suite = make_suite("u8-512k", one, seed, 2);
+  check_suite("u8-512k", suite);
+  check_suite("u8-512k-whole", suite, whole_context_partitions());
+}
+
+// u8 value rows of small range (1e-3 to 1e-1 across a row) over ~64k keys, f16 and bf16 queries: the
+// P V operand f16(p * vscale) fell into f16 subnormals (range 0.01: rel_l2 3.9e-2 emulated by
+// bench/u8_pv_rounding.py) until the kernels scaled it by a power of two (u8_value_exp). Every u8
+// kernel: few-query rows, 128-row chunks (G = 8, T = 16: the Hopper kernel), whole-context partitions.
+TEST(Cuda, U8SmallValueRanges) {
+  REQUIRE_GPU();
+  uint64_t seed = base_seed() + 5200000;
+  for (const int d : {64, 128, 256}) {
+    CaseConfig cfg = few_query_config();
+    cfg.kv_precisions = {KVPrecision::u8};
+    cfg.head_sizes = {d};
+    cfg.group_sizes = {1, 4, 8};
+    cfg.kv_heads = {1};
+    cfg.min_seqs = 2;
+    cfg.max_seqs = 3;
+    cfg.min_past = 56000;
+    cfg.max_past = 66000;
+    cfg.max_tokens = 16;
+    cfg.max_total_context = 3 * (66000 + 16);
+    cfg.block_sizes = {16, 32};
+    cfg.p_window = cfg.p_alibi = 0.1;
+    // value rows of range ~5 (scales 0.004-0.03, N(0, 1) rows) times f, f log-uniform in [2e-4, 2e-2]
+    auto small_values = [](Case& c) {
+      std::mt19937_64 g(c.seed);
+      const double u = static_cast<double>(g() >> 11) * 0x1.0p-53;
+      scale_values(c, 2e-4 * std::pow(100.0, u));
+    };
+    const std::string name = "u8-small-values-d" + std::to_string(d);
+    const Suite suite = make_suite(name.c_str(), cfg, seed, 6, small_values);
+    check_suite(name.c_str(), suite);
+    check_suite((name + "-whole").c_str(), suite, whole_context_partitions());
+    seed += 100;
+  }
+}
+
+// u8 rows at the corners of the rule written in by the op (far from zero, constant, subnormal ranges,
+// values up to 65504: the rows far from zero gave NaN with the earlier f16 zero point): the written
+// parameters and codes equal the oracle's, the output is finite and within the u8 tolerance.
+TEST(Cuda, U8EdgeRowsWrittenIn) {
+  REQUIRE_GPU();
+  CaseConfig cfg = few_query_config();
+  cfg.kv_precisions = {KVPrecision::u8};
+  cfg.p_write = 1.0;
+  const int n = case_count(48);
+  const uint64_t seed0 = base_seed() + 5100000;
+  std::printf("[u8-edge-rows] base seed %llu, %d cases\n", static_cast<unsigned long long>(seed0), n);
+  Suite suite;
+  for (int i = 0; i < n; ++i) {
+    Case c = make_random_case(seed0 + i, cfg);
+    apply_edge_rows(c, seed0 + i);
+    suite.cases.push_back(c);
+    oracle::forward(c.params());
+    suite.refs.push_back(c);
+  }
+  check_suite("u8-edge-rows", suite);
+}
+
+// u8 caches on the Hopper kernels (the default for 128-row chunks, PAGEDATTN_WGMMA_U8=0 off: codes
+// converted to f16 in shared memory, scales and zero points folded as in fwd_kernel): prefill chunks;
+// u8 tolerances.
+TEST(Cuda, HopperU8Random) {
+  REQUIRE_GPU();
+  if (const char* why = no_wgmma()) GTEST_SKIP() << why;
+  EnvGuard on("PAGEDATTN_WGMMA", ""), wide("PAGEDATTN_WIDE_PREFILL", ""), u8("PAGEDATTN_WGMMA_U8", "");
+  CaseConfig cfg = mixed_config(300, 4000, 600, 12000);
+  cfg.kv_precisions = {KVPrecision::u8};
+  cfg.head_sizes = {64, 128, 256};
+  cfg.group_sizes = {1, 3, 4, 8, 16};
+  CaseConfig one = cfg;
+  one.head_sizes = {256};
+  expect_launched(one, 200, 300, base_seed() + 2500000, 256, "wg32u8");
+  one.head_sizes = {128};
+  expect_launched(one, 200, 300, base_seed() + 2500001, 256, "wg64u8");
+  run_suite("prefill-wg-u8", cfg, base_seed() + 2500000, 60);
+  run_suite("prefill-wg-u8-long", long_chunks(cfg), base_seed() + 2600000, 16);
+}
