@@ -153,7 +153,7 @@ if has sanitizer; then
     [ "$tool" = memcheck ] || slog=$run_dir/sanitizer_$tool.log
     PAGEDATTN_GPU_CASES=${SANITIZER_CASES:-12} timeout "${SANITIZER_TIMEOUT:-300}" compute-sanitizer --tool "$tool" \
       --error-exitcode 9 "$build/tests/test_cuda" \
-      --gtest_filter="${SANITIZER_FILTER:-Cuda.FewQueryRandom:Cuda.TileAndMixedRandom:Cuda.GraphReplayMatchesDirectRun:Cuda.PrefillTwoRowTilesPerWarpRandom:Cuda.HopperPrefillRandom:Cuda.FewQueryHopperRandom:Cuda.HopperU8Random}" \
+      --gtest_filter="${SANITIZER_FILTER:-Cuda.FewQueryRandom:Cuda.TileAndMixedRandom:Cuda.GraphReplayMatchesDirectRun:Cuda.PrefillTwoRowTilesPerWarpRandom:Cuda.HopperPrefillRandom:Cuda.FewQuerySplitRandom:Cuda.HopperU8Random}" \
       > "$slog" 2>&1
     echo "sanitizer $tool exit code: $?"
     grep -E "ERROR SUMMARY|PASSED|FAILED" "$slog" | head -5
