@@ -174,12 +174,27 @@ struct LayerBuffers {
   Buffer query, key, value, out;                                      // [rows, H*D] / [rows, Hk*D]
 };
 
-// Host metadata of one call: `batch` sequences of `T` new tokens after `past` cached ones.
+// Host metadata of one call: `batch` sequences of `T` new tokens after `past` cached ones (and, for a
+// tree verify, each sequence's qq_bias mask).
 struct Meta {
   std::vector<int32_t> past_lens, subsequence_begins, block_indices, block_indices_begins;
   int max_context_len = 0;
   int num_tokens = 0;
+  std::vector<uint8_t> qq_bias;
+  std::vector<int32_t> qq_bias_begins;
 };
+
+// A draft tree of T nodes in qq_bias form (row-major T x T): node i's parent is (i - 1) / 2 (a binary
+// tree, breadth first), and a node attends itself and its ancestors.
+std::vector<uint8_t> binary_tree_mask(int T) {
+  std::vector<uint8_t> m(static_cast<std::size_t>(T) * T, 0);
+  for (int t = 0; t < T; ++t)
+    for (int u = t;; u = (u - 1) / 2) {
+      m[static_cast<std::size_t>(t) * T + u] = 1;
+      if (u == 0) break;
+    }
+  return m;
+}
 
 struct Setup {
   const BenchOptions& opt;
@@ -200,13 +215,19 @@ struct Setup {
     return b;
   }
 
-  Meta meta(int past, int T) const {
+  Meta meta(int past, int T, bool tree = false) const {
     Meta m;
+    const std::vector<uint8_t> mask = tree ? binary_tree_mask(T) : std::vector<uint8_t>{};
     for (int s = 0; s < batch; ++s) {
       m.past_lens.push_back(past);
       m.subsequence_begins.push_back(s * T);
       m.block_indices_begins.push_back(s * blocks_per_seq);
+      if (tree) {
+        m.qq_bias_begins.push_back(static_cast<int32_t>(m.qq_bias.size()));
+        m.qq_bias.insert(m.qq_bias.end(), mask.begin(), mask.end());
+      }
     }
+    if (tree) m.qq_bias_begins.push_back(static_cast<int32_t>(m.qq_bias.size()));
     m.subsequence_begins.push_back(batch * T);
     m.block_indices_begins.push_back(batch * blocks_per_seq);
     m.block_indices = tables;
@@ -265,6 +286,11 @@ struct Setup {
     p.block_indices = host_i32(m.block_indices);
     p.block_indices_begins = host_i32(m.block_indices_begins);
     p.max_context_len = m.max_context_len;
+    if (!m.qq_bias.empty()) {
+      p.qq_bias = TensorView::contiguous(const_cast<uint8_t*>(m.qq_bias.data()), DType::u8, Device::cpu,
+                                         {static_cast<int64_t>(m.qq_bias.size())});
+      p.qq_bias_begins = host_i32(m.qq_bias_begins);
+    }
     return p;
   }
 
@@ -367,6 +393,8 @@ Bytes bytes_moved(const BenchOptions& opt, KVPrecision kv, int batch, int contex
 struct Row {
   std::string kv;
   int batch = 1, context = 0, T = 0, layers = 0, sets = 1;
+  int head_size = 0, group = 0;  // D and G = H / Hk (rows per kv head: T * G)
+  bool tree = false;             // T nodes of a draft tree (qq_bias), else a chain
   double us = 0, us_min = 0, ratio = 0, gbs = 0, pct = 0;
   Bytes bytes;
 };
@@ -451,14 +479,16 @@ int rotation_sets(const Env& env, Device dev, double per_set) {
   return std::max(1, std::min(64, static_cast<int>(std::ceil(3.0 * static_cast<double>(env.l2_bytes) / per_set))));
 }
 
-// Runs one (kv, batch, context) configuration for every T; appends rows.
+// Runs one (kv, batch, context) configuration for every T of `tokens` (chains), then of `trees` (draft
+// trees of T nodes); appends rows. T/T1 is relative to the first chain.
 void run_config(const BenchOptions& opt, const Env& env, KVPrecision kv, int batch, int context,
-                const std::vector<int>& tokens, std::vector<Row>& rows) {
+                const std::vector<int>& tokens, std::vector<Row>& rows, const std::vector<int>& trees = {}) {
   const Device dev = opt.backend == Backend::cuda ? Device::cuda : Device::cpu;
   Setup S(opt, kv, dev);
   S.batch = batch;
   S.context = context;
   S.max_tokens = *std::max_element(tokens.begin(), tokens.end());
+  for (int T : trees) S.max_tokens = std::max(S.max_tokens, T);
   S.blocks_per_seq = (context + S.max_tokens + opt.block_size - 1) / opt.block_size;
   const int64_t nb = static_cast<int64_t>(batch) * S.blocks_per_seq;
   if (nb > INT32_MAX) throw ValidationError("--context", "too many cache blocks for i32 block ids");
@@ -498,8 +528,12 @@ void run_config(const BenchOptions& opt, const Env& env, KVPrecision kv, int bat
   std::fflush(stdout);
 
   double us_t1 = 0;
-  for (int T : tokens) {
-    const Meta m = S.meta(context, T);
+  const bool sweep = opt.scenario == "sweep";
+  std::vector<std::pair<int, bool>> calls;  // (T, tree)
+  for (int T : tokens) calls.emplace_back(T, false);
+  for (int T : trees) calls.emplace_back(T, true);
+  for (const auto& [T, tree] : calls) {
+    const Meta m = S.meta(context, T, tree);
     std::vector<std::vector<Plan>> plans(static_cast<std::size_t>(sets));
     std::vector<std::vector<Params>> params(static_cast<std::size_t>(sets));
     for (int s = 0; s < sets; ++s)
@@ -527,16 +561,24 @@ void run_config(const BenchOptions& opt, const Env& env, KVPrecision kv, int bat
     r.T = T;
     r.layers = opt.layers;
     r.sets = sets;
+    r.head_size = opt.head_size;
+    r.group = opt.heads / opt.kv_heads;
+    r.tree = tree;
     r.us = median(us);
     r.us_min = *std::min_element(us.begin(), us.end());
-    if (T == tokens.front()) us_t1 = r.us;
+    if (!tree && T == tokens.front()) us_t1 = r.us;
     r.ratio = us_t1 > 0 ? r.us / us_t1 : 0;
     r.bytes = bytes_moved(opt, kv, batch, context, T);
     r.gbs = r.bytes.total() / (r.us * 1e-6) / 1e9;
     r.pct = env.ceiling_gbs > 0 ? 100.0 * r.gbs / env.ceiling_gbs : 0;
     rows.push_back(r);
-    std::printf("%-5s %5d %8d %3d %13.1f %7.2f %10.2f %9.1f %7.1f\n", r.kv.c_str(), r.batch, r.context, r.T, r.us,
-                r.ratio, r.bytes.total() / 1e6, r.gbs, r.pct);
+    if (sweep)
+      std::printf("%4d %3d %-5s %5d %8d %-5s %3d %5d %13.1f %7.2f %10.2f %9.1f %7.1f\n", r.head_size, r.group,
+                  r.kv.c_str(), r.batch, r.context, tree ? "tree" : "chain", r.T, r.T * r.group, r.us, r.ratio,
+                  r.bytes.total() / 1e6, r.gbs, r.pct);
+    else
+      std::printf("%-5s %5d %8d %3d %13.1f %7.2f %10.2f %9.1f %7.1f\n", r.kv.c_str(), r.batch, r.context, r.T, r.us,
+                  r.ratio, r.bytes.total() / 1e6, r.gbs, r.pct);
     std::fflush(stdout);
   }
 }
@@ -579,6 +621,33 @@ void print_header(const BenchOptions& opt, const char* title) {
               "T/T1", "MB moved", "GB/s", "% ceil");
 }
 
+// The sweep of issue 21: per head size D and group G (H = G * Hk), every kv and context, one sequence:
+// chains of every T and trees; then the batch scenario's sequences and context (cuda 32 x 8k) at T = 1, 4,
+// 8 per D at G = 8. The options' own --heads/--kv-heads/--head-size are not used.
+void run_sweep(const BenchOptions& opt, const Env& env, std::vector<Row>& rows) {
+  std::printf("\nsweep scenario: one sequence per row (rows per kv head = T * G; trees: qq_bias, node i's parent"
+              " (i - 1) / 2), then %d sequences x %d\n", opt.batch_seqs, opt.batch_context);
+  char us_col[32];
+  std::snprintf(us_col, sizeof(us_col), "us/%d layers", opt.layers);
+  std::printf("%4s %3s %-5s %5s %8s %-5s %3s %5s %13s %7s %10s %9s %7s\n", "D", "G", "kv", "seqs", "context",
+              "shape", "T", "rows", us_col, "T/T1", "MB moved", "GB/s", "% ceil");
+  for (int D : opt.sweep_head_sizes)
+    for (int G : opt.sweep_groups) {
+      BenchOptions o = opt;
+      o.head_size = D;
+      o.kv_heads = opt.sweep_kv_heads;
+      o.heads = G * opt.sweep_kv_heads;
+      for (KVPrecision kv : opt.kvs)
+        for (int L : opt.contexts) run_config(o, env, kv, 1, L, opt.tokens, rows, opt.sweep_trees);
+    }
+  for (int D : opt.sweep_head_sizes) {
+    BenchOptions o = opt;
+    o.head_size = D;
+    o.kv_heads = opt.sweep_kv_heads;
+    o.heads = 8 * opt.sweep_kv_heads;
+    for (KVPrecision kv : opt.kvs) run_config(o, env, kv, opt.batch_seqs, opt.batch_context, {1, 4, 8}, rows);
+  }
+}
 
 // --- long-query scenarios: prefill from zero, a prefill chunk, a mixed batch ------------------------------
 // FLOPs: 4*H*D per (query, key) pair. Query t (0-based) of a sequence with past_len P attends P+t+1 keys
@@ -900,9 +969,17 @@ int run_bench(const BenchOptions& opt) {
   const bool do_prefill = opt.scenario == "prefill" || (all && cuda);
   const bool do_chunk = opt.scenario == "chunk" || (all && cuda);
   const bool do_mixed = opt.scenario == "mixed" || (all && cuda);
-  if (do_seed) {
+  const bool do_sweep = opt.scenario == "sweep";
+  if (do_seed || do_sweep) {
     positive(opt.contexts, "--context");
     positive(opt.tokens, "--tokens");
+  }
+  if (do_sweep) {
+    positive(opt.sweep_groups, "--sweep-groups");
+    positive(opt.sweep_head_sizes, "--sweep-head-sizes");
+    for (int T : opt.sweep_trees)
+      if (T < 1) throw ValidationError("--sweep-trees", "every tree needs >= 1 node, got " + std::to_string(T));
+    if (opt.sweep_kv_heads < 1) throw ValidationError("--sweep-kv-heads", "must be >= 1");
   }
   if (opt.kvs.empty()) throw ValidationError("--kv", "must list at least one precision");
   if (opt.layers < 1) throw ValidationError("--layers", "must be >= 1");
@@ -910,8 +987,8 @@ int run_bench(const BenchOptions& opt) {
   if (opt.batch < 1) throw ValidationError("--batch", "must be >= 1");
   if (opt.fill != "op" && opt.fill != "random") throw ValidationError("--fill", "must be 'op' or 'random'");
   if (opt.fill_chunk < 1) throw ValidationError("--fill-chunk", "must be >= 1");
-  if (!(do_seed || do_batch || do_prefill || do_chunk || do_mixed))
-    throw ValidationError("--scenario", "must be 'seed', 'batch', 'prefill', 'chunk', 'mixed' or 'all'");
+  if (!(do_seed || do_batch || do_prefill || do_chunk || do_mixed || do_sweep))
+    throw ValidationError("--scenario", "must be 'seed', 'batch', 'prefill', 'chunk', 'mixed', 'sweep' or 'all'");
   if (opt.kv_heads < 1 || opt.heads < 1 || opt.heads % opt.kv_heads != 0)
     throw ValidationError("--heads", "must be a positive multiple of --kv-heads");
   if (opt.head_size < 1) throw ValidationError("--head-size", "must be >= 1");
@@ -997,7 +1074,8 @@ int run_bench(const BenchOptions& opt) {
     for (KVPrecision kv : opt.kvs)
       for (int L : opt.contexts) run_config(opt, env, kv, opt.batch, L, opt.tokens, rows);
   }
-  std::vector<Slope> sl = slopes(rows);
+  if (do_sweep) run_sweep(opt, env, rows);
+  std::vector<Slope> sl = do_sweep ? std::vector<Slope>{} : slopes(rows);
   if (!sl.empty()) {
     std::printf("\nslope per 1k tokens of context:\n");
     for (const Slope& s : sl)
@@ -1061,6 +1139,10 @@ int run_bench(const BenchOptions& opt) {
                            {"seqs", r.batch},
                            {"context", r.context},
                            {"T", r.T},
+                           {"head_size", r.head_size},
+                           {"group", r.group},
+                           {"tree", r.tree},
+                           {"rows_per_kv_head", r.T * r.group},
                            {"layers", r.layers},
                            {"sets", r.sets},
                            {"us", r.us},

@@ -29,8 +29,15 @@ struct BenchOptions {
   DType qdtype = DType::f16;               // query, new key/value and output
   std::string fill = "random";             // random | op (the op itself on fill_chunk-token prefill chunks)
   int fill_chunk = 1024;
-  // seed | batch | prefill | chunk | mixed | all (cpu: seed + batch; cuda: every scenario)
+  // seed | batch | prefill | chunk | mixed | sweep | all (cpu: seed + batch; cuda: every scenario but sweep)
   std::string scenario = "seed";
+  // sweep: one sequence per (head size D, group G = H / Hk with Hk = sweep_kv_heads, kv, context): chain
+  // verifies of every T in `tokens`, and trees of sweep_trees nodes (qq_bias: node i's parent is
+  // (i - 1) / 2); then batch_seqs x batch_context at T = 1, 4, 8 per D with G = 8
+  std::vector<int> sweep_groups{1, 2, 4, 8, 16};
+  std::vector<int> sweep_head_sizes{64, 128, 256};
+  std::vector<int> sweep_trees{16, 32};
+  int sweep_kv_heads = 4;
   int batch_seqs = 32, batch_context = 8192, batch_tokens = 4;  // the batch scenario
   // prefill: from zero (past_len 0), T = L new tokens, one layer per replay, for each shape and L
   std::vector<int> prefill_contexts{8192, 32768};

@@ -129,6 +129,7 @@ int main(int argc, char** argv) {
   pagedattn::tools::BenchOptions bopt;
   std::string bench_backend = "cpu", query = "f16", prefill_query = "bf16";
   std::vector<std::string> contexts, tokens, kvs, prefill_contexts, prefill_shapes, prefill_kvs;
+  std::vector<std::string> sweep_groups, sweep_head_sizes, sweep_trees;
   CLI::App* bench = app.add_subcommand(
       "bench", "the seed scenario: Qwen3.5-9B attention, T new tokens over an L-token paged cache, per N layers");
   bench->footer(
@@ -157,8 +158,8 @@ int main(int argc, char** argv) {
   CLI::Option* o_scn =
       bench->add_option("--scenario", bopt.scenario,
                         "seed | batch (32 seqs x 8k x T=4) | prefill (from zero) | chunk (1024 at 32k) | "
-                        "mixed (1 chunk + 31 verifies) | all")
-          ->check(CLI::IsMember({"seed", "batch", "prefill", "chunk", "mixed", "all"}));
+                        "mixed (1 chunk + 31 verifies) | sweep (issue 21: D x G x T, chains and trees) | all")
+          ->check(CLI::IsMember({"seed", "batch", "prefill", "chunk", "mixed", "sweep", "all"}));
   CLI::Option* o_bseqs =
       bench->add_option("--batch-seqs", bopt.batch_seqs, "sequences of the batch scenario (cpu default 8)")->capture_default_str();
   CLI::Option* o_bctx =
@@ -193,6 +194,13 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   bool no_pdl = false;
   bench->add_flag("--no-pdl", no_pdl, "cuda: Options::programmatic_launch = false");
+  bench->add_option("--sweep-groups", sweep_groups, "sweep scenario: groups G = H / Hk, list (default 1,2,4,8,16)")
+      ->delimiter(',');
+  bench->add_option("--sweep-head-sizes", sweep_head_sizes, "sweep scenario: head sizes D, list (default 64,128,256)")
+      ->delimiter(',');
+  bench->add_option("--sweep-trees", sweep_trees, "sweep scenario: draft trees of these node counts, list (default 16,32)")
+      ->delimiter(',');
+  bench->add_option("--sweep-kv-heads", bopt.sweep_kv_heads, "sweep scenario: kv heads Hk")->capture_default_str();
 
   try {
     app.parse(argc, argv);
@@ -210,7 +218,13 @@ int main(int argc, char** argv) {
     bopt.backend = pagedattn::parse_backend(bench_backend);
     bopt.contexts = contexts.empty() ? (cuda ? std::vector<int>{8192, 32768, 131072} : std::vector<int>{8192, 32768})
                                      : parse_counts(contexts, "--context");
-    bopt.tokens = tokens.empty() ? std::vector<int>{1, 2, 3, 4, 8} : parse_counts(tokens, "--tokens");
+    const bool sweep = bopt.scenario == "sweep";  // issue 21's rows: T = 1, 2, 4, 8, 16 (and trees)
+    bopt.tokens = !tokens.empty() ? parse_counts(tokens, "--tokens")
+                  : sweep         ? std::vector<int>{1, 2, 4, 8, 16}
+                                  : std::vector<int>{1, 2, 3, 4, 8};
+    if (!sweep_groups.empty()) bopt.sweep_groups = parse_counts(sweep_groups, "--sweep-groups");
+    if (!sweep_head_sizes.empty()) bopt.sweep_head_sizes = parse_counts(sweep_head_sizes, "--sweep-head-sizes");
+    if (!sweep_trees.empty()) bopt.sweep_trees = parse_counts(sweep_trees, "--sweep-trees");
     if (kvs.empty()) kvs = {"u8", "f16"};
     for (const std::string& k : kvs) bopt.kvs.push_back(parse_kv(k));
     bopt.qdtype = parse_qdtype(query);
