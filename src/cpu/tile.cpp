@@ -176,7 +176,9 @@ PA_CPU_LEVEL(v4, __attribute__((target("arch=x86-64-v4"))))
 
 #if defined(PA_CPU_AVX512)
 #pragma GCC diagnostic push
+#if !defined(__clang__)  // (a GCC warning group)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12's _mm512_reduce_add_ps (false positive)
+#endif
 // AVX-512 register blocks (where the CPU has it; D a multiple of 16, rows and keys in fours, tails
 // through the generic loops): 4 rows x 4 keys of S per pass over D, 16 accumulators, 8 loads per 16
 // FMAs; O += P V on 4 rows x 64 columns, 16 accumulators across the tile's keys, 8 loads per 16 FMAs.
@@ -252,7 +254,9 @@ __attribute__((target("avx512f"))) static void accumulate_avx512(float* o, const
 
 #if defined(PA_CPU_AVX512)
 #pragma GCC diagnostic push
+#if !defined(__clang__)  // (a GCC warning group)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12's intrinsic headers (false positive)
+#endif
 // 16 elements per step: vcvtph2ps (f16), a 16-bit shift (bf16), zero-extend + convert + FMA (u8).
 // (GCC 12 leaves the _Float16 loop scalar: one vcvtph2ps per element, 20% of a decode's time.)
 __attribute__((target("avx512f"))) static void load_row_avx512(float* dst, const void* src, RowType t, int D,
