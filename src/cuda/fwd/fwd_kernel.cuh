@@ -39,6 +39,96 @@ __device__ __forceinline__ int o_col(int n, int lane) {
   }
 }
 
+// --- the key loop's named steps (fwd_kernel, per slice of a key group) ----------------------------------
+// S = Q K^T of the slice's K half `hb` into acc (zeroed by the caller): each K fragment feeds MT MMAs.
+// u8: one ldmatrix.x4 on raw codes covers 8 keys x 4 MMA k-steps (see load_qf for Q's matching order).
+template <int D, int MT, int kN1, bool kU8, typename T, typename Half, typename QFrag>
+__device__ __forceinline__ void qk_step(float (&acc)[MT][kN1][4], const Half& hb, const QFrag& q_frag, int lane) {
+  if constexpr (kU8) {
+    // one ldmatrix.x4 on raw codes: 8 keys x 4 MMA k-steps; each register holds 4 codes of a key
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ks += 4) {
+      uint32_t qf[MT][4][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) q_frag(qf[mt][e], mt, ks + e);
+#pragma unroll
+      for (int n = 0; n < kN1; ++n) {
+        uint32_t r4[4];
+        ldmatrix_x4(r4, &hb.kv[n * 8 + (lane % 8)][(ks + lane / 8) * 16]);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            mma_16816<T>(acc[mt][n], qf[mt][e],
+                         u8x2_biased(r4[e], kSelB01), u8x2_biased(r4[e], kSelB23));
+      }
+    }
+  } else {
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ks += 2) {
+      uint32_t qf[MT][2][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) q_frag(qf[mt][e], mt, ks + e);
+#pragma unroll
+      for (int n = 0; n < kN1; ++n) {
+        uint32_t b[4];  // k-steps ks and ks+1 of keys n*8..n*8+7
+        ldmatrix_x4(b, &hb.kv[n * 8 + (lane % 8)][ks * 16 + (lane / 8) * 8]);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          mma_16816<T>(acc[mt][n], qf[mt][0], b[0], b[1]);
+          mma_16816<T>(acc[mt][n], qf[mt][1], b[2], b[3]);
+        }
+      }
+    }
+  }
+}
+
+// O += P V of the slice's V half `hb` (each V fragment feeds MT MMAs); pa: P as the A fragments.
+template <int D, int MT, int kK3, bool kU8, typename T, typename Half>
+__device__ __forceinline__ void value_step(float (&o)[MT][D / 8][4], const uint32_t (&pa)[MT][kK3][4], const Half& hb,
+                                           int lane, uint32_t k64) {
+  constexpr int kN3 = D / 8;  // O n-tiles
+#pragma unroll
+  for (int kk = 0; kk < kK3; ++kk) {
+    const int key = kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
+    if constexpr (kU8) {
+      // ldmatrix.trans on raw codes: a register holds codes (d, d+1) of keys (k, k+1); split into an
+      // even-d and an odd-d n-tile: n-tile 4b+{0,1,2,3} holds d = 32b + {0,1,16,17} + 2 * col.
+#pragma unroll
+      for (int b = 0; b < D / 32; ++b) {
+        uint32_t r4[4];
+        ldmatrix_x4_trans(r4, &hb.kv[key][32 * b + (lane / 16) * 16]);
+        const uint32_t v0 = u8x2_to_half2(r4[0], kSelB02, k64), v1 = u8x2_to_half2(r4[1], kSelB02, k64);
+        const uint32_t v2 = u8x2_to_half2(r4[0], kSelB13, k64), v3 = u8x2_to_half2(r4[1], kSelB13, k64);
+        const uint32_t v4 = u8x2_to_half2(r4[2], kSelB02, k64), v5 = u8x2_to_half2(r4[3], kSelB02, k64);
+        const uint32_t v6 = u8x2_to_half2(r4[2], kSelB13, k64), v7 = u8x2_to_half2(r4[3], kSelB13, k64);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          mma_16816<T>(o[mt][4 * b + 0], pa[mt][kk], v0, v1);
+          mma_16816<T>(o[mt][4 * b + 1], pa[mt][kk], v2, v3);
+          mma_16816<T>(o[mt][4 * b + 2], pa[mt][kk], v4, v5);
+          mma_16816<T>(o[mt][4 * b + 3], pa[mt][kk], v6, v7);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int n = 0; n < kN3; n += 2) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, &hb.kv[key][(n + lane / 16) * 8]);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          mma_16816<T>(o[mt][n], pa[mt][kk], b[0], b[1]);
+          mma_16816<T>(o[mt][n + 1], pa[mt][kk], b[2], b[3]);
+        }
+      }
+    }
+  }
+}
+
 // --- the epilogue's named steps (fwd_kernel, after the key groups' (m, l) are in sm.ml) ----------------
 // Row r's statistics, once, by one thread: the groups' common max M, the sum L at M, and for an output
 // row the sink (it joins the max, as in the merge: exp2(sink - M) alone could overflow for a large
@@ -324,7 +414,6 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
     issue(2 * it + kStages - 1);
     if (active) {
       const auto& hb = sm.u.s.ring[wkv][(2 * it) % kStages];
-      // each K fragment feeds MT MMAs
       float acc[MT][kN1][4];
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
@@ -332,47 +421,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
         for (int n = 0; n < kN1; ++n)
 #pragma unroll
           for (int e = 0; e < 4; ++e) acc[mt][n][e] = 0.0f;
-      if constexpr (kU8) {
-        // one ldmatrix.x4 on raw codes: 8 keys x 4 MMA k-steps; each register holds 4 codes of a key
-#pragma unroll
-        for (int ks = 0; ks < D / 16; ks += 4) {
-          uint32_t qf[MT][4][4];
-#pragma unroll
-          for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) q_frag(qf[mt][e], mt, ks + e);
-#pragma unroll
-          for (int n = 0; n < kN1; ++n) {
-            uint32_t r4[4];
-            ldmatrix_x4(r4, &hb.kv[n * 8 + (lane % 8)][(ks + lane / 8) * 16]);
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-              for (int e = 0; e < 4; ++e)
-                mma_16816<T>(acc[mt][n], qf[mt][e],
-                             u8x2_biased(r4[e], kSelB01), u8x2_biased(r4[e], kSelB23));
-          }
-        }
-      } else {
-#pragma unroll
-        for (int ks = 0; ks < D / 16; ks += 2) {
-          uint32_t qf[MT][2][4];
-#pragma unroll
-          for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) q_frag(qf[mt][e], mt, ks + e);
-#pragma unroll
-          for (int n = 0; n < kN1; ++n) {
-            uint32_t b[4];  // k-steps ks and ks+1 of keys n*8..n*8+7
-            ldmatrix_x4(b, &hb.kv[n * 8 + (lane % 8)][ks * 16 + (lane / 8) * 8]);
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-              mma_16816<T>(acc[mt][n], qf[mt][0], b[0], b[1]);
-              mma_16816<T>(acc[mt][n], qf[mt][1], b[2], b[3]);
-            }
-          }
-        }
-      }
+      qk_step<D, MT, kN1, kU8, T>(acc, hb, q_frag, lane);
       // scores (log2 units) with masks; element (n, e): row hf = e / 2, key js + n*8 + 2*(lane%4) + e%2
       const bool interior = js + kKPW <= w.kv_end && js + kKPW <= past + w.t0 + 1 &&
                             (P.sliding_window == 0 || js >= past + w.t0 + w.nt - P.sliding_window) &&
@@ -516,41 +565,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
     issue(2 * it + kStages);
     if (active) {
       const auto& hb = sm.u.s.ring[wkv][(2 * it + 1) % kStages];
-#pragma unroll
-      for (int kk = 0; kk < kK3; ++kk) {
-        const int key = kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
-        if constexpr (kU8) {
-          // ldmatrix.trans on raw codes: a register holds codes (d, d+1) of keys (k, k+1); split into an
-          // even-d and an odd-d n-tile: n-tile 4b+{0,1,2,3} holds d = 32b + {0,1,16,17} + 2 * col.
-#pragma unroll
-          for (int b = 0; b < D / 32; ++b) {
-            uint32_t r4[4];
-            ldmatrix_x4_trans(r4, &hb.kv[key][32 * b + (lane / 16) * 16]);
-            const uint32_t v0 = u8x2_to_half2(r4[0], kSelB02, k64), v1 = u8x2_to_half2(r4[1], kSelB02, k64);
-            const uint32_t v2 = u8x2_to_half2(r4[0], kSelB13, k64), v3 = u8x2_to_half2(r4[1], kSelB13, k64);
-            const uint32_t v4 = u8x2_to_half2(r4[2], kSelB02, k64), v5 = u8x2_to_half2(r4[3], kSelB02, k64);
-            const uint32_t v6 = u8x2_to_half2(r4[2], kSelB13, k64), v7 = u8x2_to_half2(r4[3], kSelB13, k64);
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-              mma_16816<T>(o[mt][4 * b + 0], pa[mt][kk], v0, v1);
-              mma_16816<T>(o[mt][4 * b + 1], pa[mt][kk], v2, v3);
-              mma_16816<T>(o[mt][4 * b + 2], pa[mt][kk], v4, v5);
-              mma_16816<T>(o[mt][4 * b + 3], pa[mt][kk], v6, v7);
-            }
-          }
-        } else {
-#pragma unroll
-          for (int n = 0; n < kN3; n += 2) {
-            uint32_t b[4];
-            ldmatrix_x4_trans(b, &hb.kv[key][(n + lane / 16) * 8]);
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-              mma_16816<T>(o[mt][n], pa[mt][kk], b[0], b[1]);
-              mma_16816<T>(o[mt][n + 1], pa[mt][kk], b[2], b[3]);
-            }
-          }
-        }
-      }
+      value_step<D, MT, kK3, kU8, T>(o, pa, hb, lane, k64);
     }
   }
   cp_async_wait<0>();
