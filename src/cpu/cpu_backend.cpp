@@ -256,9 +256,8 @@ class CpuPlan final : public PlanImpl {
   // Keys [j0, j0 + n) of item's sequence and kv head -> f32 rows of `dst` (K or V). With each row, the
   // same side's row k of keys [pf_j0, pf_j0 + pf_n) (the next tile) is prefetched (`pf_which`: 1 K, 2 V):
   // prefetches spread over the loads, one row's lines at a time. The whole next tile's K and V at once
-  // (512-1024 lines) left the row loads waiting on memory: u8 32k T=1 5.5-7.9 ms per layer against
-  // 3.9-4.3 spread (f16 6.9-7.9 against 4.5-6.6), 3 alternating runs on the 2-core EPYC; perf: the row
-  // conversion's share of samples 22.9% -> 11.3%.
+  // (512-1024 lines) left the row loads waiting on memory: at 32k T=1 0.69x (f16) / 0.75x (u8) the time
+  // of that version, T=8 0.91-0.93x (bench/results/2026-12-01-cpu-prefetch-659df8d-epyc2c).
   void load_tile(const Params& p, int s, int hk, int j0, int n, bool value, float* dst, int pf_j0 = 0,
                  int pf_n = 0, int pf_which = 3) const {
     const KVPrecision kv = p.cache.precision();
