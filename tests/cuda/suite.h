@@ -20,6 +20,7 @@
 #include <future>
 #include <map>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "cpu/oracle.h"
@@ -150,12 +151,17 @@ inline Suite make_suite(const char* name, const CaseConfig& cfg, uint64_t seed0,
 inline void check_suite(const char* name, const Suite& suite, const Options& opt = {Backend::cuda}) {
   const int n = static_cast<int>(suite.cases.size());
   std::map<KVPrecision, Worst> worst;
+  std::map<std::string, int> variants;  // kernel variant -> cases whose plan launched it (PlanInfo)
   int failures = 0;
   for (int i = 0; i < n; ++i) {
     Case c = suite.cases[i];
     const Case& ref = suite.refs[i];
     {
       DeviceCase d(c);
+      std::set<std::string> launched;
+      for (const PlanInfo::Launch& l : plan(d.params(), opt).info().launches)
+        launched.insert(l.variant.empty() ? "fwd" : l.variant);
+      for (const std::string& v : launched) ++variants[v];
       forward(d.params(), opt);
       d.download();
     }
@@ -195,6 +201,9 @@ inline void check_suite(const char* name, const Suite& suite, const Options& opt
   for (const auto& [p, wk] : worst)
     std::printf("[%s] kv %-4s: %4d cases, worst rel_l2 %.3e  (%s); scores in %d cases, worst rel_l2 %.3e\n", name,
                 kv_precision_name(p), wk.cases, wk.err, wk.where.c_str(), wk.scores_cases, wk.scores_err);
+  std::string kernels;  // which kernel variants the cases ran on ("fwd": fwd_kernel's default variants)
+  for (const auto& [v, k] : variants) kernels += " " + v + " " + std::to_string(k);
+  std::printf("[%s] cases per kernel variant:%s\n", name, kernels.c_str());
 }
 
 inline void run_suite(const char* name, const CaseConfig& cfg, uint64_t seed0, int n, const Options& opt = {Backend::cuda}) {
