@@ -73,8 +73,24 @@ TEST(Cuda, FewQuerySplitRandom) {
   }
   one.head_sizes = {256};
   expect_launched(one, 5, 8, base_seed() + 3100001, 256, "wgs32");
-  run_suite("few-query-wgs", cfg, base_seed() + 3100000, 240);
+  // Every chunk of 33-64 rows (T * G in that range for each sequence), so every case runs on the kernel:
+  // G = 4 with T 9-16, G = 8 with T 5-8, G = 16 with T 3-4 (trees, window, ALiBi, sinks, scores as the
+  // few-query cases draw them).
+  const int bands[3][3] = {{4, 9, 16}, {8, 5, 8}, {16, 3, 4}};
+  for (int b = 0; b < 3; ++b) {
+    CaseConfig band = cfg;
+    band.group_sizes = {bands[b][0]};
+    band.min_tokens = bands[b][1];
+    band.max_tokens = bands[b][2];
+    const std::string name = "few-query-wgs-g" + std::to_string(bands[b][0]);
+    run_suite(name.c_str(), band, base_seed() + 3100000 + 1000 * b, 110);
+  }
+  // the mixed few-query cases (chunks of every size, some on it) and long contexts
+  run_suite("few-query-wgs-mixed", cfg, base_seed() + 3150000, 80);
   CaseConfig lng = long_context_config(4000, 20000, 40000);
   lng.kv_precisions = cfg.kv_precisions;
+  lng.group_sizes = {8};
+  lng.min_tokens = 5;
+  lng.max_tokens = 8;
   run_suite("few-query-wgs-long", lng, base_seed() + 3200000, 24);
 }
