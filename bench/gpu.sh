@@ -179,7 +179,7 @@ if has ab; then
   # same-run ratios of the run-time switches (seed rows f16/u8, T = 1, 3, 8): the default, then each
   # experiment on (AB_CONFIGS overrides the list: space-separated configs, each VAR=V[,VAR=V...];
   # measured before: PAGEDATTN_EARLY_READS=0, PAGEDATTN_MERGE_SPLIT=1 (run s3d))
-  for cfg in ${AB_CONFIGS:-default PAGEDATTN_WG_SPLIT=0}; do
+  for cfg in ${AB_CONFIGS:-default PAGEDATTN_WG_SPLIT=2}; do
     tag=$(echo "$cfg" | tr ',=' '_-')
     if [ "$(left)" -lt "${AB_MIN_LEFT:-40}" ]; then log "A/B $cfg skipped: $(left)s of the ${budget}s budget left"; continue; fi
     log "A/B: $cfg"

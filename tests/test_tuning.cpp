@@ -46,6 +46,7 @@ TEST(Tuning, OverridesParsed) {
   EXPECT_EQ(parse({{"PAGEDATTN_WGMMA", "0"}}).wgmma, 0);
   EXPECT_EQ(parse({{"PAGEDATTN_WG_SPLIT", "0"}}).wg_split, 0);
   EXPECT_EQ(parse({{"PAGEDATTN_WG_SPLIT", "1"}}).wg_split, 1);
+  EXPECT_EQ(parse({{"PAGEDATTN_WG_SPLIT", "2"}}).wg_split, 2);
 }
 
 TEST(Tuning, HopperKeyTile) {
@@ -71,21 +72,25 @@ TEST(Tuning, HopperKeyTile) {
   EXPECT_EQ(hopper_key_tile(256, true, true, o), 0);
 }
 
-TEST(Tuning, HopperSplit) {
+TEST(Tuning, HopperSplit) {  // the least row tiles on the key-split kernel; 0: none
   const Overrides none;
-  EXPECT_TRUE(hopper_split(128, false, 128, none));   // f16/bf16 on an sm_90a build, every head size
-  EXPECT_TRUE(hopper_split(64, false, 64, none));
-  EXPECT_TRUE(hopper_split(256, false, 32, none));
-  EXPECT_FALSE(hopper_split(128, true, 64, none));    // never u8
-  EXPECT_FALSE(hopper_split(128, false, 0, none));    // the Hopper kernel off
+  EXPECT_EQ(hopper_split(128, false, 128, none), 4);  // f16/bf16 33-64 rows on an sm_90a build, every head size
+  EXPECT_EQ(hopper_split(64, false, 64, none), 4);
+  EXPECT_EQ(hopper_split(256, false, 32, none), 4);
+  EXPECT_EQ(hopper_split(128, true, 64, none), 0);    // never u8
+  EXPECT_EQ(hopper_split(128, false, 0, none), 0);    // the Hopper kernel off
   Overrides on;
   on.wg_split = 1;
-  EXPECT_TRUE(hopper_split(64, false, 64, on));
-  EXPECT_FALSE(hopper_split(128, true, 64, on));
-  EXPECT_FALSE(hopper_split(256, false, 0, on));      // an override does not turn it on
+  EXPECT_EQ(hopper_split(64, false, 64, on), 4);
+  EXPECT_EQ(hopper_split(128, true, 64, on), 0);
+  EXPECT_EQ(hopper_split(256, false, 0, on), 0);      // an override does not turn it on
+  Overrides wider;
+  wider.wg_split = 2;                                 // 17-64 rows
+  EXPECT_EQ(hopper_split(256, false, 32, wider), 2);
+  EXPECT_EQ(hopper_split(256, true, 32, wider), 0);
   Overrides off;
   off.wg_split = 0;
-  EXPECT_FALSE(hopper_split(128, false, 128, off));
+  EXPECT_EQ(hopper_split(128, false, 128, off), 0);
 }
 
 TEST(Tuning, WideChunks) {

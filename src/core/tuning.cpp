@@ -22,7 +22,7 @@ Overrides parse_overrides(const std::function<const char*(const char*)>& getenv)
   o.prefill_mt2 = !is("PAGEDATTN_PREFILL_MT2", "0");
   o.wgmma_u8 = !is("PAGEDATTN_WGMMA_U8", "0");
   o.wgmma = is("PAGEDATTN_WGMMA", "0") ? 0 : is("PAGEDATTN_WGMMA", "64") ? 64 : is("PAGEDATTN_WGMMA", "128") ? 128 : -1;
-  o.wg_split = is("PAGEDATTN_WG_SPLIT", "0") ? 0 : is("PAGEDATTN_WG_SPLIT", "1") ? 1 : -1;
+  o.wg_split = is("PAGEDATTN_WG_SPLIT", "0") ? 0 : is("PAGEDATTN_WG_SPLIT", "1") ? 1 : is("PAGEDATTN_WG_SPLIT", "2") ? 2 : -1;
   if (const char* e = getenv("PAGEDATTN_WIDE_PREFILL"); e != nullptr && *e != '\0') o.wide_prefill = is("PAGEDATTN_WIDE_PREFILL", "1");
   const int split = number("PAGEDATTN_MERGE_SPLIT"), batch = number("PAGEDATTN_MERGE_BATCH");
   o.merge_split = split == 1 || split == 2 || split == 4 ? split : 0;
@@ -53,11 +53,11 @@ int hopper_key_tile(int head_size, bool u8, bool hopper, const Overrides& o) {
 // (wgq, removed after c7eeed8) 0.87x / 0.80x (run c2, G = 8 and 16); D = 64 0.87x / 0.73x, D = 256
 // 0.84x / 0.83x (run c3). At <= 32
 // rows fwd_kernel stays (D = 128: 8-16 rows 1.02-1.14x slower on it, 32 rows 1.025x at 32k, 0.97x at
-// 128k; run c2).
-bool hopper_split(int head_size, bool u8, int key_tile, const Overrides& o) {
+// 128k; run c2). 17-32 rows at D = 256 (the seed's T = 8) are not measured: PAGEDATTN_WG_SPLIT=2.
+int hopper_split(int head_size, bool u8, int key_tile, const Overrides& o) {
   (void)head_size;
-  if (key_tile == 0 || u8) return false;
-  return o.wg_split != 0;
+  if (key_tile == 0 || u8 || o.wg_split == 0) return 0;
+  return o.wg_split == 2 ? 2 : 4;
 }
 
 // 128-row chunks for prefill: the default at D <= 128, where on 8-warp mma.sync CTAs they measured

@@ -442,7 +442,7 @@ class CudaPlan final : public detail::PlanImpl {
   bool stale_max_ = true;  // FwdParams::stale_log2 > 0 (PAGEDATTN_STALE_MAX=0: off)
   // kernel variants besides the defaults: mt2 (on; PAGEDATTN_PREFILL_MT2=0), wg (the Hopper prefill
   // kernel's key tile; sm_90a builds on sm_90 devices), wg_split (its key-split form)
-  KernelChoice choice_{true, 0, false};
+  KernelChoice choice_{true, 0, 0};
   bool separate_write_ = false;  // KV write-in as its own launch (some sequence has several chunks)
   int num_seqs_ = 0, num_tokens_ = 0;
   float scale_ = 1.0f;

@@ -82,9 +82,10 @@ FwdKernelInfo fwd_kernel_info_for(int kv, int rt, const KernelChoice& c) {
   // Runtime values become template constants here and only here.
   constexpr bool kMt2Variants = D <= 128;
   constexpr int kKeys = D == 256 ? 32 : 64;  // the key-split variant's key tile, and u8's
-  // f16/bf16 chunks of 33-64 rows on the key-split Hopper kernel (KernelChoice::wg_split)
-  if (c.wg != 0 && c.wg_split && rt == 4 && kv == kKvF16) return WgVariant<D, kKvF16, kKeys, true>::info();
-  if (c.wg != 0 && c.wg_split && rt == 4 && kv == kKvBF16) return WgVariant<D, kKvBF16, kKeys, true>::info();
+  // f16/bf16 chunks of 33-64 rows (17-64: an experiment) on the key-split Hopper kernel (KernelChoice::wg_split)
+  const bool split = c.wg != 0 && c.wg_split != 0 && rt >= c.wg_split && rt <= 4;
+  if (split && kv == kKvF16) return WgVariant<D, kKvF16, kKeys, true>::info();
+  if (split && kv == kKvBF16) return WgVariant<D, kKvBF16, kKeys, true>::info();
   // u8 128-row chunks on the Hopper kernel (the default; off: c.wg = 0 for u8)
   if (c.wg != 0 && kv == kKvU8 && rt == 8) return WgVariant<D, kKvU8, kKeys>::info();
   if constexpr (D == 256) {  // the Hopper kernel takes 32-key tiles at D = 256

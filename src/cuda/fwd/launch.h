@@ -29,7 +29,7 @@ struct KernelChoice {
   bool mt2 = false;        // two row tiles per warp in the 8-row-tile variant (fwd_kernel's MT = 2; D <= 128)
   int wg = 0;              // 8-row-tile chunks on the Hopper kernel (wg_kernel): its key tile at D <= 128
                            // (64 or 128; any nonzero value means 32 at D = 256, and 64 / 32 for u8), 0 = off
-  bool wg_split = false;   // f16/bf16 chunks of 4 row tiles (33-64 rows) on the key-split Hopper kernel
+  int wg_split = 0;        // f16/bf16 chunks of wg_split..4 row tiles on the key-split Hopper kernel (0: none)
 };
 
 FwdKernelInfo fwd_kernel_info_d64(int kv, int row_tiles, const KernelChoice& c);
