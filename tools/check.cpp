@@ -99,6 +99,7 @@ testing::CaseConfig make_check_config(const CheckOptions& opt) {
   if (opt.p_scores >= 0) cfg.p_scores = opt.p_scores;
   if (opt.p_alibi >= 0) cfg.p_alibi = opt.p_alibi;
   if (opt.p_sinks >= 0) cfg.p_sinks = opt.p_sinks;
+  cfg.p_lse = opt.p_lse;
   if (opt.min_seqs > 0) cfg.min_seqs = opt.min_seqs;
   if (opt.min_past >= 0) cfg.min_past = opt.min_past;
   if (opt.min_tokens > 0) cfg.min_tokens = opt.min_tokens;
@@ -310,6 +311,23 @@ int run_check(const CheckOptions& given) {
         ratio = std::max(ratio, cs.nan_count ? 1e30 : cs.rel_l2 / tol);
         detail += "; scores: " + cs.describe();
         if (!cs.ok(tol)) fail += (fail.empty() ? "" : "; ") + std::string("scores ") + cs.describe();
+      }
+      if (!ref.lse.empty()) {  // natural-log units: |got - ref| <= 1e-4 * max(1, |ref|), -inf exactly
+        double worst = 0;
+        int64_t at = -1;
+        for (size_t i = 0; i < ref.lse.size(); ++i) {
+          const double r = ref.lse[i], g = got.lse[i];
+          const double e = std::isinf(r) && r < 0 ? (g == r ? 0.0 : INFINITY)
+                                                  : std::fabs(g - r) / std::max(1.0, std::fabs(r));
+          if (!(e <= worst)) {  // NaN counts as the worst
+            worst = std::isnan(e) ? INFINITY : e;
+            at = static_cast<int64_t>(i);
+          }
+        }
+        detail += "; lse: worst " + std::to_string(worst);
+        if (worst > 1e-4)
+          fail += (fail.empty() ? "" : "; ") + std::string("lse[") + std::to_string(at) + "] " +
+                  std::to_string(got.lse[static_cast<size_t>(at)]) + " vs " + std::to_string(ref.lse[static_cast<size_t>(at)]);
       }
       const CacheCheck cc = check_cache(got, ref);
       u8_written += cc.u8_written;

@@ -118,6 +118,7 @@ int main(int argc, char** argv) {
   check->add_option("--p-scores", copt.p_scores, "probability of the scores output");
   check->add_option("--p-alibi", copt.p_alibi, "probability of ALiBi slopes");
   check->add_option("--p-sinks", copt.p_sinks, "probability of sinks");
+  check->add_option("--p-lse", copt.p_lse, "probability of the lse output (default 0)");
   check->add_option("--partition-tokens", copt.partition_tokens,
                     "cuda: Options::partition_tokens (1048576: one partition per chunk, a CTA sums a whole context)");
   check->add_option("--threads", copt.threads, "oracle threads over a case's sequences (0: all cores)");

@@ -113,6 +113,13 @@ struct Params {
   TensorView score_aggregation_window;  // (host) [num_seqs] i32 or absent (OpenVINO's input 13): w_s =
                                  //       window[s]; -1 or >= T_s: every new token, 0: none (scores 0);
                                  //       absent: w_s = 1 (the last new token, OpenVINO's default)
+  TensorView lse;                // (dev) [num_tokens, H] f32 or absent: each row's log-sum-exp, the natural
+                                 //       log of its softmax denominator: log(sum_j exp(s_j) + exp(sink_h)),
+                                 //       s_j the scaled score (with ALiBi) of every key the row attends,
+                                 //       the sink term when sinks are given; -inf for a row that attends
+                                 //       no key and has no sink. out = sum_j exp(s_j - lse) v_j, so partial
+                                 //       calls over disjoint keys combine exactly (FlashAttention's LSE).
+                                 //       cpu backend only for now (the cuda backend: UnsupportedError)
 };
 
 }  // namespace pagedattn

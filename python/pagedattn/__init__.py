@@ -54,7 +54,7 @@ _HOST_FIELDS = {"past_lens": _np.int32, "subsequence_begins": _np.int32, "block_
                 "score_aggregation_window": _np.int32}
 # Tensors on the backend's device; Plan.run() may replace any of them (same shape/dtype).
 _DEVICE_FIELDS = ("query", "key", "value", "key_cache", "value_cache", "key_scale", "key_min",
-                  "value_scale", "value_min", "alibi_slopes", "sinks", "out", "scores")
+                  "value_scale", "value_min", "alibi_slopes", "sinks", "out", "scores", "lse")
 
 _DLPACK_CUDA = (2, 13)  # kDLCUDA, kDLCUDAManaged
 
@@ -216,6 +216,9 @@ _ARGS_DOC = """
     score_aggregation_window
                          [num_seqs] int32 (host) or None: w_s (OpenVINO's input 13); -1 or >= T_s: every new
                          token, 0: none; None: w_s = 1 (the last new token, OpenVINO's default).
+    lse                  [num_tokens, H] float32 (dev) or None: each row's log-sum-exp (natural log of its
+                         softmax denominator, the sink included; -inf for a row with no key and no sink),
+                         filled in place; cpu backend only for now.
     Lists of ints are accepted for the (host) metadata.
 
     Options:
@@ -247,7 +250,7 @@ def forward(*, query: Any, key: Any = None, value: Any = None, key_cache: Any, v
             block_indices_begins: Any, scale: Optional[float] = None, sliding_window: int = 0,
             alibi_slopes: Any = None, sinks: Any = None, max_context_len: Optional[int] = None,
             qq_bias: Any = None, qq_bias_begins: Any = None, out: Any = None, scores: Any = None,
-            score_aggregation_window: Any = None,
+            score_aggregation_window: Any = None, lse: Any = None,
             num_heads: int, backend: str = "auto", deterministic: bool = False, partition_tokens: int = 0,
             stream: Any = None, programmatic_launch: bool = True, num_threads: int = 0,
             cpu_reference: bool = False) -> Any:
@@ -262,7 +265,7 @@ def forward(*, query: Any, key: Any = None, value: Any = None, key_cache: Any, v
 
 forward.__doc__ = """Runs the op once (plan then run): writes key/value into the cache, attends, returns `out`.
 """ + _ARGS_DOC + """
-    Returns `out` ([num_tokens, H*D], query's dtype); `scores`, when given, is filled in place.
+    Returns `out` ([num_tokens, H*D], query's dtype); `scores` and `lse`, when given, are filled in place.
 """
 
 
@@ -324,7 +327,7 @@ class Plan:
     def run(self, *, query: Any = None, key: Any = None, value: Any = None, key_cache: Any = None,
             value_cache: Any = None, key_scale: Any = None, key_min: Any = None,
             value_scale: Any = None, value_min: Any = None, alibi_slopes: Any = None,
-            sinks: Any = None, out: Any = None, scores: Any = None) -> Any:
+            sinks: Any = None, out: Any = None, scores: Any = None, lse: Any = None) -> Any:
         """Runs the planned op; arguments given replace the planned device tensors for this run.
 
         Returns `out`. Raises ValidationError when a tensor's shape, dtype or strides differ from the plan.
@@ -332,7 +335,7 @@ class Plan:
         given = dict(query=query, key=key, value=value, key_cache=key_cache, value_cache=value_cache,
                      key_scale=key_scale, key_min=key_min, value_scale=value_scale,
                      value_min=value_min, alibi_slopes=alibi_slopes, sinks=sinks, out=out,
-                     scores=scores)
+                     scores=scores, lse=lse)
         tensors = dict(self._tensors)
         tensors.update({k: v for k, v in given.items() if v is not None})
         q = tensors["query"]
@@ -357,7 +360,7 @@ def plan(*, query: Any, key: Any = None, value: Any = None, key_cache: Any, valu
          block_indices_begins: Any, scale: Optional[float] = None, sliding_window: int = 0,
          alibi_slopes: Any = None, sinks: Any = None, max_context_len: Optional[int] = None,
          qq_bias: Any = None, qq_bias_begins: Any = None, out: Any = None, scores: Any = None,
-         score_aggregation_window: Any = None,
+         score_aggregation_window: Any = None, lse: Any = None,
          num_heads: int, backend: str = "auto", deterministic: bool = False, partition_tokens: int = 0,
          stream: Any = None, programmatic_launch: bool = True, num_threads: int = 0,
          cpu_reference: bool = False) -> Plan:

@@ -31,6 +31,7 @@ void check_device(const Params& p, Backend b) {
   check(p.sinks, "sinks");
   check(p.out, "out");
   check(p.scores, "scores");
+  check(p.lse, "lse");
   check_host(p.past_lens, "past_lens");
   check_host(p.subsequence_begins, "subsequence_begins");
   check_host(p.block_indices, "block_indices");
@@ -92,6 +93,7 @@ void check_same_signature(const Params& a, const Params& b) {
   same(a.sinks, b.sinks, "sinks");
   same(a.out, b.out, "out");
   same(a.scores, b.scores, "scores");
+  same(a.lse, b.lse, "lse");
   same(a.score_aggregation_window, b.score_aggregation_window, "score_aggregation_window");
   if (a.scale != b.scale) throw ValidationError("scale", "differs from the planned call: re-plan");
   if (a.sliding_window != b.sliding_window)

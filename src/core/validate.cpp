@@ -137,6 +137,7 @@ void validate(const Params& p) {
   check_structure(p.score_aggregation_window, "score_aggregation_window", true);
   check_structure(p.out, "out", false);
   check_structure(p.scores, "scores", false);
+  check_structure(p.lse, "lse", false);
 
   // ---- 2. shapes and dtypes -----------------------------------------------------------------------------
   if (p.num_heads <= 0) fail("num_heads", cat("must be > 0, got ", p.num_heads));
@@ -272,6 +273,14 @@ void validate(const Params& p) {
       if (w[s] < -1)
         fail("score_aggregation_window", cat("must be >= -1 (-1: every new token), got ", w[s],
                                              " at score_aggregation_window[", s, "]"));
+  }
+
+  // lse: [num_tokens, H] f32 or absent
+  if (p.lse.present()) {
+    require_ndim(p.lse, "lse", 2, "[num_tokens, H]");
+    require_dtype(p.lse, "lse", DType::f32);
+    require_dim(p.lse, "lse", 0, num_tokens, "num_tokens");
+    require_dim(p.lse, "lse", 1, H, "num_heads");
   }
 
   // scores: [sum ctx] f32 or absent (its length is checked once ctx_s is known)

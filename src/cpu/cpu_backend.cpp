@@ -32,6 +32,7 @@ namespace detail {
 namespace {
 
 constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
 constexpr int kMaxRows = 64;   // query rows per chunk (T*G); a longer sequence is cut into chunks
 constexpr int kTile = 32;      // keys per tile
 constexpr int kMinPart = 512;  // smallest partition (keys)
@@ -373,7 +374,8 @@ class CpuPlan final : public PlanImpl {
     }
   }
 
-  // The row's final output (sink joins the denominator) and its (m, l) for the scores.
+  // The row's final output (sink joins the denominator), its log-sum-exp (Params::lse; m and l are in
+  // log2 units) and its (m, l) for the scores.
   void finish_row(const Params& p, const Chunk& c, int hk, int r, float m, float l, float* o) {
     const int h = hk * G_ + r % G_;
     const int64_t tok = begins_[c.seq] + c.t0 + r / G_;
@@ -388,6 +390,8 @@ class CpuPlan final : public PlanImpl {
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;
     const int64_t base = tok * H_ * D_ + static_cast<int64_t>(h) * D_;
     for (int d = 0; d < D_; ++d) store_f(p.out, base + d, o[d] * inv);
+    if (p.lse.present())
+      p.lse.ptr<float>()[tok * H_ + h] = l > 0.0f ? (m + std::log2(l)) * kLn2 : -INFINITY;
     row_stats_[static_cast<size_t>(tok * H_ + h) * 2] = m;
     row_stats_[static_cast<size_t>(tok * H_ + h) * 2 + 1] = l;
   }

@@ -214,6 +214,9 @@ void attention(const Params& p) {
           score[j] = std::exp(score[j] - mx);
           sum += score[j];
         }
+        if (p.lse.present())  // log of the denominator; -inf for a row with no key and no sink
+          p.lse.ptr<float>()[offset(p.lse, tok0 + t, h)] =
+              sum > 0.0 ? static_cast<float>(mx + std::log(sum)) : -INFINITY;
 
         // pass 3: normalise and accumulate the values, four keys per sweep over acc
         std::fill(acc.begin(), acc.end(), 0.0);

@@ -164,6 +164,7 @@ class CudaPlan final : public detail::PlanImpl {
       throw UnsupportedError("block_size " + std::to_string(bs) + ": the cuda backend needs a power of two >= 16");
     if (G_ > planner::kMaxRows)
       throw UnsupportedError("group size H/Hk = " + std::to_string(G_) + ": the cuda backend supports at most 64");
+    if (p.lse.present()) throw UnsupportedError("lse: the cuda backend does not write it yet (the cpu backend does)");
     bs_log2_ = 0;
     while ((1 << bs_log2_) < bs) ++bs_log2_;
 

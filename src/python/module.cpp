@@ -28,7 +28,7 @@ namespace {
 
 // The fields the op writes: they must be writable arrays (a read-only NumPy array is refused).
 bool is_written(const std::string& name) {
-  return name == "out" || name == "scores" || name == "key_cache" || name == "value_cache" ||
+  return name == "out" || name == "scores" || name == "lse" || name == "key_cache" || name == "value_cache" ||
          name == "key_scale" || name == "key_min" || name == "value_scale" || name == "value_min";
 }
 
@@ -149,7 +149,7 @@ Params make_params(const nb::dict& tensors, const Scalars& s, Keep& keep) {
                                  "key_min", "value_scale", "value_min", "past_lens",
                                  "subsequence_begins", "block_indices", "block_indices_begins",
                                  "alibi_slopes", "sinks", "qq_bias", "qq_bias_begins", "out", "scores",
-                                 "score_aggregation_window"};
+                                 "score_aggregation_window", "lse"};
   for (auto [k, v] : tensors) {
     const std::string name = nb::cast<std::string>(k);
     bool known = false;
@@ -184,6 +184,7 @@ Params make_params(const nb::dict& tensors, const Scalars& s, Keep& keep) {
   p.out = get("out");
   p.scores = get("scores");
   p.score_aggregation_window = get("score_aggregation_window");
+  p.lse = get("lse");
   p.max_context_len = s.max_context_len ? *s.max_context_len : default_max_context_len(p);
   return p;
 }

@@ -326,6 +326,10 @@ Case make_random_case(uint64_t seed, const CaseConfig& cfg) {
       for (int s = 0; s < c.num_seqs; ++s)
         c.score_window.push_back(r.chance(0.2) ? -1 : r.chance(0.1) ? 0 : static_cast<int32_t>(r.uniform_int(1, T[s] + 2)));
   }
+  if (cfg.p_lse > 0 && r.chance(cfg.p_lse)) {  // last, so that cases without it draw as before
+    c.want_lse = true;
+    c.lse.assign(static_cast<size_t>(c.num_tokens) * H, std::numeric_limits<float>::quiet_NaN());
+  }
   return c;
 }
 
@@ -367,6 +371,7 @@ Params Case::params() {
   }
   p.out = view(out.data(), qdtype, {num_tokens, H * D});
   if (want_scores) p.scores = view(scores.data(), DType::f32, {static_cast<int64_t>(scores.size())});
+  if (want_lse) p.lse = view(lse.data(), DType::f32, {num_tokens, H});
   if (!score_window.empty())
     p.score_aggregation_window = view(score_window.data(), DType::i32, {static_cast<int64_t>(score_window.size())});
   return p;
@@ -383,6 +388,7 @@ std::string Case::describe() const {
   if (!sinks.empty()) os << " sinks";
   if (!qq_bias.empty() || !qq_bias_begins.empty()) os << " tree";
   if (want_scores) os << " scores";
+  if (want_lse) os << " lse";
   if (!score_window.empty()) {
     os << " score_window=[";
     for (size_t s = 0; s < score_window.size(); ++s) os << (s ? "," : "") << score_window[s];

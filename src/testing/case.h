@@ -23,6 +23,8 @@ struct CaseConfig {
   std::vector<KVPrecision> kv_precisions = {KVPrecision::f16, KVPrecision::bf16, KVPrecision::u8};
   std::vector<DType> query_dtypes = {DType::f32};
   double p_window = 0.3, p_alibi = 0.3, p_sinks = 0.3, p_tree = 0.3, p_scores = 0.3;
+  double p_lse = 0;                          // probability of the lse output (0: never drawn, so the
+                                             // other draws of a seed do not move)
   double max_alibi_slope = 0.25;            // ALiBi slopes are drawn from [0, max_alibi_slope)
   double p_write = 0.9;                      // probability that key/value are given (written in)
   int extra_blocks = 4;                      // unused blocks in the pool (poisoned with NaN)
@@ -42,6 +44,7 @@ struct Case {
   float scale = 0;                           // the value passed in Params::scale
   bool write_kv = true;                      // key/value given
   bool want_scores = false;
+  bool want_lse = false;
 
   std::vector<int32_t> past_lens, subsequence_begins, block_indices, block_indices_begins;
   std::vector<uint8_t> qq_bias;              // empty: no tree mask
@@ -53,6 +56,7 @@ struct Case {
   std::vector<uint8_t> key_cache, value_cache;        // [num_blocks, Hk, bs, D] in kv dtype
   std::vector<uint16_t> key_scale, key_min, value_scale, value_min;  // u8 only: [num_blocks, Hk, bs] f16
   std::vector<float> scores;                           // [sum ctx] or empty
+  std::vector<float> lse;                              // [num_tokens, H] or empty
   std::vector<int32_t> score_window;                   // score_aggregation_window [num_seqs] or empty
 
   int T(int s) const { return subsequence_begins[s + 1] - subsequence_begins[s]; }

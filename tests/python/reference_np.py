@@ -274,8 +274,10 @@ def _gather(case: Case, cache: Dict[str, np.ndarray], s: int, which: str) -> np.
     return dequantize_u8(data, scale, mn)
 
 
-def attention(case: Case, cache: Dict[str, np.ndarray]):
-    """(out [num_tokens, H*D] float64, scores [sum ctx] float64 or None) from the given cache state."""
+def attention(case: Case, cache: Dict[str, np.ndarray], lse_out: Optional[np.ndarray] = None):
+    """(out [num_tokens, H*D] float64, scores [sum ctx] float64 or None) from the given cache state;
+    `lse_out` ([num_tokens, H]), when given, receives each row's log-sum-exp (natural log of the softmax
+    denominator, the sink included)."""
     H, Hk, D = case.num_heads, case.num_kv_heads, case.head_size
     G = H // Hk
     scale = case.scale if case.scale is not None else 1.0 / np.sqrt(D)
@@ -315,6 +317,8 @@ def attention(case: Case, cache: Dict[str, np.ndarray]):
             if case.sinks is not None:
                 denom = denom + np.exp(case.sinks.astype(np.float64)[:, None] - m)
             prob = e / denom                                          # [H, ctx]
+            if lse_out is not None:
+                lse_out[row] = (m + np.log(denom))[:, 0]
             out[row] = np.einsum("hj,jhd->hd", prob, V)
             w = 1 if case.score_aggregation_window is None else int(case.score_aggregation_window[s])
             if w < 0 or t >= T - w:  # scores: the last w new tokens

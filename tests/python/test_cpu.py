@@ -63,6 +63,28 @@ def test_forward_matches_numpy_reference(seed):
     check_case(ref.make_case(seed), _forward)
 
 
+@pytest.mark.parametrize("seed", range(BASE_SEED + 3000, BASE_SEED + 3012))
+def test_lse_matches_numpy_reference(seed):
+    """The lse output (natural log of each row's softmax denominator, sinks included) against numpy."""
+    case = ref.make_case(seed)
+    lse = np.full((case.query.shape[0], case.num_heads), np.nan, np.float32)
+    before = case.snapshot()
+    pagedattn.forward(**case.kwargs(), lse=lse, backend="cpu")
+    now = {n: getattr(case, n) for n in ref.expected_cache(case, before)}
+    want = np.full(lse.shape, np.nan)
+    ref.attention(case, now, lse_out=want)
+    assert np.isfinite(lse).all(), case.describe()
+    err = np.abs(lse - want) / np.maximum(1.0, np.abs(want))
+    assert err.max() <= 1e-4, f"lse worst {err.max():.3g} at {np.unravel_index(err.argmax(), err.shape)}; {case.describe()}"
+
+
+def test_lse_is_rejected_with_a_wrong_shape():
+    case = ref.make_case(BASE_SEED)
+    bad = np.zeros((case.query.shape[0], case.num_heads + 1), np.float32)
+    with pytest.raises(pagedattn.ValidationError, match="lse"):
+        pagedattn.forward(**case.kwargs(), lse=bad, backend="cpu")
+
+
 @pytest.mark.parametrize("seed", range(BASE_SEED + 1000, BASE_SEED + 1012))
 def test_plan_run_matches_numpy_reference(seed):
     def via_plan(case):
