@@ -97,6 +97,16 @@ struct Params {
                                  //       score) that joins the softmax denominator: exp(sink) is added
                                  //       to sum_j exp(s_j); it attends to no value
   int max_context_len = 0;       // sizing hint: must be >= every ctx_s
+  bool prefix_only = false;      // true: every new token attends all the cached keys [0, past_len) of its
+                                 //       sequence and nothing else (no keys of the new tokens, so no
+                                 //       causal limit among them); nothing is written and ctx_s = past_len.
+                                 //       One shard of a context split across calls or devices that does
+                                 //       not hold the new tokens, or the shared prefix of cascade attention;
+                                 //       combined with the call that holds them through lse and
+                                 //       merge_states() (docs/design.md, "Splitting a context"). key and
+                                 //       value must be absent; no sliding_window, alibi_slopes, qq_bias or
+                                 //       scores (their positions are the whole context's). cpu backend
+                                 //       only for now
   TensorView qq_bias;            // (host) [sum_s T_s^2] u8 or absent: tree mask among a sequence's new
                                  //        tokens, row-major T_s x T_s per sequence; entry (t, u) = 1 means
                                  //        new token t may attend new token u. Diagonal must be 1. Applied

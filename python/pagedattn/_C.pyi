@@ -1,6 +1,6 @@
 # Stub of the native module pagedattn._C (src/python/module.cpp). Use the `pagedattn` package instead:
 # it allocates `out`, moves metadata to the host and picks the backend and stream before calling these.
-from typing import Any, Dict, Optional
+from typing import List, Any, Dict, Optional
 
 built_with_cuda: bool
 
@@ -19,8 +19,9 @@ class Plan:
 def plan(tensors: Dict[str, Any], num_heads: int, scale: Optional[float], sliding_window: int,
          max_context_len: Optional[int], backend: str, deterministic: bool, partition_tokens: int,
          stream: int, programmatic_launch: bool = True, num_threads: int = 0,
-         cpu_reference: bool = False) -> Plan: ...
+         cpu_reference: bool = False, prefix_only: bool = False) -> Plan: ...
 def forward(tensors: Dict[str, Any], num_heads: int, scale: Optional[float], sliding_window: int,
             max_context_len: Optional[int], backend: str, deterministic: bool, partition_tokens: int,
             stream: int, programmatic_launch: bool = True, num_threads: int = 0,
-            cpu_reference: bool = False) -> None: ...
+            cpu_reference: bool = False, prefix_only: bool = False) -> None: ...
+def merge_states(outs: List[Any], lses: List[Any], out: Any, lse: Any, backend: str, stream: int) -> None: ...

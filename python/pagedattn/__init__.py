@@ -34,7 +34,7 @@ except ImportError:  # a package directory used without a build: the installed d
         __version__ = _dist_version("pagedattn")
     except Exception:
         __version__ = "0+unknown"
-__all__ = ["__version__", "forward", "plan", "Plan", "cuda_available", "built_with_cuda", "Error",
+__all__ = ["__version__", "forward", "plan", "Plan", "merge_states", "cuda_available", "built_with_cuda", "Error",
            "ValidationError", "UnsupportedError"]
 
 #: True when this build has the CUDA backend (the wheel was built with nvcc).
@@ -238,6 +238,10 @@ _ARGS_DOC = """
                          stream order.
     num_threads          cpu: worker threads; 0 = PAGEDATTN_CPU_THREADS when set, else all cores.
     cpu_reference        cpu: run the oracle (double precision, one thread) instead of the fast kernels.
+    prefix_only          every new token attends all cached keys [0, past_len) of its sequence and nothing
+                         else; nothing is written (key/value None): a shard of a split context without the
+                         new tokens, or the shared prefix of cascade attention; combine with lse and
+                         merge_states(). Not with sliding_window, alibi_slopes, qq_bias, scores. cpu only.
 
     Raises ValidationError (a ValueError) naming the input and the rule, before anything is written;
     UnsupportedError for a valid call this build or backend does not support.
@@ -253,13 +257,13 @@ def forward(*, query: Any, key: Any = None, value: Any = None, key_cache: Any, v
             score_aggregation_window: Any = None, lse: Any = None,
             num_heads: int, backend: str = "auto", deterministic: bool = False, partition_tokens: int = 0,
             stream: Any = None, programmatic_launch: bool = True, num_threads: int = 0,
-            cpu_reference: bool = False) -> Any:
+            cpu_reference: bool = False, prefix_only: bool = False) -> Any:
     tensors = _tensor_args(locals())
     tensors, backend, stream_ptr = _prepare(tensors, backend, stream)
     with _device_guard(query):
         _C.forward(tensors, int(num_heads), _opt_float(scale), int(sliding_window), _opt_int(max_context_len), backend,
                    bool(deterministic), int(partition_tokens), stream_ptr, bool(programmatic_launch),
-                   int(num_threads), bool(cpu_reference))
+                   int(num_threads), bool(cpu_reference), bool(prefix_only))
     return tensors["out"]
 
 
@@ -363,13 +367,13 @@ def plan(*, query: Any, key: Any = None, value: Any = None, key_cache: Any, valu
          score_aggregation_window: Any = None, lse: Any = None,
          num_heads: int, backend: str = "auto", deterministic: bool = False, partition_tokens: int = 0,
          stream: Any = None, programmatic_launch: bool = True, num_threads: int = 0,
-         cpu_reference: bool = False) -> Plan:
+         cpu_reference: bool = False, prefix_only: bool = False) -> Plan:
     tensors = _tensor_args(locals())
     tensors, backend, stream_ptr = _prepare(tensors, backend, stream)
     with _device_guard(query):
         native = _C.plan(tensors, int(num_heads), _opt_float(scale), int(sliding_window), _opt_int(max_context_len), backend,
                          bool(deterministic), int(partition_tokens), stream_ptr, bool(programmatic_launch),
-                         int(num_threads), bool(cpu_reference))
+                         int(num_threads), bool(cpu_reference), bool(prefix_only))
     return Plan(native, tensors, backend, stream_ptr, stream is not None)
 
 
@@ -378,3 +382,23 @@ list, sizes the workspace). Nothing is written until Plan.run().
 """ + _ARGS_DOC + """
     Returns a Plan; Plan.run() runs the op (CUDA-graph capturable) and returns `out`.
 """
+
+
+def merge_states(outs: Any, lses: Any, *, out: Any = None, lse: Any = None, backend: str = "auto",
+                 stream: Any = None) -> Any:
+    """Combines partial results of the same rows, each from a call over a disjoint part of the keys with
+    `lse` (a context split across calls or devices, cascade attention): lse = log(sum_i exp(lse_i)),
+    out = sum_i exp(lse_i - lse) out_i.
+
+    outs: list of [num_tokens, H*D] arrays (float32, float16 or bfloat16, one dtype); lses: list of
+    [num_tokens, H] float32. out: [num_tokens, H*D] or None (allocated like outs[0]; may be one of outs);
+    lse: [num_tokens, H] float32 or None (may be one of lses), filled in place. A row and head whose every
+    lse_i is -inf gets out 0 and lse -inf. cpu backend only for now. Returns out."""
+    outs, lses = list(outs), list(lses)
+    if not outs:
+        raise ValidationError.of("outs", "must hold at least one partial result")
+    if out is None:
+        out = _empty_like(outs[0])
+    backend = _resolve_backend(backend, outs[0])
+    _C.merge_states(outs, lses, out, lse, backend, _stream_ptr(stream, outs[0], backend))
+    return out

@@ -98,6 +98,8 @@ void check_same_signature(const Params& a, const Params& b) {
   if (a.scale != b.scale) throw ValidationError("scale", "differs from the planned call: re-plan");
   if (a.sliding_window != b.sliding_window)
     throw ValidationError("sliding_window", "differs from the planned call (the work list depends on it): re-plan");
+  if (a.prefix_only != b.prefix_only)
+    throw ValidationError("prefix_only", "differs from the planned call (the work list depends on it): re-plan");
 }
 
 }  // namespace detail

@@ -294,6 +294,13 @@ void validate(const Params& p) {
     fail("scale", cat("must be finite and > 0 when given (0: the default 1/sqrt(D)), got ", *p.scale));
   if (p.sliding_window < 0) fail("sliding_window", cat("must be >= 0 (0 = none), got ", p.sliding_window));
   if (p.max_context_len < 0) fail("max_context_len", cat("must be >= 0, got ", p.max_context_len));
+  if (p.prefix_only) {  // a shard of the cached context: nothing written, no positional option
+    if (p.key.present()) fail("key", "must be absent with prefix_only (nothing is written)");
+    if (p.sliding_window != 0) fail("sliding_window", "must be 0 with prefix_only (positions are the whole context's)");
+    if (p.alibi_slopes.present()) fail("alibi_slopes", "must be absent with prefix_only (positions are the whole context's)");
+    if (p.qq_bias.present()) fail("qq_bias", "must be absent with prefix_only (the new tokens attend no new key)");
+    if (p.scores.present()) fail("scores", "must be absent with prefix_only");
+  }
 
   // ---- 4. metadata contents ------------------------------------------------------------------------------
   const int32_t* past = i32_data(p.past_lens);
@@ -312,7 +319,7 @@ void validate(const Params& p) {
   std::vector<int64_t> ctx(static_cast<size_t>(num_seqs));
   int64_t sum_ctx = 0;
   for (int64_t s = 0; s < num_seqs; ++s) {
-    ctx[s] = int64_t{past[s]} + (int64_t{sb[s + 1]} - sb[s]);
+    ctx[s] = int64_t{past[s]} + (p.prefix_only ? 0 : int64_t{sb[s + 1]} - sb[s]);  // prefix_only: the cache only
     if (ctx[s] > p.max_context_len)
       fail("max_context_len", cat("must be >= every past_len + T; sequence ", s, " has past_len ", past[s],
                                   " + T ", sb[s + 1] - sb[s], " = ", ctx[s], " > ", p.max_context_len));

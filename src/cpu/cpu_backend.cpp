@@ -106,7 +106,7 @@ class CpuPlan final : public PlanImpl {
         c.seq = s;
         c.t0 = t0;
         c.nt = std::min(per_chunk, T - t0);
-        c.hi = past_[s] + t0 + c.nt;
+        c.hi = p.prefix_only ? past_[s] : past_[s] + t0 + c.nt;  // prefix_only: every cached key
         c.lo = p.sliding_window > 0 ? std::max(0, past_[s] + t0 - p.sliding_window + 1) : 0;
         chunks_.push_back(c);
       }

@@ -151,7 +151,7 @@ void attention(const Params& p) {
     const int past = load_i32(p.past_lens, s);
     const int tok0 = load_i32(p.subsequence_begins, s);
     const int T = load_i32(p.subsequence_begins, s + 1) - tok0;
-    const int ctx = past + T;
+    const int ctx = p.prefix_only ? past : past + T;  // prefix_only: the cached keys only, all visible
 
     // Gather this sequence's keys and values through the block table: [Hk][ctx][D] as float. Keys
     // before the first new token's sliding window are seen by no token: their blocks are not read

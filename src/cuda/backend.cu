@@ -165,6 +165,7 @@ class CudaPlan final : public detail::PlanImpl {
     if (G_ > planner::kMaxRows)
       throw UnsupportedError("group size H/Hk = " + std::to_string(G_) + ": the cuda backend supports at most 64");
     if (p.lse.present()) throw UnsupportedError("lse: the cuda backend does not write it yet (the cpu backend does)");
+    if (p.prefix_only) throw UnsupportedError("prefix_only: the cuda backend does not run it yet (the cpu backend does)");
     bs_log2_ = 0;
     while ((1 << bs_log2_) < bs) ++bs_log2_;
 

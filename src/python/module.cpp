@@ -140,6 +140,7 @@ struct Scalars {
   std::optional<float> scale;
   int sliding_window;
   std::optional<int> max_context_len;
+  bool prefix_only = false;
 };
 
 // Builds Params from {field name: array or None}; `keep` receives the converted arrays.
@@ -185,6 +186,7 @@ Params make_params(const nb::dict& tensors, const Scalars& s, Keep& keep) {
   p.scores = get("scores");
   p.score_aggregation_window = get("score_aggregation_window");
   p.lse = get("lse");
+  p.prefix_only = s.prefix_only;
   p.max_context_len = s.max_context_len ? *s.max_context_len : default_max_context_len(p);
   return p;
 }
@@ -295,8 +297,8 @@ NB_MODULE(_C, m) {
       "plan",
       [](const nb::dict& tensors, int num_heads, std::optional<float> scale, int sliding_window,
          std::optional<int> max_context_len, const std::string& backend, bool deterministic, int partition_tokens,
-         uintptr_t stream, bool programmatic_launch, int num_threads, bool cpu_reference) {
-        Scalars s{num_heads, scale, sliding_window, max_context_len};
+         uintptr_t stream, bool programmatic_launch, int num_threads, bool cpu_reference, bool prefix_only) {
+        Scalars s{num_heads, scale, sliding_window, max_context_len, prefix_only};
         pagedattn::py::Keep keep;
         Params p = pagedattn::py::make_params(tensors, s, keep);
         Options o = pagedattn::py::make_options(backend, deterministic, partition_tokens, stream, programmatic_launch,
@@ -313,15 +315,15 @@ NB_MODULE(_C, m) {
       },
       "tensors"_a, "num_heads"_a, "scale"_a.none(), "sliding_window"_a, "max_context_len"_a.none(), "backend"_a,
       "deterministic"_a, "partition_tokens"_a, "stream"_a, "programmatic_launch"_a = true, "num_threads"_a = 0,
-      "cpu_reference"_a = false, nb::rv_policy::take_ownership,
+      "cpu_reference"_a = false, "prefix_only"_a = false, nb::rv_policy::take_ownership,
       "Validates and plans the op; see pagedattn.plan.");
 
   m.def(
       "forward",
       [](const nb::dict& tensors, int num_heads, std::optional<float> scale, int sliding_window,
          std::optional<int> max_context_len, const std::string& backend, bool deterministic, int partition_tokens,
-         uintptr_t stream, bool programmatic_launch, int num_threads, bool cpu_reference) {
-        Scalars s{num_heads, scale, sliding_window, max_context_len};
+         uintptr_t stream, bool programmatic_launch, int num_threads, bool cpu_reference, bool prefix_only) {
+        Scalars s{num_heads, scale, sliding_window, max_context_len, prefix_only};
         pagedattn::py::Keep keep;
         Params p = pagedattn::py::make_params(tensors, s, keep);
         Options o = pagedattn::py::make_options(backend, deterministic, partition_tokens, stream, programmatic_launch,
@@ -331,6 +333,25 @@ NB_MODULE(_C, m) {
       },
       "tensors"_a, "num_heads"_a, "scale"_a.none(), "sliding_window"_a, "max_context_len"_a.none(), "backend"_a,
       "deterministic"_a, "partition_tokens"_a, "stream"_a, "programmatic_launch"_a = true, "num_threads"_a = 0,
-      "cpu_reference"_a = false,
+      "cpu_reference"_a = false, "prefix_only"_a = false,
       "Validates, plans and runs the op; see pagedattn.forward.");
+
+  m.def(
+      "merge_states",
+      [](const nb::list& outs, const nb::list& lses, nb::handle out, nb::handle lse, const std::string& backend,
+         uintptr_t stream) {
+        pagedattn::py::Keep keep;
+        std::vector<TensorView> ov, lv;
+        for (size_t i = 0; i < outs.size(); ++i)
+          ov.push_back(pagedattn::py::to_view(outs[i], "outs[" + std::to_string(i) + "]", keep));
+        for (size_t i = 0; i < lses.size(); ++i)
+          lv.push_back(pagedattn::py::to_view(lses[i], "lses[" + std::to_string(i) + "]", keep));
+        const TensorView o = pagedattn::py::to_view(out, "out", keep);
+        const TensorView l = pagedattn::py::to_view(lse, "lse", keep);
+        Options opt = pagedattn::py::make_options(backend, false, 0, stream, true, 0, false);
+        nb::gil_scoped_release release;
+        pagedattn::merge_states(ov, lv, o, l, opt);
+      },
+      "outs"_a, "lses"_a, "out"_a.none(), "lse"_a.none(), "backend"_a, "stream"_a,
+      "Combines partial (out, lse) pairs; see pagedattn.merge_states.");
 }

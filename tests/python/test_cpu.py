@@ -214,3 +214,62 @@ def test_u8_quantisation_rule_of_the_reference():
     step = scale.astype(np.float64)[:, None]
     assert (np.abs(back - x) <= 0.5 * step + np.abs(zp.astype(np.float64)[:, None]) * 2**-10 * step + 1e-12).all()
     assert codes.min() == 0 and codes.max() >= 254
+
+
+def test_merge_states_matches_numpy():
+    rng = np.random.default_rng(BASE_SEED)
+    n, H, D, k = 5, 3, 8, 3
+    outs = [rng.standard_normal((n, H * D)).astype(np.float32) for _ in range(k)]
+    lses = [rng.uniform(-3, 3, (n, H)).astype(np.float32) for _ in range(k)]
+    lses[1][0, :] = -np.inf  # a partial that saw no key
+    lse = np.full((n, H), np.nan, np.float32)
+    out = pagedattn.merge_states(outs, lses, lse=lse)
+    L = np.stack(lses).astype(np.float64)                      # [k, n, H]
+    want_lse = np.logaddexp.reduce(L, axis=0)
+    w = np.exp(L - want_lse)[..., None]                        # [k, n, H, 1]
+    want = (w * np.stack(outs).reshape(k, n, H, D)).sum(axis=0).reshape(n, H * D)
+    assert np.allclose(out, want, atol=1e-6, rtol=1e-5)
+    assert np.allclose(lse, want_lse, atol=1e-6)
+    with pytest.raises(pagedattn.ValidationError, match="lses"):
+        pagedattn.merge_states(outs, lses[:2])
+
+
+@pytest.mark.parametrize("seed", range(BASE_SEED + 4000, BASE_SEED + 4008))
+def test_split_context_merges_to_the_whole_call(seed):
+    """Two shards of each sequence's cache: the first with prefix_only (nothing written), the second
+    with the rest and the new tokens; merged with merge_states they give the whole call's out and lse."""
+    case = ref.make_case(seed)
+    case.sliding_window, case.alibi_slopes, case.qq_bias, case.qq_bias_begins = 0, None, None, None
+    case.scores, case.score_aggregation_window = None, None
+    if case.key is None:
+        pytest.skip("a case whose new rows are already in the cache")
+    n, H = case.query.shape[0], case.num_heads
+    kw = case.kwargs()
+    split_state = {name: kw[name].copy() for name in ("key_cache", "value_cache", "key_scale", "key_min",
+                                                         "value_scale", "value_min") if kw[name] is not None}
+    whole_lse = np.full((n, H), np.nan, np.float32)
+    whole = pagedattn.forward(**kw, lse=whole_lse, backend="cpu").copy()
+
+    bs, rng = case.block_size, np.random.default_rng(seed)
+    cut = [int(rng.integers(0, case.past_lens[s] // bs + 1)) * bs for s in range(case.num_seqs)]
+    shards = []
+    for first in (True, False):
+        past, table, begins = [], [], [0]
+        for s in range(case.num_seqs):
+            t = case.table(s)
+            lo, hi = (0, cut[s]) if first else (cut[s], case.ctx(s))
+            past.append(cut[s] if first else case.past_lens[s] - cut[s])
+            table.extend(t[lo // bs:(hi + bs - 1) // bs])
+            begins.append(len(table))
+        skw = dict(kw, **split_state, past_lens=np.array(past, np.int32), block_indices=np.array(table, np.int32),
+                   block_indices_begins=np.array(begins, np.int32), out=None, max_context_len=None)
+        if first:
+            skw.update(key=None, value=None, sinks=None)
+        lse = np.full((n, H), np.nan, np.float32)
+        out = pagedattn.forward(**skw, lse=lse, prefix_only=first, backend="cpu")
+        shards.append((out, lse))
+    merged_lse = np.full((n, H), np.nan, np.float32)
+    merged = pagedattn.merge_states([o for o, _ in shards], [l for _, l in shards], lse=merged_lse)
+    atol, rtol = TOL[case.qdtype]
+    assert np.allclose(merged.astype(np.float64), whole.astype(np.float64), atol=atol, rtol=rtol), case.describe()
+    assert np.allclose(merged_lse, whole_lse, atol=1e-4, rtol=1e-4), case.describe()
