@@ -129,7 +129,8 @@ struct Params {
                                  //       the sink term when sinks are given; -inf for a row that attends
                                  //       no key and has no sink. out = sum_j exp(s_j - lse) v_j, so partial
                                  //       calls over disjoint keys combine exactly (FlashAttention's LSE).
-                                 //       cpu backend only for now (the cuda backend: UnsupportedError)
+                                 //       Both backends (cuda: from the rows' final statistics, one small
+                                 //       kernel after the merge)
 };
 
 }  // namespace pagedattn

@@ -218,7 +218,7 @@ _ARGS_DOC = """
                          token, 0: none; None: w_s = 1 (the last new token, OpenVINO's default).
     lse                  [num_tokens, H] float32 (dev) or None: each row's log-sum-exp (natural log of its
                          softmax denominator, the sink included; -inf for a row with no key and no sink),
-                         filled in place; cpu backend only for now.
+                         filled in place.
     Lists of ints are accepted for the (host) metadata.
 
     Options:

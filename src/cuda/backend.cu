@@ -17,6 +17,7 @@
 #include "cuda/bench_util.h"
 #include "cuda/fwd/launch.h"
 #include "cuda/fwd/merge.cuh"
+#include "cuda/fwd/lse.cuh"
 #include "cuda/fwd/scores.cuh"
 
 namespace pagedattn {
@@ -164,7 +165,6 @@ class CudaPlan final : public detail::PlanImpl {
       throw UnsupportedError("block_size " + std::to_string(bs) + ": the cuda backend needs a power of two >= 16");
     if (G_ > planner::kMaxRows)
       throw UnsupportedError("group size H/Hk = " + std::to_string(G_) + ": the cuda backend supports at most 64");
-    if (p.lse.present()) throw UnsupportedError("lse: the cuda backend does not write it yet (the cpu backend does)");
     if (p.prefix_only) throw UnsupportedError("prefix_only: the cuda backend does not run it yet (the cpu backend does)");
     bs_log2_ = 0;
     while ((1 << bs_log2_) < bs) ++bs_log2_;
@@ -301,8 +301,9 @@ class CudaPlan final : public detail::PlanImpl {
       }
       num_score_tiles_ = static_cast<int>(tiles.size());
       upload(d_score_tiles_, tiles.data(), tiles.size(), stream_);
-      row_stats_.alloc(std::max<std::size_t>(static_cast<std::size_t>(sb[num_seqs]) * H_ * 2 * sizeof(float), 16));
     }
+    if (p.scores.present() || p.lse.present())  // each row's final (max', den): for scores and lse
+      row_stats_.alloc(std::max<std::size_t>(static_cast<std::size_t>(sb[num_seqs]) * H_ * 2 * sizeof(float), 16));
     const std::size_t ws_bytes = static_cast<std::size_t>(wl_.num_slots) * wl_.slot_rows * D_ * sizeof(float);
     if (ws_bytes > (std::size_t{4} << 30))
       throw UnsupportedError("the partials workspace would take " + std::to_string(ws_bytes >> 20) +
@@ -318,10 +319,10 @@ class CudaPlan final : public detail::PlanImpl {
     detail::check_same_signature(planned_, p);
     const TensorView* need_align[] = {&p.query, &p.key, &p.value, &p.out, &p.cache.key, &p.cache.value,
                                       &p.cache.key_scale, &p.cache.key_min, &p.cache.value_scale,
-                                      &p.cache.value_min};
+                                      &p.cache.value_min, &p.lse};
     const char* names[] = {"query", "key", "value", "out", "key_cache", "value_cache",
-                           "key_scale", "key_min", "value_scale", "value_min"};
-    for (int i = 0; i < 10; ++i)
+                           "key_scale", "key_min", "value_scale", "value_min", "lse"};
+    for (int i = 0; i < 11; ++i)
       if (!aligned16(*need_align[i]))
         throw ValidationError(names[i], "the cuda backend needs 16-byte aligned data");
 
@@ -348,9 +349,9 @@ class CudaPlan final : public detail::PlanImpl {
     P.merge_rows = d_merge_.as<MergeRow>();
     P.ws_o = ws_o_.as<float>();
     P.ws_ml = ws_ml_.as<float>();
+    if (p.scores.present() || p.lse.present()) P.row_stats = row_stats_.as<float>();
     if (p.scores.present()) {
       P.scores = p.scores.ptr<float>();
-      P.row_stats = row_stats_.as<float>();
       P.score_tiles = d_score_tiles_.as<ScoreTile>();
     }
     P.H = H_;
@@ -383,6 +384,11 @@ class CudaPlan final : public detail::PlanImpl {
     if (P.scores != nullptr && num_score_tiles_ > 0) {
       fwd_kernel_info(D_, kv_, 1).launch_scores(P, num_score_tiles_, stream_, pdl_);
       PA_CUDA_CHECK(cudaGetLastError());
+    }
+    if (p.lse.present() && num_tokens_ > 0) {  // after every writer of row_stats (attention, merge)
+      const int64_t n = static_cast<int64_t>(num_tokens_) * H_;
+      PA_CUDA_CHECK(launch_ex(lse_kernel, dim3(static_cast<unsigned>((n + 255) / 256)), dim3(256), 0, stream_, pdl_,
+                              static_cast<const float*>(row_stats_.as<float>()), p.lse.ptr<float>(), n));
     }
   }
 
@@ -458,7 +464,7 @@ class CudaPlan final : public detail::PlanImpl {
   std::vector<MergeRow> merge_rows_;
   int num_score_tiles_ = 0;
   DeviceBuffer d_past_, d_sb_, d_bi_, d_bib_, d_qq_, d_qqb_, d_items_, d_merge_, ws_o_, ws_ml_;
-  DeviceBuffer d_score_tiles_, row_stats_;  // scores output only
+  DeviceBuffer d_score_tiles_, row_stats_;  // scores and lse outputs only
 };
 
 }  // namespace

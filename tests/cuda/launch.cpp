@@ -221,3 +221,19 @@ TEST(Cuda, BadInputWritesNothing) {
   EXPECT_EQ(before.key_cache, c.key_cache);
   EXPECT_EQ(before.value_cache, c.value_cache);
 }
+
+// The lse output (Params::lse): every case asks for it; decodes, verifies and prefill chunks, one and
+// several partitions (the merge kernel's rows), sinks; each row's lse against the oracle's (1e-4 of
+// max(1, |lse|)).
+TEST(Cuda, LseRandom) {
+  REQUIRE_GPU();
+  CaseConfig fq = few_query_config();
+  fq.p_lse = 1.0;
+  run_suite("lse-few-query", fq, base_seed() + 3700000, 120);
+  CaseConfig mixed = mixed_config(300, 4000, 600, 12000);
+  mixed.p_lse = 1.0;
+  run_suite("lse-mixed", mixed, base_seed() + 3800000, 60);
+  CaseConfig lng = long_context_config(4000, 20000, 40000);
+  lng.p_lse = 1.0;
+  run_suite("lse-long", lng, base_seed() + 3900000, 16);
+}

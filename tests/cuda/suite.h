@@ -190,11 +190,19 @@ inline void check_suite(const char* name, const Suite& suite, const Options& opt
         base += n;
       }
     }
-    if (!cmp.ok(tol) || !cache_msg.empty() || !scores_msg.empty()) {
+    std::string lse_msg;
+    if (c.want_lse)  // natural-log units: |got - ref| <= 1e-4 * max(1, |ref|), -inf exactly
+      for (size_t j = 0; j < ref.lse.size() && lse_msg.empty(); ++j) {
+        const double r = ref.lse[j], g = c.lse[j];
+        const bool ok = std::isinf(r) && r < 0 ? g == r : std::fabs(g - r) <= 1e-4 * std::max(1.0, std::fabs(r));
+        if (!ok) lse_msg = "lse[" + std::to_string(j) + "] " + std::to_string(g) + " vs " + std::to_string(r);
+      }
+    if (!cmp.ok(tol) || !cache_msg.empty() || !scores_msg.empty() || !lse_msg.empty()) {
       ++failures;
       ADD_FAILURE() << "case " << c.describe() << "\n  out: " << cmp.describe() << " (tolerance " << tol << ")"
                     << (cache_msg.empty() ? "" : "\n  cache: " + cache_msg)
-                    << (scores_msg.empty() ? "" : "\n  scores: " + scores_msg);
+                    << (scores_msg.empty() ? "" : "\n  scores: " + scores_msg)
+                    << (lse_msg.empty() ? "" : "\n  lse: " + lse_msg);
       if (failures > 10) break;
     }
   }
