@@ -206,6 +206,12 @@ class Builder {
     opt.partition_tokens = in_.PickValueInArray({0, 0, 0, 0, -64, 1, 64, 512, 1 << 20});
     opt.deterministic = in_.ConsumeBool();
     opt.cpu_reference = in_.ConsumeIntegralInRange(0, 7) == 0;
+    // (drawn last, so that the committed seeds decode as before)
+    if (in_.ConsumeBool()) p.lse = dev(DType::f32, {num_tokens, H});
+    if (in_.ConsumeIntegralInRange(0, 7) == 1) {  // a shard without the new tokens (usually: key absent)
+      p.prefix_only = true;
+      if (in_.ConsumeBool()) p.key = p.value = TensorView{};
+    }
   }
 
   // --- mutations: each breaks (or bends) one thing -------------------------------------------------
