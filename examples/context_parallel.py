@@ -1,0 +1,167 @@
+#!/usr/bin/env python3
+"""One sequence's context split across processes (context parallelism) with torch.distributed.
+
+Each rank holds one shard of the cached context (a run of whole cache blocks) in its own paged cache;
+the last rank also holds the new tokens. Every rank attends its shard (pagedattn.forward with `lse`;
+the ranks without the new tokens with `prefix_only=True`: they attend their whole shard and write
+nothing), the ranks all-gather their (out, lse) and merge them with pagedattn.merge_states. The result
+is checked against the unsplit call on rank 0. docs/design.md, "Splitting a context", gives the rule.
+
+    python3 examples/context_parallel.py --world-size 2              # gloo on the CPU (two processes)
+    python3 examples/context_parallel.py --world-size 1              # the shards in turn, one process
+    torchrun --nproc-per-node 2 examples/context_parallel.py          # one process per rank, as launched
+
+Sizes: --context (cached tokens, default 131072), --tokens (new tokens T, default 4), --heads 16
+--kv-heads 4 --head-size 128, f16 cache and queries, block size 32. The cuda backend does not run
+prefix_only and merge_states yet, so the ranks run on the CPU (gloo) whatever the machine has.
+"""
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+import pagedattn
+
+
+def make_sequence(args):
+    """The whole sequence, the same on every rank (seeded): its cache blocks in order, queries, new K/V."""
+    rng = np.random.default_rng(args.seed)
+    H, Hk, D, bs = args.heads, args.kv_heads, args.head_size, args.block_size
+    L, T = args.context, args.tokens
+    blocks = (L + T + bs - 1) // bs
+    f16 = np.float16
+    return dict(
+        key_blocks=rng.uniform(-1, 1, (blocks, Hk, bs, D)).astype(f16),
+        value_blocks=rng.uniform(-1, 1, (blocks, Hk, bs, D)).astype(f16),
+        query=rng.uniform(-1, 1, (T, H * D)).astype(f16),
+        key=rng.uniform(-1, 1, (T, Hk * D)).astype(f16),
+        value=rng.uniform(-1, 1, (T, Hk * D)).astype(f16),
+        sinks=rng.uniform(-1, 2, H).astype(np.float32),
+    )
+
+
+def shard_bounds(args, world):
+    """Shard r holds cached positions [b[r], b[r + 1]); every bound a block boundary (the last: L)."""
+    bs, L = args.block_size, args.context
+    per = (L // bs + world - 1) // world * bs
+    b = [min(r * per, L) for r in range(world)] + [L]
+    return b
+
+
+def attend_shard(args, seq, rank, world):
+    """(out, lse) of this rank's shard: a cache of its own blocks, its positions shard-local."""
+    bs, T = args.block_size, args.tokens
+    b = shard_bounds(args, world)
+    lo, hi = b[rank], b[rank + 1]
+    last = rank == world - 1
+    top = hi + (T if last else 0)                     # positions this shard's table covers
+    first_blk, end_blk = lo // bs, (top + bs - 1) // bs
+    kc = seq["key_blocks"][first_blk:end_blk].copy()  # this rank's paged cache: only its blocks
+    vc = seq["value_blocks"][first_blk:end_blk].copy()
+    rows = seq["query"].shape[0]
+    lse = np.full((rows, args.heads), np.nan, np.float32)
+    kw = dict(query=seq["query"], key_cache=kc, value_cache=vc,
+              past_lens=[hi - lo], subsequence_begins=[0, rows], block_indices=list(range(end_blk - first_blk)),
+              block_indices_begins=[0, end_blk - first_blk], num_heads=args.heads, lse=lse, backend="cpu")
+    if last:   # the new tokens: written here (at shard-local positions hi - lo ..), the sinks once
+        kw.update(key=seq["key"], value=seq["value"], sinks=seq["sinks"])
+    else:      # a shard without them: every new token attends the whole shard, nothing is written
+        kw.update(prefix_only=True)
+    t0 = time.perf_counter()
+    out = pagedattn.forward(**kw)
+    return out, lse, time.perf_counter() - t0
+
+
+def unsplit(args, seq):
+    """The whole call (the reference): one cache of every block."""
+    T, rows = args.tokens, seq["query"].shape[0]
+    blocks = seq["key_blocks"].shape[0]
+    return pagedattn.forward(query=seq["query"], key=seq["key"], value=seq["value"],
+                             key_cache=seq["key_blocks"].copy(), value_cache=seq["value_blocks"].copy(),
+                             past_lens=[args.context], subsequence_begins=[0, rows],
+                             block_indices=list(range(blocks)), block_indices_begins=[0, blocks],
+                             sinks=seq["sinks"], num_heads=args.heads, backend="cpu")
+
+
+def run(rank, world, args, results=None):
+    """One rank (world > 1: inside an initialised process group) or, with world == 1 and args.shards,
+    every shard in turn. Returns (max abs error of the merged out vs the unsplit call, shard seconds)."""
+    seq = make_sequence(args)
+    if world == 1:
+        parts = [attend_shard(args, seq, r, args.shards) for r in range(args.shards)]
+        outs = [p[0] for p in parts]
+        lses = [p[1] for p in parts]
+        secs = [p[2] for p in parts]
+    else:
+        out, lse, sec = attend_shard(args, seq, rank, world)
+        outs_t = [torch.empty(out.shape, dtype=torch.float16) for _ in range(world)]
+        lses_t = [torch.empty(lse.shape, dtype=torch.float32) for _ in range(world)]
+        dist.all_gather(outs_t, torch.from_numpy(out))
+        dist.all_gather(lses_t, torch.from_numpy(lse))
+        secs_t = [torch.zeros(1, dtype=torch.float64) for _ in range(world)]
+        dist.all_gather(secs_t, torch.tensor([sec], dtype=torch.float64))
+        outs = [o.numpy() for o in outs_t]
+        lses = [x.numpy() for x in lses_t]
+        secs = [float(s) for s in secs_t]
+    merged = pagedattn.merge_states(outs, lses)
+    err = None
+    if rank == 0:
+        want = unsplit(args, seq)
+        err = float(np.abs(merged.astype(np.float64) - want.astype(np.float64)).max())
+        print(f"context {args.context} tokens {args.tokens}: {len(outs)} shards "
+              f"({', '.join(f'{s * 1e3:.1f}' for s in secs)} ms each), merged vs unsplit: max abs error {err:.2e}")
+        if results is not None:
+            results.append(err)
+    return err
+
+
+def _worker(rank, world, args, port):
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        err = run(rank, world, args)
+        if rank == 0 and err is not None and err > args.tol:
+            raise SystemExit(f"merged output differs from the unsplit call: {err:.2e} > {args.tol}")
+    finally:
+        dist.destroy_process_group()
+
+
+def parse(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--context", type=int, default=131072)
+    p.add_argument("--tokens", type=int, default=4)
+    p.add_argument("--heads", type=int, default=16)
+    p.add_argument("--kv-heads", type=int, default=4)
+    p.add_argument("--head-size", type=int, default=128)
+    p.add_argument("--block-size", type=int, default=32)
+    p.add_argument("--world-size", type=int, default=2, help="processes (gloo); 1: the shards in turn")
+    p.add_argument("--shards", type=int, default=2, help="with --world-size 1: shards run in turn")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--port", type=int, default=29517)
+    p.add_argument("--tol", type=float, default=2e-3, help="max abs error of the merged f16 output")
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse(argv)
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # launched by torchrun
+        dist.init_process_group("gloo")
+        try:
+            run(dist.get_rank(), dist.get_world_size(), args)
+        finally:
+            dist.destroy_process_group()
+        return 0
+    if args.world_size == 1:
+        err = run(0, 1, args)
+        return 0 if err <= args.tol else 1
+    torch.multiprocessing.spawn(_worker, args=(args.world_size, args, args.port), nprocs=args.world_size, join=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,34 @@
+"""examples/context_parallel.py: one sequence's context split across ranks, merged; against the unsplit call."""
+import os
+import socket
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples"))
+import context_parallel as cp  # noqa: E402
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_shards_in_turn_merge_to_the_unsplit_call():
+    args = cp.parse(["--world-size", "1", "--shards", "3", "--context", "5000", "--tokens", "3"])
+    assert cp.run(0, 1, args) <= args.tol
+
+
+def test_two_processes_over_gloo():
+    if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
+        pytest.skip("this torch has no gloo backend")
+    argv = ["--world-size", "2", "--context", "4096", "--tokens", "4", "--port", str(_free_port())]
+    assert cp.main(argv) == 0  # a rank whose merged output is off raises (and spawn re-raises it)
+
+
+def test_across_gpus():
+    if torch.cuda.device_count() < 2:
+        pytest.skip(f"{torch.cuda.device_count()} CUDA device(s) visible: the NCCL part needs two")
+    pytest.skip("the cuda backend does not run prefix_only and merge_states yet (docs/design.md)")
