@@ -64,7 +64,7 @@ std::string describe(const Inputs& in) {
   std::ostringstream os;
   os << "past_lens=" << list(in.past_lens) << " tokens=" << list(in.tokens) << " G=" << in.group
      << " Hk=" << in.num_kv_heads << " window=" << in.sliding_window << " sms=" << in.num_sms
-     << " ctas_per_sm=" << in.ctas_per_sm << " wg_ctas_per_sm=" << in.wg_ctas_per_sm[0] << "," << in.wg_ctas_per_sm[1]
+     << " prefix_only=" << in.prefix_only << " ctas_per_sm=" << in.ctas_per_sm << " wg_ctas_per_sm=" << in.wg_ctas_per_sm[0] << "," << in.wg_ctas_per_sm[1]
      << "," << in.wg_ctas_per_sm[2] << "," << in.wg_ctas_per_sm[3] << " deterministic=" << in.deterministic
      << " forced_partition=" << in.forced_partition;
   return os.str();
@@ -98,6 +98,7 @@ Inputs random_inputs(std::mt19937_64& rng) {
     in.past_lens.push_back(shape == 4 ? uni(0, 130) : uni(0, max_past));
   }
   if (uni(0, 2) == 0) in.sliding_window = pick({1, 2, 63, 64, 65, 128, 255, 1000, 4096}) + uni(0, 1) * uni(0, 500);
+  else in.prefix_only = uni(0, 4) == 0;  // (validate() allows no window with it)
   in.num_sms = pick({1, 4, 78, 108, 132, 132});
   in.ctas_per_sm = pick({0, 1, 1, 2, 3, 4});
   if (uni(0, 2) == 0)  // chunks of some row-tile classes on the Hopper kernel, with their own occupancy
@@ -197,7 +198,7 @@ void check_plan(const Inputs& in, const Plan& plan) {
     seq_chunks[s].push_back({t0, c.nt});
     one_part_ctas += Hk;
     const int past = in.past_lens[s];
-    const int hi = past + t0 + c.nt;
+    const int hi = in.prefix_only ? past : past + t0 + c.nt;
     int lo = 0;
     if (in.sliding_window > 0) lo = std::max(0, past + t0 - in.sliding_window + 1) / pl::kBlockKV * pl::kBlockKV;
     // coverage: disjoint, contiguous, exactly [lo, hi)
@@ -213,7 +214,7 @@ void check_plan(const Inputs& in, const Plan& plan) {
     EXPECT_EQ(static_cast<int64_t>(c.items.size()), parts_needed(lo, hi, P));
     // semantics (params.h): token t sees keys j <= past + t with (past + t) - j < window
     for (int t = t0; t < t0 + c.nt; ++t) {
-      const int q = past + t;
+      const int q = in.prefix_only ? past - 1 : past + t;  // prefix_only: the last cached key
       const int first = in.sliding_window > 0 ? std::max(0, q - in.sliding_window + 1) : 0;
       EXPECT_LE(lo, first) << "token " << t << " sees key " << first << " outside the chunk's range";
       EXPECT_GE(hi, q + 1) << "token " << t << " sees key " << q << " outside the chunk's range";
@@ -258,7 +259,7 @@ void check_plan(const Inputs& in, const Plan& plan) {
   for (int s = 0; s < num_seqs; ++s) {
     auto& v = seq_chunks[s];
     std::sort(v.begin(), v.end());
-    const int T = in.tokens[s];
+    const int T = in.prefix_only && in.past_lens[s] == 0 ? 0 : in.tokens[s];  // no key: no chunk
     int next = 0;
     for (const auto& c : v) {
       EXPECT_EQ(c.first, next) << "seq " << s << ": chunks do not tile its tokens (gap/overlap at " << next << ")";

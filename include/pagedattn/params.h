@@ -105,8 +105,8 @@ struct Params {
                                  //       combined with the call that holds them through lse and
                                  //       merge_states() (docs/design.md, "Splitting a context"). key and
                                  //       value must be absent; no sliding_window, alibi_slopes, qq_bias or
-                                 //       scores (their positions are the whole context's). cpu backend
-                                 //       only for now
+                                 //       scores (their positions are the whole context's), no sinks (they
+                                 //       go to the call with the new tokens, once)
   TensorView qq_bias;            // (host) [sum_s T_s^2] u8 or absent: tree mask among a sequence's new
                                  //        tokens, row-major T_s x T_s per sequence; entry (t, u) = 1 means
                                  //        new token t may attend new token u. Diagonal must be 1. Applied

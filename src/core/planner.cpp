@@ -39,7 +39,8 @@ Plan make_plan(const Inputs& in) {
       c.seq = static_cast<int>(s);
       c.t0 = t0;
       c.nt = std::min(per, T - t0);
-      c.hi = past + t0 + c.nt;  // causal limit of the chunk's last token
+      c.hi = in.prefix_only ? past : past + t0 + c.nt;  // causal limit of the chunk's last token
+      if (c.hi == 0) continue;  // prefix_only over an empty cache: no key to attend
       c.lo = 0;
       if (in.sliding_window > 0) c.lo = std::max(0, past + t0 - in.sliding_window + 1);
       c.lo = c.lo / kBlockKV * kBlockKV;

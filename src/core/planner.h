@@ -51,6 +51,8 @@ struct Inputs {
   int group = 1;                           // G = H / Hk
   int num_kv_heads = 1;
   int sliding_window = 0;
+  bool prefix_only = false;                // Params::prefix_only: every chunk's keys are [0, past); a
+                                           // sequence with past 0 then has no item (its rows: the backend)
   int num_sms = 132;
   int ctas_per_sm = 1;                     // occupancy of the attention kernel
   // Occupancy of the chunks of 1, 2, 4 and 8 row tiles where they run on the Hopper kernel (wg_kernel,

@@ -300,6 +300,8 @@ void validate(const Params& p) {
     if (p.alibi_slopes.present()) fail("alibi_slopes", "must be absent with prefix_only (positions are the whole context's)");
     if (p.qq_bias.present()) fail("qq_bias", "must be absent with prefix_only (the new tokens attend no new key)");
     if (p.scores.present()) fail("scores", "must be absent with prefix_only");
+    if (p.sinks.present())
+      fail("sinks", "must be absent with prefix_only (give them to the call that holds the new tokens: once)");
   }
 
   // ---- 4. metadata contents ------------------------------------------------------------------------------

@@ -165,7 +165,6 @@ class CudaPlan final : public detail::PlanImpl {
       throw UnsupportedError("block_size " + std::to_string(bs) + ": the cuda backend needs a power of two >= 16");
     if (G_ > planner::kMaxRows)
       throw UnsupportedError("group size H/Hk = " + std::to_string(G_) + ": the cuda backend supports at most 64");
-    if (p.prefix_only) throw UnsupportedError("prefix_only: the cuda backend does not run it yet (the cpu backend does)");
     bs_log2_ = 0;
     while ((1 << bs_log2_) < bs) ++bs_log2_;
 
@@ -181,6 +180,7 @@ class CudaPlan final : public detail::PlanImpl {
     in.group = G_;
     in.num_kv_heads = Hk_;
     in.sliding_window = p.sliding_window;
+    in.prefix_only = p.prefix_only;
     int dev = 0;
     PA_CUDA_CHECK(cudaGetDevice(&dev));
     PA_CUDA_CHECK(cudaDeviceGetAttribute(&in.num_sms, cudaDevAttrMultiProcessorCount, dev));
@@ -228,6 +228,11 @@ class CudaPlan final : public detail::PlanImpl {
       if (w.nt < w.t_seq) separate_write_ = true;
     }
     num_seqs_ = num_seqs;
+    // prefix_only over an empty cache: the planner gives those sequences no item; their rows are out 0
+    // and (lse) row_stats 0, so lse = -inf, set by memsets before the launches
+    if (p.prefix_only)
+      for (int s = 0; s < num_seqs; ++s)
+        if (past[s] == 0 && sb[s + 1] > sb[s]) empty_rows_.emplace_back(sb[s], sb[s + 1] - sb[s]);
     num_tokens_ = sb[num_seqs];
 
     // one launch per kernel variant (items are sorted by row tiles; row-tile counts that share a kernel
@@ -369,6 +374,13 @@ class CudaPlan final : public detail::PlanImpl {
     P.stale_log2 = kv_ != kKvU8 ? 8.0f : 6.0f;  // FwdParams::stale_log2
     if (!stale_max_) P.stale_log2 = 0.0f;
 
+    for (const auto& [t0, nt] : empty_rows_) {  // rows with no key: out 0, (lse) row statistics 0 -> -inf
+      const std::size_t row_bytes = static_cast<std::size_t>(H_) * D_ * dtype_size(p.out.dtype);
+      PA_CUDA_CHECK(cudaMemsetAsync(static_cast<char*>(p.out.data) + t0 * row_bytes, 0, nt * row_bytes, stream_));
+      if (P.row_stats != nullptr)
+        PA_CUDA_CHECK(cudaMemsetAsync(P.row_stats + static_cast<std::size_t>(t0) * H_ * 2, 0,
+                                      static_cast<std::size_t>(nt) * H_ * 2 * sizeof(float), stream_));
+    }
     if (P.k_new != nullptr && separate_write_) {  // rows of multi-chunk sequences (the rest stay fused)
       fwd_kernel_info(D_, kv_, 1).launch_write(P, num_tokens_, num_seqs_, stream_, pdl_);
       PA_CUDA_CHECK(cudaGetLastError());
@@ -453,6 +465,7 @@ class CudaPlan final : public detail::PlanImpl {
   KernelChoice choice_{true, 0, 0};
   bool separate_write_ = false;  // KV write-in as its own launch (some sequence has several chunks)
   int num_seqs_ = 0, num_tokens_ = 0;
+  std::vector<std::pair<int, int>> empty_rows_;  // (first token, tokens) of rows with no key (prefix_only)
   float scale_ = 1.0f;
   planner::Plan wl_;
   std::vector<Launch> launches_;

@@ -41,6 +41,7 @@ DeviceCase::DeviceCase(Case& c) : c_(c) {
   copy(params_.sinks);
   copy(params_.out);
   copy(params_.scores);
+  copy(params_.lse);
 }
 
 DeviceCase::~DeviceCase() {
@@ -57,6 +58,7 @@ void DeviceCase::download() {
   };
   back(params_.out, host.out);
   back(params_.scores, host.scores);
+  back(params_.lse, host.lse);
   back(params_.cache.key, host.cache.key);
   back(params_.cache.value, host.cache.value);
   back(params_.cache.key_scale, host.cache.key_scale);

@@ -17,7 +17,7 @@ class DeviceCase {
   DeviceCase(const DeviceCase&) = delete;
   DeviceCase& operator=(const DeviceCase&) = delete;
   Params params() const { return params_; }
-  /// Copies out, scores and the cache (codes and u8 parameters) back into the Case's host buffers.
+  /// Copies out, scores, lse and the cache (codes and u8 parameters) back into the Case's host buffers.
   void download();
 
  private:

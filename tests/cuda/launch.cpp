@@ -237,3 +237,91 @@ TEST(Cuda, LseRandom) {
   lng.p_lse = 1.0;
   run_suite("lse-long", lng, base_seed() + 3900000, 16);
 }
+
+// A context split in two on the cuda backend (Params::prefix_only for the first shard of every sequence,
+// cut at a random block boundary, empty shards included; the second holds the rest, the new tokens and
+// the sinks), each shard with lse; merged on the host with merge_states, against the whole call on the
+// GPU: out within the KV kind's tolerance, lse within 1e-4 of max(1, |lse|).
+TEST(Cuda, SplitContextMerges) {
+  REQUIRE_GPU();
+  CaseConfig cfg = few_query_config();
+  cfg.p_window = cfg.p_alibi = cfg.p_tree = cfg.p_scores = 0.0;
+  cfg.p_write = 1.0;
+  cfg.query_dtypes = {DType::f32, DType::f16};
+  const uint64_t seed = base_seed() + 4000000;
+  const int n_cases = case_count(40);
+  std::printf("[split-cuda] base seed %llu, %d cases\n", static_cast<unsigned long long>(seed), n_cases);
+  for (int i = 0; i < n_cases; ++i) {
+    Case whole = make_random_case(seed + i, cfg);
+    whole.want_lse = true;
+    whole.lse.assign(static_cast<size_t>(whole.num_tokens) * whole.num_heads, NAN);
+    Case split = whole;  // before the whole call writes the new tokens in
+    {
+      DeviceCase d(whole);
+      forward(d.params(), Options{Backend::cuda});
+      d.download();
+    }
+    const int n = split.num_tokens, H = split.num_heads, D = split.head_size, bs = split.block_size;
+    std::mt19937_64 rng(seed + i);
+    std::vector<int> cut(split.num_seqs);
+    for (int s = 0; s < split.num_seqs; ++s) cut[s] = static_cast<int>(rng() % (split.past_lens[s] / bs + 1)) * bs;
+    std::vector<std::vector<uint8_t>> outs(2);
+    std::vector<std::vector<float>> lses(2);
+    DeviceCase d(split);
+    for (int shard = 0; shard < 2; ++shard) {
+      std::vector<int32_t> past, table, begins{0};
+      int max_ctx = 0;
+      for (int s = 0; s < split.num_seqs; ++s) {
+        const int lo = shard == 0 ? 0 : cut[s], hi = shard == 0 ? cut[s] : split.past_lens[s];
+        const int top = shard == 0 ? hi : split.ctx(s);
+        const int32_t* t = split.block_indices.data() + split.block_indices_begins[s];
+        for (int b = lo / bs; b * bs < top; ++b) table.push_back(t[b]);
+        begins.push_back(static_cast<int32_t>(table.size()));
+        past.push_back(hi - lo);
+        max_ctx = std::max(max_ctx, top - lo);
+      }
+      void* dout = nullptr;
+      void* dlse = nullptr;
+      const size_t out_bytes = static_cast<size_t>(n) * H * D * dtype_size(split.qdtype);
+      ASSERT_EQ(cudaMalloc(&dout, std::max<size_t>(out_bytes, 16)), cudaSuccess);
+      ASSERT_EQ(cudaMalloc(&dlse, std::max<size_t>(static_cast<size_t>(n) * H * 4, 16)), cudaSuccess);
+      Params p = d.params();
+      auto host_i32 = [](std::vector<int32_t>& v) {
+        return TensorView::contiguous(v.data(), DType::i32, Device::cpu, {static_cast<int64_t>(v.size())});
+      };
+      p.past_lens = host_i32(past);
+      p.block_indices = host_i32(table);
+      p.block_indices_begins = host_i32(begins);
+      p.max_context_len = max_ctx;
+      p.out = TensorView::contiguous(dout, split.qdtype, Device::cuda, {n, int64_t{H} * D});
+      p.lse = TensorView::contiguous(dlse, DType::f32, Device::cuda, {n, H});
+      if (shard == 0) {
+        p.prefix_only = true;
+        p.key = p.value = p.sinks = TensorView{};
+      }
+      forward(p, Options{Backend::cuda});
+      outs[shard].resize(out_bytes);
+      lses[shard].resize(static_cast<size_t>(n) * H);
+      EXPECT_EQ(cudaMemcpy(outs[shard].data(), dout, out_bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+      EXPECT_EQ(cudaMemcpy(lses[shard].data(), dlse, lses[shard].size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+      cudaFree(dout);
+      cudaFree(dlse);
+    }
+    std::vector<float> merged(static_cast<size_t>(n) * H * D), merged_lse(static_cast<size_t>(n) * H);
+    std::vector<TensorView> ov, lv;
+    for (int shard = 0; shard < 2; ++shard) {
+      ov.push_back(TensorView::contiguous(outs[shard].data(), split.qdtype, Device::cpu, {n, int64_t{H} * D}));
+      lv.push_back(TensorView::contiguous(lses[shard].data(), DType::f32, Device::cpu, {n, H}));
+    }
+    merge_states(ov, lv, TensorView::contiguous(merged.data(), DType::f32, Device::cpu, {n, int64_t{H} * D}),
+                 TensorView::contiguous(merged_lse.data(), DType::f32, Device::cpu, {n, H}));
+    const std::vector<float> want = as_floats(whole.out, whole.qdtype, static_cast<int64_t>(merged.size()));
+    const Compare co = compare(reinterpret_cast<const uint8_t*>(merged.data()), DType::f32, want.data(),
+                               static_cast<int64_t>(merged.size()));
+    double le = 0;
+    for (size_t j = 0; j < merged_lse.size(); ++j)
+      le = std::max(le, std::fabs(double{merged_lse[j]} - whole.lse[j]) / std::max(1.0, std::fabs(double{whole.lse[j]})));
+    EXPECT_TRUE(co.ok(tolerance(split.kv)) && le <= 1e-4)
+        << "case " << split.describe() << "\n  out: " << co.describe() << "\n  lse: worst " << le;
+  }
+}
