@@ -9,11 +9,12 @@ is checked against the unsplit call on rank 0. docs/design.md, "Splitting a cont
 
     python3 examples/context_parallel.py --world-size 2              # gloo on the CPU (two processes)
     python3 examples/context_parallel.py --world-size 1              # the shards in turn, one process
-    torchrun --nproc-per-node 2 examples/context_parallel.py          # one process per rank, as launched
+    python3 examples/context_parallel.py --device cuda --world-size 2  # one GPU per rank, NCCL
+    torchrun --nproc-per-node 2 examples/context_parallel.py [--device cuda]   # ranks as launched
 
 Sizes: --context (cached tokens, default 131072), --tokens (new tokens T, default 4), --heads 16
---kv-heads 4 --head-size 128, f16 cache and queries, block size 32. The cuda backend does not run
-prefix_only and merge_states yet, so the ranks run on the CPU (gloo) whatever the machine has.
+--kv-heads 4 --head-size 128, f16 cache and queries, block size 32. --device cuda (the cuda backend's
+prefix_only, lse and merge_states) has not run on GPUs yet.
 """
 import argparse
 import os
@@ -52,6 +53,13 @@ def shard_bounds(args, world):
     return b
 
 
+def on_device(x, args, rank):
+    """A NumPy array as this rank's tensor: the array itself on the CPU, a torch tensor on its GPU."""
+    if args.device == "cpu":
+        return x
+    return torch.from_numpy(np.ascontiguousarray(x)).to(f"cuda:{rank % torch.cuda.device_count()}")
+
+
 def attend_shard(args, seq, rank, world):
     """(out, lse) of this rank's shard: a cache of its own blocks, its positions shard-local."""
     bs, T = args.block_size, args.tokens
@@ -63,28 +71,34 @@ def attend_shard(args, seq, rank, world):
     kc = seq["key_blocks"][first_blk:end_blk].copy()  # this rank's paged cache: only its blocks
     vc = seq["value_blocks"][first_blk:end_blk].copy()
     rows = seq["query"].shape[0]
-    lse = np.full((rows, args.heads), np.nan, np.float32)
-    kw = dict(query=seq["query"], key_cache=kc, value_cache=vc,
+    dev = lambda x: on_device(x, args, rank)  # noqa: E731
+    lse = dev(np.full((rows, args.heads), np.nan, np.float32))
+    kw = dict(query=dev(seq["query"]), key_cache=dev(kc), value_cache=dev(vc),
               past_lens=[hi - lo], subsequence_begins=[0, rows], block_indices=list(range(end_blk - first_blk)),
-              block_indices_begins=[0, end_blk - first_blk], num_heads=args.heads, lse=lse, backend="cpu")
+              block_indices_begins=[0, end_blk - first_blk], num_heads=args.heads, lse=lse, backend=args.device)
     if last:   # the new tokens: written here (at shard-local positions hi - lo ..), the sinks once
-        kw.update(key=seq["key"], value=seq["value"], sinks=seq["sinks"])
+        kw.update(key=dev(seq["key"]), value=dev(seq["value"]), sinks=dev(seq["sinks"]))
     else:      # a shard without them: every new token attends the whole shard, nothing is written
         kw.update(prefix_only=True)
+    if args.device == "cuda":
+        torch.cuda.synchronize()
     t0 = time.perf_counter()
     out = pagedattn.forward(**kw)
+    if args.device == "cuda":
+        torch.cuda.synchronize()
     return out, lse, time.perf_counter() - t0
 
 
 def unsplit(args, seq):
     """The whole call (the reference): one cache of every block."""
-    T, rows = args.tokens, seq["query"].shape[0]
-    blocks = seq["key_blocks"].shape[0]
-    return pagedattn.forward(query=seq["query"], key=seq["key"], value=seq["value"],
-                             key_cache=seq["key_blocks"].copy(), value_cache=seq["value_blocks"].copy(),
-                             past_lens=[args.context], subsequence_begins=[0, rows],
-                             block_indices=list(range(blocks)), block_indices_begins=[0, blocks],
-                             sinks=seq["sinks"], num_heads=args.heads, backend="cpu")
+    rows, blocks = seq["query"].shape[0], seq["key_blocks"].shape[0]
+    dev = lambda x: on_device(x, args, 0)  # noqa: E731
+    out = pagedattn.forward(query=dev(seq["query"]), key=dev(seq["key"]), value=dev(seq["value"]),
+                            key_cache=dev(seq["key_blocks"].copy()), value_cache=dev(seq["value_blocks"].copy()),
+                            past_lens=[args.context], subsequence_begins=[0, rows],
+                            block_indices=list(range(blocks)), block_indices_begins=[0, blocks],
+                            sinks=dev(seq["sinks"]), num_heads=args.heads, backend=args.device)
+    return out if args.device == "cpu" else out.cpu().numpy()
 
 
 def run(rank, world, args, results=None):
@@ -98,16 +112,17 @@ def run(rank, world, args, results=None):
         secs = [p[2] for p in parts]
     else:
         out, lse, sec = attend_shard(args, seq, rank, world)
-        outs_t = [torch.empty(out.shape, dtype=torch.float16) for _ in range(world)]
-        lses_t = [torch.empty(lse.shape, dtype=torch.float32) for _ in range(world)]
-        dist.all_gather(outs_t, torch.from_numpy(out))
-        dist.all_gather(lses_t, torch.from_numpy(lse))
-        secs_t = [torch.zeros(1, dtype=torch.float64) for _ in range(world)]
-        dist.all_gather(secs_t, torch.tensor([sec], dtype=torch.float64))
-        outs = [o.numpy() for o in outs_t]
-        lses = [x.numpy() for x in lses_t]
+        out_t, lse_t = (torch.from_numpy(out), torch.from_numpy(lse)) if args.device == "cpu" else (out, lse)
+        outs = [torch.empty_like(out_t) for _ in range(world)]
+        lses = [torch.empty_like(lse_t) for _ in range(world)]
+        dist.all_gather(outs, out_t)
+        dist.all_gather(lses, lse_t)
+        secs_t = [torch.zeros(1, dtype=torch.float64, device=out_t.device) for _ in range(world)]
+        dist.all_gather(secs_t, torch.tensor([sec], dtype=torch.float64, device=out_t.device))
         secs = [float(s) for s in secs_t]
-    merged = pagedattn.merge_states(outs, lses)
+    merged = pagedattn.merge_states(outs, lses)  # on the device the partials are on
+    if not isinstance(merged, np.ndarray):  # torch (gathered) tensors
+        merged = merged.cpu().numpy()
     err = None
     if rank == 0:
         want = unsplit(args, seq)
@@ -122,7 +137,9 @@ def run(rank, world, args, results=None):
 def _worker(rank, world, args, port):
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    if args.device == "cuda":
+        torch.cuda.set_device(rank % torch.cuda.device_count())
+    dist.init_process_group("nccl" if args.device == "cuda" else "gloo", rank=rank, world_size=world)
     try:
         err = run(rank, world, args)
         if rank == 0 and err is not None and err > args.tol:
@@ -139,7 +156,9 @@ def parse(argv=None):
     p.add_argument("--kv-heads", type=int, default=4)
     p.add_argument("--head-size", type=int, default=128)
     p.add_argument("--block-size", type=int, default=32)
-    p.add_argument("--world-size", type=int, default=2, help="processes (gloo); 1: the shards in turn")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                   help="cpu: gloo and the cpu backend; cuda: one GPU per rank, NCCL and the cuda backend")
+    p.add_argument("--world-size", type=int, default=2, help="processes; 1: the shards in turn")
     p.add_argument("--shards", type=int, default=2, help="with --world-size 1: shards run in turn")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--port", type=int, default=29517)
@@ -150,7 +169,9 @@ def parse(argv=None):
 def main(argv=None):
     args = parse(argv)
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # launched by torchrun
-        dist.init_process_group("gloo")
+        if args.device == "cuda":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        dist.init_process_group("nccl" if args.device == "cuda" else "gloo")
         try:
             run(dist.get_rank(), dist.get_world_size(), args)
         finally:

@@ -106,8 +106,8 @@ void validate(const Params& p);
 /// a context"): lse = log(sum_i exp(lse_i)), out = sum_i exp(lse_i - lse) out_i, in double per row and
 /// head. outs[i]: [num_tokens, H*D] f32 | f16 | bf16, one dtype; lses[i]: [num_tokens, H] f32; out: [num_tokens,
 /// H*D] f32 | f16 | bf16 (may be one of outs); lse: [num_tokens, H] f32 or absent (may be one of lses).
-/// A row and head whose every lse_i is -inf gets out 0 and lse -inf. Tensors on the backend's device;
-/// the cpu backend only for now (cuda: UnsupportedError). Throws ValidationError naming the input.
+/// A row and head whose every lse_i is -inf gets out 0 and lse -inf. Tensors on the backend's device
+/// (cuda: at most 64 partials per call, on opt.stream, capturable). Throws ValidationError naming the input.
 void merge_states(const std::vector<TensorView>& outs, const std::vector<TensorView>& lses, const TensorView& out,
                   const TensorView& lse = {}, const Options& opt = {});
 

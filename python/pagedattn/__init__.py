@@ -241,7 +241,7 @@ _ARGS_DOC = """
     prefix_only          every new token attends all cached keys [0, past_len) of its sequence and nothing
                          else; nothing is written (key/value None): a shard of a split context without the
                          new tokens, or the shared prefix of cascade attention; combine with lse and
-                         merge_states(). Not with sliding_window, alibi_slopes, qq_bias, scores. cpu only.
+                         merge_states(). Not with sliding_window, alibi_slopes, qq_bias, scores, sinks.
 
     Raises ValidationError (a ValueError) naming the input and the rule, before anything is written;
     UnsupportedError for a valid call this build or backend does not support.
@@ -393,7 +393,7 @@ def merge_states(outs: Any, lses: Any, *, out: Any = None, lse: Any = None, back
     outs: list of [num_tokens, H*D] arrays (float32, float16 or bfloat16, one dtype); lses: list of
     [num_tokens, H] float32. out: [num_tokens, H*D] or None (allocated like outs[0]; may be one of outs);
     lse: [num_tokens, H] float32 or None (may be one of lses), filled in place. A row and head whose every
-    lse_i is -inf gets out 0 and lse -inf. cpu backend only for now. Returns out."""
+    lse_i is -inf gets out 0 and lse -inf. cuda: at most 64 partials per call. Returns out."""
     outs, lses = list(outs), list(lses)
     if not outs:
         raise ValidationError.of("outs", "must hold at least one partial result")

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "common/numeric.h"
+#include "core/plan_impl.h"
 #include "pagedattn/pagedattn.h"
 
 namespace pagedattn {
@@ -71,8 +72,10 @@ void merge_states(const std::vector<TensorView>& outs, const std::vector<TensorV
   }
   check_2d(out, "out", n, cols, true, dev);
   if (lse.present()) check_2d(lse, "lse", n, H, false, dev);
-  if (opt.backend == Backend::cuda)
-    throw UnsupportedError("merge_states: the cuda backend does not run it yet (the cpu backend does)");
+  if (opt.backend == Backend::cuda) {  // one CTA per (row, head), on opt.stream
+    detail::cuda_merge_states(outs, lses, out, lse, opt.stream);
+    return;
+  }
 
   // Per (row, head): M = max_i lse_i; w_i = exp(lse_i - M); out = sum_i w_i out_i / sum_i w_i and
   // lse = M + log(sum_i w_i), in double. Every partial of a row is read before the row is written, so

@@ -1,5 +1,6 @@
 // GPU tests: How calls run: back-to-back plans, the merge's shapes, programmatic launch, CUDA graphs,
 // determinism and bad input.
+#include "common/numeric.h"
 #include "cuda/suite.h"
 
 using namespace gpu_suite;
@@ -323,5 +324,78 @@ TEST(Cuda, SplitContextMerges) {
       le = std::max(le, std::fabs(double{merged_lse[j]} - whole.lse[j]) / std::max(1.0, std::fabs(double{whole.lse[j]})));
     EXPECT_TRUE(co.ok(tolerance(split.kv)) && le <= 1e-4)
         << "case " << split.describe() << "\n  out: " << co.describe() << "\n  lse: worst " << le;
+  }
+}
+
+// merge_states on the cuda backend against the cpu one: k partials (f16 / bf16 / f32, some rows -inf in
+// one or every partial), out in f32 and in the partials' dtype, in place too.
+TEST(Cuda, MergeStatesMatchesTheHost) {
+  REQUIRE_GPU();
+  std::mt19937_64 rng(base_seed() + 4100000);
+  std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+  for (DType dt : {DType::f32, DType::f16, DType::bf16}) {
+    const int n = 7, H = 4, D = 128, k = 3;
+    const size_t esz = dtype_size(dt), elems = static_cast<size_t>(n) * H * D;
+    std::vector<std::vector<uint8_t>> outs(k, std::vector<uint8_t>(elems * esz));
+    std::vector<std::vector<float>> lses(k, std::vector<float>(static_cast<size_t>(n) * H));
+    for (int i = 0; i < k; ++i) {
+      for (size_t e = 0; e < elems; ++e) {
+        const float x = u(rng);
+        if (dt == DType::f32) reinterpret_cast<float*>(outs[i].data())[e] = x;
+        else reinterpret_cast<uint16_t*>(outs[i].data())[e] =
+            dt == DType::f16 ? num::f32_to_f16_bits(x) : num::f32_to_bf16_bits(x);
+      }
+      for (float& l : lses[i]) l = u(rng);
+    }
+    lses[0][0] = lses[1][0] = lses[2][0] = -INFINITY;  // row 0 head 0: no key anywhere
+    lses[1][5] = -INFINITY;
+    // host reference
+    std::vector<float> want(elems), want_lse(static_cast<size_t>(n) * H);
+    std::vector<TensorView> ho, hl;
+    for (int i = 0; i < k; ++i) {
+      ho.push_back(TensorView::contiguous(outs[i].data(), dt, Device::cpu, {n, H * D}));
+      hl.push_back(TensorView::contiguous(lses[i].data(), DType::f32, Device::cpu, {n, H}));
+    }
+    merge_states(ho, hl, TensorView::contiguous(want.data(), DType::f32, Device::cpu, {n, H * D}),
+                 TensorView::contiguous(want_lse.data(), DType::f32, Device::cpu, {n, H}));
+    // device
+    std::vector<void*> dev;
+    auto up = [&](const void* src, size_t bytes) {
+      void* d = nullptr;
+      EXPECT_EQ(cudaMalloc(&d, std::max<size_t>(bytes, 16)), cudaSuccess);
+      EXPECT_EQ(cudaMemcpy(d, src, bytes, cudaMemcpyHostToDevice), cudaSuccess);
+      dev.push_back(d);
+      return d;
+    };
+    std::vector<TensorView> dO, dL;
+    for (int i = 0; i < k; ++i) {
+      dO.push_back(TensorView::contiguous(up(outs[i].data(), outs[i].size()), dt, Device::cuda, {n, H * D}));
+      dL.push_back(TensorView::contiguous(up(lses[i].data(), lses[i].size() * 4), DType::f32, Device::cuda, {n, H}));
+    }
+    std::vector<float> zeros(elems, 0.0f);
+    const TensorView out = TensorView::contiguous(up(zeros.data(), elems * 4), DType::f32, Device::cuda, {n, H * D});
+    const TensorView lse = TensorView::contiguous(up(zeros.data(), want_lse.size() * 4), DType::f32, Device::cuda, {n, H});
+    merge_states(dO, dL, out, lse, Options{Backend::cuda});
+    merge_states(dO, dL, dO[0], dL[0], Options{Backend::cuda});  // in place: out = outs[0], lse = lses[0]
+    std::vector<float> got(elems), got_lse(want_lse.size());
+    std::vector<uint8_t> got_inplace(elems * esz);
+    std::vector<float> got_inplace_lse(want_lse.size());
+    ASSERT_EQ(cudaMemcpy(got.data(), out.data, elems * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(got_lse.data(), lse.data, got_lse.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(got_inplace.data(), dO[0].data, got_inplace.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(got_inplace_lse.data(), dL[0].data, got_inplace_lse.size() * 4, cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    for (void* d : dev) cudaFree(d);
+    const Compare c = compare(reinterpret_cast<const uint8_t*>(got.data()), DType::f32, want.data(),
+                              static_cast<int64_t>(elems));
+    const Compare ci = compare(got_inplace.data(), dt, want.data(), static_cast<int64_t>(elems));
+    EXPECT_TRUE(c.ok(1e-5)) << dtype_name(dt) << " out: " << c.describe();
+    EXPECT_TRUE(ci.ok(dt == DType::bf16 ? 1e-2 : 2e-3)) << dtype_name(dt) << " in place: " << ci.describe();
+    EXPECT_EQ(got[0], 0.0f);
+    for (size_t j = 0; j < want_lse.size(); ++j)
+      for (float g : {got_lse[j], got_inplace_lse[j]}) {
+        if (std::isinf(want_lse[j])) EXPECT_EQ(g, want_lse[j]) << "lse " << j;
+        else EXPECT_NEAR(g, want_lse[j], 1e-5 * std::max(1.0f, std::fabs(want_lse[j]))) << "lse " << j;
+      }
   }
 }

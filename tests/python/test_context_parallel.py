@@ -5,6 +5,8 @@ import sys
 
 import pytest
 
+import pagedattn
+
 torch = pytest.importorskip("torch")
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples"))
 import context_parallel as cp  # noqa: E402
@@ -28,7 +30,15 @@ def test_two_processes_over_gloo():
     assert cp.main(argv) == 0  # a rank whose merged output is off raises (and spawn re-raises it)
 
 
-def test_across_gpus():
-    if torch.cuda.device_count() < 2:
+def test_shards_in_turn_on_one_gpu():
+    if not (pagedattn.cuda_available() and torch.cuda.is_available()):
+        pytest.skip("no CUDA device visible to pagedattn and PyTorch")
+    args = cp.parse(["--device", "cuda", "--world-size", "1", "--shards", "3", "--context", "5000"])
+    assert cp.run(0, 1, args) <= args.tol
+
+
+def test_across_gpus_over_nccl():
+    if torch.cuda.device_count() < 2 or not pagedattn.cuda_available():
         pytest.skip(f"{torch.cuda.device_count()} CUDA device(s) visible: the NCCL part needs two")
-    pytest.skip("the cuda backend does not run prefix_only and merge_states yet (docs/design.md)")
+    argv = ["--device", "cuda", "--world-size", "2", "--context", "65536", "--port", str(_free_port())]
+    assert cp.main(argv) == 0
