@@ -27,7 +27,7 @@ __all__ = ["forward"]
 
 # The tensors the op may write (declared to torch as mutated).
 _MUTATED = ("key_cache", "value_cache", "key_scale", "key_min", "value_scale", "value_min", "out",
-            "scores")
+            "scores", "lse")
 
 
 @torch.library.custom_op("pagedattn::forward", mutates_args=_MUTATED)
@@ -57,6 +57,8 @@ def _forward_op(
     max_context_len: Optional[int],
     deterministic: bool,
     score_aggregation_window: Optional[Tensor] = None,
+    lse: Optional[Tensor] = None,
+    prefix_only: bool = False,
 ) -> None:
     _pa.forward(query=query, key=key, value=value, key_cache=key_cache, value_cache=value_cache,
                 key_scale=key_scale, key_min=key_min, value_scale=value_scale,
@@ -65,16 +67,17 @@ def _forward_op(
                 alibi_slopes=alibi_slopes, sinks=sinks, qq_bias=qq_bias, qq_bias_begins=qq_bias_begins,
                 num_heads=num_heads, scale=scale, sliding_window=sliding_window,
                 max_context_len=max_context_len, deterministic=deterministic,
-                score_aggregation_window=score_aggregation_window)
+                score_aggregation_window=score_aggregation_window, lse=lse, prefix_only=prefix_only)
 
 
 @_forward_op.register_fake
 def _forward_fake(query, key, value, key_cache, value_cache, key_scale, key_min, value_scale,
                   value_min, past_lens, subsequence_begins, block_indices, block_indices_begins, out,
                   scores, alibi_slopes, sinks, qq_bias, qq_bias_begins, num_heads, scale, sliding_window,
-                  max_context_len, deterministic, score_aggregation_window=None) -> None:
+                  max_context_len, deterministic, score_aggregation_window=None, lse=None,
+                  prefix_only=False) -> None:
     # Only shapes are known here; the real op validates. Out-of-place results do not exist: the op
-    # writes `out` (and the caches, `scores`) in place.
+    # writes `out` (and the caches, `scores`, `lse`) in place.
     return None
 
 
@@ -105,6 +108,8 @@ def forward(
     scores: Optional[Tensor] = None,
     score_aggregation_window: Optional[Tensor] = None,
     deterministic: bool = False,
+    lse: Optional[Tensor] = None,
+    prefix_only: bool = False,
 ) -> Tensor:
     """``torch.ops.pagedattn.forward`` with `out` allocated when None; returns `out`.
 
@@ -113,7 +118,8 @@ def forward(
     key_scale/key_min/value_scale/value_min [num_blocks, Hk, block_size] f16); past_lens
     [num_seqs], subsequence_begins [num_seqs+1], block_indices [n], block_indices_begins [num_seqs+1] int32
     (CPU tensors); out [num_tokens, H*D]; scores [sum_s ctx_s] f32 or None; score_aggregation_window
-    [num_seqs] int32 (CPU) or None (w_s = 1). See pagedattn.forward.
+    [num_seqs] int32 (CPU) or None (w_s = 1); lse [num_tokens, H] f32 or None (filled in place);
+    prefix_only (a shard of a split context, see pagedattn.merge_states). See pagedattn.forward.
     """
     if out is None:
         out = torch.empty_like(query, memory_format=torch.contiguous_format)
@@ -121,5 +127,5 @@ def forward(
                                 value_min, past_lens, subsequence_begins, block_indices,
                                 block_indices_begins, out, scores, alibi_slopes, sinks, qq_bias, qq_bias_begins,
                                 num_heads, scale, sliding_window, max_context_len, deterministic,
-                                score_aggregation_window)
+                                score_aggregation_window, lse, prefix_only)
     return out

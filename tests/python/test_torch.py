@@ -101,8 +101,8 @@ def test_validation_error_through_custom_op():
 
 
 def test_opcheck():
-    """torch.library.opcheck: the schema's mutations, the fake implementation and AOT dispatch agree with
-    the real op."""
+    """torch.library.opcheck: the schema's mutations (lse among them), the fake implementation and AOT
+    dispatch agree with the real op."""
     case = ref.make_case(SEED + 500, kv="u8", write=True)
     case.scores = np.zeros(sum(case.ctx(s) for s in range(case.num_seqs)), np.float32)
     case.score_aggregation_window = np.full(case.num_seqs, -1, np.int32)
@@ -111,7 +111,7 @@ def test_opcheck():
             t["value_scale"], t["value_min"], t["past_lens"], t["subsequence_begins"], t["block_indices"],
             t["block_indices_begins"], t["out"], t["scores"], t["alibi_slopes"], t["sinks"], t["qq_bias"],
             t["qq_bias_begins"], case.num_heads, case.scale, case.sliding_window, None, False,
-            t["score_aggregation_window"])
+            t["score_aggregation_window"], torch.full((case.query.shape[0], case.num_heads), float("nan")), False)
     torch.library.opcheck(torch.ops.pagedattn.forward.default, args,
                           test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_static"))
 
