@@ -49,7 +49,7 @@ int hopper_key_tile(int head_size, bool u8, bool hopper, const Overrides& o) {
 
 // The key-split Hopper kernel (wg_kernel's SPLIT: two warpgroups over alternate key tiles of one 64-row
 // tile) for f16/bf16 chunks of 33-64 rows, every head size. G = 8, one sequence, H200: at D = 128
-// against fwd_kernel's 4 row tiles 0.73x (32k) / 0.79-0.81x (128k), against the one-warpgroup kernel
+// against fwd_kernel's 4 row tiles 0.73x (32k) / 0.63-0.66x (128k), against the one-warpgroup kernel
 // (wgq, removed after c7eeed8) 0.87x / 0.80x (run c2, G = 8 and 16); D = 64 0.87x / 0.73x, D = 256
 // 0.84x / 0.83x (run c3). At <= 32
 // rows fwd_kernel stays (D = 128: 8-16 rows 1.02-1.14x slower on it, 32 rows 1.025x at 32k, 0.97x at
