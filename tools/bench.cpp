@@ -300,6 +300,7 @@ struct Setup {
     o.stream = stream;
     o.partition_tokens = opt.partition_tokens;
     o.programmatic_launch = opt.programmatic_launch;
+    o.deterministic = opt.deterministic;
     return o;
   }
 };

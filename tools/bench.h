@@ -59,6 +59,7 @@ struct BenchOptions {
   bool verbose = false;                    // print each config's plan
   int partition_tokens = 0;                // Options::partition_tokens (0: the planner decides)
   bool programmatic_launch = true;         // Options::programmatic_launch
+  bool deterministic = false;              // Options::deterministic
 };
 
 /// Runs the benchmark and prints the table. Returns the process exit code.

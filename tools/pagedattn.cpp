@@ -195,6 +195,8 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   bool no_pdl = false;
   bench->add_flag("--no-pdl", no_pdl, "cuda: Options::programmatic_launch = false");
+  bench->add_flag("--deterministic", bopt.deterministic,
+                  "Options::deterministic (cuda: fixed partitions; cpu: verify rows equal decodes)");
   bench->add_option("--sweep-groups", sweep_groups, "sweep scenario: groups G = H / Hk, list (default 1,2,4,8,16)")
       ->delimiter(',');
   bench->add_option("--sweep-head-sizes", sweep_head_sizes, "sweep scenario: head sizes D, list (default 64,128,256)")

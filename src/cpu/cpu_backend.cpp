@@ -36,6 +36,12 @@ constexpr float kLn2 = 0.6931471805599453f;
 constexpr int kMaxRows = 64;   // query rows per chunk (T*G); a longer sequence is cut into chunks
 constexpr int kTile = 32;      // keys per tile
 constexpr int kMinPart = 512;  // smallest partition (keys)
+// Options::deterministic on the cpu backend: each row's result depends only on its own keys, so a chain
+// verify's row equals the decode of the same prefix and a sequence's rows do not depend on the batch:
+// partitions at absolute multiples of kInvariantPart, tiles on the absolute kTile grid and always kTile
+// keys wide (keys outside the item zero-filled and masked), rows padded to a multiple of 4 (the S and P
+// V kernels' register blocks: every (row, key) on the same instruction sequence).
+constexpr int kInvariantPart = 2048;
 
 int env_int(const char* name, int fallback) {
   const char* v = std::getenv(name);
@@ -87,6 +93,7 @@ class CpuPlan final : public PlanImpl {
     threads_ = opt.num_threads > 0 ? opt.num_threads : env_int("PAGEDATTN_CPU_THREADS", max_threads());
     if (threads_ < 1) threads_ = max_threads();  // PAGEDATTN_CPU_THREADS=0 or not a number: all cores
     threads_ = std::max(1, threads_);
+    invariant_ = opt.deterministic;
     num_seqs_ = static_cast<int>(p.past_lens.shape[0]);
     H_ = p.num_heads;
     Hk_ = static_cast<int>(p.cache.num_kv_heads());
@@ -118,6 +125,8 @@ class CpuPlan final : public PlanImpl {
     int part = 1 << 30;
     if (opt.partition_tokens > 0) {
       part = opt.partition_tokens;
+    } else if (invariant_) {  // fixed absolute partitions (a multiple of kTile: tiles stay on the grid)
+      part = kInvariantPart;
     } else if (static_cast<int64_t>(chunks_.size()) * Hk_ < 4 * threads_ && keys > 0) {
       const int64_t want = 4 * static_cast<int64_t>(threads_) / Hk_ + 1;
       part = static_cast<int>(std::max<int64_t>(kMinPart, (keys / want + kMinPart - 1) / kMinPart * kMinPart));
@@ -312,18 +321,29 @@ class CpuPlan final : public PlanImpl {
       m[r] = -INFINITY;
       l[r] = 0.0f;
     }
-    std::fill(o, o + static_cast<size_t>(rows) * D_, 0.0f);
+    // invariant (Options::deterministic): rows padded to a multiple of 4 through the S and P V kernels
+    const int rows_k = invariant_ ? (rows + 3) / 4 * 4 : rows;
+    std::fill(q + static_cast<size_t>(rows) * D_, q + static_cast<size_t>(rows_k) * D_, 0.0f);
+    std::fill(o, o + static_cast<size_t>(rows_k) * D_, 0.0f);
     const float* alibi = p.alibi_slopes.present() ? p.alibi_slopes.ptr<const float>() : nullptr;
     const uint8_t* qq = p.qq_bias.present() ? p.qq_bias.ptr<const uint8_t>() + p.qq_bias_begins.ptr<const int32_t>()[s] : nullptr;
-    for (int j0 = it.kb; j0 < it.ke; j0 += kTile) {
-      const int n = std::min(kTile, it.ke - j0);
-      const int pf_n = j0 + n < it.ke ? std::min(kTile, it.ke - j0 - n) : 0;  // the next tile's keys
-      load_tile(p, s, it.hk, j0, n, false, kt, j0 + n, pf_n, 1);
-      cpu::scores(sc, kTile, q, rows, kt, n, D_);
+    // Tiles of kTile keys from the item's first key; invariant: on the absolute kTile grid and always
+    // kTile wide, the keys [a, b) of the item loaded and the rest of the tile zero (and masked below)
+    for (int j0 = invariant_ ? it.kb / kTile * kTile : it.kb; j0 < it.ke; j0 += kTile) {
+      const int a = std::max(j0, it.kb), b = std::min(j0 + kTile, it.ke);
+      const int n = invariant_ ? kTile : b - j0;
+      const int pf_n = b < it.ke ? std::min(kTile, it.ke - b) : 0;  // the next tile's keys
+      auto load = [&](bool value, float* dst, int which) {
+        if (a > j0) std::fill(dst, dst + static_cast<size_t>(a - j0) * D_, 0.0f);
+        load_tile(p, s, it.hk, a, b - a, value, dst + static_cast<size_t>(a - j0) * D_, b, pf_n, which);
+        if (j0 + n > b) std::fill(dst + static_cast<size_t>(b - j0) * D_, dst + static_cast<size_t>(n) * D_, 0.0f);
+      };
+      load(false, kt, 1);
+      cpu::scores(sc, kTile, q, rows_k, kt, n, D_);
       // masks (causal, window, tree), ALiBi, online softmax. An interior tile (every key visible to
       // every row: before the first row's causal limit, inside the last row's window, in the cached
       // prefix when there is a tree) without ALiBi needs only the row max.
-      const bool interior = alibi == nullptr && j0 + n <= past + c.t0 + 1 &&
+      const bool interior = alibi == nullptr && a == j0 && b == j0 + n && j0 + n <= past + c.t0 + 1 &&
                             (p.sliding_window == 0 || j0 >= past + c.t0 + c.nt - p.sliding_window) &&
                             (qq == nullptr || j0 + n <= past);
       bool any = false;
@@ -338,7 +358,8 @@ class CpuPlan final : public PlanImpl {
         } else {
           for (int k = 0; k < n; ++k) {
             const int j = j0 + k;
-            const bool vis = j <= qpos && j >= lo && (qq == nullptr || j < past || qq[static_cast<int64_t>(t) * T + (j - past)] != 0);
+            const bool vis = j >= a && j < b && j <= qpos && j >= lo &&
+                             (qq == nullptr || j < past || qq[static_cast<int64_t>(t) * T + (j - past)] != 0);
             sr[k] = vis ? sr[k] + slope * static_cast<float>(j - qpos) : -INFINITY;
             mx = std::max(mx, sr[k]);
           }
@@ -358,8 +379,8 @@ class CpuPlan final : public PlanImpl {
         l[r] += cpu::exp2_sum(sr, sr, n, m[r]);
       }
       if (!any) continue;
-      load_tile(p, s, it.hk, j0, n, true, vt, j0 + n, pf_n, 2);
-      cpu::accumulate(o, sc, kTile, rows, vt, n, D_);
+      load(true, vt, 2);
+      cpu::accumulate(o, sc, kTile, rows_k, vt, n, D_);
     }
     if (c.parts > 1) {  // partial: (m, l, O) per row
       float* dst = partials_.data() + static_cast<size_t>(c.slot + it.hk * c.parts + it.p) * kMaxRows * (D_ + 2);
@@ -475,6 +496,7 @@ class CpuPlan final : public PlanImpl {
 
   Params planned_;
   bool reference_ = false;
+  bool invariant_ = false;  // Options::deterministic: see kInvariantPart
   int threads_ = 1, num_seqs_ = 0, H_ = 0, Hk_ = 0, G_ = 1, D_ = 0;
   std::vector<int32_t> past_, begins_;
   std::vector<Chunk> chunks_;
