@@ -312,22 +312,12 @@ int run_check(const CheckOptions& given) {
         detail += "; scores: " + cs.describe();
         if (!cs.ok(tol)) fail += (fail.empty() ? "" : "; ") + std::string("scores ") + cs.describe();
       }
-      if (!ref.lse.empty()) {  // natural-log units: |got - ref| <= 1e-4 * max(1, |ref|), -inf exactly
-        double worst = 0;
-        int64_t at = -1;
-        for (size_t i = 0; i < ref.lse.size(); ++i) {
-          const double r = ref.lse[i], g = got.lse[i];
-          const double e = std::isinf(r) && r < 0 ? (g == r ? 0.0 : INFINITY)
-                                                  : std::fabs(g - r) / std::max(1.0, std::fabs(r));
-          if (!(e <= worst)) {  // NaN counts as the worst
-            worst = std::isnan(e) ? INFINITY : e;
-            at = static_cast<int64_t>(i);
-          }
-        }
-        detail += "; lse: worst " + std::to_string(worst);
-        if (worst > 1e-4)
-          fail += (fail.empty() ? "" : "; ") + std::string("lse[") + std::to_string(at) + "] " +
-                  std::to_string(got.lse[static_cast<size_t>(at)]) + " vs " + std::to_string(ref.lse[static_cast<size_t>(at)]);
+      if (!ref.lse.empty()) {
+        const testing::LseCompare cl =
+            testing::compare_lse(got.lse.data(), ref.lse.data(), static_cast<int64_t>(ref.lse.size()));
+        detail += "; lse: " + cl.describe(got.lse.data(), ref.lse.data());
+        if (!cl.ok(testing::kLseTolerance))
+          fail += (fail.empty() ? "" : "; ") + std::string("lse ") + cl.describe(got.lse.data(), ref.lse.data());
       }
       const CacheCheck cc = check_cache(got, ref);
       u8_written += cc.u8_written;

@@ -4,8 +4,8 @@
 #include <string>
 #include <vector>
 
-#include "common/numeric.h"
 #include "core/plan_impl.h"
+#include "core/tensor_io.h"
 #include "pagedattn/pagedattn.h"
 
 namespace pagedattn {
@@ -31,22 +31,6 @@ void check_2d(const TensorView& t, const std::string& name, int64_t rows, int64_
   if (t.device != device)
     fail(name, std::string("must be on the ") + device_name(device) + " device, got " + device_name(t.device));
   if (t.numel() > 0 && t.data == nullptr) fail(name, "data must be non-null");
-}
-
-float load(const TensorView& t, int64_t i) {
-  switch (t.dtype) {
-    case DType::f16: return num::f16_bits_to_f32(t.ptr<const uint16_t>()[i]);
-    case DType::bf16: return num::bf16_bits_to_f32(t.ptr<const uint16_t>()[i]);
-    default: return t.ptr<const float>()[i];
-  }
-}
-
-void store(const TensorView& t, int64_t i, float x) {
-  switch (t.dtype) {
-    case DType::f16: t.ptr<uint16_t>()[i] = num::f32_to_f16_bits(x); break;
-    case DType::bf16: t.ptr<uint16_t>()[i] = num::f32_to_bf16_bits(x); break;
-    default: t.ptr<float>()[i] = x; break;
-  }
 }
 
 }  // namespace
@@ -96,9 +80,9 @@ void merge_states(const std::vector<TensorView>& outs, const std::vector<TensorV
       std::fill(acc.begin(), acc.end(), 0.0);
       for (size_t i = 0; i < k; ++i)
         if (w[i] != 0.0)
-          for (int64_t d = 0; d < D; ++d) acc[static_cast<size_t>(d)] += w[i] * load(outs[i], r * cols + h * D + d);
+          for (int64_t d = 0; d < D; ++d) acc[static_cast<size_t>(d)] += w[i] * detail::load_f(outs[i], r * cols + h * D + d);
       for (int64_t d = 0; d < D; ++d)
-        store(out, r * cols + h * D + d, sum > 0.0 ? static_cast<float>(acc[static_cast<size_t>(d)] / sum) : 0.0f);
+        detail::store_f(out, r * cols + h * D + d, sum > 0.0 ? static_cast<float>(acc[static_cast<size_t>(d)] / sum) : 0.0f);
       if (lse.present()) lse.ptr<float>()[r * H + h] = sum > 0.0 ? static_cast<float>(M + std::log(sum)) : -INFINITY;
     }
 }

@@ -23,6 +23,7 @@
 
 #include "common/numeric.h"
 #include "core/plan_impl.h"
+#include "core/tensor_io.h"
 #include "cpu/oracle.h"
 #include "cpu/tile.h"
 
@@ -56,22 +57,6 @@ int max_threads() {
 #endif
 }
 
-float load_f(const TensorView& t, int64_t i) {
-  switch (t.dtype) {
-    case DType::f32: return t.ptr<const float>()[i];
-    case DType::f16: return num::f16_bits_to_f32(t.ptr<const uint16_t>()[i]);
-    case DType::bf16: return num::bf16_bits_to_f32(t.ptr<const uint16_t>()[i]);
-    default: return 0.0f;
-  }
-}
-void store_f(const TensorView& t, int64_t i, float x) {
-  switch (t.dtype) {
-    case DType::f32: t.ptr<float>()[i] = x; break;
-    case DType::f16: t.ptr<uint16_t>()[i] = num::f32_to_f16_bits(x); break;
-    case DType::bf16: t.ptr<uint16_t>()[i] = num::f32_to_bf16_bits(x); break;
-    default: break;
-  }
-}
 
 struct Chunk {
   int seq, t0, nt;  // tokens [t0, t0 + nt) of sequence seq

@@ -410,6 +410,26 @@ std::string Case::describe() const {
   return os.str();
 }
 
+LseCompare compare_lse(const float* got, const float* ref, int64_t n) {
+  LseCompare c;
+  for (int64_t i = 0; i < n; ++i) {
+    const double r = ref[i], g = got[i];
+    const double e = std::isinf(r) && r < 0 ? (g == r ? 0.0 : INFINITY) : std::fabs(g - r) / std::max(1.0, std::fabs(r));
+    if (!(e <= c.worst)) {  // NaN counts as the worst
+      c.worst = std::isnan(e) ? INFINITY : e;
+      c.at = i;
+    }
+  }
+  return c;
+}
+
+std::string LseCompare::describe(const float* got, const float* ref) const {
+  std::ostringstream os;
+  os << "worst " << worst;
+  if (at >= 0) os << " at lse[" << at << "]: " << got[at] << " vs " << ref[at];
+  return os.str();
+}
+
 float load_as_float(const uint8_t* data, DType t, int64_t i) {
   switch (t) {
     case DType::f32: {

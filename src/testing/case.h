@@ -103,5 +103,17 @@ struct Compare {
 /// Compares `a` (n elements of dtype ta) with reference `b` (n floats).
 Compare compare(const uint8_t* a, DType ta, const float* b, int64_t n);
 
+/// Log-sum-exp rows (Params::lse) against a reference, in natural-log units: the worst
+/// |got - ref| / max(1, |ref|) and where; a -inf reference must be met exactly; NaN or a mismatched
+/// -inf counts as infinite. The suites' tolerance is kLseTolerance.
+struct LseCompare {
+  double worst = 0;
+  int64_t at = -1;
+  bool ok(double tol) const { return worst <= tol; }
+  std::string describe(const float* got, const float* ref) const;
+};
+LseCompare compare_lse(const float* got, const float* ref, int64_t n);
+constexpr double kLseTolerance = 1e-4;
+
 }  // namespace testing
 }  // namespace pagedattn

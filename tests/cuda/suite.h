@@ -191,12 +191,10 @@ inline void check_suite(const char* name, const Suite& suite, const Options& opt
       }
     }
     std::string lse_msg;
-    if (c.want_lse)  // natural-log units: |got - ref| <= 1e-4 * max(1, |ref|), -inf exactly
-      for (size_t j = 0; j < ref.lse.size() && lse_msg.empty(); ++j) {
-        const double r = ref.lse[j], g = c.lse[j];
-        const bool ok = std::isinf(r) && r < 0 ? g == r : std::fabs(g - r) <= 1e-4 * std::max(1.0, std::fabs(r));
-        if (!ok) lse_msg = "lse[" + std::to_string(j) + "] " + std::to_string(g) + " vs " + std::to_string(r);
-      }
+    if (c.want_lse) {
+      const LseCompare cl = compare_lse(c.lse.data(), ref.lse.data(), static_cast<int64_t>(ref.lse.size()));
+      if (!cl.ok(kLseTolerance)) lse_msg = cl.describe(c.lse.data(), ref.lse.data());
+    }
     if (!cmp.ok(tol) || !cache_msg.empty() || !scores_msg.empty() || !lse_msg.empty()) {
       ++failures;
       ADD_FAILURE() << "case " << c.describe() << "\n  out: " << cmp.describe() << " (tolerance " << tol << ")"
