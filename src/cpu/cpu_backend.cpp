@@ -57,7 +57,6 @@ int max_threads() {
 #endif
 }
 
-
 struct Chunk {
   int seq, t0, nt;  // tokens [t0, t0 + nt) of sequence seq
   int lo, hi;       // keys [lo, hi): the first token's window start, the last token's causal limit
