@@ -363,7 +363,8 @@ class Builder {
 
 // Plans whose allocations grow with the call's size by design (see the file comment) are skipped. The
 // estimate follows the cpu plan's documented shape: chunks of at most 64 query rows (a sequence's T*G
-// rows per kv head), each cut into key partitions (Options::partition_tokens, else about 4 per thread),
+// rows per kv head), each cut into key partitions (Options::partition_tokens; Options::deterministic: one
+// per 2048 keys, cpu_backend.cpp's kInvariantPart; else about 4 per thread),
 // one partial (64 rows x (D + 2) floats) per chunk, kv head and partition; scores keep a tile list
 // over the whole context.
 bool within_budget(const Params& p, const pagedattn::Options& opt) {
@@ -375,7 +376,9 @@ bool within_budget(const Params& p, const pagedattn::Options& opt) {
   double sum_ctx = 0, partial_rows = 0;  // in double: the estimate itself must not overflow
   for (int64_t s = 0; s < p.past_lens.shape[0]; ++s) {
     const int64_t T = int64_t{sb[s + 1]} - sb[s], ctx = past[s] + T;
-    const double parts = opt.partition_tokens > 0 ? double(ctx) / opt.partition_tokens + 2 : 8.0 * threads + 2;
+    const double parts = opt.partition_tokens > 0 ? double(ctx) / opt.partition_tokens + 2
+                         : opt.deterministic      ? double(ctx) / 2048 + 2
+                                                  : 8.0 * threads + 2;
     sum_ctx += ctx;
     partial_rows += double((T + per_chunk - 1) / per_chunk) * 64 * Hk * parts;
   }
