@@ -74,19 +74,21 @@ TEST(Tuning, HopperKeyTile) {
 
 TEST(Tuning, HopperSplit) {  // the least row tiles on the key-split kernel; 0: none
   const Overrides none;
-  EXPECT_EQ(hopper_split(128, false, 128, none), 4);  // f16/bf16 33-64 rows on an sm_90a build, every head size
+  EXPECT_EQ(hopper_split(128, false, 128, none), 4);  // f16/bf16 33-64 rows on an sm_90a build
   EXPECT_EQ(hopper_split(64, false, 64, none), 4);
-  EXPECT_EQ(hopper_split(256, false, 32, none), 4);
+  EXPECT_EQ(hopper_split(256, false, 32, none), 2);   // D = 256: 17-64 rows (run d2)
   EXPECT_EQ(hopper_split(128, true, 64, none), 0);    // never u8
   EXPECT_EQ(hopper_split(128, false, 0, none), 0);    // the Hopper kernel off
   Overrides on;
   on.wg_split = 1;
   EXPECT_EQ(hopper_split(64, false, 64, on), 4);
+  EXPECT_EQ(hopper_split(256, false, 32, on), 4);     // 33-64 rows only, D = 256 included
   EXPECT_EQ(hopper_split(128, true, 64, on), 0);
   EXPECT_EQ(hopper_split(256, false, 0, on), 0);      // an override does not turn it on
   Overrides wider;
   wider.wg_split = 2;                                 // 17-64 rows
   EXPECT_EQ(hopper_split(256, false, 32, wider), 2);
+  EXPECT_EQ(hopper_split(128, false, 128, wider), 2);
   EXPECT_EQ(hopper_split(256, true, 32, wider), 0);
   Overrides off;
   off.wg_split = 0;

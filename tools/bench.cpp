@@ -25,6 +25,7 @@
 #include <cstring>
 #include <ctime>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -172,6 +173,7 @@ struct LayerBuffers {
   Buffer key_cache, value_cache;                                      // [num_blocks, Hk, bs, D]
   Buffer key_scale, key_min, value_scale, value_min;                    // u8: [num_blocks, Hk, bs] f16
   Buffer query, key, value, out;                                      // [rows, H*D] / [rows, Hk*D]
+  Buffer lse;                                                         // --lse: [rows, H] f32
 };
 
 // Host metadata of one call: `batch` sequences of `T` new tokens after `past` cached ones (and, for a
@@ -254,6 +256,7 @@ struct Setup {
     L.out = Buffer(dev, static_cast<std::size_t>(rows) * opt.heads * opt.head_size * q);
     L.key = Buffer(dev, static_cast<std::size_t>(rows) * opt.kv_heads * opt.head_size * q);
     L.value = Buffer(dev, static_cast<std::size_t>(rows) * opt.kv_heads * opt.head_size * q);
+    if (opt.lse) L.lse = Buffer(dev, static_cast<std::size_t>(rows) * opt.heads * sizeof(float));
   }
 
   // Params of one call over layer `cache` with inputs/outputs in `io` (may be the same buffers).
@@ -265,6 +268,7 @@ struct Setup {
     p.key = TensorView::contiguous(io.key.data(), opt.qdtype, dev, {n, Hk * D});
     p.value = TensorView::contiguous(io.value.data(), opt.qdtype, dev, {n, Hk * D});
     p.out = TensorView::contiguous(io.out.data(), opt.qdtype, dev, {n, H * D});
+    if (io.lse.data() != nullptr) p.lse = TensorView::contiguous(io.lse.data(), DType::f32, dev, {n, H});
     const DType kt = kv_dtype(kv);
     p.cache.key = TensorView::contiguous(cache.key_cache.data(), kt, dev, {num_blocks, Hk, opt.block_size, D});
     p.cache.value = TensorView::contiguous(cache.value_cache.data(), kt, dev, {num_blocks, Hk, opt.block_size, D});
@@ -401,26 +405,25 @@ struct Row {
 };
 
 // --- timing ------------------------------------------------------------------------------------------------
-// Times `repeats` forwards of all layers; returns per-repeat microseconds.
-std::vector<double> time_cpu(const std::vector<Plan>& plans, const std::vector<Params>& params, int warmup,
-                             int repeats) {
-  for (int w = 0; w < std::min(warmup, 1); ++w)
-    for (std::size_t l = 0; l < plans.size(); ++l) plans[l].run(params[l]);
+// One replay's work: run(set) issues every call of copy `set` of the layers (cuda: on the bench stream,
+// captured into one CUDA graph per set).
+using Enqueue = std::function<void(std::size_t set)>;
+
+// Times `repeats` runs of set 0 (wall clock); returns per-repeat microseconds.
+std::vector<double> time_cpu(const Enqueue& run, int warmup, int repeats) {
+  for (int w = 0; w < std::min(warmup, 1); ++w) run(0);
   std::vector<double> us;
   for (int r = 0; r < repeats; ++r) {
     const auto t0 = Clock::now();
-    for (std::size_t l = 0; l < plans.size(); ++l) plans[l].run(params[l]);
+    run(0);
     us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
   }
   return us;
 }
 
 #ifdef PAGEDATTN_WITH_CUDA
-// Captures each set's layers in one CUDA graph; replays them round-robin, each replay timed with events.
-std::vector<double> time_cuda(const std::vector<std::vector<Plan>>& plans,
-                              const std::vector<std::vector<Params>>& params, cudaStream_t stream, int warmup,
-                              int repeats) {
-  const std::size_t sets = plans.size();
+// Captures each set's calls in one CUDA graph; replays them round-robin, each replay timed with events.
+std::vector<double> time_cuda(const Enqueue& run, std::size_t sets, cudaStream_t stream, int warmup, int repeats) {
   std::vector<cudaGraphExec_t> execs(sets, nullptr);
   struct Cleanup {
     std::vector<cudaGraphExec_t>& e;
@@ -433,7 +436,7 @@ std::vector<double> time_cuda(const std::vector<std::vector<Plan>>& plans,
     cudaGraph_t graph = nullptr;
     PA_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
     try {
-      for (std::size_t l = 0; l < plans[s].size(); ++l) plans[s][l].run(params[s][l]);
+      run(s);
     } catch (...) {
       cudaStreamEndCapture(stream, &graph);
       if (graph) cudaGraphDestroy(graph);
@@ -474,35 +477,50 @@ struct Env {
   void* stream = nullptr;
 };
 
+std::vector<double> time_replays(Device dev, const Env& env, std::size_t sets, const Enqueue& run, int warmup,
+                                 int repeats) {
+  if (dev == Device::cpu) return time_cpu(run, warmup, repeats);
+#ifdef PAGEDATTN_WITH_CUDA
+  return time_cuda(run, sets, static_cast<cudaStream_t>(env.stream), warmup, repeats);
+#else
+  (void)env, (void)sets;
+  throw UnsupportedError("bench: this build has no CUDA backend");
+#endif
+}
+
+// Each set's plans run in turn (one layer each).
+std::vector<double> time_plans(Device dev, const Env& env, const std::vector<std::vector<Plan>>& plans,
+                               const std::vector<std::vector<Params>>& params, int warmup, int repeats) {
+  return time_replays(dev, env, plans.size(), [&](std::size_t s) {
+    for (std::size_t l = 0; l < plans[s].size(); ++l) plans[s][l].run(params[s][l]);
+  }, warmup, repeats);
+}
+
 // Copies of the layers so that one replay's caches (per_set bytes) together exceed 3x L2 (cuda only).
 int rotation_sets(const Env& env, Device dev, double per_set) {
   if (dev != Device::cuda || env.l2_bytes == 0 || per_set <= 0) return 1;
   return std::max(1, std::min(64, static_cast<int>(std::ceil(3.0 * static_cast<double>(env.l2_bytes) / per_set))));
 }
 
-// Runs one (kv, batch, context) configuration for every T of `tokens` (chains), then of `trees` (draft
-// trees of T nodes); appends rows. T/T1 is relative to the first chain.
-void run_config(const BenchOptions& opt, const Env& env, KVPrecision kv, int batch, int context,
-                const std::vector<int>& tokens, std::vector<Row>& rows, const std::vector<int>& trees = {}) {
-  const Device dev = opt.backend == Backend::cuda ? Device::cuda : Device::cpu;
-  Setup S(opt, kv, dev);
+// The layers of one (kv, batch, context) configuration with room for `max_tokens` new tokens per sequence:
+// S sized (block tables a shuffled permutation), `sets` copies of the layers so that the caches of one
+// replay's layers are not served from L2 (cuda), inputs and caches filled (--fill).
+std::vector<std::vector<LayerBuffers>> prepare_layers(Setup& S, const Env& env, int batch, int context,
+                                                      int max_tokens, std::mt19937_64& rng) {
+  const BenchOptions& opt = S.opt;
   S.batch = batch;
   S.context = context;
-  S.max_tokens = *std::max_element(tokens.begin(), tokens.end());
-  for (int T : trees) S.max_tokens = std::max(S.max_tokens, T);
+  S.max_tokens = max_tokens;
   S.blocks_per_seq = (context + S.max_tokens + opt.block_size - 1) / opt.block_size;
   const int64_t nb = static_cast<int64_t>(batch) * S.blocks_per_seq;
   if (nb > INT32_MAX) throw ValidationError("--context", "too many cache blocks for i32 block ids");
   S.num_blocks = static_cast<int>(nb);
-  std::mt19937_64 rng(opt.seed ^ (static_cast<uint64_t>(context) << 20) ^ static_cast<uint64_t>(kv));
   S.tables.resize(static_cast<std::size_t>(S.num_blocks));
   std::iota(S.tables.begin(), S.tables.end(), 0);
   std::shuffle(S.tables.begin(), S.tables.end(), rng);  // paged: blocks in no particular order
 
-  // Layer copies ("sets") so that the caches of one replay's layers are not served from L2.
   const double per_set = static_cast<double>(S.cache_bytes()) * opt.layers;
-  const int sets = rotation_sets(env, dev, per_set);
-
+  const int sets = rotation_sets(env, S.dev, per_set);
   std::vector<std::vector<LayerBuffers>> L(static_cast<std::size_t>(sets));
   for (auto& set : L) {
     set.resize(static_cast<std::size_t>(opt.layers));
@@ -511,7 +529,7 @@ void run_config(const BenchOptions& opt, const Env& env, KVPrecision kv, int bat
       fill_inputs(opt, ly, rng);
     }
   }
-  sync_device(dev);
+  sync_device(S.dev);
   const auto tf = Clock::now();
   int chunk = 0;
   for (auto& set : L) {
@@ -520,13 +538,27 @@ void run_config(const BenchOptions& opt, const Env& env, KVPrecision kv, int bat
     else
       for (auto& ly : set) fill_random(S, ly, rng);
   }
-  sync_device(dev);
+  sync_device(S.dev);
   const double fill_s = std::chrono::duration<double>(Clock::now() - tf).count();
   if (opt.verbose)
     std::printf("# kv=%s seqs=%d context=%d: %d layer(s) x %d set(s), %.1f MB of cache per set; filled (%s%s) in %.1f s\n",
-              kv_precision_name(kv), batch, context, opt.layers, sets, per_set / 1e6, opt.fill.c_str(),
+              kv_precision_name(S.kv), batch, context, opt.layers, sets, per_set / 1e6, opt.fill.c_str(),
               opt.fill == "op" ? (", " + std::to_string(chunk) + "-token chunks").c_str() : "", fill_s);
   std::fflush(stdout);
+  return L;
+}
+
+// Runs one (kv, batch, context) configuration for every T of `tokens` (chains), then of `trees` (draft
+// trees of T nodes); appends rows. T/T1 is relative to the first chain.
+void run_config(const BenchOptions& opt, const Env& env, KVPrecision kv, int batch, int context,
+                const std::vector<int>& tokens, std::vector<Row>& rows, const std::vector<int>& trees = {}) {
+  const Device dev = opt.backend == Backend::cuda ? Device::cuda : Device::cpu;
+  Setup S(opt, kv, dev);
+  int max_tokens = *std::max_element(tokens.begin(), tokens.end());
+  for (int T : trees) max_tokens = std::max(max_tokens, T);
+  std::mt19937_64 rng(opt.seed ^ (static_cast<uint64_t>(context) << 20) ^ static_cast<uint64_t>(kv));
+  const std::vector<std::vector<LayerBuffers>> L = prepare_layers(S, env, batch, context, max_tokens, rng);
+  const int sets = static_cast<int>(L.size());
 
   double us_t1 = 0;
   const bool sweep = opt.scenario == "sweep";
@@ -545,14 +577,7 @@ void run_config(const BenchOptions& opt, const Env& env, KVPrecision kv, int bat
       }
     if (opt.verbose) std::printf("%s\n", plans[0][0].describe().c_str());
 
-    std::vector<double> us;
-    if (dev == Device::cpu) {
-      us = time_cpu(plans[0], params[0], opt.warmup, opt.repeats);
-    } else {
-#ifdef PAGEDATTN_WITH_CUDA
-      us = time_cuda(plans, params, static_cast<cudaStream_t>(env.stream), opt.warmup, opt.repeats);
-#endif
-    }
+    const std::vector<double> us = time_plans(dev, env, plans, params, opt.warmup, opt.repeats);
     check_finite_out(L[0][0].out, opt.qdtype, static_cast<int64_t>(m.num_tokens) * opt.heads * opt.head_size);
 
     Row r;
@@ -648,6 +673,149 @@ void run_sweep(const BenchOptions& opt, const Env& env, std::vector<Row>& rows) 
     o.heads = 8 * opt.sweep_kv_heads;
     for (KVPrecision kv : opt.kvs) run_config(o, env, kv, opt.batch_seqs, opt.batch_context, {1, 4, 8}, rows);
   }
+}
+
+// --- the split scenario (issue 27): a context cut into shards, merged through lse -------------------------
+struct SplitRow {
+  std::string kv;
+  int context = 0, T = 0, shards = 0, layers = 0, sets = 1;
+  double us_whole = 0, us_split = 0, us_merge = 0;  // medians per replay of all layers
+  double rel_l2 = 0;                                // split-and-merged out against the whole call's
+};
+
+// Per (kv, context, T), one sequence with lse: the whole call; the shards, each its own call (the context
+// cut at block boundaries into opt.split_shards near-equal parts; all but the last prefix_only, the last
+// holding the rest and writing the new tokens), then merge_states of their (out, lse) into out; and
+// merge_states alone. The shards run one after another here (on one device: cascade attention's cost);
+// across devices each shard runs on its own and only the merge adds to the critical path.
+void run_split(const BenchOptions& base, const Env& env, std::vector<SplitRow>& rows) {
+  BenchOptions opt = base;
+  opt.lse = true;
+  const Device dev = opt.backend == Backend::cuda ? Device::cuda : Device::cpu;
+  const int64_t H = opt.heads, D = opt.head_size;
+  std::printf("\nsplit scenario: one sequence's context in %d shards at block boundaries (all but the last"
+              " prefix_only), each with lse, merged by merge_states; us per %d layers\n", opt.split_shards, opt.layers);
+  std::printf("%-5s %8s %3s %6s %12s %12s %9s %12s %14s %10s\n", "kv", "context", "T", "shards", "whole",
+              "split+merge", "ratio", "merge", "merge/layer", "rel_l2");
+  for (KVPrecision kv : opt.kvs)
+    for (int context : opt.contexts) {
+      const int k = std::max(1, std::min(opt.split_shards, context / opt.block_size));
+      if (k < 2) continue;  // fewer than two whole blocks: nothing to split
+      Setup S(opt, kv, dev);
+      std::mt19937_64 rng(opt.seed ^ (static_cast<uint64_t>(context) << 20) ^ static_cast<uint64_t>(kv));
+      std::vector<std::vector<LayerBuffers>> L =
+          prepare_layers(S, env, 1, context, *std::max_element(opt.tokens.begin(), opt.tokens.end()), rng);
+      const std::size_t sets = L.size();
+      const int ctx_blocks = context / opt.block_size;  // whole blocks of the cached context, cut among shards
+      for (int T : opt.tokens) {
+        const Meta whole = S.meta(context, T);
+        // shard i holds blocks [cut[i], cut[i+1]) of the table; the last also the partial block and the new tokens
+        std::vector<int> cut(static_cast<std::size_t>(k) + 1);
+        for (int i = 0; i <= k; ++i) cut[static_cast<std::size_t>(i)] = static_cast<int>(int64_t{ctx_blocks} * i / k);
+        cut[static_cast<std::size_t>(k)] = S.blocks_per_seq;
+        std::vector<Meta> metas(static_cast<std::size_t>(k));
+        for (int i = 0; i < k; ++i) {
+          Meta& m = metas[static_cast<std::size_t>(i)];
+          const int b0 = cut[static_cast<std::size_t>(i)], b1 = cut[static_cast<std::size_t>(i) + 1];
+          const bool last = i == k - 1;
+          const int past = last ? context - b0 * opt.block_size : (b1 - b0) * opt.block_size;
+          m.past_lens = {past};
+          m.subsequence_begins = {0, T};
+          m.block_indices.assign(S.tables.begin() + b0, S.tables.begin() + b1);
+          m.block_indices_begins = {0, b1 - b0};
+          m.max_context_len = past + T;
+          m.num_tokens = T;
+        }
+        // per set and layer: each shard's out and lse, its params and plan; the merge's views
+        struct Part {
+          Buffer out, lse;
+        };
+        std::vector<std::vector<std::vector<Part>>> parts(sets);
+        std::vector<std::vector<Params>> p_whole(sets), p_shards(sets);
+        std::vector<std::vector<Plan>> pl_whole(sets), pl_shards(sets);
+        std::vector<std::vector<std::vector<TensorView>>> m_outs(sets), m_lses(sets);
+        std::vector<std::vector<TensorView>> m_out(sets), m_lse(sets);
+        const Options o = S.options(env.stream);
+        for (std::size_t st = 0; st < sets; ++st)
+          for (int l = 0; l < opt.layers; ++l) {
+            const LayerBuffers& ly = L[st][static_cast<std::size_t>(l)];
+            p_whole[st].push_back(S.params(ly, ly, whole));
+            pl_whole[st].push_back(plan(p_whole[st].back(), o));
+            parts[st].emplace_back();
+            std::vector<TensorView> outs, lses;
+            for (int i = 0; i < k; ++i) {
+              Part pt{Buffer(dev, static_cast<std::size_t>(T) * H * D * dtype_size(opt.qdtype)),
+                      Buffer(dev, static_cast<std::size_t>(T) * H * sizeof(float))};
+              Params p = S.params(ly, ly, metas[static_cast<std::size_t>(i)]);
+              p.out = TensorView::contiguous(pt.out.data(), opt.qdtype, dev, {T, H * D});
+              p.lse = TensorView::contiguous(pt.lse.data(), DType::f32, dev, {T, H});
+              if (i < k - 1) {
+                p.prefix_only = true;
+                p.key = p.value = TensorView{};
+              }
+              outs.push_back(p.out);
+              lses.push_back(p.lse);
+              p_shards[st].push_back(p);
+              pl_shards[st].push_back(plan(p, o));
+              parts[st].back().push_back(std::move(pt));
+            }
+            m_outs[st].push_back(outs);
+            m_lses[st].push_back(lses);
+            m_out[st].push_back(p_whole[st].back().out);
+            m_lse[st].push_back(p_whole[st].back().lse);
+          }
+        const int64_t n_out = int64_t{T} * H * D;
+        auto out_host = [&] {
+          sync_device(dev);
+          std::vector<uint8_t> h(static_cast<std::size_t>(n_out) * dtype_size(opt.qdtype));
+          L[0][0].out.download(h.data(), h.size());
+          return h;
+        };
+        auto merge = [&](std::size_t st, int l) {
+          merge_states(m_outs[st][static_cast<std::size_t>(l)], m_lses[st][static_cast<std::size_t>(l)],
+                       m_out[st][static_cast<std::size_t>(l)], m_lse[st][static_cast<std::size_t>(l)], o);
+        };
+        SplitRow r;
+        r.kv = kv_precision_name(kv);
+        r.context = context;
+        r.T = T;
+        r.shards = k;
+        r.layers = opt.layers;
+        r.sets = static_cast<int>(sets);
+        // every call writes the same new tokens into the same slots, so the replays can run in any order
+        r.us_whole = median(time_plans(dev, env, pl_whole, p_whole, opt.warmup, opt.repeats));
+        check_finite_out(L[0][0].out, opt.qdtype, n_out);
+        const std::vector<uint8_t> want = out_host();
+        for (auto& set : L)
+          for (auto& ly : set) fill_byte(ly.out, 0xff);  // NaN: the merge must overwrite it
+        r.us_split = median(time_replays(dev, env, sets, [&](std::size_t st) {
+          for (int l = 0; l < opt.layers; ++l) {
+            for (int i = 0; i < k; ++i) {
+              const std::size_t j = static_cast<std::size_t>(l) * k + i;
+              pl_shards[st][j].run(p_shards[st][j]);
+            }
+            merge(st, l);
+          }
+        }, opt.warmup, opt.repeats));
+        check_finite_out(L[0][0].out, opt.qdtype, n_out);
+        const std::vector<uint8_t> got = out_host();
+        std::vector<float> want_f(static_cast<std::size_t>(n_out));
+        for (int64_t i = 0; i < n_out; ++i) want_f[static_cast<std::size_t>(i)] = testing::load_as_float(want.data(), opt.qdtype, i);
+        r.rel_l2 = testing::compare(got.data(), opt.qdtype, want_f.data(), n_out).rel_l2;
+        // two roundings of the output to the query dtype (the shards', then the merge's) against one
+        const double tol = opt.qdtype == DType::f32 ? 1e-5 : opt.qdtype == DType::f16 ? 2e-3 : 1.6e-2;
+        if (!(r.rel_l2 <= tol))
+          throw RuntimeError("bench split: the merged out differs from the whole call's (rel_l2 " +
+                             std::to_string(r.rel_l2) + " > " + std::to_string(tol) + ")");
+        r.us_merge = median(time_replays(dev, env, sets, [&](std::size_t st) {
+          for (int l = 0; l < opt.layers; ++l) merge(st, l);
+        }, opt.warmup, opt.repeats));
+        rows.push_back(r);
+        std::printf("%-5s %8d %3d %6d %12.1f %12.1f %9.3f %12.2f %14.2f %10.2e\n", r.kv.c_str(), context, T, k,
+                    r.us_whole, r.us_split, r.us_split / r.us_whole, r.us_merge, r.us_merge / opt.layers, r.rel_l2);
+        std::fflush(stdout);
+      }
+    }
 }
 
 // --- long-query scenarios: prefill from zero, a prefill chunk, a mixed batch ------------------------------
@@ -757,14 +925,7 @@ std::vector<double> time_call(const Setup& S, const Env& env, SeqCache& c, const
     plans[s].push_back(plan(params[s].back(), S.options(env.stream)));
   }
   if (S.opt.verbose) std::printf("%s\n", plans[0][0].describe().c_str());
-  std::vector<double> us;
-  if (S.dev == Device::cpu) {
-    us = time_cpu(plans[0], params[0], warmup, repeats);
-  } else {
-#ifdef PAGEDATTN_WITH_CUDA
-    us = time_cuda(plans, params, static_cast<cudaStream_t>(env.stream), warmup, repeats);
-#endif
-  }
+  const std::vector<double> us = time_plans(S.dev, env, plans, params, warmup, repeats);
   check_finite_out(c.sets[0].out, S.opt.qdtype, static_cast<int64_t>(m.num_tokens) * S.opt.heads * S.opt.head_size);
   return us;
 }
@@ -971,7 +1132,9 @@ int run_bench(const BenchOptions& opt) {
   const bool do_chunk = opt.scenario == "chunk" || (all && cuda);
   const bool do_mixed = opt.scenario == "mixed" || (all && cuda);
   const bool do_sweep = opt.scenario == "sweep";
-  if (do_seed || do_sweep) {
+  const bool do_split = opt.scenario == "split";
+  if (do_split && opt.split_shards < 2) throw ValidationError("--split-shards", "must be >= 2");
+  if (do_seed || do_sweep || do_split) {
     positive(opt.contexts, "--context");
     positive(opt.tokens, "--tokens");
   }
@@ -988,8 +1151,8 @@ int run_bench(const BenchOptions& opt) {
   if (opt.batch < 1) throw ValidationError("--batch", "must be >= 1");
   if (opt.fill != "op" && opt.fill != "random") throw ValidationError("--fill", "must be 'op' or 'random'");
   if (opt.fill_chunk < 1) throw ValidationError("--fill-chunk", "must be >= 1");
-  if (!(do_seed || do_batch || do_prefill || do_chunk || do_mixed || do_sweep))
-    throw ValidationError("--scenario", "must be 'seed', 'batch', 'prefill', 'chunk', 'mixed', 'sweep' or 'all'");
+  if (!(do_seed || do_batch || do_prefill || do_chunk || do_mixed || do_sweep || do_split))
+    throw ValidationError("--scenario", "must be 'seed', 'batch', 'prefill', 'chunk', 'mixed', 'sweep', 'split' or 'all'");
   if (opt.kv_heads < 1 || opt.heads < 1 || opt.heads % opt.kv_heads != 0)
     throw ValidationError("--heads", "must be a positive multiple of --kv-heads");
   if (opt.head_size < 1) throw ValidationError("--head-size", "must be >= 1");
@@ -1076,6 +1239,8 @@ int run_bench(const BenchOptions& opt) {
       for (int L : opt.contexts) run_config(opt, env, kv, opt.batch, L, opt.tokens, rows);
   }
   if (do_sweep) run_sweep(opt, env, rows);
+  std::vector<SplitRow> split_rows;
+  if (do_split) run_split(opt, env, split_rows);
   std::vector<Slope> sl = do_sweep ? std::vector<Slope>{} : slopes(rows);
   if (!sl.empty()) {
     std::printf("\nslope per 1k tokens of context:\n");
@@ -1128,6 +1293,7 @@ int run_bench(const BenchOptions& opt) {
                    {"layers", opt.layers},        {"block_size", opt.block_size},
                    {"query_dtype", dtype_name(opt.qdtype)},
                    {"fill", opt.fill},            {"repeats", opt.repeats}, {"scenario", opt.scenario},
+                   {"lse", opt.lse},
                    {"timing", opt.backend == Backend::cuda ? "median of CUDA graph replays (cudaEvent)"
                                                            : "median wall clock"}};
     j["bytes_formula"] = {
@@ -1162,6 +1328,17 @@ int run_bench(const BenchOptions& opt) {
     for (const Slope& s : sl)
       j["slopes"].push_back({{"kv", s.kv}, {"seqs", s.batch}, {"T", s.T}, {"from", s.from}, {"to", s.to},
                              {"us_per_1k_tokens", s.us_per_1k}});
+    if (do_split) {
+      nlohmann::json a = nlohmann::json::array();
+      for (const SplitRow& r : split_rows)
+        a.push_back({{"kv", r.kv}, {"context", r.context}, {"T", r.T}, {"shards", r.shards}, {"layers", r.layers},
+                     {"sets", r.sets}, {"us_whole", r.us_whole}, {"us_split_and_merge", r.us_split},
+                     {"us_merge", r.us_merge}, {"us_merge_per_layer", r.us_merge / r.layers},
+                     {"rel_l2_split_vs_whole", r.rel_l2}});
+      j["split"] = {{"what", "one sequence with lse: the whole call; the context in shards (block boundaries, all but "
+                             "the last prefix_only) run in turn, then merge_states; merge_states alone"},
+                    {"rows", a}};
+    }
     if (do_prefill || do_chunk || do_mixed) j["flops_formula"] = kFlopsFormula;
     if (do_prefill)
       j["prefill"] = {{"what", "one sequence from zero: past_len 0, T = L new tokens, causal; one layer per call"},

@@ -29,7 +29,10 @@ struct BenchOptions {
   DType qdtype = DType::f16;               // query, new key/value and output
   std::string fill = "random";             // random | op (the op itself on fill_chunk-token prefill chunks)
   int fill_chunk = 1024;
-  // seed | batch | prefill | chunk | mixed | sweep | all (cpu: seed + batch; cuda: every scenario but sweep)
+  // seed | batch | prefill | chunk | mixed | sweep | split | all (cpu: seed + batch; cuda: every scenario
+  // but sweep and split). split: one sequence per (kv, context, T) cut into split_shards shards at block
+  // boundaries, each its own call with lse (all but the last prefix_only), then merge_states; against
+  // the whole call with lse, and merge_states alone
   std::string scenario = "seed";
   // sweep: one sequence per (head size D, group G = H / Hk with Hk = sweep_kv_heads, kv, context): chain
   // verifies of every T in `tokens`, and trees of sweep_trees nodes (qq_bias: node i's parent is
@@ -60,6 +63,8 @@ struct BenchOptions {
   int partition_tokens = 0;                // Options::partition_tokens (0: the planner decides)
   bool programmatic_launch = true;         // Options::programmatic_launch
   bool deterministic = false;              // Options::deterministic
+  bool lse = false;                        // every timed call also writes Params::lse
+  int split_shards = 2;                    // split: shards per context (issue 27)
 };
 
 /// Runs the benchmark and prints the table. Returns the process exit code.

@@ -159,8 +159,9 @@ int main(int argc, char** argv) {
   CLI::Option* o_scn =
       bench->add_option("--scenario", bopt.scenario,
                         "seed | batch (32 seqs x 8k x T=4) | prefill (from zero) | chunk (1024 at 32k) | "
-                        "mixed (1 chunk + 31 verifies) | sweep (issue 21: D x G x T, chains and trees) | all")
-          ->check(CLI::IsMember({"seed", "batch", "prefill", "chunk", "mixed", "sweep", "all"}));
+                        "mixed (1 chunk + 31 verifies) | sweep (issue 21: D x G x T, chains and trees) | "
+                        "split (issue 27: shards + merge_states against the whole call) | all")
+          ->check(CLI::IsMember({"seed", "batch", "prefill", "chunk", "mixed", "sweep", "split", "all"}));
   CLI::Option* o_bseqs =
       bench->add_option("--batch-seqs", bopt.batch_seqs, "sequences of the batch scenario (cpu default 8)")->capture_default_str();
   CLI::Option* o_bctx =
@@ -195,6 +196,8 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   bool no_pdl = false;
   bench->add_flag("--no-pdl", no_pdl, "cuda: Options::programmatic_launch = false");
+  bench->add_flag("--lse", bopt.lse, "every timed call also writes Params::lse ([tokens, H] f32)");
+  bench->add_option("--split-shards", bopt.split_shards, "split scenario: shards per context")->capture_default_str();
   bench->add_flag("--deterministic", bopt.deterministic,
                   "Options::deterministic (cuda: fixed partitions; cpu: verify rows equal decodes)");
   bench->add_option("--sweep-groups", sweep_groups, "sweep scenario: groups G = H / Hk, list (default 1,2,4,8,16)")

@@ -25,7 +25,10 @@ import pagedattn as _pa
 
 __all__ = ["forward"]
 
-# The tensors the op may write (declared to torch as mutated).
+# The tensors the op may write (declared to torch as mutated). None of them has a default in the schema:
+# torch 2.11's ADInplaceOrView kernel indexes the boxed arguments by the mutated ones' positions, and the
+# boxed call drops trailing arguments equal to their defaults (IndexError on the H200's torch 2.11 with
+# lse=None last, run 2026-12-01-d1).
 _MUTATED = ("key_cache", "value_cache", "key_scale", "key_min", "value_scale", "value_min", "out",
             "scores", "lse")
 
@@ -47,6 +50,7 @@ def _forward_op(
     block_indices_begins: Tensor,
     out: Tensor,
     scores: Optional[Tensor],
+    lse: Optional[Tensor],
     alibi_slopes: Optional[Tensor],
     sinks: Optional[Tensor],
     qq_bias: Optional[Tensor],
@@ -57,7 +61,6 @@ def _forward_op(
     max_context_len: Optional[int],
     deterministic: bool,
     score_aggregation_window: Optional[Tensor] = None,
-    lse: Optional[Tensor] = None,
     prefix_only: bool = False,
 ) -> None:
     _pa.forward(query=query, key=key, value=value, key_cache=key_cache, value_cache=value_cache,
@@ -73,9 +76,8 @@ def _forward_op(
 @_forward_op.register_fake
 def _forward_fake(query, key, value, key_cache, value_cache, key_scale, key_min, value_scale,
                   value_min, past_lens, subsequence_begins, block_indices, block_indices_begins, out,
-                  scores, alibi_slopes, sinks, qq_bias, qq_bias_begins, num_heads, scale, sliding_window,
-                  max_context_len, deterministic, score_aggregation_window=None, lse=None,
-                  prefix_only=False) -> None:
+                  scores, lse, alibi_slopes, sinks, qq_bias, qq_bias_begins, num_heads, scale, sliding_window,
+                  max_context_len, deterministic, score_aggregation_window=None, prefix_only=False) -> None:
     # Only shapes are known here; the real op validates. Out-of-place results do not exist: the op
     # writes `out` (and the caches, `scores`, `lse`) in place.
     return None
@@ -125,7 +127,7 @@ def forward(
         out = torch.empty_like(query, memory_format=torch.contiguous_format)
     torch.ops.pagedattn.forward(query, key, value, key_cache, value_cache, key_scale, key_min, value_scale,
                                 value_min, past_lens, subsequence_begins, block_indices,
-                                block_indices_begins, out, scores, alibi_slopes, sinks, qq_bias, qq_bias_begins,
-                                num_heads, scale, sliding_window, max_context_len, deterministic,
-                                score_aggregation_window, lse, prefix_only)
+                                block_indices_begins, out, scores, lse, alibi_slopes, sinks, qq_bias,
+                                qq_bias_begins, num_heads, scale, sliding_window, max_context_len, deterministic,
+                                score_aggregation_window, prefix_only)
     return out

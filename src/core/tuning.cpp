@@ -51,13 +51,14 @@ int hopper_key_tile(int head_size, bool u8, bool hopper, const Overrides& o) {
 // tile) for f16/bf16 chunks of 33-64 rows, every head size. G = 8, one sequence, H200: at D = 128
 // against fwd_kernel's 4 row tiles 0.73x (32k) / 0.63-0.66x (128k), against the one-warpgroup kernel
 // (wgq, removed after c7eeed8) 0.87x / 0.80x (run c2, G = 8 and 16); D = 64 0.87x / 0.73x, D = 256
-// 0.84x / 0.83x (run c3). At <= 32
-// rows fwd_kernel stays (D = 128: 8-16 rows 1.02-1.14x slower on it, 32 rows 1.025x at 32k, 0.97x at
-// 128k; run c2). 17-32 rows at D = 256 (the seed's T = 8) are not measured: PAGEDATTN_WG_SPLIT=2.
+// 0.84x / 0.83x (run c3). At D = 256 it takes 17-32-row chunks too: the seed's T = 8 (32 rows) 0.930 /
+// 0.918 / 0.938x fwd_kernel's time at 8k / 32k / 128k (f16; u8 stays on fwd_kernel; run d2). At D <= 128
+// fwd_kernel keeps <= 32 rows (D = 128: 8-16 rows 1.02-1.14x slower on wgs, 32 rows 1.025x at 32k, 0.97x
+// at 128k; run c2). PAGEDATTN_WG_SPLIT=1 / 2: 33-64 / 17-64 rows at every head size.
 int hopper_split(int head_size, bool u8, int key_tile, const Overrides& o) {
-  (void)head_size;
   if (key_tile == 0 || u8 || o.wg_split == 0) return 0;
-  return o.wg_split == 2 ? 2 : 4;
+  if (o.wg_split == 1) return 4;
+  return o.wg_split == 2 || head_size == 256 ? 2 : 4;
 }
 
 // 128-row chunks for prefill: the default at D <= 128, where on 8-warp mma.sync CTAs they measured

@@ -21,7 +21,7 @@ struct Overrides {
   bool wgmma_u8 = true;       // PAGEDATTN_WGMMA_U8=0: u8 caches back on mma.sync
   int wgmma = -1;             // PAGEDATTN_WGMMA=0/64/128: the Hopper kernel off, or its key tile; -1 unset
   int wg_split = -1;          // PAGEDATTN_WG_SPLIT=0/1/2: the key-split kernel off / on for 33-64-row chunks /
-                              // also for 17-32 (an experiment); -1 unset
+                              // for 17-64 at every head size; -1 unset (17-64 at D = 256, else 33-64)
   int wide_prefill = -1;      // PAGEDATTN_WIDE_PREFILL=0/1: 128-row chunks off/on; -1 unset
   int merge_split = 0;        // PAGEDATTN_MERGE_SPLIT=1/2/4; 0 unset
   int merge_batch = 0;        // PAGEDATTN_MERGE_BATCH=1/4/8; 0 unset
@@ -35,7 +35,7 @@ Overrides read_overrides();
 /// device of an sm_90a build, u8 with PAGEDATTN_WGMMA_U8=0, PAGEDATTN_WGMMA=0).
 int hopper_key_tile(int head_size, bool u8, bool hopper, const Overrides& o);
 /// The least row tiles of the f16/bf16 chunks that run on the key-split Hopper kernel
-/// (KernelChoice::wg_split): 4 (33-64 rows), 2 (17-64, PAGEDATTN_WG_SPLIT=2), or 0 where it is off or the
+/// (KernelChoice::wg_split): 4 (33-64 rows), 2 (17-64: D = 256, or PAGEDATTN_WG_SPLIT=2), or 0 where it is off or the
 /// Hopper kernel is (`key_tile` = hopper_key_tile() == 0).
 int hopper_split(int head_size, bool u8, int key_tile, const Overrides& o);
 /// 128-row chunks (planner::kMaxRowsWide) where the 8-row-tile variant fits the device

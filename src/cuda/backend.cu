@@ -17,7 +17,6 @@
 #include "cuda/bench_util.h"
 #include "cuda/fwd/launch.h"
 #include "cuda/fwd/merge.cuh"
-#include "cuda/fwd/lse.cuh"
 #include "cuda/fwd/scores.cuh"
 
 namespace pagedattn {
@@ -117,6 +116,12 @@ double measure_read_ceiling_gbs(std::size_t bytes, int iters, void* stream_ptr) 
 }
 
 namespace {
+
+// lse = -inf for rows that attend no key (a prefix_only sequence without cache: no kernel visits them).
+__global__ void lse_empty_kernel(float* __restrict__ lse, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) lse[i] = -INFINITY;
+}
 
 // A device allocation owned by the plan.
 struct DeviceBuffer {
@@ -229,7 +234,7 @@ class CudaPlan final : public detail::PlanImpl {
     }
     num_seqs_ = num_seqs;
     // prefix_only over an empty cache: the planner gives those sequences no item; their rows are out 0
-    // and (lse) row_stats 0, so lse = -inf, set by memsets before the launches
+    // and lse -inf, set before the launches
     if (p.prefix_only)
       for (int s = 0; s < num_seqs; ++s)
         if (past[s] == 0 && sb[s + 1] > sb[s]) empty_rows_.emplace_back(sb[s], sb[s + 1] - sb[s]);
@@ -307,7 +312,7 @@ class CudaPlan final : public detail::PlanImpl {
       num_score_tiles_ = static_cast<int>(tiles.size());
       upload(d_score_tiles_, tiles.data(), tiles.size(), stream_);
     }
-    if (p.scores.present() || p.lse.present())  // each row's final (max', den): for scores and lse
+    if (p.scores.present())  // each row's final (max', den), for the scores pass
       row_stats_.alloc(std::max<std::size_t>(static_cast<std::size_t>(sb[num_seqs]) * H_ * 2 * sizeof(float), 16));
     const std::size_t ws_bytes = static_cast<std::size_t>(wl_.num_slots) * wl_.slot_rows * D_ * sizeof(float);
     if (ws_bytes > (std::size_t{4} << 30))
@@ -354,7 +359,8 @@ class CudaPlan final : public detail::PlanImpl {
     P.merge_rows = d_merge_.as<MergeRow>();
     P.ws_o = ws_o_.as<float>();
     P.ws_ml = ws_ml_.as<float>();
-    if (p.scores.present() || p.lse.present()) P.row_stats = row_stats_.as<float>();
+    if (p.scores.present()) P.row_stats = row_stats_.as<float>();
+    P.lse = p.lse.present() ? p.lse.ptr<float>() : nullptr;
     if (p.scores.present()) {
       P.scores = p.scores.ptr<float>();
       P.score_tiles = d_score_tiles_.as<ScoreTile>();
@@ -374,12 +380,14 @@ class CudaPlan final : public detail::PlanImpl {
     P.stale_log2 = kv_ != kKvU8 ? 8.0f : 6.0f;  // FwdParams::stale_log2
     if (!stale_max_) P.stale_log2 = 0.0f;
 
-    for (const auto& [t0, nt] : empty_rows_) {  // rows with no key: out 0, (lse) row statistics 0 -> -inf
+    for (const auto& [t0, nt] : empty_rows_) {  // rows with no key (prefix_only, no prior cache): out 0, lse -inf
       const std::size_t row_bytes = static_cast<std::size_t>(H_) * D_ * dtype_size(p.out.dtype);
       PA_CUDA_CHECK(cudaMemsetAsync(static_cast<char*>(p.out.data) + t0 * row_bytes, 0, nt * row_bytes, stream_));
-      if (P.row_stats != nullptr)
-        PA_CUDA_CHECK(cudaMemsetAsync(P.row_stats + static_cast<std::size_t>(t0) * H_ * 2, 0,
-                                      static_cast<std::size_t>(nt) * H_ * 2 * sizeof(float), stream_));
+      if (P.lse != nullptr) {
+        const int64_t n = static_cast<int64_t>(nt) * H_;
+        lse_empty_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream_>>>(P.lse + t0 * H_, n);
+        PA_CUDA_CHECK(cudaGetLastError());
+      }
     }
     if (P.k_new != nullptr && separate_write_) {  // rows of multi-chunk sequences (the rest stay fused)
       fwd_kernel_info(D_, kv_, 1).launch_write(P, num_tokens_, num_seqs_, stream_, pdl_);
@@ -396,11 +404,6 @@ class CudaPlan final : public detail::PlanImpl {
     if (P.scores != nullptr && num_score_tiles_ > 0) {
       fwd_kernel_info(D_, kv_, 1).launch_scores(P, num_score_tiles_, stream_, pdl_);
       PA_CUDA_CHECK(cudaGetLastError());
-    }
-    if (p.lse.present() && num_tokens_ > 0) {  // after every writer of row_stats (attention, merge)
-      const int64_t n = static_cast<int64_t>(num_tokens_) * H_;
-      PA_CUDA_CHECK(launch_ex(lse_kernel, dim3(static_cast<unsigned>((n + 255) / 256)), dim3(256), 0, stream_, pdl_,
-                              static_cast<const float*>(row_stats_.as<float>()), p.lse.ptr<float>(), n));
     }
   }
 

@@ -564,6 +564,16 @@ void apply_edge_rows(Case& c, uint64_t seed) {
       }
 }
 
+DType mma_query_dtype(KVPrecision kv) { return kv == KVPrecision::bf16 ? DType::bf16 : DType::f16; }
+
+void round_queries(Case& c, DType to) {
+  const int64_t n = static_cast<int64_t>(c.num_tokens) * c.num_heads * c.head_size;
+  for (int64_t i = 0; i < n; ++i) {
+    const float q = load_as_float(c.query.data(), c.qdtype, i);
+    store_float(c.query.data(), c.qdtype, i, to == DType::bf16 ? num::round_bf16(q) : num::round_f16(q));
+  }
+}
+
 void scale_values(Case& c, double f) {
   const int64_t n_new = c.write_kv ? static_cast<int64_t>(c.num_tokens) * c.num_kv_heads * c.head_size : 0;
   for (int64_t i = 0; i < n_new; ++i)

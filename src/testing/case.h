@@ -88,6 +88,15 @@ void apply_edge_rows(Case& c, uint64_t seed);
 /// For value rows of small range (u8: scales in f16's subnormal range when f is small).
 void scale_values(Case& c, double f);
 
+/// The type the cuda kernels' MMAs read the queries in: bf16 with bf16 caches, f16 with f16 and u8 ones
+/// (docs/design.md). A query of another dtype is rounded to it before S = Q K^T.
+DType mma_query_dtype(KVPrecision kv);
+
+/// Rounds every query of `c` to `to` (round to nearest even), stored back in c.qdtype: the queries as the
+/// kernels' MMAs see them. An lse compared within kLseTolerance needs its reference from these (a f16
+/// query rounded to bf16 moves a score by up to 2^-9 of sum |q k|: 1e-2 at the test's magnitudes).
+void round_queries(Case& c, DType to);
+
 /// Reads element i of a raw buffer of dtype `t` as float.
 float load_as_float(const uint8_t* data, DType t, int64_t i);
 

@@ -28,7 +28,8 @@ WORST = {}                                                 # dtype -> worst abs 
 
 _FIELDS = ("query", "key", "value", "key_cache", "value_cache", "key_scale", "key_min", "value_scale",
            "value_min", "alibi_slopes", "sinks", "out", "scores")
-_HOST = ("past_lens", "subsequence_begins", "block_indices", "block_indices_begins", "qq_bias", "qq_bias_begins")
+_HOST = ("past_lens", "subsequence_begins", "block_indices", "block_indices_begins", "qq_bias", "qq_bias_begins",
+         "score_aggregation_window")
 
 
 def gpu_case(seed, qdtype, **kw):
@@ -127,7 +128,10 @@ def sdpa_reference(case, t):
         o = F.scaled_dot_product_attention(q, K, V, attn_mask=bias, scale=scale)    # [H, T, D]
         outs.append(o.transpose(0, 1).reshape(T, H * D))
         logits = scale * q @ K.transpose(1, 2) + bias
-        scores.append(torch.softmax(logits, dim=-1)[..., :n].sum(dim=(0, 1)))
+        # scores: the last w_s new tokens (score_aggregation_window; absent: the last one; w < 0: all)
+        w = 1 if case.score_aggregation_window is None else int(case.score_aggregation_window[s])
+        first = 0 if w < 0 else max(T - w, 0)
+        scores.append(torch.softmax(logits, dim=-1)[:, first:, :n].sum(dim=(0, 1)))
     out = torch.cat(outs) if outs else torch.zeros(0, H * D, dtype=torch.float64, device=DEV)
     return out, torch.cat(scores)
 

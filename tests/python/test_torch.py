@@ -109,9 +109,10 @@ def test_opcheck():
     t = torch_views(case)
     args = (t["query"], t["key"], t["value"], t["key_cache"], t["value_cache"], t["key_scale"], t["key_min"],
             t["value_scale"], t["value_min"], t["past_lens"], t["subsequence_begins"], t["block_indices"],
-            t["block_indices_begins"], t["out"], t["scores"], t["alibi_slopes"], t["sinks"], t["qq_bias"],
-            t["qq_bias_begins"], case.num_heads, case.scale, case.sliding_window, None, False,
-            t["score_aggregation_window"], torch.full((case.query.shape[0], case.num_heads), float("nan")), False)
+            t["block_indices_begins"], t["out"], t["scores"],
+            torch.full((case.query.shape[0], case.num_heads), float("nan")), t["alibi_slopes"], t["sinks"],
+            t["qq_bias"], t["qq_bias_begins"], case.num_heads, case.scale, case.sliding_window, None, False,
+            t["score_aggregation_window"], False)
     torch.library.opcheck(torch.ops.pagedattn.forward.default, args,
                           test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_static"))
 

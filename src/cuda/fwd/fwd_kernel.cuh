@@ -21,6 +21,7 @@
 #pragma once
 
 #include "cuda/fwd/gather.cuh"
+#include "cuda/fwd/lse.cuh"
 #include "cuda/fwd/write.cuh"
 
 namespace pagedattn {
@@ -179,8 +180,7 @@ __device__ __forceinline__ void write_rows(const FwdParams& P, const planner::Wo
     const int64_t token = tok0 + w.t0 + r / G;
     if (w.slot < 0) {
       const float inv = st.w;
-      if (P.row_stats != nullptr && c == 0)
-        *reinterpret_cast<float2*>(P.row_stats + (token * P.H + h) * 2) = make_float2(st.z, st.y);
+      if (c == 0) store_row_stats(P, token, h, st.z, st.y);
       store_io4(P.out, token * P.H * D + static_cast<int64_t>(h) * D + c, P.io_dtype,
                 make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
     } else {

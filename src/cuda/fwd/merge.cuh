@@ -3,6 +3,7 @@
 
 #include "core/tuning.h"
 #include "cuda/fwd/io.cuh"
+#include "cuda/fwd/lse.cuh"
 
 namespace pagedattn {
 namespace cuda {
@@ -105,9 +106,7 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_const
       a.w += wgt * v.w;
     }
     const float inv = 1.0f / dt;
-    if (P.row_stats != nullptr && col == 0)
-      *reinterpret_cast<float2*>(P.row_stats + (static_cast<int64_t>(mr.token) * P.H + mr.head) * 2) =
-          make_float2(Mt, dt);
+    if (col == 0) store_row_stats(P, mr.token, mr.head, Mt, dt);
     const int64_t base = static_cast<int64_t>(mr.token) * P.H * D + static_cast<int64_t>(mr.head) * D + col;
     store_io4(P.out, base, P.io_dtype, make_float4(a.x * inv, a.y * inv, a.z * inv, a.w * inv));
   }

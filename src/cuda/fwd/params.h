@@ -49,9 +49,11 @@ struct FwdParams {
   const MergeRow* merge_rows;
   float* ws_o;                // [num_slots, slot_rows, D] partial outputs (unnormalised, relative to ws_ml.m)
   float* ws_ml;               // [num_slots, slot_rows, 2] partial (reference max in log2 units, sum)
-  // scores output (all null when not requested)
+  // scores and lse outputs (all null when not requested)
   float* scores;              // [sum ctx] f32
   float* row_stats;           // [num_tokens * H, 2] final (reference max in log2 units, denominator incl. sink)
+                              // (scores only)
+  float* lse;                 // [num_tokens * H] Params::lse, or nullptr
   const ScoreTile* score_tiles;
   int H, Hk, G, D;
   int block_size_log2;

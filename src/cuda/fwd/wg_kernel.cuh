@@ -15,6 +15,7 @@
 
 #include "cuda/common/wgmma.cuh"
 #include "cuda/fwd/gather.cuh"
+#include "cuda/fwd/lse.cuh"
 #include "cuda/fwd/write.cuh"
 
 namespace pagedattn {
@@ -510,8 +511,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT>::kThreads, 1)
       } else {
         inv = 1.0f / den;
       }
-      if (P.row_stats != nullptr && c0 == 0)
-        *reinterpret_cast<float2*>(P.row_stats + (token * P.H + h) * 2) = make_float2(Ms, den);
+      if (c0 == 0) store_row_stats(P, token, h, Ms, den);
       const int64_t ob = token * P.H * D + static_cast<int64_t>(h) * D;
 #pragma unroll
       for (int n = 0; n < kN3; ++n)
