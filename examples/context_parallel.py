@@ -13,8 +13,9 @@ is checked against the unsplit call on rank 0. docs/design.md, "Splitting a cont
     torchrun --nproc-per-node 2 examples/context_parallel.py [--device cuda]   # ranks as launched
 
 Sizes: --context (cached tokens, default 131072), --tokens (new tokens T, default 4), --heads 16
---kv-heads 4 --head-size 128, f16 cache and queries, block size 32. --device cuda (the cuda backend's
-prefix_only, lse and merge_states) has not run on GPUs yet.
+--kv-heads 4 --head-size 128, f16 cache and queries, block size 32. On one H200 (--device cuda
+--world-size 1, 128k, 2 and 4 shards): max abs error 3.81e-06 against the unsplit call (run d3); the
+NCCL part (two GPUs) has not run.
 """
 import argparse
 import os

@@ -17,7 +17,7 @@ import zipfile
 
 import torch
 
-from peers_common import (bytes_terms, finish_row, layer_sets, log, new_row, over_budget, reference,
+from peers_common import (bytes_terms, finish_row, layer_sets, log, new_row, over_budget, parse_ints, reference,
                           rel_err, short, skip_rows, timed_row)
 
 
@@ -240,11 +240,15 @@ def fi_prebuild(a):
             "config": {"heads": a.heads, "kv_heads": a.kv_heads, "head_size": a.head_size,
                        "block_size": a.block_size}, "modules": {}}
     mods = {}
-    for kind, backend, args in fi_requested_modules(fi, a, fi_prebuild_kinds(a)):
-        uri = get_batch_prefill_uri(backend, *args)
-        m = mods.setdefault(uri, {"backend": backend, "args": args, "kinds": []})
-        m["kinds"].append(kind if kind != "prefill" else f"prefill ({backend})")
-        log(f"prebuild: {kind} asks for {backend} {uri}")
+    head_sizes = parse_ints(a.flashinfer_prebuild_head_sizes) if a.flashinfer_prebuild_head_sizes else [a.head_size]
+    for d in head_sizes:  # one archive for every head size the rows use (the sweep's 64, 128, 256)
+        a.head_size = d
+        for kind, backend, args in fi_requested_modules(fi, a, fi_prebuild_kinds(a)):
+            uri = get_batch_prefill_uri(backend, *args)
+            m = mods.setdefault(uri, {"backend": backend, "args": args, "kinds": []})
+            m["kinds"].append(kind if kind != "prefill" else f"prefill ({backend})")
+            log(f"prebuild: D={d} {kind} asks for {backend} {uri}")
+    info["config"]["head_sizes"] = head_sizes
     out = os.path.join(a.flashinfer_wheels, fi_aot_name(fi.__version__, a.flashinfer_arch))
     with tarfile.open(out + ".tmp", "w:gz") as tf:
         for uri, m in mods.items():

@@ -133,6 +133,8 @@ def parse_args(argv=None):
     p.add_argument("--flashinfer-prebuild", action="store_true",
                    help="no GPU needed: compile FlashInfer's modules for --flashinfer-arch here and pack them into "
                         "the wheels directory (fetch_flashinfer.sh with PREBUILD=1), then exit")
+    p.add_argument("--flashinfer-prebuild-head-sizes", metavar="LIST",
+                   help="with --flashinfer-prebuild: pack the modules of these head sizes (default --head-size)")
     p.add_argument("--flashinfer-arch", default="9.0a", help="with --flashinfer-prebuild: the target (9.0a: H100/H200)")
     p.add_argument("--flashinfer-prebuild-backends", default="fa2,fa3", metavar="LIST",
                    help="with --flashinfer-prebuild: the paged prefill backends whose modules are packed too")
