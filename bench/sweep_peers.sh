@@ -17,7 +17,7 @@ for d in ${SWEEP_HEAD_SIZES:-64 128 256}; do
     echo "== D=$d G=$g (H=$((4 * g)) Hk=4)"
     python3 "$here/peers/run_peers.py" --scenario seed --heads $((4 * g)) --kv-heads 4 --head-size "$d" \
       --contexts "${SWEEP_CONTEXTS:-8192,32768,131072}" --tokens "${SWEEP_TOKENS:-1,2,4,8,16}" \
-      --layers "${SWEEP_LAYERS:-4}" --systems flashinfer,flashinfer-tcdecode \
+      --layers "${SWEEP_LAYERS:-4}" --systems flashinfer --flashinfer-multitoken both \
       --json "$out/fi_D${d}_G${g}.json" "$@" || status=1
   done
 done
