@@ -204,6 +204,72 @@ TEST(Numeric, F32ToBF16MatchesReference) {
   EXPECT_TRUE(is_nan16(num::f32_to_bf16_bits(from_bits(0xff800001u)), 0x7f80));
 }
 
+// --- fp8 e4m3 ------------------------------------------------------------------------------------------
+
+// e4m3 (OCP E4M3FN) from its definition: bias 7, exponent 0 subnormal (m * 2^-9), 0x7f / 0xff NaN.
+double decode_e4m3(uint8_t b) {
+  const int e = (b >> 3) & 15, m = b & 7;
+  if (e == 15 && m == 7) return std::numeric_limits<double>::quiet_NaN();
+  const double v = e == 0 ? std::ldexp(m, -9) : std::ldexp(1.0 + m / 8.0, e - 7);
+  return (b & 0x80) ? -v : v;
+}
+
+TEST(Numeric, E4M3DecodeExhaustive) {
+  for (int b = 0; b < 256; ++b) {
+    const double want = decode_e4m3(static_cast<uint8_t>(b));
+    const float got = num::e4m3_bits_to_f32(static_cast<uint8_t>(b));
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(got)) << "code 0x" << std::hex << b;
+      continue;
+    }
+    EXPECT_EQ(static_cast<double>(got), want) << "code 0x" << std::hex << b;
+  }
+  EXPECT_EQ(num::e4m3_bits_to_f32(0x7e), 448.0f);
+  EXPECT_EQ(num::e4m3_bits_to_f32(0x01), 0.001953125f);
+}
+
+// Round to nearest even against a brute-force search over the 254 finite codes; saturation at +-448
+// (inf included), NaN to 0x7f.
+TEST(Numeric, F32ToE4M3MatchesReference) {
+  std::vector<std::pair<double, uint8_t>> finite;  // (value, code) of the non-negative finite codes
+  for (int b = 0; b < 0x7f; ++b) finite.emplace_back(decode_e4m3(static_cast<uint8_t>(b)), static_cast<uint8_t>(b));
+  auto nearest = [&](double ax) {  // the code nearest to ax >= 0, ties to the even code
+    uint8_t best = 0;
+    double bd = INFINITY;
+    for (const auto& [v, b] : finite) {
+      const double d = std::fabs(v - ax);
+      if (d < bd || (d == bd && (b & 1) == 0)) {
+        bd = d;
+        best = b;
+      }
+    }
+    return best;
+  };
+  auto xs = stress_floats(base_seed() + 5, 7, 100000);
+  for (int b = 0; b < 0x7f; ++b) {  // every code, its midpoints with the next, and just around them
+    const float v = static_cast<float>(decode_e4m3(static_cast<uint8_t>(b)));
+    const float mid = static_cast<float>((decode_e4m3(static_cast<uint8_t>(b)) + decode_e4m3(static_cast<uint8_t>(b + 1))) / 2);
+    for (float x : {v, mid, std::nextafter(mid, 0.0f), std::nextafter(mid, INFINITY)}) {
+      xs.push_back(x);
+      xs.push_back(-x);
+    }
+  }
+  for (float x : xs) {
+    const uint8_t got = num::f32_to_e4m3_bits(x);
+    if (std::isnan(x)) {
+      ASSERT_EQ(got, 0x7f) << "NaN input 0x" << std::hex << to_bits(x);
+      continue;
+    }
+    const double ax = std::fabs(static_cast<double>(x));
+    const uint8_t mag = ax >= 448.0 ? 0x7e : nearest(ax);
+    const uint8_t want = static_cast<uint8_t>(mag | (std::signbit(x) ? 0x80 : 0));
+    ASSERT_EQ(got, want) << "x=" << x << " (0x" << std::hex << to_bits(x) << ")";
+  }
+  EXPECT_EQ(num::f32_to_e4m3_bits(INFINITY), 0x7e);
+  EXPECT_EQ(num::f32_to_e4m3_bits(-INFINITY), 0xfe);
+  EXPECT_EQ(num::f32_to_e4m3_bits(464.0f), 0x7e);  // would round to 480, which e4m3 lacks
+}
+
 // --- u8 quantisation --------------------------------------------------------------------------------
 
 namespace {

@@ -87,6 +87,12 @@ double cache_value(const Case& c, const std::vector<uint8_t>& data, const std::v
       const double q = data[i], mn = num::f16_bits_to_f32(min[row]), sc = num::f16_bits_to_f32(scale[row]);
       return mn + q * sc;
     }
+    case KVPrecision::fp8: {
+      // e4m3(code) * the kv head's scale ([Hk] or [1]); e4m3_bits_to_f32 is checked exhaustively in test_numeric
+      const int kh = static_cast<int>((row / c.block_size) % c.num_kv_heads);
+      const std::vector<float>& sc = &data == &c.key_cache ? c.key_scale_fp8 : c.value_scale_fp8;
+      return static_cast<double>(num::e4m3_bits_to_f32(data[i])) * sc[sc.size() == 1 ? 0 : kh];
+    }
   }
   return 0;
 }
@@ -227,6 +233,21 @@ void check_written_row(const Case& c, const char* what, const std::vector<uint8_
     }
     return;
   }
+  if (c.kv == KVPrecision::fp8) {  // params.h: e4m3(x / scale) of the row's kv head (f32 division)
+    const int kh = static_cast<int>((row / c.block_size) % c.num_kv_heads);
+    const std::vector<float>& scs = &data == &c.key_cache ? c.key_scale_fp8 : c.value_scale_fp8;
+    const float sc = scs[scs.size() == 1 ? 0 : kh];
+    for (int d = 0; d < D; ++d) {
+      volatile float q = x[d] / sc;  // rounded to f32, as the write-in's
+      const uint8_t want = num::f32_to_e4m3_bits(q);
+      if (data[row * D + d] != want) {
+        fail("code at d=" + std::to_string(d) + " is " + std::to_string(data[row * D + d]) + ", want " +
+             std::to_string(want) + " (input " + std::to_string(x[d]) + ", scale " + std::to_string(sc) + ")");
+        return;
+      }
+    }
+    return;
+  }
   const bool same_dtype = (c.kv == KVPrecision::f16 && c.qdtype == DType::f16) ||
                           (c.kv == KVPrecision::bf16 && c.qdtype == DType::bf16);
   for (int d = 0; d < D; ++d) {
@@ -273,7 +294,7 @@ int check_write_kv(Case& c) {
       }
   }
   // nothing else changed, byte for byte
-  const size_t row_bytes = static_cast<size_t>(D) * (c.kv == KVPrecision::u8 ? 1 : 2);
+  const size_t row_bytes = static_cast<size_t>(D) * (c.kv == KVPrecision::u8 || c.kv == KVPrecision::fp8 ? 1 : 2);
   for (int64_t row = 0; row < rows; ++row) {
     if (written[row]) continue;
     const size_t o = static_cast<size_t>(row) * row_bytes;
@@ -360,6 +381,24 @@ TEST(Oracle, U8EdgeRowsWrittenInStayFiniteAndExact) {
       const uint64_t seed = base_seed() + 200000 + k + (qt == DType::f32 ? 0 : qt == DType::f16 ? 30000 : 60000);
       Case c = pt::make_random_case(seed, cfg);
       pt::apply_edge_rows(c, seed);
+      if (check_case(c, tol, /*l2=*/true) > 0) ++failing_cases;
+    }
+    EXPECT_EQ(failing_cases, 0) << dtype_name(qt);
+  }
+}
+
+// fp8 caches (e4m3 with an f32 scale per kv head or one for the cache): the oracle against the dense
+// reference; check_case's write-in check holds every new element to e4m3(x / scale) of its own head.
+TEST(Oracle, Fp8MatchesDenseReference) {
+  for (DType qt : {DType::f32, DType::f16, DType::bf16}) {
+    const double tol = qt == DType::f32 ? 1e-5 : qt == DType::f16 ? 1e-3 : 8e-3;
+    int failing_cases = 0;
+    for (int k = 0; k < num_cases(500) / 5 && failing_cases < 5; ++k) {
+      CaseConfig cfg = sweep_config(k);
+      cfg.query_dtypes = {qt};
+      cfg.kv_precisions = {KVPrecision::fp8};
+      const uint64_t seed = base_seed() + 300000 + k + (qt == DType::f32 ? 0 : qt == DType::f16 ? 30000 : 60000);
+      Case c = pt::make_random_case(seed, cfg);
       if (check_case(c, tol, /*l2=*/true) > 0) ++failing_cases;
     }
     EXPECT_EQ(failing_cases, 0) << dtype_name(qt);

@@ -1,10 +1,11 @@
 // A context split across calls, merged: Params::prefix_only shards, Params::lse and merge_states().
 //
-// Each case (seeded random, no sliding window / ALiBi / tree / scores, which prefix_only excludes) runs
-// once whole, with lse, and once split: every sequence's cached context is cut at block boundaries into
+// Each case (seeded random: f16/bf16/u8/fp8 caches, T 1-16, trees and sinks; no sliding window, ALiBi or
+// scores, whose positions prefix_only shards do not know) runs once whole, with lse, and once split: every sequence's cached context is cut at block boundaries into
 // shards drawn at random (empty shards included); the shards before the last run with prefix_only (no
 // key/value: nothing is written), the last one holds the rest of the cache and the new tokens (its call
-// writes them, as the whole call does) and the sinks. merge_states() of the shards' (out, lse) must
+// writes them, as the whole call does), the sinks and the tree mask among the new tokens (a prefix shard's
+// keys precede every new token: all of them see all of its keys). merge_states() of the shards' (out, lse) must
 // equal the whole call's (out, lse): f32 queries, relative L2 <= 1e-4 for out, |lse error| <= 1e-4 *
 // max(1, |lse|). Both on the cpu backend's kernels and on the oracle (Options::cpu_reference).
 // Seeds: PAGEDATTN_SEED=<n> fixes the base seed; otherwise it is drawn and printed.
@@ -32,9 +33,11 @@ CaseConfig split_config() {
   CaseConfig cfg;
   cfg.max_seqs = 4;
   cfg.max_past = 2000;
-  cfg.max_tokens = 12;
+  cfg.max_tokens = 16;
   cfg.query_dtypes = {DType::f32};
-  cfg.p_window = cfg.p_alibi = cfg.p_tree = cfg.p_scores = 0.0;
+  cfg.kv_precisions = {KVPrecision::f16, KVPrecision::bf16, KVPrecision::u8, KVPrecision::fp8};
+  cfg.p_tree = 0.3;
+  cfg.p_window = cfg.p_alibi = cfg.p_scores = 0.0;
   cfg.p_write = 1.0;  // the last shard writes the new tokens, as the whole call does
   return cfg;
 }
@@ -80,10 +83,11 @@ void run_split(Case c, int k, std::mt19937_64& rng, const Options& opt, std::vec
     p.max_context_len = max_ctx;
     p.out = host(outs[static_cast<size_t>(i)].data(), DType::f32, {n, int64_t{H} * D});
     p.lse = host(lses[static_cast<size_t>(i)].data(), DType::f32, {n, H});
-    if (!last) {  // a shard without the new tokens: attends its cache, writes nothing, no sink
+    if (!last) {  // a shard without the new tokens: attends its cache, writes nothing, no sink, no tree
       p.prefix_only = true;
       p.key = p.value = TensorView{};
       p.sinks = TensorView{};
+      p.qq_bias = p.qq_bias_begins = TensorView{};
     }
     forward(p, opt);
   }

@@ -316,7 +316,7 @@ TEST_P(EveryTensor, HostTensorsMustBeHostMemory) {
   EXPECT_EQ(tested, 6);
 }
 
-INSTANTIATE_TEST_SUITE_P(Validate, EveryTensor, ::testing::Values(KVPrecision::f16, KVPrecision::u8),
+INSTANTIATE_TEST_SUITE_P(Validate, EveryTensor, ::testing::Values(KVPrecision::f16, KVPrecision::u8, KVPrecision::fp8),
                          [](const ::testing::TestParamInfo<KVPrecision>& i) {
                            return std::string(pagedattn::kv_precision_name(i.param));
                          });
@@ -490,7 +490,7 @@ TEST(Validate, CacheShapeAndDtype) {
   {
     Params p = c.params();
     p.cache.key.dtype = p.cache.value.dtype = DType::f32;
-    expect_rejected(c, p, "key_cache", {"f16, bf16 or u8", "f32"});
+    expect_rejected(c, p, "key_cache", {"f16, bf16, u8 or f8e4m3", "f32"});
   }
   {
     Params p = c.params();
@@ -559,6 +559,46 @@ TEST(Validate, U8CacheNeedsFourF16Params) {
       by_name(p, name) = reshape(by_name(p, name), {nb - 1, Hk, bs});
       expect_rejected(c, p, name, {"num_blocks", str(nb), str(nb - 1)});
     }
+  }
+}
+
+TEST(Validate, Fp8CacheNeedsF32ScalesPerHeadOrOne) {
+  pt::Case c = draw(full_cfg(KVPrecision::fp8));
+  const int64_t Hk = c.num_kv_heads;
+  std::vector<float> buf(static_cast<size_t>(c.num_blocks) * Hk * c.block_size + Hk + 1, 1.0f);
+  for (const char* name : {"key_scale", "value_scale"}) {
+    SCOPED_TRACE(name);
+    {
+      Params p = c.params();
+      by_name(p, name) = TensorView{};
+      expect_rejected(c, p, name, {"is required", "f8e4m3"});
+    }
+    {
+      Params p = c.params();
+      by_name(p, name) = TensorView::contiguous(buf.data(), DType::f16, Device::cpu, {Hk});
+      expect_rejected(c, p, name, {"dtype must be f32", "f16"});
+    }
+    {
+      Params p = c.params();
+      by_name(p, name) = TensorView::contiguous(buf.data(), DType::f32, Device::cpu, {Hk + 1});
+      expect_rejected(c, p, name, {"Hk = " + str(Hk), "or 1", str(Hk + 1)});
+    }
+    {
+      Params p = c.params();
+      by_name(p, name) = TensorView::contiguous(buf.data(), DType::f32, Device::cpu, {1, Hk});
+      expect_rejected(c, p, name, {"1-D", "[Hk] or [1]"});
+    }
+  }
+  for (const char* name : {"key_min", "value_min"}) {  // u8's row minima have no place in an fp8 cache
+    SCOPED_TRACE(name);
+    Params p = c.params();
+    by_name(p, name) = TensorView::contiguous(buf.data(), DType::f16, Device::cpu, {c.num_blocks, Hk, c.block_size});
+    expect_rejected(c, p, name, {"must be absent", "f8e4m3"});
+  }
+  for (int64_t n : {Hk, int64_t{1}}) {  // both forms are accepted
+    Params p = c.params();
+    p.cache.key_scale = TensorView::contiguous(buf.data(), DType::f32, Device::cpu, {n});
+    EXPECT_NO_THROW(pagedattn::validate(p)) << n;
   }
 }
 

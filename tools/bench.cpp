@@ -53,9 +53,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::size_t kv_bytes(KVPrecision p) { return p == KVPrecision::u8 ? 1 : 2; }
+std::size_t kv_bytes(KVPrecision p) { return p == KVPrecision::u8 || p == KVPrecision::fp8 ? 1 : 2; }
 DType kv_dtype(KVPrecision p) {
-  return p == KVPrecision::f16 ? DType::f16 : p == KVPrecision::bf16 ? DType::bf16 : DType::u8;
+  return p == KVPrecision::f16    ? DType::f16
+         : p == KVPrecision::bf16 ? DType::bf16
+         : p == KVPrecision::fp8  ? DType::f8e4m3
+                                  : DType::u8;
 }
 
 double median(std::vector<double> v) {
@@ -127,6 +130,8 @@ std::vector<uint8_t> random_pool(DType t, std::size_t bytes, float lo, float hi,
   std::uniform_real_distribution<float> u(lo, hi);
   if (t == DType::u8) {
     for (auto& b : pool) b = static_cast<uint8_t>(rng() & 0xff);
+  } else if (t == DType::f8e4m3) {
+    for (auto& b : pool) b = num::f32_to_e4m3_bits(u(rng));
   } else if (t == DType::f32) {
     for (std::size_t i = 0; i + 4 <= bytes; i += 4) {
       const float x = u(rng);
@@ -248,6 +253,14 @@ struct Setup {
       L.value_scale = Buffer(dev, slots * 2);
       L.value_min = Buffer(dev, slots * 2);
     }
+    if (kv == KVPrecision::fp8) {  // one f32 scale per kv head, keys and values: 1/16 (random codes of
+                                   // [-1, 1] read back in [-1/16, 1/16]; the op's write-in divides by it)
+      const std::vector<float> sc(static_cast<std::size_t>(opt.kv_heads), 1.0f / 16);
+      L.key_scale = Buffer(dev, sc.size() * sizeof(float));
+      L.value_scale = Buffer(dev, sc.size() * sizeof(float));
+      L.key_scale.upload(sc.data(), sc.size() * sizeof(float));
+      L.value_scale.upload(sc.data(), sc.size() * sizeof(float));
+    }
     allocate_io(L, io_rows);
   }
   void allocate_io(LayerBuffers& L, int rows) const {
@@ -280,6 +293,10 @@ struct Setup {
       p.cache.key_min = sv(cache.key_min);
       p.cache.value_scale = sv(cache.value_scale);
       p.cache.value_min = sv(cache.value_min);
+    }
+    if (kv == KVPrecision::fp8) {
+      p.cache.key_scale = TensorView::contiguous(cache.key_scale.data(), DType::f32, dev, {Hk});
+      p.cache.value_scale = TensorView::contiguous(cache.value_scale.data(), DType::f32, dev, {Hk});
     }
     auto host_i32 = [](const std::vector<int32_t>& v) {
       return TensorView::contiguous(const_cast<int32_t*>(v.data()), DType::i32, Device::cpu,
@@ -314,7 +331,7 @@ void fill_random(Setup& S, LayerBuffers& L, std::mt19937_64& rng) {
   constexpr std::size_t kPoolBytes = 8u << 20;
   const DType kt = kv_dtype(S.kv);
   // NOTE: one pool per layer call would cost host time for nothing: values do not change the timing.
-  static thread_local std::vector<uint8_t> pool_kv[3], pool_scale, pool_min;
+  static thread_local std::vector<uint8_t> pool_kv[4], pool_scale, pool_min;
   std::vector<uint8_t>& pkv = pool_kv[static_cast<int>(S.kv)];
   if (pkv.empty()) pkv = random_pool(kt, kPoolBytes, -1.0f, 1.0f, rng);
   fill_tiled(L.key_cache, pkv);

@@ -41,7 +41,7 @@ constexpr double kMaxU8CodeDiffFraction = 1e-4;
 
 double tolerance(Backend b, KVPrecision kv, DType q) {
   if (b == Backend::cpu) return q == DType::f32 ? kTolCpu : q == DType::f16 ? kTolCpuF16 : kTolCpuBf16;
-  double t = kv == KVPrecision::f16 ? kTolF16 : kv == KVPrecision::bf16 ? kTolBf16 : kTolU8;
+  double t = kv == KVPrecision::f16 ? kTolF16 : kv == KVPrecision::bf16 ? kTolBf16 : kTolU8;  // u8, fp8: 3e-3
   if (q == DType::bf16) t = std::max(t, kTolBf16);
   return t;
 }
@@ -78,7 +78,8 @@ testing::CaseConfig make_check_config(const CheckOptions& opt) {
       if (k == "f16") cfg.kv_precisions.push_back(KVPrecision::f16);
       else if (k == "bf16") cfg.kv_precisions.push_back(KVPrecision::bf16);
       else if (k == "u8") cfg.kv_precisions.push_back(KVPrecision::u8);
-      else throw ValidationError("--kv", "must be f16, bf16 or u8, got '" + k + "'");
+      else if (k == "fp8") cfg.kv_precisions.push_back(KVPrecision::fp8);
+      else throw ValidationError("--kv", "must be f16, bf16, u8 or fp8, got '" + k + "'");
     }
   }
   if (!opt.query.empty()) {
@@ -164,9 +165,10 @@ std::vector<uint8_t> as_bytes(const std::vector<T>& v) {
 
 CacheCheck check_cache(const testing::Case& got, const testing::Case& ref) {
   CacheCheck r;
-  if (got.kv != KVPrecision::u8) {
-    compare_bytes(got.key_cache, ref.key_cache, 2, "key_cache", r);
-    compare_bytes(got.value_cache, ref.value_cache, 2, "value_cache", r);
+  if (got.kv != KVPrecision::u8) {  // f16/bf16 rounded, fp8 quantised: bit-exact
+    const int es = got.kv == KVPrecision::fp8 ? 1 : 2;
+    compare_bytes(got.key_cache, ref.key_cache, es, "key_cache", r);
+    compare_bytes(got.value_cache, ref.value_cache, es, "value_cache", r);
     return r;
   }
   compare_bytes(as_bytes(got.key_scale), as_bytes(ref.key_scale), 2, "key_scale", r);

@@ -60,7 +60,8 @@ pagedattn::KVPrecision parse_kv(const std::string& s, const char* option = "--kv
   if (s == "f16") return pagedattn::KVPrecision::f16;
   if (s == "bf16") return pagedattn::KVPrecision::bf16;
   if (s == "u8") return pagedattn::KVPrecision::u8;
-  throw ValidationError(option, "each value must be u8, f16 or bf16, got '" + s + "'");
+  if (s == "fp8") return pagedattn::KVPrecision::fp8;
+  throw ValidationError(option, "each value must be u8, f16, bf16 or fp8, got '" + s + "'");
 }
 
 pagedattn::DType parse_qdtype(const std::string& s, const char* option = "--query") {
@@ -107,7 +108,7 @@ int main(int argc, char** argv) {
   check->add_option("--min-seqs", copt.min_seqs, "override the config's smallest batch");
   check->add_option("--min-past", copt.min_past, "override the config's smallest past_len");
   check->add_option("--min-tokens", copt.min_tokens, "override the config's smallest T per sequence");
-  check->add_option("--kv", copt.kv, "KV precisions drawn from (f16,bf16,u8)")->delimiter(',');
+  check->add_option("--kv", copt.kv, "KV precisions drawn from (f16,bf16,u8; fp8 on request)")->delimiter(',');
   check->add_option("--query", copt.query, "query dtypes drawn from (f32,f16,bf16)")->delimiter(',');
   check->add_option("--group", copt.groups, "GQA group sizes G = H / Hk drawn from")->delimiter(',');
   check->add_option("--kv-heads", copt.kv_heads, "kv head counts drawn from")->delimiter(',');
@@ -147,7 +148,7 @@ int main(int argc, char** argv) {
   CLI::Option* o_ctx = bench->add_option("--context", contexts, "cached tokens L per sequence, list (8192,32k,...)")->delimiter(',');
   bench->add_option("--tokens", tokens, "new tokens T per sequence, list (default 1,2,3,4,8); T/T1 is relative to the first")
       ->delimiter(',');
-  bench->add_option("--kv", kvs, "KV cache precisions, list of u8 | f16 | bf16 (default u8,f16)")->delimiter(',');
+  bench->add_option("--kv", kvs, "KV cache precisions, list of u8 | f16 | bf16 | fp8 (default u8,f16)")->delimiter(',');
   CLI::Option* o_layers = bench->add_option("--layers", bopt.layers, "layers, each its own cache");
   bench->add_option("--block-size", bopt.block_size, "tokens per cache block")->capture_default_str();
   bench->add_option("--batch", bopt.batch, "sequences in the seed scenario, each with the same context")->capture_default_str();

@@ -20,7 +20,7 @@
 namespace pagedattn {
 
 /// Precision of the paged KV cache.
-enum class KVPrecision : int { f16 = 0, bf16 = 1, u8 = 2 };
+enum class KVPrecision : int { f16 = 0, bf16 = 1, u8 = 2, fp8 = 3 };
 const char* kv_precision_name(KVPrecision p);
 
 /// The paged KV cache. Block b, kv head h, slot i holds the key (value) of one token.
@@ -45,12 +45,19 @@ const char* kv_precision_name(KVPrecision p);
 /// (src/common/numeric.h), so a cache written by any backend reads back identically.
 /// OpenVINO's layouts differ (docs/design.md): its CPU plugin stores an f32 scale and an f32 zero point
 /// inline before each row's codes (x = (q - zp) * scale); converting ours to it is zp = -mn / scale.
+///
+/// fp8 format (vLLM's kv_cache_dtype="fp8" convention): e4m3 elements (DType::f8e4m3) with an f32 scale
+/// per kv head ([Hk]) or one for the whole cache ([1]), for keys and values separately. An element reads
+/// back as e4m3(code) * scale; the write-in stores e4m3(x / scale), the division rounded to f32 and the
+/// conversion to nearest even, saturating at +-448 (+-inf too) and NaN to the NaN code 0x7f. A scale
+/// must be finite and > 0 (the op does not read the scales to check them: they may live on the device).
 struct KVCache {
-  TensorView key;               // (dev) [num_blocks, Hk, block_size, D]  f16 | bf16 | u8
+  TensorView key;               // (dev) [num_blocks, Hk, block_size, D]  f16 | bf16 | u8 | f8e4m3
   TensorView value;             // (dev) [num_blocks, Hk, block_size, D]  same dtype as key
-  TensorView key_scale;         // (dev) [num_blocks, Hk, block_size] f16; u8 only, else absent
+  TensorView key_scale;         // (dev) u8: [num_blocks, Hk, block_size] f16; fp8: [Hk] or [1] f32;
+                                //       else absent
   TensorView key_min;           // (dev) [num_blocks, Hk, block_size] f16 row minimum; u8 only, else absent
-  TensorView value_scale;       // (dev) [num_blocks, Hk, block_size] f16; u8 only, else absent
+  TensorView value_scale;       // (dev) as key_scale
   TensorView value_min;         // (dev) [num_blocks, Hk, block_size] f16 row minimum; u8 only, else absent
 
   KVPrecision precision() const;  // from key.dtype; throws ValidationError for other dtypes

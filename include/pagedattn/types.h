@@ -10,14 +10,16 @@
 namespace pagedattn {
 
 /// Element types a tensor view may hold.
-enum class DType : int { f32 = 0, f16 = 1, bf16 = 2, u8 = 3, i32 = 4 };
+/// f8e4m3: OCP FP8 E4M3FN (1 sign, 4 exponent bits with bias 7, 3 mantissa bits; no inf; 0x7f/0xff NaN;
+/// largest finite 448), PyTorch's float8_e4m3fn.
+enum class DType : int { f32 = 0, f16 = 1, bf16 = 2, u8 = 3, i32 = 4, f8e4m3 = 5 };
 
 /// Where a tensor's memory lives.
 enum class Device : int { cpu = 0, cuda = 1 };
 
 /// Size of one element in bytes.
 std::size_t dtype_size(DType t);
-/// "f32", "f16", "bf16", "u8", "i32".
+/// "f32", "f16", "bf16", "u8", "i32", "f8e4m3".
 const char* dtype_name(DType t);
 const char* device_name(Device d);
 

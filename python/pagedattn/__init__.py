@@ -113,6 +113,24 @@ def _empty_like(query: Any) -> Any:
                                     f"(got {type(query).__name__})")
 
 
+def _scale_array(value: Any, like: Any, name: str) -> Any:
+    """An fp8 cache's scale given as a Python number: a [1] float32 array of `like`'s framework and device."""
+    fw = _framework(like)
+    if fw == "torch":
+        import torch
+
+        return torch.tensor([float(value)], dtype=torch.float32, device=like.device)
+    if fw == "cupy":
+        import cupy
+
+        with cupy.cuda.Device(like.device.id):
+            return cupy.asarray([float(value)], dtype=cupy.float32)
+    if fw == "numpy" or not _is_cuda(like):
+        return _np.array([float(value)], dtype=_np.float32)
+    raise ValidationError.of(name, "a number is accepted for a PyTorch, CuPy or host cache; give a [1] float32 "
+                                   f"array on the cache's device (cache is {type(like).__name__})")
+
+
 def _resolve_backend(backend: str, query: Any) -> str:
     if backend == "auto":
         return "cuda" if _is_cuda(query) else "cpu"
@@ -180,6 +198,9 @@ def _prepare(tensors: Dict[str, Any], backend: str, stream: Any):
     backend = _resolve_backend(backend, query)
     for name in _HOST_FIELDS:
         tensors[name] = _to_host(tensors[name], name)
+    for name in ("key_scale", "value_scale"):  # fp8 caches: a scale given as a number
+        if isinstance(tensors[name], (int, float)) and not isinstance(tensors[name], bool):
+            tensors[name] = _scale_array(tensors[name], tensors["key_cache"], name)
     if tensors["out"] is None and query is not None:
         tensors["out"] = _empty_like(query)
     return tensors, backend, _stream_ptr(stream, query, backend)
@@ -194,11 +215,14 @@ _ARGS_DOC = """
     key, value           [num_tokens, Hk*D], query's dtype (dev), or None: new tokens' keys/values; the op
                          WRITES them into the cache at positions past_lens[s] .. past_lens[s]+T_s-1 first.
                          None: those rows are already in the cache.
-    key_cache,           [num_blocks, Hk, block_size, D] float16 | bfloat16 | uint8 (dev): the paged cache
-      value_cache        (written when key/value are given).
+    key_cache,           [num_blocks, Hk, block_size, D] float16 | bfloat16 | uint8 | float8_e4m3fn (dev):
+      value_cache        the paged cache (written when key/value are given).
     key_scale, key_min, value_scale, value_min
-                         [num_blocks, Hk, block_size] float16 (dev): u8 caches only: per-row scale and row
-                         minimum; a row reads back as x = min + code * scale (params.h gives the rule).
+                         u8 caches: [num_blocks, Hk, block_size] float16 (dev): per-row scale and row minimum;
+                         a row reads back as x = min + code * scale (params.h gives the rule).
+                         float8_e4m3fn caches (e.g. torch.float8_e4m3fn): key_scale and value_scale only, each
+                         [Hk] or [1] float32 (dev) or a Python number: x = e4m3(code) * scale; the write-in
+                         stores e4m3(x / scale), saturating at +-448 (vLLM's kv_cache_dtype="fp8").
     past_lens            [num_seqs] int32 (host): tokens already cached per sequence.
     subsequence_begins   [num_seqs+1] int32 (host): token offsets of each sequence in query.
     block_indices        [n] int32 (host): all block tables back to back.

@@ -89,6 +89,36 @@ PA_HD float bf16_bits_to_f32(uint16_t h) { return bits_f32(static_cast<uint32_t>
 PA_HD float round_f16(float f) { return f16_bits_to_f32(f32_to_f16_bits(f)); }
 PA_HD float round_bf16(float f) { return bf16_bits_to_f32(f32_to_bf16_bits(f)); }
 
+// --- fp8 e4m3 (OCP E4M3FN: bias 7, no inf, 0x7f / 0xff NaN, largest finite 448) -------------------------
+constexpr float kE4M3Max = 448.0f;
+
+// f32 -> e4m3 bits, round to nearest even, saturating: |x| >= 448 (inf included) gives +-448, NaN gives
+// 0x7f (the PTX cvt.rn.satfinite.e4m3x2.f32 rule).
+PA_HD uint8_t f32_to_e4m3_bits(float f) {
+  const uint32_t x = f32_bits(f);
+  const uint8_t sign = static_cast<uint8_t>((x >> 24) & 0x80u);
+  const uint32_t ax = x & 0x7fffffffu;
+  if (ax > 0x7f800000u) return 0x7fu;
+  if (ax >= 0x43e00000u) return static_cast<uint8_t>(sign | 0x7eu);  // >= 448
+  if (ax < 0x3c800000u) {                                              // < 2^-6: multiples of 2^-9
+    // |x| * 512 is exact; its nearest-even integer 0..8 is the code (8 = 0x08 = 2^-6, the least normal)
+    const float q = rintf(bits_f32(ax) * 512.0f);
+    return static_cast<uint8_t>(sign | static_cast<uint8_t>(q));
+  }
+  const uint32_t r = ax + 0x7ffffu + ((ax >> 20) & 1u);  // round the mantissa to 3 bits, nearest even
+  const uint32_t code = (r >> 20) - (120u << 3);          // rebias the exponent: 127 - 7
+  return static_cast<uint8_t>(sign | (code > 0x7eu ? 0x7eu : code));
+}
+
+PA_HD float e4m3_bits_to_f32(uint8_t b) {
+  const uint32_t e = (b >> 3) & 0xfu, m = b & 7u;
+  float v;
+  if (e == 0) v = static_cast<float>(m) * 0.001953125f;                   // m * 2^-9
+  else if (e == 15 && m == 7) v = bits_f32(0x7fc00000u);                  // NaN
+  else v = bits_f32(((e + 120u) << 23) | (m << 20));
+  return (b & 0x80u) ? -v : v;
+}
+
 // --- u8 KV quantisation (the rule stated in params.h) ----------------------------------------------
 // A row is stored as f16 scale, f16 row minimum and codes 0..255, and reads back as min + code * scale.
 // The minimum is rounded down and the scale up, so every code of a finite row falls in [0, 255] without

@@ -11,6 +11,7 @@ std::size_t dtype_size(DType t) {
     case DType::bf16: return 2;
     case DType::u8: return 1;
     case DType::i32: return 4;
+    case DType::f8e4m3: return 1;
   }
   return 0;
 }
@@ -22,6 +23,7 @@ const char* dtype_name(DType t) {
     case DType::bf16: return "bf16";
     case DType::u8: return "u8";
     case DType::i32: return "i32";
+    case DType::f8e4m3: return "f8e4m3";
   }
   return "?";
 }
@@ -33,6 +35,7 @@ const char* kv_precision_name(KVPrecision p) {
     case KVPrecision::f16: return "f16";
     case KVPrecision::bf16: return "bf16";
     case KVPrecision::u8: return "u8";
+    case KVPrecision::fp8: return "fp8";
   }
   return "?";
 }
@@ -95,7 +98,9 @@ KVPrecision KVCache::precision() const {
     case DType::f16: return KVPrecision::f16;
     case DType::bf16: return KVPrecision::bf16;
     case DType::u8: return KVPrecision::u8;
-    default: throw ValidationError("key_cache", std::string("dtype must be f16, bf16 or u8, got ") + dtype_name(key.dtype));
+    case DType::f8e4m3: return KVPrecision::fp8;
+    default:
+      throw ValidationError("key_cache", std::string("dtype must be f16, bf16, u8 or f8e4m3, got ") + dtype_name(key.dtype));
   }
 }
 

@@ -153,10 +153,11 @@ void validate(const Params& p) {
     fail("query", cat("num_tokens (dimension 0) must fit int32 (<= ", kInt32Max, "), got ", num_tokens));
 
   // cache: [num_blocks, Hk, block_size, D], key and value alike
-  require_present(c.key, "key_cache", "[num_blocks, Hk, block_size, D] f16|bf16|u8");
+  require_present(c.key, "key_cache", "[num_blocks, Hk, block_size, D] f16|bf16|u8|f8e4m3");
   require_ndim(c.key, "key_cache", 4, "[num_blocks, Hk, block_size, D]");
-  if (c.key.dtype != DType::f16 && c.key.dtype != DType::bf16 && c.key.dtype != DType::u8)
-    fail("key_cache", cat("dtype must be f16, bf16 or u8, got ", dtype_name(c.key.dtype)));
+  if (c.key.dtype != DType::f16 && c.key.dtype != DType::bf16 && c.key.dtype != DType::u8 &&
+      c.key.dtype != DType::f8e4m3)
+    fail("key_cache", cat("dtype must be f16, bf16, u8 or f8e4m3, got ", dtype_name(c.key.dtype)));
   require_present(c.value, "value_cache", "same shape and dtype as key_cache");
   require_ndim(c.value, "value_cache", 4, "[num_blocks, Hk, block_size, D]");
   if (c.value.dtype != c.key.dtype)
@@ -173,13 +174,26 @@ void validate(const Params& p) {
   if (block_size <= 0) fail("key_cache", cat("block_size (dimension 2) must be > 0, got ", block_size));
   if (D <= 0) fail("key_cache", cat("head size D (dimension 3) must be > 0, got ", D));
 
-  // u8 params: all four present as [num_blocks, Hk, block_size] f16; absent for f16/bf16 caches
+  // u8 params: all four present as [num_blocks, Hk, block_size] f16; fp8: the two scales as [Hk] or [1]
+  // f32 and no minima; absent for f16/bf16 caches
   {
-    const bool u8 = c.key.dtype == DType::u8;
+    const bool u8 = c.key.dtype == DType::u8, fp8 = c.key.dtype == DType::f8e4m3;
     const TensorView* params[4] = {&c.key_scale, &c.key_min, &c.value_scale, &c.value_min};
     const char* names[4] = {"key_scale", "key_min", "value_scale", "value_min"};
     for (int k = 0; k < 4; ++k) {
       const TensorView& t = *params[k];
+      if (fp8 && k % 2 == 0) {  // the scales
+        require_present(t, names[k], "an f8e4m3 cache needs an f32 scale per kv head ([Hk]) or one ([1])");
+        require_ndim(t, names[k], 1, "[Hk] or [1]");
+        require_dtype(t, names[k], DType::f32);
+        if (t.shape[0] != Hk && t.shape[0] != 1)
+          fail(names[k], cat("must have Hk = ", Hk, " entries (one per kv head) or 1, got ", t.shape[0]));
+        continue;
+      }
+      if (fp8) {
+        if (t.present()) fail(names[k], cat("must be absent for an f8e4m3 cache (u8 caches only), got ", t.describe()));
+        continue;
+      }
       if (!u8) {
         if (t.present())
           fail(names[k], cat("must be absent for a ", dtype_name(c.key.dtype), " cache (u8 caches only), got ",

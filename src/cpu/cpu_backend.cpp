@@ -209,8 +209,8 @@ class CpuPlan final : public PlanImpl {
     return (static_cast<int64_t>(table[pos / bs]) * Hk_ + hk) * bs + pos % bs;
   }
 
-  // The op's write-in: the new tokens' key and value rows into the cache (u8: quantised by the rule
-  // of params.h, the same code as the CUDA kernels and the oracle).
+  // The op's write-in: the new tokens' key and value rows into the cache (u8 and fp8: quantised by the
+  // rules of params.h, the same code as the CUDA kernels and the oracle).
   void write_in(const Params& p) {
     if (!p.key.present()) return;
     const KVPrecision kv = p.cache.precision();
@@ -236,6 +236,10 @@ class CpuPlan final : public PlanImpl {
           for (int d = 0; d < D_; ++d) codes[d] = num::u8_quantize(load_f(src, base + d), qp);
           (which ? p.cache.value_scale : p.cache.key_scale).ptr<uint16_t>()[row] = qp.scale_bits;
           (which ? p.cache.value_min : p.cache.key_min).ptr<uint16_t>()[row] = qp.min_bits;
+        } else if (kv == KVPrecision::fp8) {
+          const float sc = fp8_scale(which ? p.cache.value_scale : p.cache.key_scale, hk);
+          uint8_t* codes = dst.ptr<uint8_t>() + row * D_;
+          for (int d = 0; d < D_; ++d) codes[d] = num::f32_to_e4m3_bits(load_f(src, base + d) / sc);
         } else {
           uint16_t* out = dst.ptr<uint16_t>() + row * D_;
           for (int d = 0; d < D_; ++d) {
@@ -256,12 +260,16 @@ class CpuPlan final : public PlanImpl {
                  int pf_n = 0, int pf_which = 3) const {
     const KVPrecision kv = p.cache.precision();
     const TensorView& data = value ? p.cache.value : p.cache.key;
-    const cpu::RowType rt = kv == KVPrecision::f16 ? cpu::RowType::f16 : kv == KVPrecision::bf16 ? cpu::RowType::bf16 : cpu::RowType::u8;
-    const int64_t esize = kv == KVPrecision::u8 ? 1 : 2;
+    const cpu::RowType rt = kv == KVPrecision::f16    ? cpu::RowType::f16
+                            : kv == KVPrecision::bf16 ? cpu::RowType::bf16
+                            : kv == KVPrecision::fp8  ? cpu::RowType::fp8
+                                                      : cpu::RowType::u8;
+    const int64_t esize = dtype_size(data.dtype);
+    const float fp8_sc = kv == KVPrecision::fp8 ? fp8_scale(value ? p.cache.value_scale : p.cache.key_scale, hk) : 0.0f;
     for (int k = 0; k < n; ++k) {
       if (k < pf_n) prefetch_tile(p, s, hk, pf_j0 + k, 1, pf_which);
       const int64_t row = cache_row(p, s, j0 + k, hk);
-      float sc = 0.0f, mn = 0.0f;
+      float sc = fp8_sc, mn = 0.0f;
       if (kv == KVPrecision::u8) {
         sc = num::f16_bits_to_f32((value ? p.cache.value_scale : p.cache.key_scale).ptr<const uint16_t>()[row]);
         mn = num::f16_bits_to_f32((value ? p.cache.value_min : p.cache.key_min).ptr<const uint16_t>()[row]);
@@ -275,7 +283,7 @@ class CpuPlan final : public PlanImpl {
   // rows are in flight while the current one is computed (block transitions defeat the hardware
   // prefetcher).
   void prefetch_tile(const Params& p, int s, int hk, int j0, int n, int which) const {
-    const int64_t bytes = D_ * (p.cache.precision() == KVPrecision::u8 ? 1 : 2);
+    const int64_t bytes = D_ * static_cast<int64_t>(dtype_size(p.cache.key.dtype));
     for (int k = 0; k < n; ++k) {
       const int64_t off = cache_row(p, s, j0 + k, hk) * bytes;
       for (int64_t b = 0; b < bytes; b += 64) {

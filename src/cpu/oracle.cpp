@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "common/numeric.h"
+#include "core/tensor_io.h"
 
 namespace pagedattn {
 namespace oracle {
@@ -31,6 +32,7 @@ float load(const TensorView& v, int64_t off) {
     case DType::bf16: return num::bf16_bits_to_f32(v.ptr<const uint16_t>()[off]);
     case DType::u8: return static_cast<float>(v.ptr<const uint8_t>()[off]);
     case DType::i32: return static_cast<float>(v.ptr<const int32_t>()[off]);
+    case DType::f8e4m3: return num::e4m3_bits_to_f32(v.ptr<const uint8_t>()[off]);
   }
   return 0.0f;
 }
@@ -73,7 +75,7 @@ Slot slot_of(const Params& p, const Layout& L, int s, int64_t pos) {
   return {load_i32(p.block_indices, entry), pos % L.block_size};
 }
 
-// Writes one row x[0..D) of a key (or value) into `data` at (block, kh, slot), quantising for u8.
+// Writes one row x[0..D) of a key (or value) into `data` at (block, kh, slot), quantising for u8 and fp8.
 void write_row(const TensorView& data, const TensorView& scale, const TensorView& min, KVPrecision kv,
                Slot at, int kh, const std::vector<float>& x) {
   const int D = static_cast<int>(x.size());
@@ -87,12 +89,16 @@ void write_row(const TensorView& data, const TensorView& scale, const TensorView
     scale.ptr<uint16_t>()[offset(scale, at.block, kh, at.slot)] = qp.scale_bits;
     min.ptr<uint16_t>()[offset(min, at.block, kh, at.slot)] = qp.min_bits;
     for (int d = 0; d < D; ++d) data.ptr<uint8_t>()[offset(data, at.block, kh, at.slot, d)] = num::u8_quantize(x[d], qp);
+  } else if (kv == KVPrecision::fp8) {
+    const float sc = detail::fp8_scale(scale, kh);
+    for (int d = 0; d < D; ++d)
+      data.ptr<uint8_t>()[offset(data, at.block, kh, at.slot, d)] = num::f32_to_e4m3_bits(x[d] / sc);
   } else {
     for (int d = 0; d < D; ++d) store(data, offset(data, at.block, kh, at.slot, d), x[d]);
   }
 }
 
-// Reads one row of a key (or value) from the cache as float (dequantising for u8).
+// Reads one row of a key (or value) from the cache as float (dequantising u8 and fp8).
 // u8: min + code * scale, in double (then float: within one f32 rounding of the exact value).
 void read_row(const TensorView& data, const TensorView& scale, const TensorView& min, KVPrecision kv, Slot at,
               int kh, float* x, int D) {
@@ -101,6 +107,10 @@ void read_row(const TensorView& data, const TensorView& scale, const TensorView&
     const double mn = num::f16_bits_to_f32(min.ptr<const uint16_t>()[offset(min, at.block, kh, at.slot)]);
     for (int d = 0; d < D; ++d)
       x[d] = static_cast<float>(mn + sc * data.ptr<const uint8_t>()[offset(data, at.block, kh, at.slot, d)]);
+  } else if (kv == KVPrecision::fp8) {  // code * scale: exact in double, then one f32 rounding
+    const double sc = detail::fp8_scale(scale, kh);
+    for (int d = 0; d < D; ++d)
+      x[d] = static_cast<float>(sc * num::e4m3_bits_to_f32(data.ptr<const uint8_t>()[offset(data, at.block, kh, at.slot, d)]));
   } else {
     for (int d = 0; d < D; ++d) x[d] = load(data, offset(data, at.block, kh, at.slot, d));
   }

@@ -59,6 +59,11 @@ PA_CPU_BODY void load_row_body(float* dst, const void* src, RowType t, int D, fl
       for (int d = 0; d < D; ++d) dst[d] = min + static_cast<float>(s[d]) * scale;
       break;
     }
+    case RowType::fp8: {
+      const uint8_t* s = static_cast<const uint8_t*>(src);
+      for (int d = 0; d < D; ++d) dst[d] = num::e4m3_bits_to_f32(s[d]) * scale;
+      break;
+    }
   }
 }
 
@@ -257,7 +262,8 @@ __attribute__((target("avx512f"))) static void accumulate_avx512(float* o, const
 #if !defined(__clang__)  // (a GCC warning group)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12's intrinsic headers (false positive)
 #endif
-// 16 elements per step: vcvtph2ps (f16), a 16-bit shift (bf16), zero-extend + convert + FMA (u8).
+// 16 elements per step: vcvtph2ps (f16), a 16-bit shift (bf16), zero-extend + convert + FMA (u8),
+// shifts into f16 bits + vcvtph2ps (fp8).
 // (GCC 12 leaves the _Float16 loop scalar: one vcvtph2ps per element, 20% of a decode's time.)
 __attribute__((target("avx512f"))) static void load_row_avx512(float* dst, const void* src, RowType t, int D,
                                                                float scale, float min) {
@@ -280,6 +286,21 @@ __attribute__((target("avx512f"))) static void load_row_avx512(float* dst, const
         const __m512i c = _mm512_cvtepu8_epi32(
             _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint8_t*>(src) + d)));
         _mm512_storeu_ps(dst + d, _mm512_fmadd_ps(_mm512_cvtepi32_ps(c), vs, vm));
+      }
+      break;
+    }
+    case RowType::fp8: {
+      // e4m3 -> f16 bits: the sign to bit 15, exponent and mantissa to bits 7..14 (f16's exponent bias is 8
+      // more: times 2^8, folded into the scale; subnormals map to subnormals); NaN codes (0x7f, 0xff) by mask
+      const __m512 vs = _mm512_set1_ps(scale * 256.0f), vnan = _mm512_set1_ps(NAN);
+      const __m512i m7f = _mm512_set1_epi32(0x7f), m80 = _mm512_set1_epi32(0x80);
+      for (int d = 0; d < D; d += 16) {
+        const __m512i c = _mm512_cvtepu8_epi32(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint8_t*>(src) + d)));
+        const __m512i mag = _mm512_and_si512(c, m7f);
+        const __m512i h = _mm512_or_si512(_mm512_slli_epi32(mag, 7), _mm512_slli_epi32(_mm512_and_si512(c, m80), 8));
+        const __m512 v = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_cvtepi32_epi16(h)), vs);
+        _mm512_storeu_ps(dst + d, _mm512_mask_mov_ps(v, _mm512_cmpeq_epi32_mask(mag, m7f), vnan));
       }
       break;
     }

@@ -10,9 +10,10 @@ namespace pagedattn {
 namespace cpu {
 
 // KV element types of a cache row, converted to f32 by load_row.
-enum class RowType : int { f16 = 0, bf16 = 1, u8 = 2 };
+enum class RowType : int { f16 = 0, bf16 = 1, u8 = 2, fp8 = 3 };
 
-// dst[0..D) = the row as f32. u8: min + code * scale.
+// dst[0..D) = the row as f32. u8: min + code * scale; fp8: e4m3(code) * scale (one f32 rounding, as the
+// oracle's).
 void load_row(float* dst, const void* src, RowType t, int D, float scale, float min);
 
 // s[r * ld_s + k] = dot(q[r * D .. +D), kt[k * D .. +D)) for r < rows, k < keys.

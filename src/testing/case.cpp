@@ -63,6 +63,7 @@ DType kv_dtype(KVPrecision p) {
     case KVPrecision::f16: return DType::f16;
     case KVPrecision::bf16: return DType::bf16;
     case KVPrecision::u8: return DType::u8;
+    case KVPrecision::fp8: return DType::f8e4m3;
   }
   return DType::f16;
 }
@@ -91,6 +92,7 @@ void store_nan(uint8_t* data, DType t, int64_t i) {
     case DType::f16: std::memcpy(data + 2 * i, &kF16NaN, 2); break;
     case DType::bf16: std::memcpy(data + 2 * i, &kBF16NaN, 2); break;
     case DType::u8: data[i] = kU8Poison; break;
+    case DType::f8e4m3: data[i] = 0x7f; break;  // e4m3's NaN
     default: throw std::invalid_argument("store_nan: unsupported dtype");
   }
 }
@@ -284,6 +286,13 @@ Case make_random_case(uint64_t seed, const CaseConfig& cfg) {
     c.value_scale.assign(rows, kF16NaN);
     c.value_min.assign(rows, kF16NaN);
   }
+  if (c.kv == KVPrecision::fp8) {  // one scale per kv head, or one for the whole cache
+    const int n = r.chance(0.5) ? Hk : 1;
+    for (std::vector<float>* v : {&c.key_scale_fp8, &c.value_scale_fp8}) {
+      v->resize(static_cast<size_t>(n));
+      for (float& x : *v) x = static_cast<float>(r.uniform(0.02, 0.5));
+    }
+  }
   for (int64_t i = 0; i < rows * D; ++i) {
     store_nan(c.key_cache.data(), kvt, i);
     store_nan(c.value_cache.data(), kvt, i);
@@ -298,6 +307,9 @@ Case make_random_case(uint64_t seed, const CaseConfig& cfg) {
       const double sc = r.uniform(0.004, 0.03);
       scale[row] = num::f32_to_f16_bits(static_cast<float>(sc));
       min[row] = num::f32_to_f16_bits(static_cast<float>(-sc * r.uniform(64.0, 192.0)));
+    } else if (c.kv == KVPrecision::fp8) {  // codes of normal values over e4m3's range (never NaN)
+      for (int d = 0; d < D; ++d)
+        data[row * D + d] = num::f32_to_e4m3_bits(static_cast<float>(r.normal() * 16.0));
     } else {
       for (int d = 0; d < D; ++d) store_float(data.data(), kvt, row * D + d, static_cast<float>(r.normal()));
     }
@@ -353,6 +365,10 @@ Params Case::params() {
     p.cache.key_min = view(key_min.data(), DType::f16, {num_blocks, Hk, block_size});
     p.cache.value_scale = view(value_scale.data(), DType::f16, {num_blocks, Hk, block_size});
     p.cache.value_min = view(value_min.data(), DType::f16, {num_blocks, Hk, block_size});
+  }
+  if (kv == KVPrecision::fp8) {
+    p.cache.key_scale = view(key_scale_fp8.data(), DType::f32, {static_cast<int64_t>(key_scale_fp8.size())});
+    p.cache.value_scale = view(value_scale_fp8.data(), DType::f32, {static_cast<int64_t>(value_scale_fp8.size())});
   }
   p.past_lens = view(past_lens.data(), DType::i32, {num_seqs});
   p.subsequence_begins = view(subsequence_begins.data(), DType::i32, {num_seqs + 1});
@@ -581,6 +597,10 @@ void scale_values(Case& c, double f) {
   if (c.kv == KVPrecision::u8) {
     for (std::vector<uint16_t>* v : {&c.value_scale, &c.value_min})
       for (uint16_t& h : *v) h = num::f32_to_f16_bits(static_cast<float>(f * num::f16_bits_to_f32(h)));
+    return;
+  }
+  if (c.kv == KVPrecision::fp8) {
+    for (float& x : c.value_scale_fp8) x = static_cast<float>(f * x);
     return;
   }
   const DType kvt = kv_dtype(c.kv);

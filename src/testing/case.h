@@ -55,6 +55,7 @@ struct Case {
   std::vector<uint8_t> query, key, value, out;        // [num_tokens, heads*D] in qdtype
   std::vector<uint8_t> key_cache, value_cache;        // [num_blocks, Hk, bs, D] in kv dtype
   std::vector<uint16_t> key_scale, key_min, value_scale, value_min;  // u8 only: [num_blocks, Hk, bs] f16
+  std::vector<float> key_scale_fp8, value_scale_fp8;   // fp8 only: [Hk] or [1] f32
   std::vector<float> scores;                           // [sum ctx] or empty
   std::vector<float> lse;                              // [num_tokens, H] or empty
   std::vector<int32_t> score_window;                   // score_aggregation_window [num_seqs] or empty
@@ -84,7 +85,8 @@ void reference_forward(Case& c, int threads);
 void apply_edge_rows(Case& c, uint64_t seed);
 
 /// Multiplies every value of `c` by f: the new value rows, and the cached value rows (u8: their scale
-/// and minimum, rounded to f16, so the codes stay; f16/bf16: each element, rounded). Poison stays NaN.
+/// and minimum, rounded to f16, so the codes stay; fp8: the value scale; f16/bf16: each element,
+/// rounded). Poison stays NaN.
 /// For value rows of small range (u8: scales in f16's subnormal range when f is small).
 void scale_values(Case& c, double f);
 

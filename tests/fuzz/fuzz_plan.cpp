@@ -107,7 +107,7 @@ class Builder {
                                         : in_.ConsumeIntegralInRange<int64_t>(1, 600);
     const int64_t bs = in_.ConsumeBool() ? in_.PickValueInArray({1, 2, 4, 8, 16, 32, 64})
                                          : in_.PickValueInArray<int64_t>({3, 1 << 10, 1 << 20, 1 << 26});
-    const DType kv = in_.PickValueInArray({DType::f16, DType::bf16, DType::u8});
+    const DType kv = in_.PickValueInArray({DType::f16, DType::bf16, DType::u8, DType::f8e4m3});
     const DType qd = in_.PickValueInArray({DType::f32, DType::f16, DType::bf16});
     const bool write = in_.ConsumeBool();
 
@@ -161,6 +161,11 @@ class Builder {
     if (kv == DType::u8) {
       for (TensorView* t : {&p.cache.key_scale, &p.cache.key_min, &p.cache.value_scale, &p.cache.value_min})
         *t = dev(DType::f16, {num_blocks, Hk, bs});
+    }
+    if (kv == DType::f8e4m3) {  // a scale per kv head or one; its bytes (so its value) come from the input
+      const int64_t n = in_.ConsumeBool() ? Hk : 1;
+      p.cache.key_scale = dev(DType::f32, {n});
+      p.cache.value_scale = dev(DType::f32, {n});
     }
     p.out = dev(qd, {num_tokens, H * D});
     p.past_lens = host_i32(past);
@@ -334,7 +339,7 @@ class Builder {
           t = TensorView{};
           return;
         }
-        t = dev(in_.PickValueInArray({DType::f32, DType::f16, DType::u8, DType::i32}),
+        t = dev(in_.PickValueInArray({DType::f32, DType::f16, DType::u8, DType::i32, DType::f8e4m3}),
                 {in_.ConsumeIntegralInRange<int64_t>(0, 16)});
         break;   // a host tensor gets a real buffer below
       case 7: {  // one metadata entry (i32, or a qq_bias byte)

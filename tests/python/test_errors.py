@@ -34,7 +34,7 @@ BREAKS = [
     ("key_without_value", lambda c, kw: kw.update(value=None), "value", "both or neither"),
     ("key_dtype", lambda c, kw: kw.update(key=c.key.astype(np.float16 if c.qdtype == np.float32 else np.float32)),
      "key", "query's"),
-    ("cache_dtype", lambda c, kw: kw.update(key_cache=c.key_cache.astype(np.float32)), "key_cache", "f16, bf16 or u8"),
+    ("cache_dtype", lambda c, kw: kw.update(key_cache=c.key_cache.astype(np.float32)), "key_cache", "f16, bf16, u8 or f8e4m3"),
     ("value_cache_shape", lambda c, kw: kw.update(value_cache=c.value_cache[:-1].copy()), "value_cache", "shape"),
     ("u8_without_scale", lambda c, kw: kw.update(key_scale=None), "key_scale", "required"),
     ("u8_scale_dtype", lambda c, kw: kw.update(value_min=c.value_min.astype(np.float32)),

@@ -132,3 +132,68 @@ def test_torch_compile_fullgraph():
     got = compiled(t["query"])
     want = step(t["query"])
     torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def _fp8_dense_reference(t, past, T, H, Hk, D, bs, table, scale):
+    """Causal attention in float64 over the fp8 cache as the op left it: e4m3(code) * the head's scale."""
+    n = past + T
+    p = torch.arange(n)
+    blocks, slots = torch.as_tensor(table).long()[p // bs], p % bs
+    ks, vs = t["key_scale"].double(), t["value_scale"].double()
+    K = t["key_cache"][blocks, :, slots].double() * ks.view(1, -1, 1)   # [n, Hk, D]; [Hk] or [1] scales
+    V = t["value_cache"][blocks, :, slots].double() * vs.view(1, -1, 1)
+    G = H // Hk
+    K, V = K.repeat_interleave(G, dim=1).transpose(0, 1), V.repeat_interleave(G, dim=1).transpose(0, 1)
+    q = t["query"].double().view(T, H, D).transpose(0, 1)
+    i = past + torch.arange(T)[:, None]
+    logits = scale * q @ K.transpose(1, 2)
+    logits = logits.masked_fill(~(p[None, :] <= i)[None], float("-inf"))
+    return (torch.softmax(logits, dim=-1) @ V).transpose(0, 1).reshape(T, H * D)
+
+
+@pytest.mark.parametrize("per_head", [True, False], ids=["scale-per-head", "scale-number"])
+@pytest.mark.parametrize("seed", range(SEED + 700, SEED + 704))
+def test_fp8_cache_torch_float8(seed, per_head):
+    """A torch.float8_e4m3fn cache on the cpu backend: the write-in stores e4m3(x / scale) (torch's own
+    rounding of in-range values agrees bit for bit), and out matches float64 attention over the cache as
+    written, with f32 queries (1e-5). Scales per kv head as a tensor, or one as a Python number."""
+    g = torch.Generator().manual_seed(seed)
+    H, Hk, D, bs, past, T = 8, 2, 64, 16, int(torch.randint(1, 200, (1,), generator=g)), 4
+    nb = (past + T + bs - 1) // bs + 3
+    table = torch.randperm(nb, generator=g)[: (past + T + bs - 1) // bs].to(torch.int32)
+    kc = (torch.randn(nb, Hk, bs, D, generator=g) * 16).to(torch.float8_e4m3fn)
+    vc = (torch.randn(nb, Hk, bs, D, generator=g) * 16).to(torch.float8_e4m3fn)
+    if per_head:
+        ks, vs = torch.rand(Hk, generator=g) * 0.4 + 0.05, torch.rand(Hk, generator=g) * 0.4 + 0.05
+    else:
+        ks, vs = 0.125, 0.3
+    t = dict(query=torch.randn(T, H * D, generator=g), key=torch.randn(T, Hk * D, generator=g),
+             value=torch.randn(T, Hk * D, generator=g), key_cache=kc, value_cache=vc)
+    out = pagedattn.forward(**t, key_scale=ks, value_scale=vs, past_lens=[past], subsequence_begins=[0, T],
+                            block_indices=table, block_indices_begins=[0, len(table)], num_heads=H)
+    t["key_scale"] = ks if per_head else torch.tensor([ks])
+    t["value_scale"] = vs if per_head else torch.tensor([vs])
+    for x, cache, sc in ((t["key"], kc, t["key_scale"]), (t["value"], vc, t["value_scale"])):
+        pos = past + torch.arange(T)
+        got = cache[table.long()[pos // bs], :, pos % bs]                          # [T, Hk, D]
+        want = (x.view(T, Hk, D) / sc.view(1, -1, 1)).to(torch.float8_e4m3fn)
+        assert torch.equal(got.view(torch.uint8), want.view(torch.uint8))
+    want = _fp8_dense_reference(t, past, T, H, Hk, D, bs, table, D ** -0.5)
+    err = (out.double() - want).norm() / want.norm()
+    assert err < 1e-5, f"rel_l2 {err:.3g}"
+
+
+def test_fp8_scale_rules():
+    """An fp8 cache without scales, or with u8's row minima, is rejected naming the input."""
+    kc = torch.zeros(4, 2, 16, 64, dtype=torch.float8_e4m3fn)
+    base = dict(query=torch.zeros(1, 4 * 64), key_cache=kc, value_cache=kc.clone(), past_lens=[3],
+                subsequence_begins=[0, 1], block_indices=[0], block_indices_begins=[0, 1], num_heads=4)
+    with pytest.raises(pagedattn.ValidationError) as e:
+        pagedattn.forward(**base, value_scale=1.0)
+    assert e.value.input == "key_scale"
+    with pytest.raises(pagedattn.ValidationError) as e:
+        pagedattn.forward(**base, key_scale=1.0, value_scale=torch.ones(3))
+    assert e.value.input == "value_scale"
+    with pytest.raises(pagedattn.ValidationError) as e:
+        pagedattn.forward(**base, key_scale=1.0, value_scale=1.0, key_min=torch.zeros(4, 2, 16, dtype=torch.float16))
+    assert e.value.input == "key_min"
