@@ -1,11 +1,12 @@
 // A context split across calls, merged: Params::prefix_only shards, Params::lse and merge_states().
 //
-// Each case (seeded random: f16/bf16/u8/fp8 caches, T 1-16, trees and sinks; no sliding window, ALiBi or
-// scores, whose positions prefix_only shards do not know) runs once whole, with lse, and once split: every sequence's cached context is cut at block boundaries into
+// Each case (seeded random: f16/bf16/u8/fp8 caches, T 1-16, trees, sinks, sliding windows and ALiBi; no
+// scores) runs once whole, with lse, and once split: every sequence's cached context is cut at block boundaries into
 // shards drawn at random (empty shards included); the shards before the last run with prefix_only (no
 // key/value: nothing is written), the last one holds the rest of the cache and the new tokens (its call
 // writes them, as the whole call does), the sinks and the tree mask among the new tokens (a prefix shard's
-// keys precede every new token: all of them see all of its keys). merge_states() of the shards' (out, lse) must
+// keys precede every new token: all of them see all of its keys); a prefix shard's new_token_positions
+// place the new tokens where they are relative to its keys (windows, ALiBi). merge_states() of the shards' (out, lse) must
 // equal the whole call's (out, lse): f32 queries, relative L2 <= 1e-4 for out, |lse error| <= 1e-4 *
 // max(1, |lse|). Both on the cpu backend's kernels and on the oracle (Options::cpu_reference).
 // Seeds: PAGEDATTN_SEED=<n> fixes the base seed; otherwise it is drawn and printed.
@@ -36,8 +37,8 @@ CaseConfig split_config() {
   cfg.max_tokens = 16;
   cfg.query_dtypes = {DType::f32};
   cfg.kv_precisions = {KVPrecision::f16, KVPrecision::bf16, KVPrecision::u8, KVPrecision::fp8};
-  cfg.p_tree = 0.3;
-  cfg.p_window = cfg.p_alibi = cfg.p_scores = 0.0;
+  cfg.p_tree = cfg.p_window = cfg.p_alibi = 0.3;
+  cfg.p_scores = 0.0;
   cfg.p_write = 1.0;  // the last shard writes the new tokens, as the whole call does
   return cfg;
 }
@@ -62,12 +63,13 @@ void run_split(Case c, int k, std::mt19937_64& rng, const Options& opt, std::vec
   std::vector<std::vector<float>> outs(static_cast<size_t>(k)), lses(static_cast<size_t>(k));
   for (int i = 0; i < k; ++i) {
     const bool last = i == k - 1;
-    std::vector<int32_t> past, table, table_begins{0};
+    std::vector<int32_t> past, table, table_begins{0}, positions;
     int max_ctx = 0;
     for (int s = 0; s < c.num_seqs; ++s) {
       const int lo = a[static_cast<size_t>(s)][static_cast<size_t>(i)];
       const int hi = last ? c.past_lens[s] : a[static_cast<size_t>(s)][static_cast<size_t>(i) + 1];
       past.push_back(hi - lo);
+      positions.push_back(c.past_lens[s] - lo);  // the first new token, in the shard's positions
       const int ctx = last ? c.ctx(s) : hi;  // the positions this shard's table must cover (global)
       const int32_t* t = c.block_indices.data() + c.block_indices_begins[s];
       for (int blk = lo / bs; blk * bs < ctx; ++blk) table.push_back(t[blk]);
@@ -88,6 +90,7 @@ void run_split(Case c, int k, std::mt19937_64& rng, const Options& opt, std::vec
       p.key = p.value = TensorView{};
       p.sinks = TensorView{};
       p.qq_bias = p.qq_bias_begins = TensorView{};
+      p.new_token_positions = host(positions.data(), DType::i32, {c.num_seqs});
     }
     forward(p, opt);
   }
@@ -172,12 +175,31 @@ TEST(Split, BadInputsAreNamed) {
   named([&] { merge_states({out}, {}, out); }, "lses");
   named([&] { merge_states({out}, {host(l.data(), DType::f32, {1, 3})}, out); }, "outs[0]");
   named([&] { merge_states({out}, {lse}, host(o.data(), DType::f32, {1, 4})); }, "out");
-  // prefix_only excludes what depends on positions or writes
-  Case c = make_random_case(seed0(), split_config());
+  // prefix_only excludes writes; windows and ALiBi need the new tokens' positions
+  CaseConfig cfg = split_config();
+  cfg.p_tree = cfg.p_window = cfg.p_alibi = cfg.p_sinks = 0.0;
+  cfg.min_seqs = cfg.max_seqs = 2;
+  Case c = make_random_case(seed0(), cfg);
   Params p = c.params();
   p.prefix_only = true;
   named([&] { forward(p, Options{Backend::cpu}); }, "key");
   p.key = p.value = TensorView{};
   p.sliding_window = 4;
   named([&] { forward(p, Options{Backend::cpu}); }, "sliding_window");
+  p.sliding_window = 0;
+  std::vector<float> slopes(static_cast<size_t>(c.num_heads), -0.1f);
+  p.alibi_slopes = host(slopes.data(), DType::f32, {c.num_heads});
+  named([&] { forward(p, Options{Backend::cpu}); }, "alibi_slopes");
+  std::vector<int32_t> pos = {c.past_lens[0] - 1, c.past_lens[1]};  // before the shard's last key
+  p.new_token_positions = host(pos.data(), DType::i32, {2});
+  named([&] { forward(p, Options{Backend::cpu}); }, "new_token_positions");
+  pos[0] = c.past_lens[0] + 100;
+  p.new_token_positions = host(pos.data(), DType::i32, {1});  // one per sequence
+  named([&] { forward(p, Options{Backend::cpu}); }, "new_token_positions");
+  p.new_token_positions = host(pos.data(), DType::i32, {2});
+  EXPECT_NO_THROW(validate(p));
+  p.prefix_only = false;  // only with prefix_only
+  p.key = c.params().key;
+  p.value = c.params().value;
+  named([&] { forward(p, Options{Backend::cpu}); }, "new_token_positions");
 }

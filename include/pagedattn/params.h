@@ -111,9 +111,16 @@ struct Params {
                                  //       not hold the new tokens, or the shared prefix of cascade attention;
                                  //       combined with the call that holds them through lse and
                                  //       merge_states() (docs/design.md, "Splitting a context"). key and
-                                 //       value must be absent; no sliding_window, alibi_slopes, qq_bias or
-                                 //       scores (their positions are the whole context's), no sinks (they
-                                 //       go to the call with the new tokens, once)
+                                 //       value must be absent; no qq_bias or scores, no sinks (they go to
+                                 //       the call with the new tokens, once); sliding_window and
+                                 //       alibi_slopes only with new_token_positions
+  TensorView new_token_positions;  // (host) [num_seqs] i32 or absent; prefix_only only: where each
+                                 //       sequence's first new token sits in this shard's own positions
+                                 //       (its cached keys are 0 .. past_len-1), >= past_len: new token t
+                                 //       is at new_token_positions[s] + t for the window and ALiBi (a
+                                 //       shard whose keys start at absolute position a, before new tokens
+                                 //       at absolute P: P - a). Absent: past_len (the shard ends where the
+                                 //       new tokens start)
   TensorView qq_bias;            // (host) [sum_s T_s^2] u8 or absent: tree mask among a sequence's new
                                  //        tokens, row-major T_s x T_s per sequence; entry (t, u) = 1 means
                                  //        new token t may attend new token u. Diagonal must be 1. Applied

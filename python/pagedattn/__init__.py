@@ -51,7 +51,7 @@ def cuda_available() -> bool:
 # a device, converted from Python lists.
 _HOST_FIELDS = {"past_lens": _np.int32, "subsequence_begins": _np.int32, "block_indices": _np.int32,
                 "block_indices_begins": _np.int32, "qq_bias": _np.uint8, "qq_bias_begins": _np.int32,
-                "score_aggregation_window": _np.int32}
+                "score_aggregation_window": _np.int32, "new_token_positions": _np.int32}
 # Tensors on the backend's device; Plan.run() may replace any of them (same shape/dtype).
 _DEVICE_FIELDS = ("query", "key", "value", "key_cache", "value_cache", "key_scale", "key_min",
                   "value_scale", "value_min", "alibi_slopes", "sinks", "out", "scores", "lse")
@@ -243,6 +243,10 @@ _ARGS_DOC = """
     lse                  [num_tokens, H] float32 (dev) or None: each row's log-sum-exp (natural log of its
                          softmax denominator, the sink included; -inf for a row with no key and no sink),
                          filled in place.
+    new_token_positions  [num_seqs] int32 (host) or None; prefix_only only: the position of each sequence's
+                         first new token in the shard's own positions (its keys are 0 .. past_len-1), for
+                         the window and ALiBi: a shard whose keys start at absolute position a, before new
+                         tokens at absolute P, gives P - a. None: past_len.
     Lists of ints are accepted for the (host) metadata.
 
     Options:
@@ -266,7 +270,8 @@ _ARGS_DOC = """
     prefix_only          every new token attends all cached keys [0, past_len) of its sequence and nothing
                          else; nothing is written (key/value None): a shard of a split context without the
                          new tokens, or the shared prefix of cascade attention; combine with lse and
-                         merge_states(). Not with sliding_window, alibi_slopes, qq_bias, scores, sinks.
+                         merge_states(). Not with qq_bias, scores, sinks; sliding_window and alibi_slopes
+                         need new_token_positions.
 
     Raises ValidationError (a ValueError) naming the input and the rule, before anything is written;
     UnsupportedError for a valid call this build or backend does not support.
@@ -279,7 +284,7 @@ def forward(*, query: Any, key: Any = None, value: Any = None, key_cache: Any, v
             block_indices_begins: Any, scale: Optional[float] = None, sliding_window: int = 0,
             alibi_slopes: Any = None, sinks: Any = None, max_context_len: Optional[int] = None,
             qq_bias: Any = None, qq_bias_begins: Any = None, out: Any = None, scores: Any = None,
-            score_aggregation_window: Any = None, lse: Any = None,
+            score_aggregation_window: Any = None, lse: Any = None, new_token_positions: Any = None,
             num_heads: int, backend: str = "auto", deterministic: bool = False, partition_tokens: int = 0,
             stream: Any = None, programmatic_launch: bool = True, num_threads: int = 0,
             cpu_reference: bool = False, prefix_only: bool = False) -> Any:
@@ -389,7 +394,7 @@ def plan(*, query: Any, key: Any = None, value: Any = None, key_cache: Any, valu
          block_indices_begins: Any, scale: Optional[float] = None, sliding_window: int = 0,
          alibi_slopes: Any = None, sinks: Any = None, max_context_len: Optional[int] = None,
          qq_bias: Any = None, qq_bias_begins: Any = None, out: Any = None, scores: Any = None,
-         score_aggregation_window: Any = None, lse: Any = None,
+         score_aggregation_window: Any = None, lse: Any = None, new_token_positions: Any = None,
          num_heads: int, backend: str = "auto", deterministic: bool = False, partition_tokens: int = 0,
          stream: Any = None, programmatic_launch: bool = True, num_threads: int = 0,
          cpu_reference: bool = False, prefix_only: bool = False) -> Plan:

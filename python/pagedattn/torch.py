@@ -62,6 +62,7 @@ def _forward_op(
     deterministic: bool,
     score_aggregation_window: Optional[Tensor] = None,
     prefix_only: bool = False,
+    new_token_positions: Optional[Tensor] = None,
 ) -> None:
     _pa.forward(query=query, key=key, value=value, key_cache=key_cache, value_cache=value_cache,
                 key_scale=key_scale, key_min=key_min, value_scale=value_scale,
@@ -70,14 +71,16 @@ def _forward_op(
                 alibi_slopes=alibi_slopes, sinks=sinks, qq_bias=qq_bias, qq_bias_begins=qq_bias_begins,
                 num_heads=num_heads, scale=scale, sliding_window=sliding_window,
                 max_context_len=max_context_len, deterministic=deterministic,
-                score_aggregation_window=score_aggregation_window, lse=lse, prefix_only=prefix_only)
+                score_aggregation_window=score_aggregation_window, lse=lse, prefix_only=prefix_only,
+                new_token_positions=new_token_positions)
 
 
 @_forward_op.register_fake
 def _forward_fake(query, key, value, key_cache, value_cache, key_scale, key_min, value_scale,
                   value_min, past_lens, subsequence_begins, block_indices, block_indices_begins, out,
                   scores, lse, alibi_slopes, sinks, qq_bias, qq_bias_begins, num_heads, scale, sliding_window,
-                  max_context_len, deterministic, score_aggregation_window=None, prefix_only=False) -> None:
+                  max_context_len, deterministic, score_aggregation_window=None, prefix_only=False,
+                  new_token_positions=None) -> None:
     # Only shapes are known here; the real op validates. Out-of-place results do not exist: the op
     # writes `out` (and the caches, `scores`, `lse`) in place.
     return None
@@ -112,6 +115,7 @@ def forward(
     deterministic: bool = False,
     lse: Optional[Tensor] = None,
     prefix_only: bool = False,
+    new_token_positions: Optional[Tensor] = None,
 ) -> Tensor:
     """``torch.ops.pagedattn.forward`` with `out` allocated when None; returns `out`.
 
@@ -121,7 +125,8 @@ def forward(
     [num_seqs], subsequence_begins [num_seqs+1], block_indices [n], block_indices_begins [num_seqs+1] int32
     (CPU tensors); out [num_tokens, H*D]; scores [sum_s ctx_s] f32 or None; score_aggregation_window
     [num_seqs] int32 (CPU) or None (w_s = 1); lse [num_tokens, H] f32 or None (filled in place);
-    prefix_only (a shard of a split context, see pagedattn.merge_states). See pagedattn.forward.
+    prefix_only (a shard of a split context, see pagedattn.merge_states) with new_token_positions [num_seqs]
+    int32 (CPU) or None. See pagedattn.forward.
     """
     if out is None:
         out = torch.empty_like(query, memory_format=torch.contiguous_format)
@@ -129,5 +134,5 @@ def forward(
                                 value_min, past_lens, subsequence_begins, block_indices,
                                 block_indices_begins, out, scores, lse, alibi_slopes, sinks, qq_bias,
                                 qq_bias_begins, num_heads, scale, sliding_window, max_context_len, deterministic,
-                                score_aggregation_window, prefix_only)
+                                score_aggregation_window, prefix_only, new_token_positions)
     return out

@@ -135,6 +135,7 @@ void validate(const Params& p) {
   check_structure(p.qq_bias, "qq_bias", true);
   check_structure(p.qq_bias_begins, "qq_bias_begins", true);
   check_structure(p.score_aggregation_window, "score_aggregation_window", true);
+  check_structure(p.new_token_positions, "new_token_positions", true);
   check_structure(p.out, "out", false);
   check_structure(p.scores, "scores", false);
   check_structure(p.lse, "lse", false);
@@ -308,14 +309,21 @@ void validate(const Params& p) {
     fail("scale", cat("must be finite and > 0 when given (0: the default 1/sqrt(D)), got ", *p.scale));
   if (p.sliding_window < 0) fail("sliding_window", cat("must be >= 0 (0 = none), got ", p.sliding_window));
   if (p.max_context_len < 0) fail("max_context_len", cat("must be >= 0, got ", p.max_context_len));
-  if (p.prefix_only) {  // a shard of the cached context: nothing written, no positional option
+  if (p.prefix_only) {  // a shard of the cached context: nothing written; positions from new_token_positions
     if (p.key.present()) fail("key", "must be absent with prefix_only (nothing is written)");
-    if (p.sliding_window != 0) fail("sliding_window", "must be 0 with prefix_only (positions are the whole context's)");
-    if (p.alibi_slopes.present()) fail("alibi_slopes", "must be absent with prefix_only (positions are the whole context's)");
+    if (p.sliding_window != 0 && !p.new_token_positions.present())
+      fail("sliding_window", "needs new_token_positions with prefix_only (where the new tokens sit relative to the shard)");
+    if (p.alibi_slopes.present() && !p.new_token_positions.present())
+      fail("alibi_slopes", "needs new_token_positions with prefix_only (where the new tokens sit relative to the shard)");
     if (p.qq_bias.present()) fail("qq_bias", "must be absent with prefix_only (the new tokens attend no new key)");
     if (p.scores.present()) fail("scores", "must be absent with prefix_only");
     if (p.sinks.present())
       fail("sinks", "must be absent with prefix_only (give them to the call that holds the new tokens: once)");
+  }
+
+  if (p.new_token_positions.present()) {
+    if (!p.prefix_only) fail("new_token_positions", "must be absent without prefix_only");
+    require_i32_vector(p.new_token_positions, "new_token_positions", "[num_seqs]", num_seqs, "num_seqs");
   }
 
   // ---- 4. metadata contents ------------------------------------------------------------------------------
@@ -327,6 +335,17 @@ void validate(const Params& p) {
 
   for (int64_t s = 0; s < num_seqs; ++s)
     if (past[s] < 0) fail("past_lens", cat("must be >= 0, got ", past[s], " at past_lens[", s, "]"));
+  // the position of each sequence's first new token: past_len, or new_token_positions (>= past_len)
+  std::vector<int64_t> qpos0(past, past + num_seqs);
+  if (p.new_token_positions.present()) {
+    const int32_t* np = i32_data(p.new_token_positions);
+    for (int64_t s = 0; s < num_seqs; ++s) {
+      if (np[s] < past[s])
+        fail("new_token_positions", cat("must be >= past_len (the shard's keys precede the new tokens), got ", np[s],
+                                        " < ", past[s], " at new_token_positions[", s, "]"));
+      qpos0[s] = np[s];
+    }
+  }
 
   check_begins("subsequence_begins", sb, num_seqs, num_tokens,
                cat("num_tokens = ", num_tokens, " (query's dimension 0)"));
@@ -336,6 +355,9 @@ void validate(const Params& p) {
   int64_t sum_ctx = 0;
   for (int64_t s = 0; s < num_seqs; ++s) {
     ctx[s] = int64_t{past[s]} + (p.prefix_only ? 0 : int64_t{sb[s + 1]} - sb[s]);  // prefix_only: the cache only
+    if (qpos0[s] + (int64_t{sb[s + 1]} - sb[s]) > kInt32Max)
+      fail("new_token_positions", cat("the new tokens' positions must fit int32: sequence ", s, " ends at ",
+                                      qpos0[s] + (int64_t{sb[s + 1]} - sb[s])));
     if (ctx[s] > p.max_context_len)
       fail("max_context_len", cat("must be >= every past_len + T; sequence ", s, " has past_len ", past[s],
                                   " + T ", sb[s + 1] - sb[s], " = ", ctx[s], " > ", p.max_context_len));
@@ -355,7 +377,8 @@ void validate(const Params& p) {
   std::vector<int64_t> used(static_cast<size_t>(num_seqs)), first(static_cast<size_t>(num_seqs), 0);
   for (int64_t s = 0; s < num_seqs; ++s) {
     used[s] = (ctx[s] + block_size - 1) / block_size;
-    if (p.sliding_window > 0) first[s] = std::max<int64_t>(0, past[s] - p.sliding_window + 1) / block_size;
+    if (p.sliding_window > 0)
+      first[s] = std::min(used[s], std::max<int64_t>(0, qpos0[s] - p.sliding_window + 1) / block_size);
     const int64_t have = int64_t{bib[s + 1]} - bib[s];
     if (have < used[s])
       fail("block_indices", cat("table of sequence ", s, " (block_indices[", bib[s], "..", bib[s + 1], ")) has ",

@@ -87,6 +87,10 @@ class CpuPlan final : public PlanImpl {
     const int32_t* sb = p.subsequence_begins.ptr<const int32_t>();
     past_.assign(past, past + num_seqs_);
     begins_.assign(sb, sb + num_seqs_ + 1);
+    // the first new token's position: past_len, or (prefix_only) new_token_positions[s]
+    qpos0_ = past_;
+    if (p.new_token_positions.present())
+      qpos0_.assign(p.new_token_positions.ptr<const int32_t>(), p.new_token_positions.ptr<const int32_t>() + num_seqs_);
 
     // --- chunks and partitions -----------------------------------------------------------------------
     const int per_chunk = std::max(1, kMaxRows / G_);
@@ -98,7 +102,8 @@ class CpuPlan final : public PlanImpl {
         c.t0 = t0;
         c.nt = std::min(per_chunk, T - t0);
         c.hi = p.prefix_only ? past_[s] : past_[s] + t0 + c.nt;  // prefix_only: every cached key
-        c.lo = p.sliding_window > 0 ? std::max(0, past_[s] + t0 - p.sliding_window + 1) : 0;
+        c.lo = p.sliding_window > 0 ? std::max(0, qpos0_[s] + t0 - p.sliding_window + 1) : 0;
+        if (c.lo > c.hi) c.lo = c.hi;  // (prefix_only) a window that ends before the shard: no key
         chunks_.push_back(c);
       }
     }
@@ -295,7 +300,7 @@ class CpuPlan final : public PlanImpl {
 
   void attend(const Params& p, const Item& it, float scale, float* scr) {
     const Chunk& c = chunks_[it.chunk];
-    const int s = c.seq, past = past_[s], T = begins_[s + 1] - begins_[s];
+    const int s = c.seq, past = past_[s], T = begins_[s + 1] - begins_[s], qbase = qpos0_[s];
     const int rows = c.nt * G_;
     float* q = scr;                                 // [rows][D]
     float* kt = q + static_cast<size_t>(kMaxRows) * D_;   // [kTile][D]
@@ -335,12 +340,12 @@ class CpuPlan final : public PlanImpl {
       // masks (causal, window, tree), ALiBi, online softmax. An interior tile (every key visible to
       // every row: before the first row's causal limit, inside the last row's window, in the cached
       // prefix when there is a tree) without ALiBi needs only the row max.
-      const bool interior = alibi == nullptr && a == j0 && b == j0 + n && j0 + n <= past + c.t0 + 1 &&
-                            (p.sliding_window == 0 || j0 >= past + c.t0 + c.nt - p.sliding_window) &&
+      const bool interior = alibi == nullptr && a == j0 && b == j0 + n && j0 + n <= qbase + c.t0 + 1 &&
+                            (p.sliding_window == 0 || j0 >= qbase + c.t0 + c.nt - p.sliding_window) &&
                             (qq == nullptr || j0 + n <= past);
       bool any = false;
       for (int r = 0; r < rows; ++r) {
-        const int t = c.t0 + r / G_, qpos = past + t;
+        const int t = c.t0 + r / G_, qpos = qbase + t;
         const int lo = p.sliding_window > 0 ? qpos - p.sliding_window + 1 : 0;
         const float slope = alibi ? alibi[it.hk * G_ + r % G_] * kLog2e : 0.0f;
         float* sr = sc + static_cast<size_t>(r) * kTile;
@@ -491,6 +496,7 @@ class CpuPlan final : public PlanImpl {
   bool invariant_ = false;  // Options::deterministic: see kInvariantPart
   int threads_ = 1, num_seqs_ = 0, H_ = 0, Hk_ = 0, G_ = 1, D_ = 0;
   std::vector<int32_t> past_, begins_;
+  std::vector<int32_t> qpos0_;  // each sequence's first new token's position (past_len, or new_token_positions)
   std::vector<Chunk> chunks_;
   std::vector<Item> items_;
   std::vector<int> split_;                          // chunks with more than one partition

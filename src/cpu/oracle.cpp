@@ -161,13 +161,15 @@ void attention(const Params& p) {
     const int past = load_i32(p.past_lens, s);
     const int tok0 = load_i32(p.subsequence_begins, s);
     const int T = load_i32(p.subsequence_begins, s + 1) - tok0;
-    const int ctx = p.prefix_only ? past : past + T;  // prefix_only: the cached keys only, all visible
+    const int ctx = p.prefix_only ? past : past + T;  // prefix_only: the cached keys only
+    // the first new token's position: past_len, or (prefix_only) new_token_positions[s]
+    const int64_t qpos0 = p.new_token_positions.present() ? load_i32(p.new_token_positions, s) : past;
 
     // Gather this sequence's keys and values through the block table: [Hk][ctx][D] as float. Keys
     // before the first new token's sliding window are seen by no token: their blocks are not read
     // (their table entries may hold anything, params.h).
     std::vector<float> K(static_cast<size_t>(L.Hk) * ctx * L.D), V(K.size());
-    const int lo = p.sliding_window > 0 ? std::max(0, past - p.sliding_window + 1) : 0;
+    const int lo = p.sliding_window > 0 ? static_cast<int>(std::max<int64_t>(0, qpos0 - p.sliding_window + 1)) : 0;
     for (int j = lo; j < ctx; ++j) {
       const Slot at = slot_of(p, L, s, j);
       for (int kh = 0; kh < L.Hk; ++kh) {
@@ -183,7 +185,7 @@ void attention(const Params& p) {
     std::vector<double> score(ctx), weight_sum(ctx, 0.0), acc(L.D);
     std::vector<char> visible(ctx);
     for (int t = 0; t < T; ++t) {
-      const int64_t i = past + t;  // this token's position
+      const int64_t i = qpos0 + t;  // this token's position
 
       // Which keys this token sees: causal, then sliding window, then the tree among new tokens.
       for (int j = 0; j < ctx; ++j) {

@@ -162,6 +162,9 @@ class CudaPlan final : public detail::PlanImpl {
     Hk_ = static_cast<int>(c.num_kv_heads());
     H_ = p.num_heads;
     G_ = H_ / Hk_;
+    if (p.new_token_positions.present())
+      throw UnsupportedError("new_token_positions (a prefix_only shard with a window or ALiBi): the cuda backend "
+                             "does not support it yet (the cpu backend does)");
     if (c.precision() == KVPrecision::fp8)
       throw UnsupportedError("kv precision fp8: the cuda backend does not read f8e4m3 caches yet (the cpu backend does)");
     kv_ = kv_kind(c.precision());

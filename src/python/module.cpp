@@ -151,7 +151,7 @@ Params make_params(const nb::dict& tensors, const Scalars& s, Keep& keep) {
                                  "key_min", "value_scale", "value_min", "past_lens",
                                  "subsequence_begins", "block_indices", "block_indices_begins",
                                  "alibi_slopes", "sinks", "qq_bias", "qq_bias_begins", "out", "scores",
-                                 "score_aggregation_window", "lse"};
+                                 "score_aggregation_window", "lse", "new_token_positions"};
   for (auto [k, v] : tensors) {
     const std::string name = nb::cast<std::string>(k);
     bool known = false;
@@ -187,6 +187,7 @@ Params make_params(const nb::dict& tensors, const Scalars& s, Keep& keep) {
   p.scores = get("scores");
   p.score_aggregation_window = get("score_aggregation_window");
   p.lse = get("lse");
+  p.new_token_positions = get("new_token_positions");
   p.prefix_only = s.prefix_only;
   p.max_context_len = s.max_context_len ? *s.max_context_len : default_max_context_len(p);
   return p;

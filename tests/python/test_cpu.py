@@ -236,10 +236,10 @@ def test_merge_states_matches_numpy():
 
 @pytest.mark.parametrize("seed", range(BASE_SEED + 4000, BASE_SEED + 4008))
 def test_split_context_merges_to_the_whole_call(seed):
-    """Two shards of each sequence's cache: the first with prefix_only (nothing written), the second
-    with the rest and the new tokens; merged with merge_states they give the whole call's out and lse."""
+    """Two shards of each sequence's cache: the first with prefix_only (nothing written; windows and ALiBi
+    through new_token_positions), the second with the rest, the new tokens, the sinks and the tree mask;
+    merged with merge_states they give the whole call's out and lse."""
     case = ref.make_case(seed)
-    case.sliding_window, case.alibi_slopes, case.qq_bias, case.qq_bias_begins = 0, None, None, None
     case.scores, case.score_aggregation_window = None, None
     if case.key is None:
         pytest.skip("a case whose new rows are already in the cache")
@@ -263,8 +263,9 @@ def test_split_context_merges_to_the_whole_call(seed):
             begins.append(len(table))
         skw = dict(kw, **split_state, past_lens=np.array(past, np.int32), block_indices=np.array(table, np.int32),
                    block_indices_begins=np.array(begins, np.int32), out=None, max_context_len=None)
-        if first:
-            skw.update(key=None, value=None, sinks=None)
+        if first:  # the shard starts at position 0: the new tokens sit at past_lens in its positions
+            skw.update(key=None, value=None, sinks=None, qq_bias=None, qq_bias_begins=None,
+                       new_token_positions=np.array(case.past_lens, np.int32))
         lse = np.full((n, H), np.nan, np.float32)
         out = pagedattn.forward(**skw, lse=lse, prefix_only=first, backend="cpu")
         shards.append((out, lse))
