@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -198,6 +199,11 @@ TEST(Split, BadInputsAreNamed) {
   named([&] { forward(p, Options{Backend::cpu}); }, "new_token_positions");
   p.new_token_positions = host(pos.data(), DType::i32, {2});
   EXPECT_NO_THROW(validate(p));
+  if (c.T(0) > 0) {  // the new tokens' positions must fit int32
+    pos[0] = std::numeric_limits<int32_t>::max();
+    named([&] { forward(p, Options{Backend::cpu}); }, "new_token_positions");
+    pos[0] = c.past_lens[0] + 100;
+  }
   p.prefix_only = false;  // only with prefix_only
   p.key = c.params().key;
   p.value = c.params().value;

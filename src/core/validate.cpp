@@ -355,7 +355,8 @@ void validate(const Params& p) {
   int64_t sum_ctx = 0;
   for (int64_t s = 0; s < num_seqs; ++s) {
     ctx[s] = int64_t{past[s]} + (p.prefix_only ? 0 : int64_t{sb[s + 1]} - sb[s]);  // prefix_only: the cache only
-    if (qpos0[s] + (int64_t{sb[s + 1]} - sb[s]) > kInt32Max)
+    // (without new_token_positions, max_context_len >= past + T bounds the positions)
+    if (p.new_token_positions.present() && qpos0[s] + (int64_t{sb[s + 1]} - sb[s]) > kInt32Max)
       fail("new_token_positions", cat("the new tokens' positions must fit int32: sequence ", s, " ends at ",
                                       qpos0[s] + (int64_t{sb[s + 1]} - sb[s])));
     if (ctx[s] > p.max_context_len)
