@@ -223,6 +223,38 @@ TEST(Cuda, BadInputWritesNothing) {
   EXPECT_EQ(before.value_cache, c.value_cache);
 }
 
+// What the cpu backend runs and the cuda one does not yet: fp8 caches and new_token_positions. Both are
+// refused with UnsupportedError at plan time, before anything is written.
+TEST(Cuda, UnsupportedInputsWriteNothing) {
+  REQUIRE_GPU();
+  CaseConfig cfg = few_query_config();
+  cfg.p_write = 1.0;
+  cfg.kv_precisions = {KVPrecision::fp8};
+  Case c = make_random_case(base_seed() + 610000, cfg);
+  const Case before = c;
+  {
+    DeviceCase d(c);
+    EXPECT_THROW(forward(d.params(), {Backend::cuda}), UnsupportedError);
+    d.download();
+  }
+  EXPECT_EQ(before.out, c.out);
+  EXPECT_EQ(before.key_cache, c.key_cache);
+  cfg.kv_precisions = {KVPrecision::f16};
+  Case s = make_random_case(base_seed() + 610001, cfg);
+  const Case sb = s;
+  {
+    DeviceCase d(s);
+    Params p = d.params();
+    p.prefix_only = true;
+    p.key = p.value = p.sinks = p.qq_bias = p.qq_bias_begins = p.scores = p.score_aggregation_window = TensorView{};
+    std::vector<int32_t> pos(s.past_lens.begin(), s.past_lens.end());
+    p.new_token_positions = TensorView::contiguous(pos.data(), DType::i32, Device::cpu, {s.num_seqs});
+    EXPECT_THROW(forward(p, {Backend::cuda}), UnsupportedError);
+    d.download();
+  }
+  EXPECT_EQ(sb.out, s.out);
+}
+
 // The lse output (Params::lse): every case asks for it; decodes, verifies and prefill chunks, one and
 // several partitions (the merge kernel's rows), sinks; each row's lse against the oracle's (1e-4 of
 // max(1, |lse|)).
@@ -240,13 +272,13 @@ TEST(Cuda, LseRandom) {
 }
 
 // A context split in two on the cuda backend (Params::prefix_only for the first shard of every sequence,
-// cut at a random block boundary, empty shards included; the second holds the rest, the new tokens and
-// the sinks), each shard with lse; merged on the host with merge_states, against the whole call on the
+// cut at a random block boundary, empty shards included; the second holds the rest, the new tokens, the
+// sinks and the tree mask), each shard with lse; merged on the host with merge_states, against the whole call on the
 // GPU: out within the KV kind's tolerance, lse within 1e-4 of max(1, |lse|).
 TEST(Cuda, SplitContextMerges) {
   REQUIRE_GPU();
   CaseConfig cfg = few_query_config();
-  cfg.p_window = cfg.p_alibi = cfg.p_tree = cfg.p_scores = 0.0;
+  cfg.p_window = cfg.p_alibi = cfg.p_scores = 0.0;  // (windows and ALiBi across shards: cpu only so far)
   cfg.p_write = 1.0;
   cfg.query_dtypes = {DType::f32, DType::f16};
   const uint64_t seed = base_seed() + 4000000;
@@ -298,7 +330,7 @@ TEST(Cuda, SplitContextMerges) {
       p.lse = TensorView::contiguous(dlse, DType::f32, Device::cuda, {n, H});
       if (shard == 0) {
         p.prefix_only = true;
-        p.key = p.value = p.sinks = TensorView{};
+        p.key = p.value = p.sinks = p.qq_bias = p.qq_bias_begins = TensorView{};
       }
       forward(p, Options{Backend::cuda});
       outs[shard].resize(out_bytes);
