@@ -69,7 +69,7 @@ double f16_value(uint16_t b) { return num::f16_bits_to_f32(b); }  // checked exh
 
 double cache_value(const Case& c, const std::vector<uint8_t>& data, const std::vector<uint16_t>& scale,
                    const std::vector<uint16_t>& min, int64_t row, int d) {
-  const int64_t i = row * c.head_size + d;
+  const int64_t i = row * (&data == &c.value_cache ? c.Dv() : c.head_size) + d;
   switch (c.kv) {
     case KVPrecision::f16: {
       uint16_t b;
@@ -111,24 +111,24 @@ struct Dense {
 // Attention in double over dense K/V, with its own mask logic: the visible keys of query position i
 // are the range [first, i] (window), minus new tokens that are not ancestors in the tree.
 Dense dense_attention(const Case& c) {
-  const int H = c.num_heads, Hk = c.num_kv_heads, D = c.head_size, G = H / Hk;
+  const int H = c.num_heads, Hk = c.num_kv_heads, D = c.head_size, Dv = c.Dv(), G = H / Hk;
   const double scale = c.scale > 0 ? c.scale : 1.0 / std::sqrt(static_cast<double>(D));
   Dense r;
-  r.out.assign(static_cast<size_t>(c.num_tokens) * H * D, 0.0f);
+  r.out.assign(static_cast<size_t>(c.num_tokens) * H * Dv, 0.0f);
   for (int s = 0; s < c.num_seqs; ++s) {
     const int past = c.past_lens[s], T = c.T(s), n = c.ctx(s), tok0 = c.subsequence_begins[s];
-    // materialise K, V: [Hk][n][D]
-    std::vector<double> K(static_cast<size_t>(Hk) * n * D), V(K.size());
+    // materialise K: [Hk][n][D], V: [Hk][n][Dv]
+    std::vector<double> K(static_cast<size_t>(Hk) * n * D), V(static_cast<size_t>(Hk) * n * Dv);
     // (positions before the first new token's window: seen by no token, their blocks may be freed)
     const int lo = c.sliding_window > 0 ? std::max(0, past - c.sliding_window + 1) : 0;
     for (int kh = 0; kh < Hk; ++kh)
       for (int pos = lo; pos < n; ++pos) {
         const int64_t row = cache_row(c, s, pos, kh);
-        for (int d = 0; d < D; ++d) {
+        for (int d = 0; d < D; ++d)
           K[(static_cast<size_t>(kh) * n + pos) * D + d] = cache_value(c, c.key_cache, c.key_scale, c.key_min, row, d);
-          V[(static_cast<size_t>(kh) * n + pos) * D + d] =
+        for (int d = 0; d < Dv; ++d)
+          V[(static_cast<size_t>(kh) * n + pos) * Dv + d] =
               cache_value(c, c.value_cache, c.value_scale, c.value_min, row, d);
-        }
       }
     std::vector<double> seq_scores(n, 0.0);
     const int w = c.score_window.empty() ? 1 : c.score_window[s];  // scores: the last w new tokens
@@ -160,15 +160,15 @@ Dense dense_attention(const Case& c) {
         double z = c.sinks.empty() ? 0.0 : std::exp(c.sinks[h] - m);
         for (double l : logit) z += std::exp(l - m);
         const double lse = m + std::log(z);
-        std::vector<double> o(D, 0.0);
+        std::vector<double> o(Dv, 0.0);
         for (size_t k = 0; k < keys.size(); ++k) {
           const double p = std::exp(logit[k] - lse);
           if (scored) seq_scores[keys[k]] += p;
-          const double* vr = &V[(static_cast<size_t>(kh) * n + keys[k]) * D];
-          for (int d = 0; d < D; ++d) o[d] += p * vr[d];
+          const double* vr = &V[(static_cast<size_t>(kh) * n + keys[k]) * Dv];
+          for (int d = 0; d < Dv; ++d) o[d] += p * vr[d];
         }
-        for (int d = 0; d < D; ++d)
-          r.out[(static_cast<size_t>(tok0) + t) * H * D + static_cast<size_t>(h) * D + d] = static_cast<float>(o[d]);
+        for (int d = 0; d < Dv; ++d)
+          r.out[(static_cast<size_t>(tok0) + t) * H * Dv + static_cast<size_t>(h) * Dv + d] = static_cast<float>(o[d]);
       }
     }
     for (double v : seq_scores) r.scores.push_back(static_cast<float>(v));
@@ -201,7 +201,7 @@ uint16_t f16_bits_of(float x) {
 void check_written_row(const Case& c, const char* what, const std::vector<uint8_t>& data,
                        const std::vector<uint16_t>& scale, const std::vector<uint16_t>& min, int64_t row,
                        const std::vector<float>& x, const uint8_t* raw_input, int* failures) {
-  const int D = c.head_size;
+  const int D = static_cast<int>(x.size());  // the key or the value head size
   auto fail = [&](const std::string& msg) {
     if ((*failures)++ < 5) ADD_FAILURE() << c.describe() << "\n  " << what << " row " << row << ": " << msg;
   };
@@ -272,12 +272,12 @@ int check_write_kv(Case& c) {
   Params p = c.params();
   oracle::write_kv(p);
   int failures = 0;
-  const int Hk = c.num_kv_heads, D = c.head_size;
+  const int Hk = c.num_kv_heads, D = c.head_size, Dv = c.Dv();
   const int64_t rows = static_cast<int64_t>(c.num_blocks) * Hk * c.block_size;
   std::vector<char> written(rows, 0);
   if (c.write_kv) {
     const size_t qsz = dtype_size(c.qdtype);
-    std::vector<float> x(D);
+    std::vector<float> x(D), xv(Dv);
     for (int s = 0; s < c.num_seqs; ++s)
       for (int t = 0; t < c.T(s); ++t) {
         const int tok = c.subsequence_begins[s] + t;
@@ -287,19 +287,20 @@ int check_write_kv(Case& c) {
           const int64_t in0 = static_cast<int64_t>(tok) * Hk * D + static_cast<int64_t>(kh) * D;
           for (int d = 0; d < D; ++d) x[d] = pt::load_as_float(c.key.data(), c.qdtype, in0 + d);
           check_written_row(c, "key", c.key_cache, c.key_scale, c.key_min, row, x, &c.key[in0 * qsz], &failures);
-          for (int d = 0; d < D; ++d) x[d] = pt::load_as_float(c.value.data(), c.qdtype, in0 + d);
-          check_written_row(c, "value", c.value_cache, c.value_scale, c.value_min, row, x, &c.value[in0 * qsz],
+          const int64_t v0 = (static_cast<int64_t>(tok) * Hk + kh) * Dv;
+          for (int d = 0; d < Dv; ++d) xv[d] = pt::load_as_float(c.value.data(), c.qdtype, v0 + d);
+          check_written_row(c, "value", c.value_cache, c.value_scale, c.value_min, row, xv, &c.value[v0 * qsz],
                             &failures);
         }
       }
   }
   // nothing else changed, byte for byte
-  const size_t row_bytes = static_cast<size_t>(D) * (c.kv == KVPrecision::u8 || c.kv == KVPrecision::fp8 ? 1 : 2);
+  const size_t es = c.kv == KVPrecision::u8 || c.kv == KVPrecision::fp8 ? 1 : 2;
+  const size_t kbytes = static_cast<size_t>(D) * es, vbytes = static_cast<size_t>(Dv) * es;
   for (int64_t row = 0; row < rows; ++row) {
     if (written[row]) continue;
-    const size_t o = static_cast<size_t>(row) * row_bytes;
-    bool same = std::memcmp(&before.key_cache[o], &c.key_cache[o], row_bytes) == 0 &&
-                std::memcmp(&before.value_cache[o], &c.value_cache[o], row_bytes) == 0;
+    bool same = std::memcmp(&before.key_cache[row * kbytes], &c.key_cache[row * kbytes], kbytes) == 0 &&
+                std::memcmp(&before.value_cache[row * vbytes], &c.value_cache[row * vbytes], vbytes) == 0;
     if (c.kv == KVPrecision::u8)
       same = same && before.key_scale[row] == c.key_scale[row] && before.key_min[row] == c.key_min[row] &&
              before.value_scale[row] == c.value_scale[row] && before.value_min[row] == c.value_min[row];
@@ -403,6 +404,24 @@ TEST(Oracle, Fp8MatchesDenseReference) {
     }
     EXPECT_EQ(failing_cases, 0) << dtype_name(qt);
   }
+}
+
+// A value head size Dv other than the key head size D (DeepSeek-style: values narrower than keys): the
+// oracle against the dense reference, every KV precision, the write-in of both row sizes.
+TEST(Oracle, ValueHeadSizeDiffersFromKeyHeadSize) {
+  int failing_cases = 0, drawn = 0;
+  for (int k = 0; k < num_cases(500) / 5 && failing_cases < 5; ++k) {
+    CaseConfig cfg = sweep_config(k);
+    cfg.head_sizes = {64, 128, 192};
+    cfg.value_head_sizes = {16, 48, 64, 128};
+    cfg.p_value_head_size = 1.0;
+    cfg.kv_precisions = {KVPrecision::f16, KVPrecision::bf16, KVPrecision::u8, KVPrecision::fp8};
+    Case c = pt::make_random_case(base_seed() + 400000 + k, cfg);
+    drawn += c.Dv() != c.head_size;
+    if (check_case(c, 1e-5, /*l2=*/true) > 0) ++failing_cases;
+  }
+  EXPECT_EQ(failing_cases, 0);
+  EXPECT_GT(drawn, 0);
 }
 
 // Without sinks each (token, head) row of weights sums to 1: sequence s's scores sum to H times the

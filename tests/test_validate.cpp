@@ -562,6 +562,33 @@ TEST(Validate, U8CacheNeedsFourF16Params) {
   }
 }
 
+TEST(Validate, ValueHeadSizeMayDifferOnlyInDimension3) {
+  pt::CaseConfig cfg = full_cfg(KVPrecision::f16);
+  cfg.head_sizes = {128};
+  cfg.value_head_sizes = {64};
+  cfg.p_value_head_size = 1.0;
+  cfg.p_write = 1.0;
+  pt::Case c = draw(cfg);
+  ASSERT_EQ(c.Dv(), 64);
+  EXPECT_NO_THROW(pagedattn::validate(c.params()));
+  const int64_t N = c.num_tokens, H = c.num_heads, Hk = c.num_kv_heads;
+  {
+    Params p = c.params();
+    p.cache.value = reshape(p.cache.value, {c.num_blocks, Hk, c.block_size / 2, 2 * 64});
+    expect_rejected(c, p, "value_cache", {"in dimensions 0-2", "key_cache's"});
+  }
+  {
+    Params p = c.params();
+    p.value = reshape(p.value, {N, Hk * 128});  // as if Dv were D
+    expect_rejected(c, p, "value", {"Hk*Dv", str(Hk * 64), str(Hk * 128)});
+  }
+  {
+    Params p = c.params();
+    p.out = reshape(p.out, {N / 1, H * 64 / 2});
+    expect_rejected(c, p, "out", {"H*Dv", str(H * 64)});
+  }
+}
+
 TEST(Validate, Fp8CacheNeedsF32ScalesPerHeadOrOne) {
   pt::Case c = draw(full_cfg(KVPrecision::fp8));
   const int64_t Hk = c.num_kv_heads;

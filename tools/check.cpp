@@ -94,6 +94,10 @@ testing::CaseConfig make_check_config(const CheckOptions& opt) {
   if (!opt.groups.empty()) cfg.group_sizes = opt.groups;
   if (!opt.kv_heads.empty()) cfg.kv_heads = opt.kv_heads;
   if (!opt.head_sizes.empty()) cfg.head_sizes = opt.head_sizes;
+  if (!opt.value_head_sizes.empty()) {
+    cfg.value_head_sizes = opt.value_head_sizes;
+    cfg.p_value_head_size = 0.5;
+  }
   if (!opt.block_sizes.empty()) cfg.block_sizes = opt.block_sizes;
   if (opt.p_tree >= 0) cfg.p_tree = opt.p_tree;
   if (opt.p_window >= 0) cfg.p_window = opt.p_window;
@@ -193,7 +197,7 @@ CacheCheck check_cache(const testing::Case& got, const testing::Case& ref) {
       }
     }
   }
-  if (got.write_kv) r.u8_written = static_cast<int64_t>(got.num_tokens) * got.num_kv_heads * got.head_size * 2;
+  if (got.write_kv) r.u8_written = static_cast<int64_t>(got.num_tokens) * got.num_kv_heads * (got.head_size + got.Dv());
   if (max_diff > 1) {
     r.ok = false;
     r.msg += (r.msg.empty() ? "" : "; ") + std::string("u8 codes differ from the oracle by up to ") +

@@ -113,6 +113,8 @@ int main(int argc, char** argv) {
   check->add_option("--group", copt.groups, "GQA group sizes G = H / Hk drawn from")->delimiter(',');
   check->add_option("--kv-heads", copt.kv_heads, "kv head counts drawn from")->delimiter(',');
   check->add_option("--head-size", copt.head_sizes, "head sizes drawn from")->delimiter(',');
+  check->add_option("--value-head-size", copt.value_head_sizes,
+                    "value head sizes Dv: half the cases draw one (<= D), the rest Dv = D")->delimiter(',');
   check->add_option("--block-size", copt.block_sizes, "block sizes drawn from")->delimiter(',');
   check->add_option("--p-tree", copt.p_tree, "probability of a tree mask (qq_bias)");
   check->add_option("--p-window", copt.p_window, "probability of a sliding window");

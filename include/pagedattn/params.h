@@ -53,7 +53,9 @@ const char* kv_precision_name(KVPrecision p);
 /// must be finite and > 0 (the op does not read the scales to check them: they may live on the device).
 struct KVCache {
   TensorView key;               // (dev) [num_blocks, Hk, block_size, D]  f16 | bf16 | u8 | f8e4m3
-  TensorView value;             // (dev) [num_blocks, Hk, block_size, D]  same dtype as key
+  TensorView value;             // (dev) [num_blocks, Hk, block_size, Dv] same dtype as key; the value
+                                //       head size Dv may differ from the key head size D (DeepSeek-style
+                                //       attention: D = 192, Dv = 128; cpu backend only so far)
   TensorView key_scale;         // (dev) u8: [num_blocks, Hk, block_size] f16; fp8: [Hk] or [1] f32;
                                 //       else absent
   TensorView key_min;           // (dev) [num_blocks, Hk, block_size] f16 row minimum; u8 only, else absent
@@ -64,7 +66,8 @@ struct KVCache {
   int64_t num_blocks() const { return key.shape[0]; }
   int64_t num_kv_heads() const { return key.shape[1]; }
   int64_t block_size() const { return key.shape[2]; }
-  int64_t head_size() const { return key.shape[3]; }
+  int64_t head_size() const { return key.shape[3]; }          // D: queries and keys
+  int64_t value_head_size() const { return value.shape[3]; }  // Dv: values and the output
 };
 
 /// Every input and output of one call of the op.

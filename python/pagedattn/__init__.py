@@ -95,20 +95,21 @@ def _to_host(x: Any, name: str) -> Any:
     return x
 
 
-def _empty_like(query: Any) -> Any:
-    """A new array of query's framework, shape, dtype and device (for `out`)."""
+def _empty_like(query: Any, shape: Any = None) -> Any:
+    """A new array of query's framework, dtype and device, of query's shape or `shape` (for `out`)."""
     fw = _framework(query)
+    shape = tuple(query.shape) if shape is None else tuple(shape)
     if fw == "numpy":
-        return _np.empty(query.shape, dtype=query.dtype)
+        return _np.empty(shape, dtype=query.dtype)
     if fw == "torch":
         import torch
 
-        return torch.empty(query.shape, dtype=query.dtype, device=query.device)
+        return torch.empty(shape, dtype=query.dtype, device=query.device)
     if fw == "cupy":
         import cupy
 
         with cupy.cuda.Device(query.device.id):
-            return cupy.empty(query.shape, dtype=query.dtype)
+            return cupy.empty(shape, dtype=query.dtype)
     raise ValidationError.of("out", "is required when query is not a NumPy, PyTorch or CuPy array "
                                     f"(got {type(query).__name__})")
 
@@ -192,7 +193,7 @@ def _opt_int(x: Any) -> Optional[int]:
     return None if x is None else int(x)
 
 
-def _prepare(tensors: Dict[str, Any], backend: str, stream: Any):
+def _prepare(tensors: Dict[str, Any], backend: str, stream: Any, num_heads: int):
     """Allocates out, moves metadata to the host; returns (tensors, backend, stream pointer)."""
     query = tensors["query"]
     backend = _resolve_backend(backend, query)
@@ -202,7 +203,11 @@ def _prepare(tensors: Dict[str, Any], backend: str, stream: Any):
         if isinstance(tensors[name], (int, float)) and not isinstance(tensors[name], bool):
             tensors[name] = _scale_array(tensors[name], tensors["key_cache"], name)
     if tensors["out"] is None and query is not None:
-        tensors["out"] = _empty_like(query)
+        # [num_tokens, H*Dv]: the value head size Dv (value_cache's last dimension) may differ from D
+        vc = tensors["value_cache"]
+        dv = int(vc.shape[-1]) if vc is not None and len(getattr(vc, "shape", ())) == 4 else None
+        shape = None if dv is None or len(query.shape) != 2 else (query.shape[0], int(num_heads) * dv)
+        tensors["out"] = _empty_like(query, shape)
     return tensors, backend, _stream_ptr(stream, query, backend)
 
 
@@ -289,7 +294,7 @@ def forward(*, query: Any, key: Any = None, value: Any = None, key_cache: Any, v
             stream: Any = None, programmatic_launch: bool = True, num_threads: int = 0,
             cpu_reference: bool = False, prefix_only: bool = False) -> Any:
     tensors = _tensor_args(locals())
-    tensors, backend, stream_ptr = _prepare(tensors, backend, stream)
+    tensors, backend, stream_ptr = _prepare(tensors, backend, stream, num_heads)
     with _device_guard(query):
         _C.forward(tensors, int(num_heads), _opt_float(scale), int(sliding_window), _opt_int(max_context_len), backend,
                    bool(deterministic), int(partition_tokens), stream_ptr, bool(programmatic_launch),
@@ -399,7 +404,7 @@ def plan(*, query: Any, key: Any = None, value: Any = None, key_cache: Any, valu
          stream: Any = None, programmatic_launch: bool = True, num_threads: int = 0,
          cpu_reference: bool = False, prefix_only: bool = False) -> Plan:
     tensors = _tensor_args(locals())
-    tensors, backend, stream_ptr = _prepare(tensors, backend, stream)
+    tensors, backend, stream_ptr = _prepare(tensors, backend, stream, num_heads)
     with _device_guard(query):
         native = _C.plan(tensors, int(num_heads), _opt_float(scale), int(sliding_window), _opt_int(max_context_len), backend,
                          bool(deterministic), int(partition_tokens), stream_ptr, bool(programmatic_launch),

@@ -129,7 +129,8 @@ def forward(
     int32 (CPU) or None. See pagedattn.forward.
     """
     if out is None:
-        out = torch.empty_like(query, memory_format=torch.contiguous_format)
+        # [num_tokens, H*Dv]: the value head size (value_cache's last dimension) may differ from the key's
+        out = torch.empty((query.shape[0], num_heads * value_cache.shape[-1]), dtype=query.dtype, device=query.device)
     torch.ops.pagedattn.forward(query, key, value, key_cache, value_cache, key_scale, key_min, value_scale,
                                 value_min, past_lens, subsequence_begins, block_indices,
                                 block_indices_begins, out, scores, lse, alibi_slopes, sinks, qq_bias,

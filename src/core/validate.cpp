@@ -159,21 +159,23 @@ void validate(const Params& p) {
   if (c.key.dtype != DType::f16 && c.key.dtype != DType::bf16 && c.key.dtype != DType::u8 &&
       c.key.dtype != DType::f8e4m3)
     fail("key_cache", cat("dtype must be f16, bf16, u8 or f8e4m3, got ", dtype_name(c.key.dtype)));
-  require_present(c.value, "value_cache", "same shape and dtype as key_cache");
-  require_ndim(c.value, "value_cache", 4, "[num_blocks, Hk, block_size, D]");
+  require_present(c.value, "value_cache", "key_cache's shape but for the value head size Dv, its dtype");
+  require_ndim(c.value, "value_cache", 4, "[num_blocks, Hk, block_size, Dv]");
   if (c.value.dtype != c.key.dtype)
     fail("value_cache", cat("dtype must equal key_cache's (", dtype_name(c.key.dtype), "), got ",
                             dtype_name(c.value.dtype)));
-  for (int i = 0; i < 4; ++i)
+  for (int i = 0; i < 3; ++i)
     if (c.value.shape[i] != c.key.shape[i])
-      fail("value_cache", cat("shape must equal key_cache's ", shape_of(c.key), ", got ", shape_of(c.value)));
+      fail("value_cache", cat("shape must equal key_cache's ", shape_of(c.key), " in dimensions 0-2 (the value head "
+                              "size may differ), got ", shape_of(c.value)));
   const int64_t num_blocks = c.key.shape[0], Hk = c.key.shape[1], block_size = c.key.shape[2],
-                D = c.key.shape[3];
+                D = c.key.shape[3], Dv = c.value.shape[3];
   if (num_blocks > kInt32Max)
     fail("key_cache", cat("num_blocks (dimension 0) must fit int32 (block ids are i32), got ", num_blocks));
   if (Hk <= 0) fail("key_cache", cat("number of kv heads (dimension 1) must be > 0, got ", Hk));
   if (block_size <= 0) fail("key_cache", cat("block_size (dimension 2) must be > 0, got ", block_size));
   if (D <= 0) fail("key_cache", cat("head size D (dimension 3) must be > 0, got ", D));
+  if (Dv <= 0) fail("value_cache", cat("value head size Dv (dimension 3) must be > 0, got ", Dv));
 
   // u8 params: all four present as [num_blocks, Hk, block_size] f16; fp8: the two scales as [Hk] or [1]
   // f32 and no minima; absent for f16/bf16 caches
@@ -216,6 +218,9 @@ void validate(const Params& p) {
   if (H * D > kInt32Max)
     fail("num_heads", cat("H*D = ", H * D, " (num_heads ", H, " x head size ", D, ") must fit int32 (<= ", kInt32Max, ")"));
   require_dim(p.query, "query", 1, H * D, cat("H*D (num_heads ", H, " x head size ", D, ")"));
+  if (H * Dv > kInt32Max)
+    fail("num_heads", cat("H*Dv = ", H * Dv, " (num_heads ", H, " x value head size ", Dv, ") must fit int32 (<= ",
+                          kInt32Max, ")"));
 
   // key / value: both or neither, [num_tokens, Hk*D] in query's dtype
   if (p.key.present() != p.value.present()) {
@@ -226,22 +231,25 @@ void validate(const Params& p) {
     const TensorView* kv[2] = {&p.key, &p.value};
     const char* names[2] = {"key", "value"};
     for (int k = 0; k < 2; ++k) {
-      require_ndim(*kv[k], names[k], 2, "[num_tokens, Hk*D]");
+      require_ndim(*kv[k], names[k], 2, k == 0 ? "[num_tokens, Hk*D]" : "[num_tokens, Hk*Dv]");
       if (kv[k]->dtype != p.query.dtype)
         fail(names[k], cat("dtype must equal query's (", dtype_name(p.query.dtype), "), got ",
                            dtype_name(kv[k]->dtype)));
       require_dim(*kv[k], names[k], 0, num_tokens, "num_tokens (query's dimension 0)");
-      require_dim(*kv[k], names[k], 1, Hk * D, cat("Hk*D (kv heads ", Hk, " x head size ", D, ")"));
+      const int64_t d = k == 0 ? D : Dv;
+      require_dim(*kv[k], names[k], 1, Hk * d,
+                  cat(k == 0 ? "Hk*D (kv heads " : "Hk*Dv (kv heads ", Hk, k == 0 ? " x head size " : " x value head size ",
+                      d, ")"));
     }
   }
 
-  // out: like query
-  require_present(p.out, "out", "same shape and dtype as query");
-  require_ndim(p.out, "out", 2, "[num_tokens, H*D]");
+  // out: query's dtype, [num_tokens, H*Dv]
+  require_present(p.out, "out", "[num_tokens, H*Dv] in query's dtype");
+  require_ndim(p.out, "out", 2, "[num_tokens, H*Dv]");
   if (p.out.dtype != p.query.dtype)
     fail("out", cat("dtype must equal query's (", dtype_name(p.query.dtype), "), got ", dtype_name(p.out.dtype)));
   require_dim(p.out, "out", 0, num_tokens, "num_tokens (query's dimension 0)");
-  require_dim(p.out, "out", 1, H * D, "H*D (query's dimension 1)");
+  require_dim(p.out, "out", 1, H * Dv, cat("H*Dv (num_heads ", H, " x value head size ", Dv, ")"));
 
   // alibi_slopes, sinks: [H] f32 or absent
   if (p.alibi_slopes.present()) {

@@ -83,6 +83,7 @@ class CpuPlan final : public PlanImpl {
     Hk_ = static_cast<int>(p.cache.num_kv_heads());
     G_ = H_ / Hk_;
     D_ = static_cast<int>(p.cache.head_size());
+    Dv_ = static_cast<int>(p.cache.value_head_size());
     const int32_t* past = p.past_lens.ptr<const int32_t>();
     const int32_t* sb = p.subsequence_begins.ptr<const int32_t>();
     past_.assign(past, past + num_seqs_);
@@ -146,11 +147,13 @@ class CpuPlan final : public PlanImpl {
         for (int j0 = 0; j0 < ctx; j0 += kTile) score_tiles_.emplace_back(s, j0);
       }
     }
-    partials_.assign(static_cast<size_t>(slots) * kMaxRows * (D_ + 2), 0.0f);
+    partials_.assign(static_cast<size_t>(slots) * kMaxRows * (Dv_ + 2), 0.0f);
     row_stats_.assign(static_cast<size_t>(begins_[num_seqs_]) * H_ * 2, 0.0f);
     // per-thread scratch: Q rows, K and V tiles, S/P, O, row state
-    scratch_stride_ = static_cast<size_t>(kMaxRows) * D_ + 2 * kTile * D_ + 2 * kMaxRows * kTile +
-                      static_cast<size_t>(kMaxRows) * D_ + 3 * kMaxRows + kTile * D_;
+    // (the V tile's room holds the scores pass's query row too: max(D, Dv) wide)
+    const size_t dmax = static_cast<size_t>(std::max(D_, Dv_));
+    scratch_stride_ = static_cast<size_t>(kMaxRows) * D_ + kTile * D_ + kTile * dmax + 2 * kMaxRows * kTile +
+                      static_cast<size_t>(kMaxRows) * dmax + 3 * kMaxRows + kTile * dmax;
     scratch_.assign(scratch_stride_ * threads_, 0.0f);
   }
 
@@ -228,26 +231,27 @@ class CpuPlan final : public PlanImpl {
       for (int which = 0; which < 2; ++which) {
         const TensorView& src = which ? p.value : p.key;
         const TensorView& dst = which ? p.cache.value : p.cache.key;
-        const int64_t base = (static_cast<int64_t>(tok) * Hk_ + hk) * D_;
+        const int dd = which ? Dv_ : D_;  // the value head size may differ
+        const int64_t base = (static_cast<int64_t>(tok) * Hk_ + hk) * dd;
         if (kv == KVPrecision::u8) {
           float mn = load_f(src, base), mx = mn;
-          for (int d = 1; d < D_; ++d) {
+          for (int d = 1; d < dd; ++d) {
             const float x = load_f(src, base + d);
             mn = std::fmin(mn, x);
             mx = std::fmax(mx, x);
           }
           const num::U8Params qp = num::u8_params(mn, mx);
-          uint8_t* codes = dst.ptr<uint8_t>() + row * D_;
-          for (int d = 0; d < D_; ++d) codes[d] = num::u8_quantize(load_f(src, base + d), qp);
+          uint8_t* codes = dst.ptr<uint8_t>() + row * dd;
+          for (int d = 0; d < dd; ++d) codes[d] = num::u8_quantize(load_f(src, base + d), qp);
           (which ? p.cache.value_scale : p.cache.key_scale).ptr<uint16_t>()[row] = qp.scale_bits;
           (which ? p.cache.value_min : p.cache.key_min).ptr<uint16_t>()[row] = qp.min_bits;
         } else if (kv == KVPrecision::fp8) {
           const float sc = fp8_scale(which ? p.cache.value_scale : p.cache.key_scale, hk);
-          uint8_t* codes = dst.ptr<uint8_t>() + row * D_;
-          for (int d = 0; d < D_; ++d) codes[d] = num::f32_to_e4m3_bits(load_f(src, base + d) / sc);
+          uint8_t* codes = dst.ptr<uint8_t>() + row * dd;
+          for (int d = 0; d < dd; ++d) codes[d] = num::f32_to_e4m3_bits(load_f(src, base + d) / sc);
         } else {
-          uint16_t* out = dst.ptr<uint16_t>() + row * D_;
-          for (int d = 0; d < D_; ++d) {
+          uint16_t* out = dst.ptr<uint16_t>() + row * dd;
+          for (int d = 0; d < dd; ++d) {
             const float x = load_f(src, base + d);
             out[d] = kv == KVPrecision::f16 ? num::f32_to_f16_bits(x) : num::f32_to_bf16_bits(x);
           }
@@ -269,7 +273,7 @@ class CpuPlan final : public PlanImpl {
                             : kv == KVPrecision::bf16 ? cpu::RowType::bf16
                             : kv == KVPrecision::fp8  ? cpu::RowType::fp8
                                                       : cpu::RowType::u8;
-    const int64_t esize = dtype_size(data.dtype);
+    const int64_t esize = dtype_size(data.dtype), dd = value ? Dv_ : D_;
     const float fp8_sc = kv == KVPrecision::fp8 ? fp8_scale(value ? p.cache.value_scale : p.cache.key_scale, hk) : 0.0f;
     for (int k = 0; k < n; ++k) {
       if (k < pf_n) prefetch_tile(p, s, hk, pf_j0 + k, 1, pf_which);
@@ -279,7 +283,7 @@ class CpuPlan final : public PlanImpl {
         sc = num::f16_bits_to_f32((value ? p.cache.value_scale : p.cache.key_scale).ptr<const uint16_t>()[row]);
         mn = num::f16_bits_to_f32((value ? p.cache.value_min : p.cache.key_min).ptr<const uint16_t>()[row]);
       }
-      cpu::load_row(dst + static_cast<int64_t>(k) * D_, static_cast<const char*>(data.data) + row * D_ * esize, rt, D_,
+      cpu::load_row(dst + static_cast<int64_t>(k) * dd, static_cast<const char*>(data.data) + row * dd * esize, rt, dd,
                     sc, mn);
     }
   }
@@ -288,13 +292,13 @@ class CpuPlan final : public PlanImpl {
   // rows are in flight while the current one is computed (block transitions defeat the hardware
   // prefetcher).
   void prefetch_tile(const Params& p, int s, int hk, int j0, int n, int which) const {
-    const int64_t bytes = D_ * static_cast<int64_t>(dtype_size(p.cache.key.dtype));
+    const int64_t es = static_cast<int64_t>(dtype_size(p.cache.key.dtype)), kbytes = D_ * es, vbytes = Dv_ * es;
     for (int k = 0; k < n; ++k) {
-      const int64_t off = cache_row(p, s, j0 + k, hk) * bytes;
-      for (int64_t b = 0; b < bytes; b += 64) {
-        if (which & 1) __builtin_prefetch(static_cast<const char*>(p.cache.key.data) + off + b);
-        if (which & 2) __builtin_prefetch(static_cast<const char*>(p.cache.value.data) + off + b);
-      }
+      const int64_t row = cache_row(p, s, j0 + k, hk);
+      if (which & 1)
+        for (int64_t b = 0; b < kbytes; b += 64) __builtin_prefetch(static_cast<const char*>(p.cache.key.data) + row * kbytes + b);
+      if (which & 2)
+        for (int64_t b = 0; b < vbytes; b += 64) __builtin_prefetch(static_cast<const char*>(p.cache.value.data) + row * vbytes + b);
     }
   }
 
@@ -302,12 +306,13 @@ class CpuPlan final : public PlanImpl {
     const Chunk& c = chunks_[it.chunk];
     const int s = c.seq, past = past_[s], T = begins_[s + 1] - begins_[s], qbase = qpos0_[s];
     const int rows = c.nt * G_;
+    const size_t dmax = static_cast<size_t>(std::max(D_, Dv_));
     float* q = scr;                                 // [rows][D]
     float* kt = q + static_cast<size_t>(kMaxRows) * D_;   // [kTile][D]
-    float* vt = kt + kTile * D_;                    // [kTile][D]
-    float* sc = vt + kTile * D_;                    // [rows][kTile] scores, then P
-    float* o = sc + 2 * kMaxRows * kTile;           // [rows][D]
-    float* m = o + static_cast<size_t>(kMaxRows) * D_;   // [rows]
+    float* vt = kt + kTile * D_;                    // [kTile][Dv]
+    float* sc = vt + kTile * dmax;                  // [rows][kTile] scores, then P
+    float* o = sc + 2 * kMaxRows * kTile;           // [rows][Dv]
+    float* m = o + static_cast<size_t>(kMaxRows) * dmax;   // [rows]
     float* l = m + kMaxRows;
     // query rows: row r = token t0 + r / G, head hk * G + r % G; scaled to log2 units
     const float qs = scale * kLog2e;
@@ -321,7 +326,7 @@ class CpuPlan final : public PlanImpl {
     // invariant (Options::deterministic): rows padded to a multiple of 4 through the S and P V kernels
     const int rows_k = invariant_ ? (rows + 3) / 4 * 4 : rows;
     std::fill(q + static_cast<size_t>(rows) * D_, q + static_cast<size_t>(rows_k) * D_, 0.0f);
-    std::fill(o, o + static_cast<size_t>(rows_k) * D_, 0.0f);
+    std::fill(o, o + static_cast<size_t>(rows_k) * Dv_, 0.0f);
     const float* alibi = p.alibi_slopes.present() ? p.alibi_slopes.ptr<const float>() : nullptr;
     const uint8_t* qq = p.qq_bias.present() ? p.qq_bias.ptr<const uint8_t>() + p.qq_bias_begins.ptr<const int32_t>()[s] : nullptr;
     // Tiles of kTile keys from the item's first key; invariant: on the absolute kTile grid and always
@@ -331,9 +336,10 @@ class CpuPlan final : public PlanImpl {
       const int n = invariant_ ? kTile : b - j0;
       const int pf_n = b < it.ke ? std::min(kTile, it.ke - b) : 0;  // the next tile's keys
       auto load = [&](bool value, float* dst, int which) {
-        if (a > j0) std::fill(dst, dst + static_cast<size_t>(a - j0) * D_, 0.0f);
-        load_tile(p, s, it.hk, a, b - a, value, dst + static_cast<size_t>(a - j0) * D_, b, pf_n, which);
-        if (j0 + n > b) std::fill(dst + static_cast<size_t>(b - j0) * D_, dst + static_cast<size_t>(n) * D_, 0.0f);
+        const size_t dd = static_cast<size_t>(value ? Dv_ : D_);
+        if (a > j0) std::fill(dst, dst + static_cast<size_t>(a - j0) * dd, 0.0f);
+        load_tile(p, s, it.hk, a, b - a, value, dst + static_cast<size_t>(a - j0) * dd, b, pf_n, which);
+        if (j0 + n > b) std::fill(dst + static_cast<size_t>(b - j0) * dd, dst + static_cast<size_t>(n) * dd, 0.0f);
       };
       load(false, kt, 1);
       cpu::scores(sc, kTile, q, rows_k, kt, n, D_);
@@ -369,7 +375,7 @@ class CpuPlan final : public PlanImpl {
         const float m_new = std::max(m[r], mx);
         if (m_new != m[r]) {
           const float a = m[r] == -INFINITY ? 0.0f : std::exp2(m[r] - m_new);
-          cpu::scale_row(o + static_cast<size_t>(r) * D_, a, D_);
+          cpu::scale_row(o + static_cast<size_t>(r) * Dv_, a, Dv_);
           l[r] *= a;
           m[r] = m_new;
         }
@@ -377,18 +383,18 @@ class CpuPlan final : public PlanImpl {
       }
       if (!any) continue;
       load(true, vt, 2);
-      cpu::accumulate(o, sc, kTile, rows_k, vt, n, D_);
+      cpu::accumulate(o, sc, kTile, rows_k, vt, n, Dv_);
     }
     if (c.parts > 1) {  // partial: (m, l, O) per row
-      float* dst = partials_.data() + static_cast<size_t>(c.slot + it.hk * c.parts + it.p) * kMaxRows * (D_ + 2);
+      float* dst = partials_.data() + static_cast<size_t>(c.slot + it.hk * c.parts + it.p) * kMaxRows * (Dv_ + 2);
       for (int r = 0; r < rows; ++r) {
-        float* pr = dst + static_cast<size_t>(r) * (D_ + 2);
+        float* pr = dst + static_cast<size_t>(r) * (Dv_ + 2);
         pr[0] = m[r];
         pr[1] = l[r];
-        std::memcpy(pr + 2, o + static_cast<size_t>(r) * D_, sizeof(float) * D_);
+        std::memcpy(pr + 2, o + static_cast<size_t>(r) * Dv_, sizeof(float) * Dv_);
       }
     } else {
-      for (int r = 0; r < rows; ++r) finish_row(p, c, it.hk, r, m[r], l[r], o + static_cast<size_t>(r) * D_);
+      for (int r = 0; r < rows; ++r) finish_row(p, c, it.hk, r, m[r], l[r], o + static_cast<size_t>(r) * Dv_);
     }
   }
 
@@ -402,12 +408,12 @@ class CpuPlan final : public PlanImpl {
       const float mn = std::max(m, sink);
       const float a = m == -INFINITY ? 0.0f : std::exp2(m - mn);
       l = l * a + std::exp2(sink - mn);
-      cpu::scale_row(o, a, D_);
+      cpu::scale_row(o, a, Dv_);
       m = mn;
     }
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    const int64_t base = tok * H_ * D_ + static_cast<int64_t>(h) * D_;
-    for (int d = 0; d < D_; ++d) store_f(p.out, base + d, o[d] * inv);
+    const int64_t base = tok * H_ * Dv_ + static_cast<int64_t>(h) * Dv_;
+    for (int d = 0; d < Dv_; ++d) store_f(p.out, base + d, o[d] * inv);
     if (p.lse.present())
       p.lse.ptr<float>()[tok * H_ + h] = l > 0.0f ? (m + std::log2(l)) * kLn2 : -INFINITY;
     row_stats_[static_cast<size_t>(tok * H_ + h) * 2] = m;
@@ -421,19 +427,19 @@ class CpuPlan final : public PlanImpl {
     for (int idx = 0; idx < n; ++idx) {
       const Chunk& c = chunks_[split_[idx / Hk_]];
       const int hk = idx % Hk_;
-      float* o = thread_scratch();  // D floats
-      const float* base = partials_.data() + static_cast<size_t>(c.slot + hk * c.parts) * kMaxRows * (D_ + 2);
+      float* o = thread_scratch();  // Dv floats
+      const float* base = partials_.data() + static_cast<size_t>(c.slot + hk * c.parts) * kMaxRows * (Dv_ + 2);
       for (int r = 0; r < c.nt * G_; ++r) {
         float M = -INFINITY;
-        for (int q = 0; q < c.parts; ++q) M = std::max(M, base[(static_cast<size_t>(q) * kMaxRows + r) * (D_ + 2)]);
+        for (int q = 0; q < c.parts; ++q) M = std::max(M, base[(static_cast<size_t>(q) * kMaxRows + r) * (Dv_ + 2)]);
         float L = 0.0f;
-        std::fill(o, o + D_, 0.0f);
+        std::fill(o, o + Dv_, 0.0f);
         for (int q = 0; q < c.parts; ++q) {
-          const float* pr = base + (static_cast<size_t>(q) * kMaxRows + r) * (D_ + 2);
+          const float* pr = base + (static_cast<size_t>(q) * kMaxRows + r) * (Dv_ + 2);
           if (pr[0] == -INFINITY) continue;
           const float a = std::exp2(pr[0] - M);
           L += pr[1] * a;
-          for (int d = 0; d < D_; ++d) o[d] += pr[2 + d] * a;
+          for (int d = 0; d < Dv_; ++d) o[d] += pr[2 + d] * a;
         }
         finish_row(p, c, hk, r, M, L, o);
       }
@@ -494,7 +500,7 @@ class CpuPlan final : public PlanImpl {
   Params planned_;
   bool reference_ = false;
   bool invariant_ = false;  // Options::deterministic: see kInvariantPart
-  int threads_ = 1, num_seqs_ = 0, H_ = 0, Hk_ = 0, G_ = 1, D_ = 0;
+  int threads_ = 1, num_seqs_ = 0, H_ = 0, Hk_ = 0, G_ = 1, D_ = 0, Dv_ = 0;  // D: queries, keys; Dv: values, out
   std::vector<int32_t> past_, begins_;
   std::vector<int32_t> qpos0_;  // each sequence's first new token's position (past_len, or new_token_positions)
   std::vector<Chunk> chunks_;

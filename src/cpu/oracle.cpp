@@ -50,7 +50,7 @@ void store(const TensorView& v, int64_t off, float x) {
 int32_t load_i32(const TensorView& v, int64_t i) { return v.ptr<const int32_t>()[offset(v, i)]; }
 
 struct Layout {
-  int num_seqs, H, Hk, G, D, block_size;
+  int num_seqs, H, Hk, G, D, Dv, block_size;  // D: queries and keys; Dv: values and out
   KVPrecision kv;
 };
 
@@ -61,6 +61,7 @@ Layout layout_of(const Params& p) {
   L.Hk = static_cast<int>(p.cache.num_kv_heads());
   L.G = L.H / L.Hk;
   L.D = static_cast<int>(p.cache.head_size());
+  L.Dv = static_cast<int>(p.cache.value_head_size());
   L.block_size = static_cast<int>(p.cache.block_size());
   L.kv = p.cache.precision();
   return L;
@@ -133,7 +134,7 @@ void write_kv(const Params& p) {
   if (!p.key.present()) return;
   const Layout L = layout_of(p);
   const KVCache& c = p.cache;
-  std::vector<float> row(L.D);
+  std::vector<float> row(L.D), vrow(L.Dv);
   for (int s = 0; s < L.num_seqs; ++s) {
     const int past = load_i32(p.past_lens, s);
     const int tok0 = load_i32(p.subsequence_begins, s);
@@ -143,8 +144,8 @@ void write_kv(const Params& p) {
       for (int kh = 0; kh < L.Hk; ++kh) {
         for (int d = 0; d < L.D; ++d) row[d] = load(p.key, offset(p.key, tok0 + t, kh * L.D + d));
         write_row(c.key, c.key_scale, c.key_min, L.kv, at, kh, row);
-        for (int d = 0; d < L.D; ++d) row[d] = load(p.value, offset(p.value, tok0 + t, kh * L.D + d));
-        write_row(c.value, c.value_scale, c.value_min, L.kv, at, kh, row);
+        for (int d = 0; d < L.Dv; ++d) vrow[d] = load(p.value, offset(p.value, tok0 + t, kh * L.Dv + d));
+        write_row(c.value, c.value_scale, c.value_min, L.kv, at, kh, vrow);
       }
     }
   }
@@ -168,21 +169,21 @@ void attention(const Params& p) {
     // Gather this sequence's keys and values through the block table: [Hk][ctx][D] as float. Keys
     // before the first new token's sliding window are seen by no token: their blocks are not read
     // (their table entries may hold anything, params.h).
-    std::vector<float> K(static_cast<size_t>(L.Hk) * ctx * L.D), V(K.size());
+    std::vector<float> K(static_cast<size_t>(L.Hk) * ctx * L.D), V(static_cast<size_t>(L.Hk) * ctx * L.Dv);
     const int lo = p.sliding_window > 0 ? static_cast<int>(std::max<int64_t>(0, qpos0 - p.sliding_window + 1)) : 0;
     for (int j = lo; j < ctx; ++j) {
       const Slot at = slot_of(p, L, s, j);
       for (int kh = 0; kh < L.Hk; ++kh) {
-        const size_t row = (static_cast<size_t>(kh) * ctx + j) * L.D;
-        read_row(c.key, c.key_scale, c.key_min, L.kv, at, kh, &K[row], L.D);
-        read_row(c.value, c.value_scale, c.value_min, L.kv, at, kh, &V[row], L.D);
+        read_row(c.key, c.key_scale, c.key_min, L.kv, at, kh, &K[(static_cast<size_t>(kh) * ctx + j) * L.D], L.D);
+        read_row(c.value, c.value_scale, c.value_min, L.kv, at, kh, &V[(static_cast<size_t>(kh) * ctx + j) * L.Dv],
+                 L.Dv);
       }
     }
 
     // scores count the last w new tokens (score_aggregation_window; absent: 1; -1 or >= T: all)
     const int w = p.score_aggregation_window.present() ? load_i32(p.score_aggregation_window, s) : 1;
     const int t_scored = w < 0 || w >= T ? 0 : T - w;  // first new token whose weights are summed
-    std::vector<double> score(ctx), weight_sum(ctx, 0.0), acc(L.D);
+    std::vector<double> score(ctx), weight_sum(ctx, 0.0), acc(L.Dv);
     std::vector<char> visible(ctx);
     for (int t = 0; t < T; ++t) {
       const int64_t i = qpos0 + t;  // this token's position
@@ -239,18 +240,18 @@ void attention(const Params& p) {
           if (j < ctx && visible[j]) {
             w4[n4] = score[j] / sum;
             if (t >= t_scored) weight_sum[j] += w4[n4];
-            v4[n4++] = &V[(static_cast<size_t>(kh) * ctx + j) * L.D];
+            v4[n4++] = &V[(static_cast<size_t>(kh) * ctx + j) * L.Dv];
           }
           if (n4 == 4) {
-            for (int d = 0; d < L.D; ++d)
+            for (int d = 0; d < L.Dv; ++d)
               acc[d] += (w4[0] * v4[0][d] + w4[1] * v4[1][d]) + (w4[2] * v4[2][d] + w4[3] * v4[3][d]);
             n4 = 0;
           } else if (j == ctx) {  // the last one to three keys
             for (int e = 0; e < n4; ++e)
-              for (int d = 0; d < L.D; ++d) acc[d] += w4[e] * v4[e][d];
+              for (int d = 0; d < L.Dv; ++d) acc[d] += w4[e] * v4[e][d];
           }
         }
-        for (int d = 0; d < L.D; ++d) store(p.out, offset(p.out, tok0 + t, h * L.D + d), static_cast<float>(acc[d]));
+        for (int d = 0; d < L.Dv; ++d) store(p.out, offset(p.out, tok0 + t, h * L.Dv + d), static_cast<float>(acc[d]));
       }
     }
 

@@ -162,6 +162,10 @@ class CudaPlan final : public detail::PlanImpl {
     Hk_ = static_cast<int>(c.num_kv_heads());
     H_ = p.num_heads;
     G_ = H_ / Hk_;
+    if (c.value_head_size() != c.head_size())
+      throw UnsupportedError("value head size " + std::to_string(c.value_head_size()) + " != key head size " +
+                             std::to_string(c.head_size()) + ": the cuda backend needs them equal (the cpu backend "
+                             "does not)");
     if (p.new_token_positions.present())
       throw UnsupportedError("new_token_positions (a prefix_only shard with a window or ALiBi): the cuda backend "
                              "does not support it yet (the cpu backend does)");

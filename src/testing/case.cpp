@@ -137,12 +137,18 @@ Case make_random_case(uint64_t seed, const CaseConfig& cfg) {
   c.num_kv_heads = r.pick(cfg.kv_heads);
   c.num_heads = G * c.num_kv_heads;
   c.head_size = r.pick(cfg.head_sizes);
+  if (cfg.p_value_head_size > 0 && r.chance(cfg.p_value_head_size)) {
+    std::vector<int> dv;
+    for (int d : cfg.value_head_sizes)
+      if (d <= c.head_size) dv.push_back(d);
+    if (!dv.empty()) c.value_head_size = r.pick(dv);
+  }
   c.block_size = r.pick(cfg.block_sizes);
   c.kv = r.pick(cfg.kv_precisions);
   c.qdtype = r.pick(cfg.query_dtypes);
   c.write_kv = r.chance(cfg.p_write);
   c.want_scores = r.chance(cfg.p_scores);
-  const int H = c.num_heads, Hk = c.num_kv_heads, D = c.head_size, bs = c.block_size;
+  const int H = c.num_heads, Hk = c.num_kv_heads, D = c.head_size, Dv = c.Dv(), bs = c.block_size;
 
   // --- the batch: (past_len, T) per sequence within the caps ----------------------------------------
   const int want_seqs = static_cast<int>(r.uniform_int(cfg.min_seqs, cfg.max_seqs));
@@ -268,10 +274,11 @@ Case make_random_case(uint64_t seed, const CaseConfig& cfg) {
     store_float(c.query.data(), c.qdtype, i, static_cast<float>(qstd * r.normal()));
   if (c.write_kv) {
     c.key.resize(static_cast<size_t>(c.num_tokens) * Hk * D * qsz);
-    c.value.resize(c.key.size());
-    for (int64_t i = 0; i < static_cast<int64_t>(c.num_tokens) * Hk * D; ++i) {
-      store_float(c.key.data(), c.qdtype, i, static_cast<float>(r.normal()));
-      store_float(c.value.data(), c.qdtype, i, static_cast<float>(r.normal()));
+    c.value.resize(static_cast<size_t>(c.num_tokens) * Hk * Dv * qsz);
+    const int64_t nk = static_cast<int64_t>(c.num_tokens) * Hk * D, nv = static_cast<int64_t>(c.num_tokens) * Hk * Dv;
+    for (int64_t i = 0; i < std::max(nk, nv); ++i) {  // (interleaved: Dv = D draws as before Dv existed)
+      if (i < nk) store_float(c.key.data(), c.qdtype, i, static_cast<float>(r.normal()));
+      if (i < nv) store_float(c.value.data(), c.qdtype, i, static_cast<float>(r.normal()));
     }
   }
 
@@ -279,7 +286,7 @@ Case make_random_case(uint64_t seed, const CaseConfig& cfg) {
   const DType kvt = kv_dtype(c.kv);
   const int64_t rows = static_cast<int64_t>(c.num_blocks) * Hk * bs;  // one row = D elements
   c.key_cache.resize(static_cast<size_t>(rows) * D * dtype_size(kvt));
-  c.value_cache.resize(c.key_cache.size());
+  c.value_cache.resize(static_cast<size_t>(rows) * Dv * dtype_size(kvt));
   if (c.kv == KVPrecision::u8) {
     c.key_scale.assign(rows, kF16NaN);
     c.key_min.assign(rows, kF16NaN);
@@ -293,14 +300,12 @@ Case make_random_case(uint64_t seed, const CaseConfig& cfg) {
       for (float& x : *v) x = static_cast<float>(r.uniform(0.02, 0.5));
     }
   }
-  for (int64_t i = 0; i < rows * D; ++i) {
-    store_nan(c.key_cache.data(), kvt, i);
-    store_nan(c.value_cache.data(), kvt, i);
-  }
+  for (int64_t i = 0; i < rows * D; ++i) store_nan(c.key_cache.data(), kvt, i);
+  for (int64_t i = 0; i < rows * Dv; ++i) store_nan(c.value_cache.data(), kvt, i);
   // Positions [0, filled) of each sequence hold data: the past, plus the new tokens when they are not
   // written in by this call.
   auto fill_row = [&](std::vector<uint8_t>& data, std::vector<uint16_t>& scale, std::vector<uint16_t>& min,
-                      int64_t row) {
+                      int64_t row, int D) {
     if (c.kv == KVPrecision::u8) {
       // rows straddling zero, as keys and values after projections do: min = -(64..192 steps)
       for (int d = 0; d < D; ++d) data[row * D + d] = static_cast<uint8_t>(r.uniform_int(0, 255));
@@ -320,15 +325,15 @@ Case make_random_case(uint64_t seed, const CaseConfig& cfg) {
       const int block = c.block_indices[c.block_indices_begins[s] + pos / bs];
       for (int kh = 0; kh < Hk; ++kh) {
         const int64_t row = (static_cast<int64_t>(block) * Hk + kh) * bs + pos % bs;
-        fill_row(c.key_cache, c.key_scale, c.key_min, row);
-        fill_row(c.value_cache, c.value_scale, c.value_min, row);
+        fill_row(c.key_cache, c.key_scale, c.key_min, row, D);
+        fill_row(c.value_cache, c.value_scale, c.value_min, row, Dv);
       }
     }
   }
 
   // --- outputs: poisoned --------------------------------------------------------------------------
-  c.out.resize(static_cast<size_t>(c.num_tokens) * H * D * qsz);
-  for (int64_t i = 0; i < static_cast<int64_t>(c.num_tokens) * H * D; ++i) store_nan(c.out.data(), c.qdtype, i);
+  c.out.resize(static_cast<size_t>(c.num_tokens) * H * Dv * qsz);
+  for (int64_t i = 0; i < static_cast<int64_t>(c.num_tokens) * H * Dv; ++i) store_nan(c.out.data(), c.qdtype, i);
   if (c.want_scores) {
     int64_t total_ctx = 0;
     for (int s = 0; s < c.num_seqs; ++s) total_ctx += c.ctx(s);
@@ -355,11 +360,11 @@ Params Case::params() {
   p.query = view(query.data(), qdtype, {num_tokens, H * D});
   if (write_kv) {
     p.key = view(key.data(), qdtype, {num_tokens, Hk * D});
-    p.value = view(value.data(), qdtype, {num_tokens, Hk * D});
+    p.value = view(value.data(), qdtype, {num_tokens, Hk * Dv()});
   }
   const DType kvt = kv_dtype(kv);
   p.cache.key = view(key_cache.data(), kvt, {num_blocks, Hk, block_size, D});
-  p.cache.value = view(value_cache.data(), kvt, {num_blocks, Hk, block_size, D});
+  p.cache.value = view(value_cache.data(), kvt, {num_blocks, Hk, block_size, Dv()});
   if (kv == KVPrecision::u8) {
     p.cache.key_scale = view(key_scale.data(), DType::f16, {num_blocks, Hk, block_size});
     p.cache.key_min = view(key_min.data(), DType::f16, {num_blocks, Hk, block_size});
@@ -385,7 +390,7 @@ Params Case::params() {
     p.qq_bias = view(qq_bias.data(), DType::u8, {static_cast<int64_t>(qq_bias.size())});
     p.qq_bias_begins = view(qq_bias_begins.data(), DType::i32, {num_seqs + 1});
   }
-  p.out = view(out.data(), qdtype, {num_tokens, H * D});
+  p.out = view(out.data(), qdtype, {num_tokens, H * Dv()});
   if (want_scores) p.scores = view(scores.data(), DType::f32, {static_cast<int64_t>(scores.size())});
   if (want_lse) p.lse = view(lse.data(), DType::f32, {num_tokens, H});
   if (!score_window.empty())
@@ -396,7 +401,8 @@ Params Case::params() {
 std::string Case::describe() const {
   std::ostringstream os;
   os << "seed=" << seed << " seqs=" << num_seqs << " tokens=" << num_tokens << " H=" << num_heads
-     << " Hk=" << num_kv_heads << " D=" << head_size << " bs=" << block_size << " blocks=" << num_blocks
+     << " Hk=" << num_kv_heads << " D=" << head_size << (Dv() != head_size ? " Dv=" + std::to_string(Dv()) : std::string())
+     << " bs=" << block_size << " blocks=" << num_blocks
      << " kv=" << kv_precision_name(kv) << " q=" << dtype_name(qdtype) << " write=" << write_kv;
   if (scale > 0.0f) os << " scale=" << scale;
   if (sliding_window > 0) os << " window=" << sliding_window;
@@ -559,7 +565,7 @@ void reference_forward(Case& c, int threads) {
 void apply_edge_rows(Case& c, uint64_t seed) {
   if (!c.write_kv) return;
   Rng r(seed);
-  const int D = c.head_size, Hk = c.num_kv_heads;
+  const int Hk = c.num_kv_heads;
   for (int tok = 0; tok < c.num_tokens; ++tok)
     for (int kh = 0; kh < Hk; ++kh)
       for (int which = 0; which < 2; ++which) {  // 0: key, 1: value
@@ -575,6 +581,7 @@ void apply_edge_rows(Case& c, uint64_t seed) {
           default: continue;                        // stays a random N(0, 1) row
         }
         std::vector<uint8_t>& dst = which == 0 ? c.key : c.value;
+        const int D = which == 0 ? c.head_size : c.Dv();
         const int64_t base = (static_cast<int64_t>(tok) * Hk + kh) * D;
         for (int d = 0; d < D; ++d) store_float(dst.data(), c.qdtype, base + d, static_cast<float>(lo + width * r.uniform()));
       }
@@ -591,7 +598,7 @@ void round_queries(Case& c, DType to) {
 }
 
 void scale_values(Case& c, double f) {
-  const int64_t n_new = c.write_kv ? static_cast<int64_t>(c.num_tokens) * c.num_kv_heads * c.head_size : 0;
+  const int64_t n_new = c.write_kv ? static_cast<int64_t>(c.num_tokens) * c.num_kv_heads * c.Dv() : 0;
   for (int64_t i = 0; i < n_new; ++i)
     store_float(c.value.data(), c.qdtype, i, static_cast<float>(f * load_as_float(c.value.data(), c.qdtype, i)));
   if (c.kv == KVPrecision::u8) {

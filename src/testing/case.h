@@ -19,6 +19,10 @@ struct CaseConfig {
   std::vector<int> group_sizes = {1, 2, 4, 8};   // G = H / Hk
   std::vector<int> kv_heads = {1, 2};
   std::vector<int> head_sizes = {64, 128, 256};
+  // the value head size Dv: with probability p_value_head_size one of value_head_sizes (those <= D; none:
+  // Dv = D), else D (0: never drawn, so the other draws of a seed do not move)
+  std::vector<int> value_head_sizes;
+  double p_value_head_size = 0;
   std::vector<int> block_sizes = {16, 32, 64};
   std::vector<KVPrecision> kv_precisions = {KVPrecision::f16, KVPrecision::bf16, KVPrecision::u8};
   std::vector<DType> query_dtypes = {DType::f32};
@@ -38,6 +42,8 @@ struct Case {
   uint64_t seed = 0;
   int num_seqs = 0, num_tokens = 0;
   int num_heads = 0, num_kv_heads = 0, head_size = 0, block_size = 0, num_blocks = 0;
+  int value_head_size = 0;   // Dv (value rows, the value cache and out); 0: head_size
+  int Dv() const { return value_head_size > 0 ? value_head_size : head_size; }
   KVPrecision kv = KVPrecision::f16;
   DType qdtype = DType::f32;
   int sliding_window = 0;

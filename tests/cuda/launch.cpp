@@ -223,36 +223,42 @@ TEST(Cuda, BadInputWritesNothing) {
   EXPECT_EQ(before.value_cache, c.value_cache);
 }
 
-// What the cpu backend runs and the cuda one does not yet: fp8 caches and new_token_positions. Both are
-// refused with UnsupportedError at plan time, before anything is written.
+// What the cpu backend runs and the cuda one does not yet: fp8 caches, new_token_positions and a value
+// head size other than the key's. Each is refused with UnsupportedError at plan time, before anything
+// is written.
 TEST(Cuda, UnsupportedInputsWriteNothing) {
   REQUIRE_GPU();
+  // forward() of case `seed` (its params changed by `edit`) throws UnsupportedError; out and the caches stay
+  auto refused = [](const CaseConfig& cfg, uint64_t seed, const std::function<void(Params&)>& edit) {
+    Case c = make_random_case(seed, cfg);
+    const Case before = c;
+    {
+      DeviceCase d(c);
+      Params p = d.params();
+      edit(p);
+      EXPECT_THROW(forward(p, {Backend::cuda}), UnsupportedError) << c.describe();
+      d.download();
+    }
+    EXPECT_EQ(before.out, c.out);
+    EXPECT_EQ(before.key_cache, c.key_cache);
+    EXPECT_EQ(before.value_cache, c.value_cache);
+  };
   CaseConfig cfg = few_query_config();
   cfg.p_write = 1.0;
   cfg.kv_precisions = {KVPrecision::fp8};
-  Case c = make_random_case(base_seed() + 610000, cfg);
-  const Case before = c;
-  {
-    DeviceCase d(c);
-    EXPECT_THROW(forward(d.params(), {Backend::cuda}), UnsupportedError);
-    d.download();
-  }
-  EXPECT_EQ(before.out, c.out);
-  EXPECT_EQ(before.key_cache, c.key_cache);
+  refused(cfg, base_seed() + 610000, [](Params&) {});
   cfg.kv_precisions = {KVPrecision::f16};
-  Case s = make_random_case(base_seed() + 610001, cfg);
-  const Case sb = s;
-  {
-    DeviceCase d(s);
-    Params p = d.params();
+  std::vector<int32_t> pos;
+  refused(cfg, base_seed() + 610001, [&](Params& p) {  // a prefix_only shard with new_token_positions
     p.prefix_only = true;
     p.key = p.value = p.sinks = p.qq_bias = p.qq_bias_begins = p.scores = p.score_aggregation_window = TensorView{};
-    std::vector<int32_t> pos(s.past_lens.begin(), s.past_lens.end());
-    p.new_token_positions = TensorView::contiguous(pos.data(), DType::i32, Device::cpu, {s.num_seqs});
-    EXPECT_THROW(forward(p, {Backend::cuda}), UnsupportedError);
-    d.download();
-  }
-  EXPECT_EQ(sb.out, s.out);
+    pos.assign(p.past_lens.ptr<const int32_t>(), p.past_lens.ptr<const int32_t>() + p.past_lens.shape[0]);
+    p.new_token_positions = TensorView::contiguous(pos.data(), DType::i32, Device::cpu, {p.past_lens.shape[0]});
+  });
+  cfg.head_sizes = {128};
+  cfg.value_head_sizes = {64};
+  cfg.p_value_head_size = 1.0;
+  refused(cfg, base_seed() + 610002, [](Params&) {});
 }
 
 // The lse output (Params::lse): every case asks for it; decodes, verifies and prefill chunks, one and

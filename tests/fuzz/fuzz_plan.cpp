@@ -150,14 +150,16 @@ class Builder {
       default: break;
     }
 
+    // the value head size: the key's, or another (validate() allows any, cuda refuses it)
+    const int64_t Dv = in_.ConsumeIntegralInRange(0, 7) == 0 ? in_.ConsumeIntegralInRange<int64_t>(1, 300) : D;
     p.num_heads = static_cast<int>(H);
     p.query = dev(qd, {num_tokens, H * D});
     if (write) {
       p.key = dev(qd, {num_tokens, Hk * D});
-      p.value = dev(qd, {num_tokens, Hk * D});
+      p.value = dev(qd, {num_tokens, Hk * Dv});
     }
     p.cache.key = dev(kv, {num_blocks, Hk, bs, D});
-    p.cache.value = dev(kv, {num_blocks, Hk, bs, D});
+    p.cache.value = dev(kv, {num_blocks, Hk, bs, Dv});
     if (kv == DType::u8) {
       for (TensorView* t : {&p.cache.key_scale, &p.cache.key_min, &p.cache.value_scale, &p.cache.value_min})
         *t = dev(DType::f16, {num_blocks, Hk, bs});
@@ -167,7 +169,7 @@ class Builder {
       p.cache.key_scale = dev(DType::f32, {n});
       p.cache.value_scale = dev(DType::f32, {n});
     }
-    p.out = dev(qd, {num_tokens, H * D});
+    p.out = dev(qd, {num_tokens, H * Dv});
     p.past_lens = host_i32(past);
     p.subsequence_begins = host_i32(sb);
     p.block_indices = host_i32(table);
@@ -370,10 +372,11 @@ class Builder {
 // estimate follows the cpu plan's documented shape: chunks of at most 64 query rows (a sequence's T*G
 // rows per kv head), each cut into key partitions (Options::partition_tokens; Options::deterministic: one
 // per 2048 keys, cpu_backend.cpp's kInvariantPart; else about 4 per thread),
-// one partial (64 rows x (D + 2) floats) per chunk, kv head and partition; scores keep a tile list
+// one partial (64 rows x (Dv + 2) floats) per chunk, kv head and partition; scores keep a tile list
 // over the whole context.
 bool within_budget(const Params& p, const pagedattn::Options& opt) {
-  const int64_t num_tokens = p.query.shape[0], H = p.num_heads, Hk = p.cache.key.shape[1], D = p.cache.key.shape[3];
+  const int64_t num_tokens = p.query.shape[0], H = p.num_heads, Hk = p.cache.key.shape[1],
+                D = std::max(p.cache.key.shape[3], p.cache.value.shape[3]);  // the wider of the key and value rows
   const int64_t G = H / Hk, threads = std::max(1, opt.num_threads), per_chunk = std::max<int64_t>(1, 64 / G);
   if (num_tokens * H > (int64_t{1} << 20) || D > (1 << 14)) return false;
   const int32_t* past = p.past_lens.ptr<const int32_t>();

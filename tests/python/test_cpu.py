@@ -274,3 +274,36 @@ def test_split_context_merges_to_the_whole_call(seed):
     atol, rtol = TOL[case.qdtype]
     assert np.allclose(merged.astype(np.float64), whole.astype(np.float64), atol=atol, rtol=rtol), case.describe()
     assert np.allclose(merged_lse, whole_lse, atol=1e-4, rtol=1e-4), case.describe()
+
+
+@pytest.mark.parametrize("seed", range(BASE_SEED + 5000, BASE_SEED + 5004))
+def test_value_head_size_differs_from_key_head_size(seed):
+    """Keys of D = 96, values and out of Dv = 32 (DeepSeek-style narrower values), f32, with the write-in:
+    out against attention in float64 over the cache as written; the written rows equal the inputs."""
+    rng = np.random.default_rng(seed)
+    H, Hk, D, Dv, bs, T = 8, 2, 96, 32, 16, 3
+    past = int(rng.integers(1, 100))
+    nb = (past + T + bs - 1) // bs + 2
+    table = rng.permutation(nb)[: (past + T + bs - 1) // bs].astype(np.int32)
+    kc = rng.standard_normal((nb, Hk, bs, D)).astype(np.float32).astype(np.float16)
+    vc = rng.standard_normal((nb, Hk, bs, Dv)).astype(np.float32).astype(np.float16)
+    q = rng.standard_normal((T, H * D)).astype(np.float32)
+    k = rng.standard_normal((T, Hk * D)).astype(np.float32)
+    v = rng.standard_normal((T, Hk * Dv)).astype(np.float32)
+    out = pagedattn.forward(query=q, key=k, value=v, key_cache=kc, value_cache=vc, past_lens=[past],
+                            subsequence_begins=[0, T], block_indices=table, block_indices_begins=[0, len(table)],
+                            num_heads=H, backend="cpu")
+    assert out.shape == (T, H * Dv)
+    pos = np.arange(past + T)
+    K = kc[table[pos // bs], :, pos % bs].astype(np.float64)          # [n, Hk, D]
+    V = vc[table[pos // bs], :, pos % bs].astype(np.float64)          # [n, Hk, Dv]
+    assert np.array_equal(K[past:], k.reshape(T, Hk, D).astype(np.float16).astype(np.float64))
+    assert np.array_equal(V[past:], v.reshape(T, Hk, Dv).astype(np.float16).astype(np.float64))
+    want = np.zeros((T, H, Dv))
+    for t in range(T):
+        for h in range(H):
+            logits = K[: past + t + 1, h // (H // Hk)] @ q[t, h * D:(h + 1) * D].astype(np.float64) / np.sqrt(D)
+            p = np.exp(logits - logits.max())
+            want[t, h] = (p / p.sum()) @ V[: past + t + 1, h // (H // Hk)]
+    err = np.linalg.norm(out.astype(np.float64) - want.reshape(T, H * Dv)) / np.linalg.norm(want)
+    assert err < 1e-5, err
