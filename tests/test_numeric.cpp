@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/numeric.h"
+#include "cpu/tile.h"
 #include "testing/case.h"
 
 using namespace pagedattn;
@@ -268,6 +269,29 @@ TEST(Numeric, F32ToE4M3MatchesReference) {
   EXPECT_EQ(num::f32_to_e4m3_bits(INFINITY), 0x7e);
   EXPECT_EQ(num::f32_to_e4m3_bits(-INFINITY), 0xfe);
   EXPECT_EQ(num::f32_to_e4m3_bits(464.0f), 0x7e);  // would round to 480, which e4m3 lacks
+}
+
+// The cpu backend's fp8 row conversion (cpu::load_row; on an AVX-512 machine its vector path for D a
+// multiple of 16, else the scalar loop) against e4m3 * scale rounded once, for every code, NaN codes and
+// subnormals included, and scales from subnormal to near FLT_MAX.
+TEST(Numeric, Fp8RowConversionMatchesTheDecodeForEveryCode) {
+  for (int D : {256, 40}) {
+    std::vector<uint8_t> codes(static_cast<size_t>(D));
+    std::vector<float> row(static_cast<size_t>(D));
+    for (float scale : {1e-40f, 3e-8f, 0.3f, 1.0f, 7.5e4f, 2e36f}) {
+      for (int b0 = 0; b0 < 256; b0 += D) {
+        for (int d = 0; d < D; ++d) codes[static_cast<size_t>(d)] = static_cast<uint8_t>((b0 + d) & 0xff);
+        cpu::load_row(row.data(), codes.data(), cpu::RowType::fp8, D, scale, 0.0f);
+        for (int d = 0; d < D; ++d) {
+          const float want = num::e4m3_bits_to_f32(codes[static_cast<size_t>(d)]) * scale;
+          const float got = row[static_cast<size_t>(d)];
+          ASSERT_TRUE(std::isnan(want) ? std::isnan(got) : to_bits(got) == to_bits(want))
+              << "D=" << D << " code 0x" << std::hex << int(codes[static_cast<size_t>(d)]) << std::dec << " scale "
+              << scale << ": " << got << " vs " << want << " (" << cpu::isa_name() << ")";
+        }
+      }
+    }
+  }
 }
 
 // --- u8 quantisation --------------------------------------------------------------------------------

@@ -1185,3 +1185,20 @@ TEST(Validate, RunRejectsADifferentSignature) {
 }
 
 }  // namespace
+
+// A group larger than the cpu kernels' 64-row chunks (H = 80 over one kv head) is refused at plan time
+// with UnsupportedError and nothing written (it overran the kernels' scratch before); the oracle
+// (Options::cpu_reference) takes it.
+TEST(Validate, CpuKernelsRefuseGroupsOver64) {
+  pt::CaseConfig cfg = small_cfg();
+  cfg.group_sizes = {80};
+  cfg.kv_heads = {1};
+  cfg.p_write = 1.0;
+  pt::Case c = draw(cfg);
+  const auto before = snapshot(c);
+  EXPECT_THROW(pagedattn::forward(c.params(), {Backend::cpu}), pagedattn::UnsupportedError);
+  EXPECT_TRUE(snapshot(c) == before) << "the refused call wrote";
+  Options ref{Backend::cpu};
+  ref.cpu_reference = true;
+  EXPECT_NO_THROW(pagedattn::forward(c.params(), ref));
+}

@@ -79,7 +79,8 @@ struct Params {
   TensorView key;                // (dev) [num_tokens, Hk*D] same dtype as query; the op WRITES these
                                  //       rows into the cache at positions past_len .. past_len+T-1
                                  //       before attending. Absent: those rows are already in the cache.
-  TensorView value;              // (dev) [num_tokens, Hk*D] like key; present iff key is present
+  TensorView value;              // (dev) [num_tokens, Hk*Dv] like key (Dv: the value cache's head size);
+                                 //       present iff key is present
 
   // --- cache and its layout ---------------------------------------------------------------------
   KVCache cache;                 // (dev) see KVCache
@@ -132,7 +133,7 @@ struct Params {
                                  //        begins[s+1] - begins[s] = T_s^2, begins[0] = 0
 
   // --- outputs ----------------------------------------------------------------------------------
-  TensorView out;                // (dev) [num_tokens, H*D] same dtype as query
+  TensorView out;                // (dev) [num_tokens, H*Dv] same dtype as query
   TensorView scores;             // (dev) [sum_s ctx_s] f32 or absent: for each sequence (back to back),
                                  //       for each key position j < ctx_s, the attention weight summed
                                  //       over all query heads and the last w_s new tokens of that

@@ -20,6 +20,8 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Dict, Optional
 
+import numbers as _numbers
+
 import numpy as _np
 
 from . import _C
@@ -132,6 +134,14 @@ def _scale_array(value: Any, like: Any, name: str) -> Any:
                                    f"array on the cache's device (cache is {type(like).__name__})")
 
 
+def _scales_as_arrays(tensors: Dict[str, Any]) -> None:
+    """fp8 caches: key_scale / value_scale given as numbers (NumPy scalars too) become [1] float32 arrays."""
+    for name in ("key_scale", "value_scale"):
+        x = tensors.get(name)
+        if isinstance(x, _numbers.Real) and not isinstance(x, bool):
+            tensors[name] = _scale_array(x, tensors["key_cache"], name)
+
+
 def _resolve_backend(backend: str, query: Any) -> str:
     if backend == "auto":
         return "cuda" if _is_cuda(query) else "cpu"
@@ -199,9 +209,7 @@ def _prepare(tensors: Dict[str, Any], backend: str, stream: Any, num_heads: int)
     backend = _resolve_backend(backend, query)
     for name in _HOST_FIELDS:
         tensors[name] = _to_host(tensors[name], name)
-    for name in ("key_scale", "value_scale"):  # fp8 caches: a scale given as a number
-        if isinstance(tensors[name], (int, float)) and not isinstance(tensors[name], bool):
-            tensors[name] = _scale_array(tensors[name], tensors["key_cache"], name)
+    _scales_as_arrays(tensors)
     if tensors["out"] is None and query is not None:
         # [num_tokens, H*Dv]: the value head size Dv (value_cache's last dimension) may differ from D
         vc = tensors["value_cache"]
@@ -217,7 +225,8 @@ _ARGS_DOC = """
 
     query                [num_tokens, H*D] float32 | float16 | bfloat16 (dev): new tokens' queries,
                          sequences back to back.
-    key, value           [num_tokens, Hk*D], query's dtype (dev), or None: new tokens' keys/values; the op
+    key, value           [num_tokens, Hk*D] and [num_tokens, Hk*Dv], query's dtype (dev), or None: new
+                         tokens' keys/values (Dv: value_cache's last dimension, the value head size); the op
                          WRITES them into the cache at positions past_lens[s] .. past_lens[s]+T_s-1 first.
                          None: those rows are already in the cache.
     key_cache,           [num_blocks, Hk, block_size, D] float16 | bfloat16 | uint8 | float8_e4m3fn (dev):
@@ -239,7 +248,7 @@ _ARGS_DOC = """
     qq_bias              [sum_s T_s^2] uint8 or bool (host) or None: tree mask among a sequence's new tokens,
                          row-major T_s x T_s; (t, u) = 1: token t may attend token u; diagonal 1.
     qq_bias_begins       [num_seqs+1] int32 (host) or None (iff qq_bias is None).
-    out                  [num_tokens, H*D], query's dtype (dev), or None: allocated with query's framework.
+    out                  [num_tokens, H*Dv], query's dtype (dev), or None: allocated with query's framework.
     scores               [sum_s ctx_s] float32 (dev) or None: attention weight per cached+new position,
                          summed over heads and the last w_s new tokens of each sequence (cache eviction).
     score_aggregation_window
@@ -304,7 +313,7 @@ def forward(*, query: Any, key: Any = None, value: Any = None, key_cache: Any, v
 
 forward.__doc__ = """Runs the op once (plan then run): writes key/value into the cache, attends, returns `out`.
 """ + _ARGS_DOC + """
-    Returns `out` ([num_tokens, H*D], query's dtype); `scores` and `lse`, when given, are filled in place.
+    Returns `out` ([num_tokens, H*Dv], query's dtype); `scores` and `lse`, when given, are filled in place.
 """
 
 
@@ -377,6 +386,7 @@ class Plan:
                      scores=scores, lse=lse)
         tensors = dict(self._tensors)
         tensors.update({k: v for k, v in given.items() if v is not None})
+        _scales_as_arrays(tensors)
         q = tensors["query"]
         if self._backend == "cuda" and not self._stream_from_caller:
             cur = _current_stream(q)

@@ -119,11 +119,11 @@ def forward(
 ) -> Tensor:
     """``torch.ops.pagedattn.forward`` with `out` allocated when None; returns `out`.
 
-    query [num_tokens, H*D] (f32/f16/bf16); key, value [num_tokens, Hk*D] or None (written into the cache
+    query [num_tokens, H*D] (f32/f16/bf16); key, value [num_tokens, Hk*D] / [num_tokens, Hk*Dv] or None (written into the cache
     first); key_cache, value_cache [num_blocks, Hk, block_size, D] (f16/bf16/u8, u8 with
     key_scale/key_min/value_scale/value_min [num_blocks, Hk, block_size] f16); past_lens
     [num_seqs], subsequence_begins [num_seqs+1], block_indices [n], block_indices_begins [num_seqs+1] int32
-    (CPU tensors); out [num_tokens, H*D]; scores [sum_s ctx_s] f32 or None; score_aggregation_window
+    (CPU tensors); out [num_tokens, H*Dv]; scores [sum_s ctx_s] f32 or None; score_aggregation_window
     [num_seqs] int32 (CPU) or None (w_s = 1); lse [num_tokens, H] f32 or None (filled in place);
     prefix_only (a shard of a split context, see pagedattn.merge_states) with new_token_positions [num_seqs]
     int32 (CPU) or None. See pagedattn.forward.

@@ -215,6 +215,10 @@ void validate(const Params& p) {
   // heads: H = G * Hk; query's row is H*D
   if (H % Hk != 0)
     fail("num_heads", cat("must be a multiple of the cache's kv heads Hk = ", Hk, ", got ", H));
+  // D and Dv first (a cache of 0 blocks has a valid shape with any D; the fuzz target's input e2b4d036 had
+  // Dv ~ 2.8e18, and H*Dv overflowed int64): H is an int, so H*D and H*Dv fit int64 after these
+  if (D > kInt32Max) fail("key_cache", cat("head size D (dimension 3) must fit int32, got ", D));
+  if (Dv > kInt32Max) fail("value_cache", cat("value head size Dv (dimension 3) must fit int32, got ", Dv));
   if (H * D > kInt32Max)
     fail("num_heads", cat("H*D = ", H * D, " (num_heads ", H, " x head size ", D, ") must fit int32 (<= ", kInt32Max, ")"));
   require_dim(p.query, "query", 1, H * D, cat("H*D (num_heads ", H, " x head size ", D, ")"));

@@ -94,6 +94,9 @@ class CpuPlan final : public PlanImpl {
       qpos0_.assign(p.new_token_positions.ptr<const int32_t>(), p.new_token_positions.ptr<const int32_t>() + num_seqs_);
 
     // --- chunks and partitions -----------------------------------------------------------------------
+    if (G_ > kMaxRows)  // a chunk holds the G rows of at least one token: kMaxRows at most (the scratch)
+      throw UnsupportedError("group size H/Hk = " + std::to_string(G_) + ": the cpu backend supports at most " +
+                             std::to_string(kMaxRows));
     const int per_chunk = std::max(1, kMaxRows / G_);
     for (int s = 0; s < num_seqs_; ++s) {
       const int T = begins_[s + 1] - begins_[s];

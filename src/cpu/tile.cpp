@@ -291,15 +291,16 @@ __attribute__((target("avx512f"))) static void load_row_avx512(float* dst, const
     }
     case RowType::fp8: {
       // e4m3 -> f16 bits: the sign to bit 15, exponent and mantissa to bits 7..14 (f16's exponent bias is 8
-      // more: times 2^8, folded into the scale; subnormals map to subnormals); NaN codes (0x7f, 0xff) by mask
-      const __m512 vs = _mm512_set1_ps(scale * 256.0f), vnan = _mm512_set1_ps(NAN);
+      // more: times 2^8, exact, then times the scale: one rounding, as the oracle's, and no overflow of
+      // 256 * scale; subnormals map to subnormals); NaN codes (0x7f, 0xff) by mask
+      const __m512 v256 = _mm512_set1_ps(256.0f), vs = _mm512_set1_ps(scale), vnan = _mm512_set1_ps(NAN);
       const __m512i m7f = _mm512_set1_epi32(0x7f), m80 = _mm512_set1_epi32(0x80);
       for (int d = 0; d < D; d += 16) {
         const __m512i c = _mm512_cvtepu8_epi32(
             _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint8_t*>(src) + d)));
         const __m512i mag = _mm512_and_si512(c, m7f);
         const __m512i h = _mm512_or_si512(_mm512_slli_epi32(mag, 7), _mm512_slli_epi32(_mm512_and_si512(c, m80), 8));
-        const __m512 v = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_cvtepi32_epi16(h)), vs);
+        const __m512 v = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtph_ps(_mm512_cvtepi32_epi16(h)), v256), vs);
         _mm512_storeu_ps(dst + d, _mm512_mask_mov_ps(v, _mm512_cmpeq_epi32_mask(mag, m7f), vnan));
       }
       break;

@@ -394,7 +394,7 @@ class CudaPlan final : public detail::PlanImpl {
       PA_CUDA_CHECK(cudaMemsetAsync(static_cast<char*>(p.out.data) + t0 * row_bytes, 0, nt * row_bytes, stream_));
       if (P.lse != nullptr) {
         const int64_t n = static_cast<int64_t>(nt) * H_;
-        lse_empty_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream_>>>(P.lse + t0 * H_, n);
+        lse_empty_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream_>>>(P.lse + static_cast<int64_t>(t0) * H_, n);
         PA_CUDA_CHECK(cudaGetLastError());
       }
     }

@@ -42,7 +42,7 @@ DType to_dtype(const nb::dlpack::dtype& t, const std::string& name) {
     if (c == code::UInt && t.bits == 8) return DType::u8;
     if (c == code::Bool && t.bits == 8) return DType::u8;  // bool masks (qq_bias) read as 0/1 bytes
     if (c == code::Int && t.bits == 32) return DType::i32;
-    if (t.code == 10 && t.bits == 8) return DType::f8e4m3;  // kDLFloat8_e4m3fn (DLPack 1.0): float8_e4m3fn
+    if (t.code == 10 && t.bits == 8) return DType::f8e4m3;  // kDLFloat8_e4m3fn (DLPack 1.1): float8_e4m3fn
   }
   static const char* kCodeNames[] = {"int", "uint", "float", "opaque", "bfloat", "complex", "bool"};
   const std::string code_name = t.code < 7 ? kCodeNames[t.code] : "code " + std::to_string(t.code);
