@@ -5,9 +5,10 @@
 // Seeded random cases: chain verifies (no tree) of 1-12 tokens over up to 3000 cached keys, batches of
 // 1-4 sequences, every KV precision (fp8 included) and query dtype, windows, ALiBi, sinks, GQA groups 1-8,
 // head sizes 64/128/256 (value head sizes 32/64/128 in a fifth of the cases), written in by the op. The
-// verify runs once; then every one of its tokens runs as a decode on the cache it wrote (key/value absent: the row is there), and every sequence runs alone. Each
-// output row must equal the verify's byte for byte; and without Options::deterministic some must not
-// (the test would otherwise pass for a reason other than the mode).
+// verify runs once; then every one of its tokens runs as a decode on the cache it wrote (key/value
+// absent: the row is there), and every sequence runs alone. Each output row must equal the verify's
+// byte for byte; and without Options::deterministic some must not (the test would otherwise pass for a
+// reason other than the mode).
 // Seeds: PAGEDATTN_SEED=<n> fixes the base seed; otherwise it is drawn and printed.
 #include <gtest/gtest.h>
 
