@@ -16,6 +16,8 @@ Sizes: --context (cached tokens, default 131072), --tokens (new tokens T, defaul
 --kv-heads 4 --head-size 128, f16 cache and queries, block size 32. On one H200 (--device cuda
 --world-size 1, 128k, 2 and 4 shards): max abs error 3.81e-06 against the unsplit call (run d3); the
 NCCL part (two GPUs) has not run.
+--window W: a sliding window across the shards; the shards without the new tokens then pass
+new_token_positions (where the new tokens sit relative to their keys: the cpu backend only so far).
 """
 import argparse
 import os
@@ -81,6 +83,9 @@ def attend_shard(args, seq, rank, world):
         kw.update(key=dev(seq["key"]), value=dev(seq["value"]), sinks=dev(seq["sinks"]))
     else:      # a shard without them: every new token attends the whole shard, nothing is written
         kw.update(prefix_only=True)
+        if args.window:  # the new tokens sit L - lo positions after the shard's first key
+            kw.update(new_token_positions=[args.context - lo])
+    kw.update(sliding_window=args.window)
     if args.device == "cuda":
         torch.cuda.synchronize()
     t0 = time.perf_counter()
@@ -98,7 +103,8 @@ def unsplit(args, seq):
                             key_cache=dev(seq["key_blocks"].copy()), value_cache=dev(seq["value_blocks"].copy()),
                             past_lens=[args.context], subsequence_begins=[0, rows],
                             block_indices=list(range(blocks)), block_indices_begins=[0, blocks],
-                            sinks=dev(seq["sinks"]), num_heads=args.heads, backend=args.device)
+                            sinks=dev(seq["sinks"]), num_heads=args.heads, sliding_window=args.window,
+                            backend=args.device)
     return out if args.device == "cpu" else out.cpu().numpy()
 
 
@@ -161,6 +167,9 @@ def parse(argv=None):
                    help="cpu: gloo and the cpu backend; cuda: one GPU per rank, NCCL and the cuda backend")
     p.add_argument("--world-size", type=int, default=2, help="processes; 1: the shards in turn")
     p.add_argument("--shards", type=int, default=2, help="with --world-size 1: shards run in turn")
+    p.add_argument("--window", type=int, default=0,
+                   help="sliding window (0: none); the shards without the new tokens get new_token_positions "
+                        "(the cpu backend only so far)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--port", type=int, default=29517)
     p.add_argument("--tol", type=float, default=2e-3, help="max abs error of the merged f16 output")

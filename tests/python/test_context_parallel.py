@@ -23,6 +23,13 @@ def test_shards_in_turn_merge_to_the_unsplit_call():
     assert cp.run(0, 1, args) <= args.tol
 
 
+def test_shards_in_turn_with_a_sliding_window():
+    """A window that ends inside the second of four shards: the first shard sees no key (its rows merge
+    as out 0, lse -inf), the second part of its keys; new_token_positions places the new tokens."""
+    args = cp.parse(["--world-size", "1", "--shards", "4", "--context", "4096", "--tokens", "4", "--window", "2500"])
+    assert cp.run(0, 1, args) <= args.tol
+
+
 def test_two_processes_over_gloo():
     if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
         pytest.skip("this torch has no gloo backend")
