@@ -272,8 +272,10 @@ int run_check(const CheckOptions& given) {
       fail = std::string("the library rejected a generated case: ") + e.what();
     }
     if (fail.empty()) {
-      testing::reference_forward(ref, opt.threads > 0 ? opt.threads
-                                                    : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+      const int threads =
+          opt.threads > 0 ? opt.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+      testing::reference_forward(ref, threads);
+      if (opt.backend == Backend::cuda) testing::reference_lse_as_mma_reads(base, ref, threads);
       try {
         if (opt.backend == Backend::cpu) {
           Options o;

@@ -26,7 +26,7 @@ struct CheckOptions {
   std::vector<int> groups, kv_heads, head_sizes, block_sizes;  // empty: the config's
   std::vector<int> value_head_sizes;  // non-empty: half the cases draw Dv from those <= D (else Dv = D)
   double p_tree = -1, p_window = -1, p_scores = -1, p_alibi = -1, p_sinks = -1;  // < 0: the config's
-  double p_lse = 0;             // probability of the lse output (the cuda backend: unsupported, skipped)
+  double p_lse = 0;             // probability of the lse output
   int partition_tokens = 0;     // > 0: Options::partition_tokens for the backend (e.g. 1048576: one
                                 // partition per chunk, a CTA sums a whole context)
   int threads = 0;              // oracle threads over a case's sequences; 0: all cores

@@ -597,6 +597,15 @@ void round_queries(Case& c, DType to) {
   }
 }
 
+void reference_lse_as_mma_reads(const Case& input, Case& ref, int threads) {
+  const DType mma = mma_query_dtype(input.kv);
+  if (!input.want_lse || input.qdtype == mma) return;
+  Case rounded = input;
+  round_queries(rounded, mma);
+  reference_forward(rounded, threads);
+  ref.lse = std::move(rounded.lse);
+}
+
 void scale_values(Case& c, double f) {
   const int64_t n_new = c.write_kv ? static_cast<int64_t>(c.num_tokens) * c.num_kv_heads * c.Dv() : 0;
   for (int64_t i = 0; i < n_new; ++i)

@@ -101,9 +101,14 @@ void scale_values(Case& c, double f);
 DType mma_query_dtype(KVPrecision kv);
 
 /// Rounds every query of `c` to `to` (round to nearest even), stored back in c.qdtype: the queries as the
-/// kernels' MMAs see them. An lse compared within kLseTolerance needs its reference from these (a f16
-/// query rounded to bf16 moves a score by up to 2^-9 of sum |q k|: 1e-2 at the test's magnitudes).
+/// kernels' MMAs see them.
 void round_queries(Case& c, DType to);
+
+/// For a comparison with the cuda backend: `ref`'s lse (ref is `input` after reference_forward) replaced
+/// by the oracle's on the queries as the MMAs read them, where input's query dtype is not the MMA's. An
+/// lse held to kLseTolerance needs it: a f16 query rounded to bf16 moves a score by up to 2^-9 of
+/// sum |q k| (run 2026-12-01-d1: 1.2e-2 against the unrounded oracle). No-op without lse.
+void reference_lse_as_mma_reads(const Case& input, Case& ref, int threads);
 
 /// Reads element i of a raw buffer of dtype `t` as float.
 float load_as_float(const uint8_t* data, DType t, int64_t i);

@@ -142,15 +142,7 @@ inline Suite make_suite(const char* name, const CaseConfig& cfg, uint64_t seed0,
   parallel(order, [&](int i) {
     s.refs[i] = s.cases[i];
     reference_forward(s.refs[i], per_case);
-    // lse is held to kLseTolerance against the queries the MMAs read (run 2026-12-01-d1: f16 queries on
-    // bf16 caches moved lse by up to 1.2e-2 against the unrounded oracle)
-    const DType mma = mma_query_dtype(s.cases[i].kv);
-    if (s.cases[i].want_lse && s.cases[i].qdtype != mma) {
-      Case rounded = s.cases[i];
-      round_queries(rounded, mma);
-      reference_forward(rounded, per_case);
-      s.refs[i].lse = rounded.lse;
-    }
+    reference_lse_as_mma_reads(s.cases[i], s.refs[i], per_case);
   });
   return s;
 }
