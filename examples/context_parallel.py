@@ -17,7 +17,7 @@ Sizes: --context (cached tokens, default 131072), --tokens (new tokens T, defaul
 --world-size 1, 128k, 2 and 4 shards): max abs error 3.81e-06 against the unsplit call (run d3); the
 NCCL part (two GPUs) has not run.
 --window W: a sliding window across the shards; the shards without the new tokens then pass
-new_token_positions (where the new tokens sit relative to their keys: the cpu backend only so far).
+new_token_positions (where the new tokens sit relative to their keys).
 """
 import argparse
 import os
@@ -168,8 +168,7 @@ def parse(argv=None):
     p.add_argument("--world-size", type=int, default=2, help="processes; 1: the shards in turn")
     p.add_argument("--shards", type=int, default=2, help="with --world-size 1: shards run in turn")
     p.add_argument("--window", type=int, default=0,
-                   help="sliding window (0: none); the shards without the new tokens get new_token_positions "
-                        "(the cpu backend only so far)")
+                   help="sliding window (0: none); the shards without the new tokens get new_token_positions")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--port", type=int, default=29517)
     p.add_argument("--tol", type=float, default=2e-3, help="max abs error of the merged f16 output")

@@ -66,7 +66,7 @@ std::string describe(const Inputs& in) {
      << " Hk=" << in.num_kv_heads << " window=" << in.sliding_window << " sms=" << in.num_sms
      << " prefix_only=" << in.prefix_only << " ctas_per_sm=" << in.ctas_per_sm << " wg_ctas_per_sm=" << in.wg_ctas_per_sm[0] << "," << in.wg_ctas_per_sm[1]
      << "," << in.wg_ctas_per_sm[2] << "," << in.wg_ctas_per_sm[3] << " deterministic=" << in.deterministic
-     << " forced_partition=" << in.forced_partition;
+     << " forced_partition=" << in.forced_partition << " positions=" << list(in.positions);
   return os.str();
 }
 
@@ -98,7 +98,11 @@ Inputs random_inputs(std::mt19937_64& rng) {
     in.past_lens.push_back(shape == 4 ? uni(0, 130) : uni(0, max_past));
   }
   if (uni(0, 2) == 0) in.sliding_window = pick({1, 2, 63, 64, 65, 128, 255, 1000, 4096}) + uni(0, 1) * uni(0, 500);
-  else in.prefix_only = uni(0, 4) == 0;  // (validate() allows no window with it)
+  in.prefix_only = uni(0, 4) == 0;
+  // a shard before the new tokens (validate() asks for their positions with a window and prefix_only)
+  if (in.prefix_only && (in.sliding_window > 0 || uni(0, 3) == 0))
+    for (int s = 0; s < num_seqs; ++s)
+      in.positions.push_back(in.past_lens[s] + uni(0, 1) * uni(0, pick({1, 63, 1000, 20000})));
   in.num_sms = pick({1, 4, 78, 108, 132, 132});
   in.ctas_per_sm = pick({0, 1, 1, 2, 3, 4});
   if (uni(0, 2) == 0)  // chunks of some row-tile classes on the Hopper kernel, with their own occupancy
@@ -197,10 +201,10 @@ void check_plan(const Inputs& in, const Plan& plan) {
     SCOPED_TRACE("chunk seq " + std::to_string(s) + " t0 " + std::to_string(t0) + " nt " + std::to_string(c.nt));
     seq_chunks[s].push_back({t0, c.nt});
     one_part_ctas += Hk;
-    const int past = in.past_lens[s];
+    const int past = in.past_lens[s], qpos0 = in.positions.empty() ? past : in.positions[s];
     const int hi = in.prefix_only ? past : past + t0 + c.nt;
     int lo = 0;
-    if (in.sliding_window > 0) lo = std::max(0, past + t0 - in.sliding_window + 1) / pl::kBlockKV * pl::kBlockKV;
+    if (in.sliding_window > 0) lo = std::max(0, qpos0 + t0 - in.sliding_window + 1) / pl::kBlockKV * pl::kBlockKV;
     // coverage: disjoint, contiguous, exactly [lo, hi)
     for (const WorkItem& w : c.items) EXPECT_EQ(w.nt, c.nt) << "items of one chunk disagree on nt";
     EXPECT_EQ(c.items.front().kv_begin, lo) << "chunk's key range starts at the wrong key";
@@ -212,14 +216,17 @@ void check_plan(const Inputs& in, const Plan& plan) {
     for (size_t i = 0; i + 1 < c.items.size(); ++i)
       EXPECT_EQ(c.items[i].kv_end % P, 0) << "inner cut not at a multiple of P=" << P << ": " << describe(c.items[i]);
     EXPECT_EQ(static_cast<int64_t>(c.items.size()), parts_needed(lo, hi, P));
-    // semantics (params.h): token t sees keys j <= past + t with (past + t) - j < window
+    // semantics (params.h): token t at q = qpos0 + t sees keys j <= q with q - j < window; prefix_only:
+    // only the shard's keys j < past
     for (int t = t0; t < t0 + c.nt; ++t) {
-      const int q = in.prefix_only ? past - 1 : past + t;  // prefix_only: the last cached key
+      const int q = qpos0 + t;
       const int first = in.sliding_window > 0 ? std::max(0, q - in.sliding_window + 1) : 0;
+      const int last = in.prefix_only ? past - 1 : q;
+      if (first > last) continue;  // no key (prefix_only: its window starts past the shard)
       EXPECT_LE(lo, first) << "token " << t << " sees key " << first << " outside the chunk's range";
-      EXPECT_GE(hi, q + 1) << "token " << t << " sees key " << q << " outside the chunk's range";
+      EXPECT_GE(hi, last + 1) << "token " << t << " sees key " << last << " outside the chunk's range";
     }
-    const int first_needed = in.sliding_window > 0 ? std::max(0, past + t0 - in.sliding_window + 1) : 0;
+    const int first_needed = in.sliding_window > 0 ? std::max(0, qpos0 + t0 - in.sliding_window + 1) : 0;
     EXPECT_LT(first_needed - lo, pl::kBlockKV) << "first tile holds no key any token of the chunk sees";
     // slots
     const int np = static_cast<int>(c.items.size());
@@ -255,11 +262,24 @@ void check_plan(const Inputs& in, const Plan& plan) {
   }
   EXPECT_EQ(merges, expected_merges) << "merges are not exactly the chunks with num_parts > 1";
 
-  // chunks of each sequence partition [0, T) into the fewest chunks of <= kMaxRows / G tokens
+  // chunks without a key (Plan::empty): prefix_only only, and no token of theirs sees a key
+  for (const pl::EmptyChunk& e : plan.empty) {
+    SCOPED_TRACE("empty chunk seq " + std::to_string(e.seq) + " t0 " + std::to_string(e.t0) + " nt " + std::to_string(e.nt));
+    ASSERT_GE(e.seq, 0);
+    ASSERT_LT(e.seq, num_seqs);
+    EXPECT_TRUE(in.prefix_only) << "only a prefix_only shard has tokens that see no key";
+    const int past = in.past_lens[e.seq], qpos0 = in.positions.empty() ? past : in.positions[e.seq];
+    const int first = in.sliding_window > 0 ? std::max(0, qpos0 + e.t0 - in.sliding_window + 1) : 0;
+    EXPECT_GE(first, past) << "the chunk's first token sees key " << first << " of " << past;
+    EXPECT_TRUE(chunks.find({e.seq, e.t0}) == chunks.end()) << "an empty chunk also has items";
+    seq_chunks[e.seq].push_back({e.t0, e.nt});
+  }
+
+  // chunks of each sequence (with items or empty) partition [0, T) into the fewest chunks of <= kMaxRows / G tokens
   for (int s = 0; s < num_seqs; ++s) {
     auto& v = seq_chunks[s];
     std::sort(v.begin(), v.end());
-    const int T = in.prefix_only && in.past_lens[s] == 0 ? 0 : in.tokens[s];  // no key: no chunk
+    const int T = in.tokens[s];
     int next = 0;
     for (const auto& c : v) {
       EXPECT_EQ(c.first, next) << "seq " << s << ": chunks do not tile its tokens (gap/overlap at " << next << ")";
@@ -362,6 +382,7 @@ TEST(Planner, DeterministicBoundariesIndependentOfBatch) {
       Inputs alone = batch;
       alone.past_lens = {batch.past_lens[s]};
       alone.tokens = {batch.tokens[s]};
+      if (!batch.positions.empty()) alone.positions = {batch.positions[s]};
       alone.num_sms = std::uniform_int_distribution<int>(1, 200)(rng);
       alone.ctas_per_sm = std::uniform_int_distribution<int>(1, 4)(rng);
       const Plan ap = pl::make_plan(alone);

@@ -28,9 +28,13 @@ Plan make_plan(const Inputs& in) {
   if (in.max_rows % 16 != 0 || in.max_rows < 16 || in.max_rows > kMaxRowsWide || in.max_rows < in.group)
     throw std::invalid_argument("max_rows must be 16, 32, 64 or 128 (a multiple of 16 up to 128) and >= group");
   const int max_tokens_per_chunk = in.max_rows / in.group;
+  if (!in.positions.empty() && in.positions.size() != in.past_lens.size())
+    throw std::invalid_argument("positions: one per sequence, or none");
+  Plan plan;
   std::vector<Chunk> chunks;
   for (size_t s = 0; s < in.past_lens.size(); ++s) {
     const int T = in.tokens[s], past = in.past_lens[s];
+    const int qpos0 = in.positions.empty() ? past : in.positions[s];  // the first new token's position
     if (T == 0) continue;
     const int nchunks = (T + max_tokens_per_chunk - 1) / max_tokens_per_chunk;
     const int per = (T + nchunks - 1) / nchunks;  // balanced chunks
@@ -40,15 +44,17 @@ Plan make_plan(const Inputs& in) {
       c.t0 = t0;
       c.nt = std::min(per, T - t0);
       c.hi = in.prefix_only ? past : past + t0 + c.nt;  // causal limit of the chunk's last token
-      if (c.hi == 0) continue;  // prefix_only over an empty cache: no key to attend
-      c.lo = 0;
-      if (in.sliding_window > 0) c.lo = std::max(0, past + t0 - in.sliding_window + 1);
+      c.lo = 0;  // the window's start for the chunk's first token (the later ones' starts are later)
+      if (in.sliding_window > 0) c.lo = static_cast<int>(std::max<int64_t>(0, int64_t{qpos0} + t0 - in.sliding_window + 1));
+      if (c.lo >= c.hi) {  // prefix_only: an empty shard, or one that ends before the window
+        plan.empty.push_back(EmptyChunk{c.seq, c.t0, c.nt});
+        continue;
+      }
       c.lo = c.lo / kBlockKV * kBlockKV;
       chunks.push_back(c);
     }
   }
 
-  Plan plan;
   // --- partition size: the smallest (multiple of kBlockKV, >= kMinPartition) that keeps one wave --
   int per_sm = std::max(1, in.ctas_per_sm);
   {

@@ -40,6 +40,10 @@ struct WorkItem {
   int32_t table;      // block_indices_begins[seq]
 };
 
+struct EmptyChunk {    // new tokens that see no key (prefix_only: an empty shard, or one wholly before
+  int32_t seq, t0, nt; // their window): no item; the backend sets out 0 and lse -inf
+};
+
 struct MergeItem {     // one (chunk, query row) whose partitions must be combined, for every kv head
   int32_t seq, t0, nt;
   int32_t slot;        // partial slot of partition 0 for kv head 0
@@ -48,11 +52,13 @@ struct MergeItem {     // one (chunk, query row) whose partitions must be combin
 
 struct Inputs {
   std::vector<int32_t> past_lens, tokens;  // per sequence
+  std::vector<int32_t> positions;          // per sequence, or empty: the first new token's position for
+                                           // the window (Params::new_token_positions; default past_lens)
   int group = 1;                           // G = H / Hk
   int num_kv_heads = 1;
   int sliding_window = 0;
   bool prefix_only = false;                // Params::prefix_only: every chunk's keys are [0, past); a
-                                           // sequence with past 0 then has no item (its rows: the backend)
+                                           // chunk with none in its window has no item (Plan::empty)
   int num_sms = 132;
   int ctas_per_sm = 1;                     // occupancy of the attention kernel
   // Occupancy of the chunks of 1, 2, 4 and 8 row tiles where they run on the Hopper kernel (wg_kernel,
@@ -76,6 +82,7 @@ struct Plan {
   int64_t ctas = 0;                        // attention CTAs (items x kv heads)
   std::vector<WorkItem> items;             // sorted by row_tiles, then longest key range first
   std::vector<MergeItem> merges;
+  std::vector<EmptyChunk> empty;           // chunks with no key in range (prefix_only only)
   std::string describe() const;
 };
 

@@ -166,9 +166,6 @@ class CudaPlan final : public detail::PlanImpl {
       throw UnsupportedError("value head size " + std::to_string(c.value_head_size()) + " != key head size " +
                              std::to_string(c.head_size()) + ": the cuda backend needs them equal (the cpu backend "
                              "does not)");
-    if (p.new_token_positions.present())
-      throw UnsupportedError("new_token_positions (a prefix_only shard with a window or ALiBi): the cuda backend "
-                             "does not support it yet (the cpu backend does)");
     if (c.precision() == KVPrecision::fp8)
       throw UnsupportedError("kv precision fp8: the cuda backend does not read f8e4m3 caches yet (the cpu backend does)");
     kv_ = kv_kind(c.precision());
@@ -191,6 +188,12 @@ class CudaPlan final : public detail::PlanImpl {
       in.past_lens.push_back(past[s]);
       in.tokens.push_back(sb[s + 1] - sb[s]);
     }
+    // prefix_only with new_token_positions: the kernels take the query positions (window, ALiBi, the
+    // causal test) from WorkItem::past; the keys stop at the shard's length through kv_end, and nothing
+    // else reads past_len under prefix_only (no write-in, tree or scores)
+    if (p.new_token_positions.present())
+      in.positions.assign(p.new_token_positions.ptr<const int32_t>(), p.new_token_positions.ptr<const int32_t>() + num_seqs);
+    const std::vector<int32_t>& qpos0 = in.positions.empty() ? in.past_lens : in.positions;
     in.group = G_;
     in.num_kv_heads = Hk_;
     in.sliding_window = p.sliding_window;
@@ -234,7 +237,7 @@ class CudaPlan final : public detail::PlanImpl {
     wl_ = planner::make_plan(in);
     const int32_t* bib = p.block_indices_begins.ptr<int32_t>();
     for (planner::WorkItem& w : wl_.items) {
-      w.past = past[w.seq];
+      w.past = qpos0[w.seq];
       w.tok0 = sb[w.seq];
       w.t_seq = sb[w.seq + 1] - sb[w.seq];
       w.table = bib[w.seq];
@@ -242,11 +245,9 @@ class CudaPlan final : public detail::PlanImpl {
       if (w.nt < w.t_seq) separate_write_ = true;
     }
     num_seqs_ = num_seqs;
-    // prefix_only over an empty cache: the planner gives those sequences no item; their rows are out 0
-    // and lse -inf, set before the launches
-    if (p.prefix_only)
-      for (int s = 0; s < num_seqs; ++s)
-        if (past[s] == 0 && sb[s + 1] > sb[s]) empty_rows_.emplace_back(sb[s], sb[s + 1] - sb[s]);
+    // prefix_only chunks with no key (an empty shard, or one wholly before the window) have no item;
+    // their rows are out 0 and lse -inf, set before the launches
+    for (const planner::EmptyChunk& e : wl_.empty) empty_rows_.emplace_back(sb[e.seq] + e.t0, e.nt);
     num_tokens_ = sb[num_seqs];
 
     // one launch per kernel variant (items are sorted by row tiles; row-tile counts that share a kernel
@@ -389,7 +390,7 @@ class CudaPlan final : public detail::PlanImpl {
     P.stale_log2 = kv_ != kKvU8 ? 8.0f : 6.0f;  // FwdParams::stale_log2
     if (!stale_max_) P.stale_log2 = 0.0f;
 
-    for (const auto& [t0, nt] : empty_rows_) {  // rows with no key (prefix_only, no prior cache): out 0, lse -inf
+    for (const auto& [t0, nt] : empty_rows_) {  // rows with no key (prefix_only, Plan::empty): out 0, lse -inf
       const std::size_t row_bytes = static_cast<std::size_t>(H_) * D_ * dtype_size(p.out.dtype);
       PA_CUDA_CHECK(cudaMemsetAsync(static_cast<char*>(p.out.data) + t0 * row_bytes, 0, nt * row_bytes, stream_));
       if (P.lse != nullptr) {

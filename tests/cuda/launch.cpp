@@ -223,8 +223,8 @@ TEST(Cuda, BadInputWritesNothing) {
   EXPECT_EQ(before.value_cache, c.value_cache);
 }
 
-// What the cpu backend runs and the cuda one does not yet: fp8 caches, new_token_positions and a value
-// head size other than the key's. Each is refused with UnsupportedError at plan time, before anything
+// What the cpu backend runs and the cuda one does not yet: fp8 caches and a value head size other than
+// the key's. Each is refused with UnsupportedError at plan time, before anything
 // is written.
 TEST(Cuda, UnsupportedInputsWriteNothing) {
   REQUIRE_GPU();
@@ -247,14 +247,6 @@ TEST(Cuda, UnsupportedInputsWriteNothing) {
   cfg.p_write = 1.0;
   cfg.kv_precisions = {KVPrecision::fp8};
   refused(cfg, base_seed() + 610000, [](Params&) {});
-  cfg.kv_precisions = {KVPrecision::f16};
-  std::vector<int32_t> pos;
-  refused(cfg, base_seed() + 610001, [&](Params& p) {  // a prefix_only shard with new_token_positions
-    p.prefix_only = true;
-    p.key = p.value = p.sinks = p.qq_bias = p.qq_bias_begins = p.scores = p.score_aggregation_window = TensorView{};
-    pos.assign(p.past_lens.ptr<const int32_t>(), p.past_lens.ptr<const int32_t>() + p.past_lens.shape[0]);
-    p.new_token_positions = TensorView::contiguous(pos.data(), DType::i32, Device::cpu, {p.past_lens.shape[0]});
-  });
   cfg.head_sizes = {128};
   cfg.value_head_sizes = {64};
   cfg.p_value_head_size = 1.0;
@@ -280,16 +272,19 @@ TEST(Cuda, LseRandom) {
 // A context split in two on the cuda backend (Params::prefix_only for the first shard of every sequence,
 // cut at a random block boundary, empty shards included; the second holds the rest, the new tokens, the
 // sinks and the tree mask), each shard with lse; merged on the host with merge_states, against the whole call on the
-// GPU: out within the KV kind's tolerance, lse within 1e-4 of max(1, |lse|).
+// GPU: out within the KV kind's tolerance, lse within 1e-4 of max(1, |lse|). Windows and ALiBi: the first
+// shard places the new tokens with new_token_positions (a window can end before that shard, or hide it
+// from the later tokens of a chunk only: rows with no key, out 0 and lse -inf).
 TEST(Cuda, SplitContextMerges) {
   REQUIRE_GPU();
   CaseConfig cfg = few_query_config();
-  cfg.p_window = cfg.p_alibi = cfg.p_scores = 0.0;  // (windows and ALiBi across shards: cpu only so far)
+  cfg.p_scores = 0.0;  // (rejected with prefix_only)
   cfg.p_write = 1.0;
   cfg.query_dtypes = {DType::f32, DType::f16};
   const uint64_t seed = base_seed() + 4000000;
   const int n_cases = case_count(40);
   std::printf("[split-cuda] base seed %llu, %d cases\n", static_cast<unsigned long long>(seed), n_cases);
+  int64_t rows_without_keys = 0;
   for (int i = 0; i < n_cases; ++i) {
     Case whole = make_random_case(seed + i, cfg);
     whole.want_lse = true;
@@ -334,10 +329,15 @@ TEST(Cuda, SplitContextMerges) {
       p.max_context_len = max_ctx;
       p.out = TensorView::contiguous(dout, split.qdtype, Device::cuda, {n, int64_t{H} * D});
       p.lse = TensorView::contiguous(dlse, DType::f32, Device::cuda, {n, H});
+      std::vector<int32_t> positions(split.past_lens.begin(), split.past_lens.end());  // shard 0 starts at key 0
       if (shard == 0) {
         p.prefix_only = true;
         p.key = p.value = p.sinks = p.qq_bias = p.qq_bias_begins = TensorView{};
+        if (split.sliding_window != 0 || !split.alibi_slopes.empty()) p.new_token_positions = host_i32(positions);
       }
+      // poisoned: every row is written (rows with no key as 0 and -inf)
+      ASSERT_EQ(cudaMemset(dout, 0xff, std::max<size_t>(out_bytes, 16)), cudaSuccess);
+      ASSERT_EQ(cudaMemset(dlse, 0xff, std::max<size_t>(static_cast<size_t>(n) * H * 4, 16)), cudaSuccess);
       forward(p, Options{Backend::cuda});
       outs[shard].resize(out_bytes);
       lses[shard].resize(static_cast<size_t>(n) * H);
@@ -346,6 +346,10 @@ TEST(Cuda, SplitContextMerges) {
       cudaFree(dout);
       cudaFree(dlse);
     }
+    if (split.sliding_window > 0)  // rows the window hides shard 0 from (when it holds keys)
+      for (int s = 0; s < split.num_seqs; ++s)
+        for (int t = 0; t < split.T(s); ++t)
+          if (cut[s] > 0 && split.past_lens[s] + t - split.sliding_window + 1 >= cut[s]) ++rows_without_keys;
     std::vector<float> merged(static_cast<size_t>(n) * H * D), merged_lse(static_cast<size_t>(n) * H);
     std::vector<TensorView> ov, lv;
     for (int shard = 0; shard < 2; ++shard) {
@@ -362,6 +366,8 @@ TEST(Cuda, SplitContextMerges) {
         << "case " << split.describe() << "\n  out: " << co.describe()
         << "\n  lse: " << cl.describe(merged_lse.data(), whole.lse.data());
   }
+  std::printf("[split-cuda] %lld query tokens saw no key of the first shard (its window starts past it)\n",
+              static_cast<long long>(rows_without_keys));
 }
 
 // merge_states on the cuda backend against the cpu one: k partials (f16 / bf16 / f32, some rows -inf in

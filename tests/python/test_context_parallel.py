@@ -44,6 +44,17 @@ def test_shards_in_turn_on_one_gpu():
     assert cp.run(0, 1, args) <= args.tol
 
 
+def test_shards_in_turn_on_one_gpu_with_a_sliding_window():
+    """On the cuda backend, 4 shards of 2048 keys before 8 new tokens at 8192 with a window of 4100: no
+    token reaches the first shard (no item), the first three reach the last keys of the second (the
+    others see none of its keys inside the same chunk: out 0, lse -inf)."""
+    if not (pagedattn.cuda_available() and torch.cuda.is_available()):
+        pytest.skip("no CUDA device visible to pagedattn and PyTorch")
+    args = cp.parse(["--device", "cuda", "--world-size", "1", "--shards", "4", "--context", "8192", "--tokens", "8",
+                     "--window", "4100"])
+    assert cp.run(0, 1, args) <= args.tol
+
+
 def test_across_gpus_over_nccl():
     if torch.cuda.device_count() < 2 or not pagedattn.cuda_available():
         pytest.skip(f"{torch.cuda.device_count()} CUDA device(s) visible: the NCCL part needs two")

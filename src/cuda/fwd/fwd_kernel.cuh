@@ -146,7 +146,8 @@ __device__ __forceinline__ void row_statistics(const FwdParams& P, const planner
     const float2 ml = sm.ml[g][r];
     L += ml.x == -INFINITY ? 0.0f : ml.y * fast_exp2(ml.x - M);
   }
-  float Ms = M, inv = 1.0f / L;
+  // L = 0: no visible key (a prefix_only row whose window starts past the shard): out 0, lse -inf
+  float Ms = M, inv = L > 0.0f ? 1.0f / L : 0.0f;
   if (w.slot < 0 && P.sinks != nullptr) {
     const float sink2 = P.sinks[hk * G + r % G] * kLog2e;
     Ms = fmaxf(M, sink2);

@@ -509,7 +509,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT>::kThreads, 1)
         den = row_l[hf] * f + fast_exp2(sink2 - Ms);
         inv = f / den;
       } else {
-        inv = 1.0f / den;
+        inv = den > 0.0f ? 1.0f / den : 0.0f;  // 0: no visible key (see fwd_kernel's row_statistics)
       }
       if (c0 == 0) store_row_stats(P, token, h, Ms, den);
       const int64_t ob = token * P.H * D + static_cast<int64_t>(h) * D;
