@@ -266,12 +266,12 @@ PY
 fi
 
 if has python && [ "$(left)" -gt 120 ]; then
-  log "Python package (pip install --no-build-isolation) and its GPU tests (test_gpu.py, test_context_parallel.py)"
+  log "Python package (pip install --no-build-isolation) and its GPU tests (test_gpu.py, test_context_parallel.py, test_torch.py)"
   pyt=/tmp/pagedattn-py
   if PAGEDATTN_CUDA=ON timeout $(( $(left) - 60 )) python3 -m pip install -q --no-build-isolation --no-deps --target "$pyt" \
        -C cmake.define.CMAKE_CUDA_ARCHITECTURES=90a-real -C build-dir=/tmp/pagedattn-wheel "$root" \
        > "$run_dir/python_build.log" 2>&1; then
-    (cd "$root/tests/python" && PYTHONPATH="$pyt" timeout $(( $(left) - 40 )) python3 -m pytest test_gpu.py test_context_parallel.py -q -rA -s \
+    (cd "$root/tests/python" && PYTHONPATH="$pyt" timeout $(( $(left) - 40 )) python3 -m pytest test_gpu.py test_context_parallel.py test_torch.py -q -rA -s \
        -p no:cacheprovider > "$run_dir/python_gpu.log" 2>&1) || status=1
     grep -E "WORST|passed|failed|error" "$run_dir/python_gpu.log" | tail -6
   else

@@ -149,10 +149,18 @@ void upload(DeviceBuffer& b, const T* host, std::size_t count, cudaStream_t s) {
   if (count) PA_CUDA_CHECK(cudaMemcpyAsync(b.ptr, host, count * sizeof(T), cudaMemcpyHostToDevice, s));
 }
 
-int kv_kind(KVPrecision p) { return p == KVPrecision::f16 ? kKvF16 : p == KVPrecision::bf16 ? kKvBF16 : kKvU8; }
+int kv_kind(KVPrecision p) {
+  switch (p) {
+    case KVPrecision::f16: return kKvF16;
+    case KVPrecision::bf16: return kKvBF16;
+    case KVPrecision::fp8: return kKvF8;
+    default: return kKvU8;
+  }
+}
 int io_type(DType t) { return t == DType::f16 ? kIoF16 : t == DType::bf16 ? kIoBF16 : kIoF32; }
 
 bool aligned16(const TensorView& t) { return !t.present() || (reinterpret_cast<uintptr_t>(t.data) % 16) == 0; }
+bool aligned4(const TensorView& t) { return !t.present() || (reinterpret_cast<uintptr_t>(t.data) % 4) == 0; }
 
 class CudaPlan final : public detail::PlanImpl {
  public:
@@ -166,8 +174,6 @@ class CudaPlan final : public detail::PlanImpl {
       throw UnsupportedError("value head size " + std::to_string(c.value_head_size()) + " != key head size " +
                              std::to_string(c.head_size()) + ": the cuda backend needs them equal (the cpu backend "
                              "does not)");
-    if (c.precision() == KVPrecision::fp8)
-      throw UnsupportedError("kv precision fp8: the cuda backend does not read f8e4m3 caches yet (the cpu backend does)");
     kv_ = kv_kind(c.precision());
     const int bs = static_cast<int>(c.block_size());
     if (D_ != 64 && D_ != 128 && D_ != 256)
@@ -218,7 +224,8 @@ class CudaPlan final : public detail::PlanImpl {
 #ifdef PAGEDATTN_HAS_SM90A
     hopper = cc_major == 9 && cc_minor == 0;
 #endif
-    choice_.wg = tuning::hopper_key_tile(D_, kv_ == kKvU8, hopper, env);
+    // (fp8 runs on fwd_kernel only: wg_kernel has no fp8 path)
+    choice_.wg = kv_ == kKvF8 ? 0 : tuning::hopper_key_tile(D_, kv_ == kKvU8, hopper, env);
     choice_.wg_split = tuning::hopper_split(D_, kv_ == kKvU8, choice_.wg, env);
     in.ctas_per_sm = fwd_kernel_info(D_, kv_, 1, choice_).ctas_per_sm();
     for (int k = 0; k < 4; ++k) {  // row-tile classes on the Hopper kernel: their own occupancy (planner.h)
@@ -342,9 +349,11 @@ class CudaPlan final : public detail::PlanImpl {
                                       &p.cache.value_min, &p.lse};
     const char* names[] = {"query", "key", "value", "out", "key_cache", "value_cache",
                            "key_scale", "key_min", "value_scale", "value_min", "lse"};
+    const bool fp8 = kv_ == kKvF8;  // its scales are f32 [Hk] or [1], read as scalars
     for (int i = 0; i < 11; ++i)
-      if (!aligned16(*need_align[i]))
-        throw ValidationError(names[i], "the cuda backend needs 16-byte aligned data");
+      if (!((fp8 && (i == 6 || i == 8)) ? aligned4(*need_align[i]) : aligned16(*need_align[i])))
+        throw ValidationError(names[i], (fp8 && (i == 6 || i == 8)) ? "the cuda backend needs 4-byte aligned data"
+                                                                     : "the cuda backend needs 16-byte aligned data");
 
     FwdParams P = {};
     P.q = p.query.data;
@@ -353,10 +362,17 @@ class CudaPlan final : public detail::PlanImpl {
     P.v_new = p.value.present() ? p.value.data : nullptr;
     P.k_cache = p.cache.key.data;
     P.v_cache = p.cache.value.data;
-    P.k_scale = static_cast<uint16_t*>(p.cache.key_scale.data);
-    P.k_min = static_cast<uint16_t*>(p.cache.key_min.data);
-    P.v_scale = static_cast<uint16_t*>(p.cache.value_scale.data);
-    P.v_min = static_cast<uint16_t*>(p.cache.value_min.data);
+    if (fp8) {
+      P.k_head_scale = p.cache.key_scale.ptr<float>();
+      P.v_head_scale = p.cache.value_scale.ptr<float>();
+      P.k_head_scale_stride = p.cache.key_scale.numel() == 1 ? 0 : 1;
+      P.v_head_scale_stride = p.cache.value_scale.numel() == 1 ? 0 : 1;
+    } else {
+      P.k_scale = static_cast<uint16_t*>(p.cache.key_scale.data);
+      P.k_min = static_cast<uint16_t*>(p.cache.key_min.data);
+      P.v_scale = static_cast<uint16_t*>(p.cache.value_scale.data);
+      P.v_min = static_cast<uint16_t*>(p.cache.value_min.data);
+    }
     P.past_lens = d_past_.as<int32_t>();
     P.subseq_begins = d_sb_.as<int32_t>();
     P.block_indices = d_bi_.as<int32_t>();

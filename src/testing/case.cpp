@@ -587,6 +587,36 @@ void apply_edge_rows(Case& c, uint64_t seed) {
       }
 }
 
+void apply_fp8_edge_rows(Case& c, uint64_t seed) {
+  if (!c.write_kv || c.kv != KVPrecision::fp8) return;
+  Rng r(seed);
+  const int Hk = c.num_kv_heads;
+  for (int tok = 0; tok < c.num_tokens; ++tok)
+    for (int kh = 0; kh < Hk; ++kh)
+      for (int which = 0; which < 2; ++which) {  // 0: key, 1: value
+        const int kind = static_cast<int>(r.uniform_int(0, 3));
+        if (kind == 3) continue;  // stays a random N(0, 1) row
+        const std::vector<float>& scales = which == 0 ? c.key_scale_fp8 : c.value_scale_fp8;
+        const double sc = scales[scales.size() == 1 ? 0 : static_cast<size_t>(kh)];
+        std::vector<uint8_t>& dst = which == 0 ? c.key : c.value;
+        const int D = which == 0 ? c.head_size : c.Dv();
+        const int64_t base = (static_cast<int64_t>(tok) * Hk + kh) * D;
+        for (int d = 0; d < D; ++d) {
+          const double sign = r.chance(0.5) ? -1.0 : 1.0;
+          double x;  // in units of the scale
+          if (kind == 0) {  // saturating: at and past 448, infinities among them
+            x = r.chance(0.1) ? INFINITY : r.uniform(440.0, 1000.0);
+          } else if (kind == 1) {  // e4m3 subnormals (multiples of 2^-9 below 2^-6) and zero
+            x = r.chance(0.1) ? 0.0 : r.uniform(0.0, 1.0 / 64.0);
+          } else {  // the midpoint between a normal code and the next: a tie, to even
+            const uint8_t code = static_cast<uint8_t>(r.uniform_int(8, 0x7d));
+            x = 0.5 * (num::e4m3_bits_to_f32(code) + num::e4m3_bits_to_f32(static_cast<uint8_t>(code + 1)));
+          }
+          store_float(dst.data(), c.qdtype, base + d, static_cast<float>(sign * x * sc));
+        }
+      }
+}
+
 DType mma_query_dtype(KVPrecision kv) { return kv == KVPrecision::bf16 ? DType::bf16 : DType::f16; }
 
 void round_queries(Case& c, DType to) {

@@ -90,6 +90,13 @@ void reference_forward(Case& c, int threads);
 /// +-65504; a third of the rows stay random. Deterministic in `seed`.
 void apply_edge_rows(Case& c, uint64_t seed);
 
+/// fp8 caches (write_kv cases): replaces rows of the new tokens' keys and values with rows at the corners
+/// of the e4m3 write-in rule (params.h), relative to the kv head's scale: saturating (|x / scale| in
+/// [440, 1000), +-inf among them), e4m3's subnormal range (|x / scale| < 2^-6, zero included) and
+/// midpoints between neighbouring codes (ties to even); a quarter of the rows stay random. Never NaN.
+/// Deterministic in `seed`.
+void apply_fp8_edge_rows(Case& c, uint64_t seed);
+
 /// Multiplies every value of `c` by f: the new value rows, and the cached value rows (u8: their scale
 /// and minimum, rounded to f16, so the codes stay; fp8: the value scale; f16/bf16: each element,
 /// rounded). Poison stays NaN.

@@ -98,18 +98,7 @@ TEST(Cuda, U8EdgeRowsWrittenIn) {
   CaseConfig cfg = few_query_config();
   cfg.kv_precisions = {KVPrecision::u8};
   cfg.p_write = 1.0;
-  const int n = case_count(48);
-  const uint64_t seed0 = base_seed() + 5100000;
-  std::printf("[u8-edge-rows] base seed %llu, %d cases\n", static_cast<unsigned long long>(seed0), n);
-  Suite suite;
-  for (int i = 0; i < n; ++i) {
-    Case c = make_random_case(seed0 + i, cfg);
-    apply_edge_rows(c, seed0 + i);
-    suite.cases.push_back(c);
-    oracle::forward(c.params());
-    suite.refs.push_back(c);
-  }
-  check_suite("u8-edge-rows", suite);
+  run_edited_suite("u8-edge-rows", cfg, base_seed() + 5100000, 48, apply_edge_rows);
 }
 
 // u8 caches on the Hopper kernels (the default for 128-row chunks, PAGEDATTN_WGMMA_U8=0 off: codes

@@ -151,12 +151,16 @@ def _fp8_dense_reference(t, past, T, H, Hk, D, bs, table, scale):
     return (torch.softmax(logits, dim=-1) @ V).transpose(0, 1).reshape(T, H * D)
 
 
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
 @pytest.mark.parametrize("per_head", [True, False], ids=["scale-per-head", "scale-number"])
 @pytest.mark.parametrize("seed", range(SEED + 700, SEED + 704))
-def test_fp8_cache_torch_float8(seed, per_head):
-    """A torch.float8_e4m3fn cache on the cpu backend: the write-in stores e4m3(x / scale) (torch's own
-    rounding of in-range values agrees bit for bit), and out matches float64 attention over the cache as
-    written, with f32 queries (1e-5). Scales per kv head as a tensor, or one as a Python number."""
+def test_fp8_cache_torch_float8(seed, per_head, device):
+    """A torch.float8_e4m3fn cache: the write-in stores e4m3(x / scale) (torch's own rounding of in-range
+    values agrees bit for bit), and out matches float64 attention over the cache as written, with f32
+    queries: 1e-5 on the cpu backend, 3e-3 on the cuda one (its MMAs read the queries in f16). Scales per
+    kv head as a tensor, or one as a Python number."""
+    if device == "cuda" and not (pagedattn.cuda_available() and torch.cuda.is_available()):
+        pytest.skip("no CUDA device visible to pagedattn and PyTorch")
     g = torch.Generator().manual_seed(seed)
     H, Hk, D, bs, past, T = 8, 2, 64, 16, int(torch.randint(1, 200, (1,), generator=g)), 4
     nb = (past + T + bs - 1) // bs + 3
@@ -169,8 +173,13 @@ def test_fp8_cache_torch_float8(seed, per_head):
         ks, vs = 0.125, 0.3
     t = dict(query=torch.randn(T, H * D, generator=g), key=torch.randn(T, Hk * D, generator=g),
              value=torch.randn(T, Hk * D, generator=g), key_cache=kc, value_cache=vc)
-    out = pagedattn.forward(**t, key_scale=ks, value_scale=vs, past_lens=[past], subsequence_begins=[0, T],
-                            block_indices=table, block_indices_begins=[0, len(table)], num_heads=H)
+    on = {k: v.to(device) for k, v in t.items()}
+    dev_scale = (lambda x: x.to(device)) if per_head else (lambda x: x)
+    out = pagedattn.forward(**on, key_scale=dev_scale(ks), value_scale=dev_scale(vs), past_lens=[past],
+                            subsequence_begins=[0, T], block_indices=table, block_indices_begins=[0, len(table)],
+                            num_heads=H).cpu()
+    kc, vc = on["key_cache"].cpu(), on["value_cache"].cpu()
+    t["key_cache"], t["value_cache"] = kc, vc
     t["key_scale"] = ks if per_head else torch.tensor([ks])
     t["value_scale"] = vs if per_head else torch.tensor([vs])
     for x, cache, sc in ((t["key"], kc, t["key_scale"]), (t["value"], vc, t["value_scale"])):
@@ -180,7 +189,7 @@ def test_fp8_cache_torch_float8(seed, per_head):
         assert torch.equal(got.view(torch.uint8), want.view(torch.uint8))
     want = _fp8_dense_reference(t, past, T, H, Hk, D, bs, table, D ** -0.5)
     err = (out.double() - want).norm() / want.norm()
-    assert err < 1e-5, f"rel_l2 {err:.3g}"
+    assert err < (1e-5 if device == "cpu" else 3e-3), f"rel_l2 {err:.3g}"
 
 
 def test_fp8_scale_rules():

@@ -27,12 +27,12 @@
 namespace pagedattn {
 namespace cuda {
 
-// Column of accumulator element pair (n, 0/1) of an O fragment; u8 n-tiles hold even/odd columns
-// (see the PV step), f16/bf16 n-tiles 8 consecutive columns. Returns the first column; the second is
-// col + 2 (u8) or col + 1 (f16/bf16).
-template <bool kU8>
+// Column of accumulator element pair (n, 0/1) of an O fragment; byte-code (u8, fp8) n-tiles hold
+// even/odd columns (see the PV step), f16/bf16 n-tiles 8 consecutive columns. Returns the first column;
+// the second is col + 2 (byte codes) or col + 1 (f16/bf16).
+template <bool kBytes>
 __device__ __forceinline__ int o_col(int n, int lane) {
-  if constexpr (kU8) {
+  if constexpr (kBytes) {
     const int b = n / 4, q = n % 4;
     return 32 * b + (q >= 2 ? 16 : 0) + (q % 2) + 4 * (lane % 4);
   } else {
@@ -42,10 +42,11 @@ __device__ __forceinline__ int o_col(int n, int lane) {
 
 // --- the key loop's named steps (fwd_kernel, per slice of a key group) ----------------------------------
 // S = Q K^T of the slice's K half `hb` into acc (zeroed by the caller): each K fragment feeds MT MMAs.
-// u8: one ldmatrix.x4 on raw codes covers 8 keys x 4 MMA k-steps (see load_qf for Q's matching order).
-template <int D, int MT, int kN1, bool kU8, typename T, typename Half, typename QFrag>
+// u8 and fp8: one ldmatrix.x4 on raw codes covers 8 keys x 4 MMA k-steps (see load_qf for Q's matching
+// order); u8 codes become f16 1024 + code (one PRMT per pair), fp8 codes their f16 values (one cvt).
+template <int D, int MT, int kN1, int KV, typename T, typename Half, typename QFrag>
 __device__ __forceinline__ void qk_step(float (&acc)[MT][kN1][4], const Half& hb, const QFrag& q_frag, int lane) {
-  if constexpr (kU8) {
+  if constexpr (KV == kKvU8 || KV == kKvF8) {
     // one ldmatrix.x4 on raw codes: 8 keys x 4 MMA k-steps; each register holds 4 codes of a key
 #pragma unroll
     for (int ks = 0; ks < D / 16; ks += 4) {
@@ -61,9 +62,12 @@ __device__ __forceinline__ void qk_step(float (&acc)[MT][kN1][4], const Half& hb
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-          for (int e = 0; e < 4; ++e)
-            mma_16816<T>(acc[mt][n], qf[mt][e],
-                         u8x2_biased(r4[e], kSelB01), u8x2_biased(r4[e], kSelB23));
+          for (int e = 0; e < 4; ++e) {
+            if constexpr (KV == kKvF8)
+              mma_16816<T>(acc[mt][n], qf[mt][e], f8x2_to_half2(r4[e]), f8x2_to_half2(r4[e] >> 16));
+            else
+              mma_16816<T>(acc[mt][n], qf[mt][e], u8x2_biased(r4[e], kSelB01), u8x2_biased(r4[e], kSelB23));
+          }
       }
     }
   } else {
@@ -89,24 +93,33 @@ __device__ __forceinline__ void qk_step(float (&acc)[MT][kN1][4], const Half& hb
 }
 
 // O += P V of the slice's V half `hb` (each V fragment feeds MT MMAs); pa: P as the A fragments.
-template <int D, int MT, int kK3, bool kU8, typename T, typename Half>
+template <int D, int MT, int kK3, int KV, typename T, typename Half>
 __device__ __forceinline__ void value_step(float (&o)[MT][D / 8][4], const uint32_t (&pa)[MT][kK3][4], const Half& hb,
                                            int lane, uint32_t k64) {
   constexpr int kN3 = D / 8;  // O n-tiles
 #pragma unroll
   for (int kk = 0; kk < kK3; ++kk) {
     const int key = kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
-    if constexpr (kU8) {
+    if constexpr (KV == kKvU8 || KV == kKvF8) {
       // ldmatrix.trans on raw codes: a register holds codes (d, d+1) of keys (k, k+1); split into an
       // even-d and an odd-d n-tile: n-tile 4b+{0,1,2,3} holds d = 32b + {0,1,16,17} + 2 * col.
+      // (fp8: one PRMT puts bytes 0, 2 in the low and 1, 3 in the high half, then one cvt per half.)
 #pragma unroll
       for (int b = 0; b < D / 32; ++b) {
         uint32_t r4[4];
         ldmatrix_x4_trans(r4, &hb.kv[key][32 * b + (lane / 16) * 16]);
-        const uint32_t v0 = u8x2_to_half2(r4[0], kSelB02, k64), v1 = u8x2_to_half2(r4[1], kSelB02, k64);
-        const uint32_t v2 = u8x2_to_half2(r4[0], kSelB13, k64), v3 = u8x2_to_half2(r4[1], kSelB13, k64);
-        const uint32_t v4 = u8x2_to_half2(r4[2], kSelB02, k64), v5 = u8x2_to_half2(r4[3], kSelB02, k64);
-        const uint32_t v6 = u8x2_to_half2(r4[2], kSelB13, k64), v7 = u8x2_to_half2(r4[3], kSelB13, k64);
+        uint32_t v0, v1, v2, v3, v4, v5, v6, v7;
+        if constexpr (KV == kKvF8) {
+          const uint32_t p0 = __byte_perm(r4[0], 0u, 0x3120u), p1 = __byte_perm(r4[1], 0u, 0x3120u);
+          const uint32_t p2 = __byte_perm(r4[2], 0u, 0x3120u), p3 = __byte_perm(r4[3], 0u, 0x3120u);
+          v0 = f8x2_to_half2(p0), v1 = f8x2_to_half2(p1), v2 = f8x2_to_half2(p0 >> 16), v3 = f8x2_to_half2(p1 >> 16);
+          v4 = f8x2_to_half2(p2), v5 = f8x2_to_half2(p3), v6 = f8x2_to_half2(p2 >> 16), v7 = f8x2_to_half2(p3 >> 16);
+        } else {
+          v0 = u8x2_to_half2(r4[0], kSelB02, k64), v1 = u8x2_to_half2(r4[1], kSelB02, k64);
+          v2 = u8x2_to_half2(r4[0], kSelB13, k64), v3 = u8x2_to_half2(r4[1], kSelB13, k64);
+          v4 = u8x2_to_half2(r4[2], kSelB02, k64), v5 = u8x2_to_half2(r4[3], kSelB02, k64);
+          v6 = u8x2_to_half2(r4[2], kSelB13, k64), v7 = u8x2_to_half2(r4[3], kSelB13, k64);
+        }
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
           mma_16816<T>(o[mt][4 * b + 0], pa[mt][kk], v0, v1);
@@ -206,6 +219,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
   constexpr int kRows = Tr::kRows;
   constexpr int kStages = Tr::kStages;
   constexpr bool kU8 = Tr::kU8;
+  constexpr bool kBytes = Tr::kBytes;  // u8 or fp8 codes: their Q order and O columns
   constexpr int kN1 = kKPW / 8;   // S n-tiles (8 keys) per warp
   constexpr int kK3 = kKPW / 16;  // PV k-steps (16 keys) per warp
   constexpr int kN3 = D / 8;      // O n-tiles per warp
@@ -299,7 +313,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
                                        (i ^ ((p & 1) << 2)) * 16);
   };
   auto store_q = [&](int r, int ch, uint4 v) {
-    if constexpr (kU8) {
+    if constexpr (kBytes) {
       const int p = (r / 16) * 8 + r % 8, hf = (r / 8) % 2;
       uint32_t* u0 = q_unit(p, 2 * ch);
       uint32_t* u1 = q_unit(p, 2 * ch + 1);
@@ -323,7 +337,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
   // B registers: k = 2i+b -> d = 4i+b, k = 8+2i+b -> d = 4i+2+b (i = lane % 4); Q follows suit.
   auto load_qf = [&](uint32_t (&f)[4], int mt, int ks) {
     const int r0 = (wq * MT + mt) * 16;
-    if constexpr (kU8) {
+    if constexpr (kBytes) {
       // unit ks * 4 + t of pair p, i.e. q_unit(p, ks * 4 + t): the swizzle flips ks's parity when p is odd
       const int p = (wq * MT + mt) * 8 + lane / 4, sw = (p & 1) ? 64 : 0;
       const uint8_t* qb = reinterpret_cast<const uint8_t*>(&sm.u.s.q[0][0]) + p * (4 * D) + (lane % 4) * 16;
@@ -404,6 +418,10 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
   // it: with a literal, ptxas takes the PRMT form with the selector in a register and re-creates the
   // selectors before each use in the value step (~50 instructions per slice at u8 D = 256).
   const uint32_t k64 = P.u8_exp_byte;
+  // fp8: the kv head's key scale joins the softmax scale (S runs on the codes' values); its value scale
+  // multiplies the group's output at the end (P V runs on them too)
+  const float s_log2 = Tr::kF8 ? P.scale_log2 * P.k_head_scale[hk * P.k_head_scale_stride] : P.scale_log2;
+  const float v_head = Tr::kF8 ? P.v_head_scale[hk * P.v_head_scale_stride] : 1.0f;
   for (int it = 0; it < n_tiles; ++it) {
     const int js = slice_begin(it);
     const bool active = js < w.kv_end;  // group-uniform
@@ -422,7 +440,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
         for (int n = 0; n < kN1; ++n)
 #pragma unroll
           for (int e = 0; e < 4; ++e) acc[mt][n][e] = 0.0f;
-      qk_step<D, MT, kN1, kU8, T>(acc, hb, q_frag, lane);
+      qk_step<D, MT, kN1, KV, T>(acc, hb, q_frag, lane);
       // scores (log2 units) with masks; element (n, e): row hf = e / 2, key js + n*8 + 2*(lane%4) + e%2
       const bool interior = js + kKPW <= w.kv_end && js + kKPW <= past + w.t0 + 1 &&
                             (P.sliding_window == 0 || js >= past + w.t0 + w.nt - P.sliding_window) &&
@@ -452,11 +470,11 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
               raw = fmaf(e % 2 ? kscale.y : kscale.x, raw, (e % 2 ? kbias.y : kbias.x) * row_qsum[mt][hf]);
             float sv;
             if constexpr (kPlain) {
-              sv = row_valid[mt][hf] ? raw * P.scale_log2 : -INFINITY;
+              sv = row_valid[mt][hf] ? raw * s_log2 : -INFINITY;
             } else {
               const bool vis = row_valid[mt][hf] && j < w.kv_end && j <= row_qpos[mt][hf] && j >= row_lo[mt][hf] &&
                                (row_qq[mt][hf] == nullptr || j < past || row_qq[mt][hf][j - past] != 0);
-              sv = vis ? raw * P.scale_log2 + row_slope2[mt][hf] * static_cast<float>(j - row_qpos[mt][hf])
+              sv = vis ? raw * s_log2 + row_slope2[mt][hf] * static_cast<float>(j - row_qpos[mt][hf])
                        : -INFINITY;
             }
             acc[mt][n][e] = sv;
@@ -566,7 +584,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
     issue(2 * it + kStages);
     if (active) {
       const auto& hb = sm.u.s.ring[wkv][(2 * it + 1) % kStages];
-      value_step<D, MT, kK3, kU8, T>(o, pa, hb, lane, k64);
+      value_step<D, MT, kK3, KV, T>(o, pa, hb, lane, k64);
     }
   }
   cp_async_wait<0>();
@@ -612,14 +630,14 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
       float M = -INFINITY;
 #pragma unroll
       for (int g = 0; g < Tr::kWKV; ++g) M = fmaxf(M, sm.ml[g][r].x);
-      const float f = row_m[mt][hf] == -INFINITY ? 0.0f : fast_exp2(row_m[mt][hf] - M);
+      const float f = row_m[mt][hf] == -INFINITY ? 0.0f : fast_exp2(row_m[mt][hf] - M) * v_head;
       const float cz = kU8 ? row_c[mt][hf] : 0.0f;  // u8 value offset term (f16/bf16: none)
 #pragma unroll
       for (int n = 0; n < kN3; ++n) {
         // (float4/float2 stores here measured level, run s10b)
-        const int c = o_col<kU8>(n, lane);
+        const int c = o_col<kBytes>(n, lane);
         sm.u.r.red[wkv][r][c] = (o[mt][n][2 * hf] + cz) * f;
-        sm.u.r.red[wkv][r][c + (kU8 ? 2 : 1)] = (o[mt][n][2 * hf + 1] + cz) * f;
+        sm.u.r.red[wkv][r][c + (kBytes ? 2 : 1)] = (o[mt][n][2 * hf + 1] + cz) * f;
       }
     }
   }

@@ -110,6 +110,7 @@ FwdKernelInfo fwd_kernel_info_for(int kv, int rt, const KernelChoice& c) {
   switch (kv) {
     case kKvF16: PA_RT_CASES(kKvF16)
     case kKvBF16: PA_RT_CASES(kKvBF16)
+    case kKvF8: PA_RT_CASES(kKvF8)  // (fwd_kernel only: the Hopper kernel does not read fp8 codes)
     default: PA_RT_CASES(kKvU8)
   }
 #undef PA_RT_CASES

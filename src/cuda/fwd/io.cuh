@@ -6,6 +6,8 @@
 #include <climits>
 #include <type_traits>
 
+#include <cuda_fp8.h>
+
 #include "common/numeric.h"
 #include "cuda/fwd/traits.cuh"
 
@@ -221,6 +223,14 @@ __device__ __forceinline__ uint32_t u8x2_to_half2(uint32_t x, uint32_t sel, uint
   return *reinterpret_cast<uint32_t*>(&v);
 }
 constexpr uint32_t kSelB01 = 0x4140u, kSelB23 = 0x4342u, kSelB02 = 0x4240u, kSelB13 = 0x4341u;
+
+// fp8 codes -> f16 pairs: the low 16 bits of x (bytes 0 and 1 -> the low and high half), one
+// cvt.rn.f16x2.e4m3x2 on sm_89 and later (cuda_fp8.h; older targets convert in software). Exact: every
+// e4m3 value, subnormals and NaN included, is an f16 value.
+__device__ __forceinline__ uint32_t f8x2_to_half2(uint32_t x) {
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(x & 0xffffu), __NV_E4M3);
+  return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
+}
 
 }  // namespace cuda
 }  // namespace pagedattn

@@ -8,7 +8,7 @@
 namespace pagedattn {
 namespace cuda {
 
-enum KvKind : int { kKvF16 = 0, kKvBF16 = 1, kKvU8 = 2 };
+enum KvKind : int { kKvF16 = 0, kKvBF16 = 1, kKvU8 = 2, kKvF8 = 3 };  // kKvF8: e4m3 codes, f32 scale per kv head
 enum IoType : int { kIoF32 = 0, kIoF16 = 1, kIoBF16 = 2 };  // dtype of query / key / value / out
 
 struct MergeRow {       // one query row (token, head) whose partitions the merge kernel combines
@@ -37,6 +37,10 @@ struct FwdParams {
   uint16_t* k_min;
   uint16_t* v_scale;
   uint16_t* v_min;
+  const float* k_head_scale;  // fp8 only: [Hk] or [1] f32 (element hk * k_head_scale_stride)
+  const float* v_head_scale;
+  int k_head_scale_stride;    // 1 ([Hk] scales) or 0 (one scale)
+  int v_head_scale_stride;
   const int32_t* past_lens;   // [num_seqs]
   const int32_t* subseq_begins;      // [num_seqs+1]
   const int32_t* block_indices;      // [n]

@@ -40,6 +40,10 @@ __global__ void __launch_bounds__(128) scores_kernel(const __grid_constant__ Fwd
         const float mn = __half2float(__ushort_as_half(P.k_min[row]));
         const uint8_t* src = static_cast<const uint8_t*>(P.k_cache) + row * D;
         for (int d = lane; d < D; d += 32) kt[r][d] = num::u8_dequantize(src[d], sc, mn);
+      } else if constexpr (KV == kKvF8) {  // code * scale, one f32 rounding, as the oracle reads it
+        const float sc = P.k_head_scale[hk * P.k_head_scale_stride];
+        const uint8_t* src = static_cast<const uint8_t*>(P.k_cache) + row * D;
+        for (int d = lane; d < D; d += 32) kt[r][d] = num::e4m3_bits_to_f32(src[d]) * sc;
       } else {
         for (int d = lane; d < D; d += 32) kt[r][d] = load_io(P.k_cache, row * D + d, KV == kKvF16 ? kIoF16 : kIoBF16);
       }

@@ -30,6 +30,11 @@ struct KvTraits<kKvU8> {
   using mma_t = __half;  // codes 0..255 are exact in f16
   using cache_t = uint8_t;
 };
+template <>
+struct KvTraits<kKvF8> {
+  using mma_t = __half;  // every e4m3 value is exact in f16
+  using cache_t = uint8_t;
+};
 
 // Warp layout, tiles and pipeline per (head size, KV kind, row tiles); shared memory is one struct sized
 // by sizeof. Warps form kWKV key groups of kWQ warps: the warps of a group share a ring of half-tiles
@@ -42,10 +47,13 @@ struct KvTraits<kKvU8> {
 // fragment once per 16 rows: shared-memory bandwidth, not the tensor cores, bounds it).
 template <int D, int KV, int RT, int MT = 1>
 struct FwdTraits {
-  static_assert(MT == 1 || (MT == 2 && RT == 8 && D <= 128 && KV != kKvU8), "MT = 2: 8 row tiles, D <= 128, f16/bf16 KV");
+  static_assert(MT == 1 || (MT == 2 && RT == 8 && D <= 128 && (KV == kKvF16 || KV == kKvBF16)),
+                "MT = 2: 8 row tiles, D <= 128, f16/bf16 KV");
   using T = typename KvTraits<KV>::mma_t;
   using C = typename KvTraits<KV>::cache_t;
-  static constexpr bool kU8 = KV == kKvU8;
+  static constexpr bool kU8 = KV == kKvU8;  // affine codes: per-key parameters, folded around the MMAs
+  static constexpr bool kF8 = KV == kKvF8;  // e4m3 codes: one scale per kv head, folded into S and O
+  static constexpr bool kBytes = kU8 || kF8;  // one-byte codes: their shared-memory rows and fragment order
   static constexpr int kRows = RT * 16;
   static constexpr int kWQ = RT / MT;                     // warps along rows (MT 16-row tiles each)
   static constexpr int kWKV = RT == 1 ? 4 : RT == 2 ? 2 : 1;  // key groups (8 row tiles: 8 warps, one group)
@@ -57,12 +65,12 @@ struct FwdTraits {
   // 32k 0.98x, 8k 1.04x slower: 2 tiles per 128-key partition instead of 4). f16/bf16 at D = 256 keep
   // 16 (32-key halves would not fit three stages in half an SM's shared memory).
   static constexpr int kKPW = MT == 2 ? 32 : RT >= 4 ? (D >= 256 ? 32 : 64)
-                            : (D >= 256 ? (KV == kKvU8 && RT == 2 ? 32 : 16) : 32);
+                            : (D >= 256 ? (kBytes && RT == 2 ? 32 : 16) : 32);
   static constexpr int kTileKV = kWKV * kKPW;             // keys per iteration of the CTA
   static constexpr bool kOneCta = RT == 8 && MT == 1;     // the 8-warp variant: one CTA per SM
   static constexpr int kMinCtas = kOneCta ? 1 : 2;        // __launch_bounds__ occupancy hint
   static constexpr int kLdQ = D + 8;                      // Q row (elements)
-  static constexpr int kLdKV = kU8 ? D + 16 : D + 8;      // K/V row (cache elements)
+  static constexpr int kLdKV = kBytes ? D + 16 : D + 8;   // K/V row (cache elements)
   static constexpr int kParBytes = (kU8 ? 4 : 1) * kKPW * 2;  // u8: key scale, key min, value scale, value min
   static constexpr int kHalfBytes = kKPW * kLdKV * static_cast<int>(sizeof(C)) + kParBytes;
   static constexpr int kQBytes = kRows * kLdQ * static_cast<int>(sizeof(T));

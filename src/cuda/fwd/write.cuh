@@ -1,4 +1,4 @@
-// The op's KV write-in: one warp quantises (u8) or converts one new row into the cache; fused into the
+// The op's KV write-in: one warp quantises (u8, fp8) or converts one new row into the cache; fused into the
 // attention kernels for single-chunk sequences (fused_write_in), else write_kernel before them.
 #pragma once
 
@@ -7,10 +7,12 @@
 namespace pagedattn {
 namespace cuda {
 
-// One warp writes (and for u8 quantises) one new key or value row of one kv head into the cache.
+// One warp writes (and for u8 and fp8 quantises) one new key or value row of one kv head into the
+// cache. fp8: `head_scale` is the kv head's scale; the code is e4m3(x / scale) by numeric.h's rule (the
+// host oracle's own function: the same bits on every backend).
 template <int D, int KV>
 __device__ __forceinline__ void write_row(const void* src, int64_t src_off, void* cache, uint16_t* scale,
-                                          uint16_t* min, int64_t row, int io, int lane) {
+                                          uint16_t* min, int64_t row, int io, int lane, float head_scale = 1.0f) {
   constexpr int kPer = D / 32;
   float x[kPer];
   load_io_n<kPer>(src, src_off + lane * kPer, io, x);
@@ -31,6 +33,10 @@ __device__ __forceinline__ void write_row(const void* src, int64_t src_off, void
       scale[row] = qp.scale_bits;
       min[row] = qp.min_bits;
     }
+  } else if constexpr (KV == kKvF8) {
+    uint8_t* dst = static_cast<uint8_t*>(cache) + row * D + lane * kPer;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) dst[i] = num::f32_to_e4m3_bits(__fdiv_rn(x[i], head_scale));
   } else {
     using C = typename KvTraits<KV>::cache_t;
     C* dst = static_cast<C*>(cache) + row * D + lane * kPer;
@@ -49,11 +55,13 @@ __device__ __forceinline__ void fused_write_in(const FwdParams& P, const planner
   if (P.k_new == nullptr || w.nt != w.t_seq) return;
   const int wb = max(w.kv_begin, w.past), we = min(w.kv_end, w.past + w.t_seq);
   if (wb >= we) return;
+  const float kscale = KV == kKvF8 ? P.k_head_scale[hk * P.k_head_scale_stride] : 1.0f;
+  const float vscale = KV == kKvF8 ? P.v_head_scale[hk * P.v_head_scale_stride] : 1.0f;
   for (int pos = wb + warp; pos < we; pos += warps) {
     const int64_t src = static_cast<int64_t>(w.tok0 + pos - w.past) * P.Hk * D + static_cast<int64_t>(hk) * D;
     const int64_t row = cache_row(table, pos, hk, P.Hk, P.block_size_log2);
-    write_row<D, KV>(P.k_new, src, P.k_cache, P.k_scale, P.k_min, row, P.io_dtype, lane);
-    write_row<D, KV>(P.v_new, src, P.v_cache, P.v_scale, P.v_min, row, P.io_dtype, lane);
+    write_row<D, KV>(P.k_new, src, P.k_cache, P.k_scale, P.k_min, row, P.io_dtype, lane, kscale);
+    write_row<D, KV>(P.v_new, src, P.v_cache, P.v_scale, P.v_min, row, P.io_dtype, lane, vscale);
   }
   __threadfence();  // NOTE: the rows just written are read back through cp.async (L2)
   __syncthreads();
@@ -80,8 +88,10 @@ __global__ void __launch_bounds__(128) write_kernel(const __grid_constant__ FwdP
   const int pos = P.past_lens[lo] + token - P.subseq_begins[lo];
   const int64_t row = cache_row(P.block_indices + P.block_indices_begins[lo], pos, hk, P.Hk, P.block_size_log2);
   const int64_t src = static_cast<int64_t>(token) * P.Hk * D + static_cast<int64_t>(hk) * D;
-  write_row<D, KV>(P.k_new, src, P.k_cache, P.k_scale, P.k_min, row, P.io_dtype, lane);
-  write_row<D, KV>(P.v_new, src, P.v_cache, P.v_scale, P.v_min, row, P.io_dtype, lane);
+  const float kscale = KV == kKvF8 ? P.k_head_scale[hk * P.k_head_scale_stride] : 1.0f;
+  const float vscale = KV == kKvF8 ? P.v_head_scale[hk * P.v_head_scale_stride] : 1.0f;
+  write_row<D, KV>(P.k_new, src, P.k_cache, P.k_scale, P.k_min, row, P.io_dtype, lane, kscale);
+  write_row<D, KV>(P.v_new, src, P.v_cache, P.v_scale, P.v_min, row, P.io_dtype, lane, vscale);
 }
 
 }  // namespace cuda

@@ -1,0 +1,66 @@
+// fp8 (e4m3) caches on the cuda backend: fwd_kernel converts the codes to f16 in its fragment loads
+// (cvt.rn.f16x2.e4m3x2), the kv head's key scale joins the softmax scale and its value scale the output.
+// Every path (decodes, verifies and trees, chunked prefill, mixed batches, long contexts with merges,
+// scores, lse), one suite per query dtype: f16 queries within 3e-3, bf16 within 1e-2 (suite.h). The
+// write-in is bit-identical to the oracle's quantiser (numeric.h's f32_to_e4m3_bits), at the rule's
+// corners too: saturation, infinities, e4m3 subnormals, ties; NaN inputs become the NaN code 0x7f.
+#include "cuda/suite.h"
+
+using namespace gpu_suite;
+
+namespace {
+CaseConfig fp8(CaseConfig cfg, DType query) {
+  cfg.kv_precisions = {KVPrecision::fp8};
+  cfg.query_dtypes = {query};
+  cfg.p_lse = 0.3;
+  return cfg;
+}
+}  // namespace
+
+TEST(Cuda, Fp8Random) {
+  REQUIRE_GPU();
+  for (DType q : {DType::f16, DType::bf16}) {
+    const bool f16 = q == DType::f16;
+    const uint64_t seed = base_seed() + (f16 ? 6000000 : 6100000);
+    run_suite(f16 ? "fp8-few-query q=f16" : "fp8-few-query q=bf16", fp8(few_query_config(), q), seed, 120);
+    run_suite(f16 ? "fp8-mixed q=f16" : "fp8-mixed q=bf16", fp8(mixed_config(300, 4000, 600, 12000), q),
+              seed + 10000, 40);
+    run_suite(f16 ? "fp8-long q=f16" : "fp8-long q=bf16", fp8(long_context_config(4000, 20000, 40000), q),
+              seed + 20000, 8);
+    run_suite(f16 ? "fp8-long-chunks q=f16" : "fp8-long-chunks q=bf16",
+              fp8(long_chunks(mixed_config(300, 4000, 600, 12000)), q), seed + 30000, 8);
+  }
+}
+
+// New keys and values at the corners of the write-in rule (testing::apply_fp8_edge_rows): the cache
+// bit-identical to the oracle's, the output within the tolerance.
+TEST(Cuda, Fp8EdgeRowsWrittenIn) {
+  REQUIRE_GPU();
+  CaseConfig cfg = fp8(mixed_config(200, 2000, 300, 6000), DType::f16);  // fused and separate write-in
+  cfg.query_dtypes = {DType::f16, DType::bf16, DType::f32};
+  cfg.p_write = 1.0;
+  run_edited_suite("fp8-edge-rows", cfg, base_seed() + 6200000, 32, apply_fp8_edge_rows);
+}
+
+// NaN in a new key or value row: written as e4m3's NaN code 0x7f, as the oracle writes it (test_numeric
+// checks that rule; the outputs of rows that see it are NaN on both sides and not compared).
+TEST(Cuda, Fp8NaNWrittenAsNaNCode) {
+  REQUIRE_GPU();
+  CaseConfig cfg = fp8(few_query_config(), DType::f16);
+  cfg.p_write = 1.0;
+  for (int i = 0; i < case_count(8); ++i) {
+    Case c = make_random_case(base_seed() + 6300000 + i, cfg);
+    const int64_t n_new = static_cast<int64_t>(c.num_tokens) * c.num_kv_heads * c.head_size;
+    const uint16_t nan_bits = (i % 2) ? 0xfe00u : 0x7e00u;  // f16 NaN, both signs
+    for (int64_t e = i; e < n_new; e += 97) reinterpret_cast<uint16_t*>((i % 3) ? c.key.data() : c.value.data())[e] = nan_bits;
+    Case ref = c;
+    oracle::forward(ref.params());
+    {
+      DeviceCase d(c);
+      forward(d.params(), Options{Backend::cuda});
+      d.download();
+    }
+    // (bit-identical rows: the row's other codes show it was written, not left poisoned)
+    EXPECT_EQ(compare_cache(c, ref), "") << c.describe();
+  }
+}
