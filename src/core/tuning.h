@@ -18,7 +18,7 @@ struct Overrides {
   bool early_reads = true;    // PAGEDATTN_EARLY_READS=0: no cache reads before the PDL wait
   bool stale_max = true;      // PAGEDATTN_STALE_MAX=0: fwd_kernel's exact running max (stale_log2 0)
   bool prefill_mt2 = true;    // PAGEDATTN_PREFILL_MT2=0: one row tile per warp in mma.sync 128-row chunks
-  bool wgmma_u8 = true;       // PAGEDATTN_WGMMA_U8=0: u8 caches back on mma.sync
+  bool wgmma_u8 = true;       // PAGEDATTN_WGMMA_U8=0: u8 and fp8 caches back on mma.sync
   int wgmma = -1;             // PAGEDATTN_WGMMA=0/64/128: the Hopper kernel off, or its key tile; -1 unset
   int wg_split = -1;          // PAGEDATTN_WG_SPLIT=0/1/2: the key-split kernel off / on for 33-64-row chunks /
                               // for 17-64 at every head size; -1 unset (17-64 at D = 256, else 33-64)
@@ -32,7 +32,8 @@ Overrides parse_overrides(const std::function<const char*(const char*)>& getenv)
 Overrides read_overrides();
 
 /// The Hopper kernel's key tile for 128-row chunks (KernelChoice::wg): 0 where it is off (not an sm_90
-/// device of an sm_90a build, u8 with PAGEDATTN_WGMMA_U8=0, PAGEDATTN_WGMMA=0).
+/// device of an sm_90a build, u8 (and fp8: pass u8 = true for one-byte codes) with PAGEDATTN_WGMMA_U8=0,
+/// PAGEDATTN_WGMMA=0).
 int hopper_key_tile(int head_size, bool u8, bool hopper, const Overrides& o);
 /// The least row tiles of the f16/bf16 chunks that run on the key-split Hopper kernel
 /// (KernelChoice::wg_split): 4 (33-64 rows), 2 (17-64: D = 256, or PAGEDATTN_WG_SPLIT=2), or 0 where it is off or the

@@ -224,9 +224,10 @@ class CudaPlan final : public detail::PlanImpl {
 #ifdef PAGEDATTN_HAS_SM90A
     hopper = cc_major == 9 && cc_minor == 0;
 #endif
-    // (fp8 runs on fwd_kernel only: wg_kernel has no fp8 path)
-    choice_.wg = kv_ == kKvF8 ? 0 : tuning::hopper_key_tile(D_, kv_ == kKvU8, hopper, env);
-    choice_.wg_split = tuning::hopper_split(D_, kv_ == kKvU8, choice_.wg, env);
+    // (fp8 takes u8's rules: one-byte codes converted into f16 tiles, 128-row chunks only)
+    const bool bytes = kv_ == kKvU8 || kv_ == kKvF8;
+    choice_.wg = tuning::hopper_key_tile(D_, bytes, hopper, env);
+    choice_.wg_split = tuning::hopper_split(D_, bytes, choice_.wg, env);
     in.ctas_per_sm = fwd_kernel_info(D_, kv_, 1, choice_).ctas_per_sm();
     for (int k = 0; k < 4; ++k) {  // row-tile classes on the Hopper kernel: their own occupancy (planner.h)
       const FwdKernelInfo info = fwd_kernel_info(D_, kv_, 1 << k, choice_);

@@ -64,3 +64,24 @@ TEST(Cuda, Fp8NaNWrittenAsNaNCode) {
     EXPECT_EQ(compare_cache(c, ref), "") << c.describe();
   }
 }
+
+// fp8 caches on the Hopper kernel (128-row chunks: the default on sm_90a, as for u8; codes converted to
+// f16 tiles in shared memory by cvt), per query dtype, and the same chunks on fwd_kernel's 8-row-tile
+// variant (PAGEDATTN_WGMMA_U8=0, the path of other devices).
+TEST(Cuda, HopperFp8Random) {
+  REQUIRE_GPU();
+  if (const char* why = no_wgmma()) GTEST_SKIP() << why;
+  EnvGuard on("PAGEDATTN_WGMMA", ""), wide("PAGEDATTN_WIDE_PREFILL", ""), bytes("PAGEDATTN_WGMMA_U8", "");
+  CaseConfig cfg = fp8(mixed_config(300, 4000, 600, 12000), DType::f16);
+  cfg.query_dtypes = {DType::f16, DType::bf16};
+  cfg.group_sizes = {1, 3, 4, 8, 16};
+  CaseConfig one = cfg;
+  one.head_sizes = {256};
+  expect_launched(one, 200, 300, base_seed() + 6400000, 256, "wg32f8");
+  one.head_sizes = {128};
+  expect_launched(one, 200, 300, base_seed() + 6400001, 256, "wg64f8");
+  run_suite("prefill-wg-fp8", cfg, base_seed() + 6400000, 60);
+  run_suite("prefill-wg-fp8-long", long_chunks(cfg), base_seed() + 6500000, 16);
+  EnvGuard off("PAGEDATTN_WGMMA_U8", "0");
+  run_suite("prefill-mma-fp8", cfg, base_seed() + 6600000, 30);
+}

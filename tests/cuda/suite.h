@@ -221,13 +221,16 @@ inline void run_edited_suite(const char* name, const CaseConfig& cfg, uint64_t s
                              void (*edit)(Case&, uint64_t)) {
   n = case_count(n);
   std::printf("[%s] base seed %llu, %d cases\n", name, static_cast<unsigned long long>(seed0), n);
+  const int threads = static_cast<int>(std::max(1u, std::min(16u, std::thread::hardware_concurrency())));
   Suite suite;
   for (int i = 0; i < n; ++i) {
     Case c = make_random_case(seed0 + i, cfg);
     edit(c, seed0 + i);
-    suite.cases.push_back(c);
-    reference_forward(c, static_cast<int>(std::max(1u, std::min(16u, std::thread::hardware_concurrency()))));
-    suite.refs.push_back(c);
+    Case ref = c;
+    reference_forward(ref, threads);
+    reference_lse_as_mma_reads(c, ref, threads);  // (as make_suite: lse of f32 queries as the MMAs read them)
+    suite.cases.push_back(std::move(c));
+    suite.refs.push_back(std::move(ref));
   }
   check_suite(name, suite);
 }

@@ -66,10 +66,10 @@ struct WgVariant {
   }
   static FwdKernelInfo info() {
     using Base = FwdVariant<D, KV, 8>;  // the same write-in and scores kernels
-    constexpr bool kU8 = KV == kKvU8;
+    constexpr bool kU8 = KV == kKvU8, kF8 = KV == kKvF8;
     const char* name = SPLIT ? (KEYS == 32 ? "wgs32" : "wgs64")
-                             : (KEYS == 32 ? (kU8 ? "wg32u8" : "wg32")
-                                           : KEYS == 64 ? (kU8 ? "wg64u8" : "wg64") : "wg128");
+                             : (KEYS == 32 ? (kU8 ? "wg32u8" : kF8 ? "wg32f8" : "wg32")
+                                           : KEYS == 64 ? (kU8 ? "wg64u8" : kF8 ? "wg64f8" : "wg64") : "wg128");
     return FwdKernelInfo{&launch, &Base::launch_write, &Base::launch_scores, &ctas_per_sm, &prepare, kSmem,
                          Tr::kThreads, name};
   }
@@ -86,8 +86,9 @@ FwdKernelInfo fwd_kernel_info_for(int kv, int rt, const KernelChoice& c) {
   const bool split = c.wg != 0 && c.wg_split != 0 && rt >= c.wg_split && rt <= 4;
   if (split && kv == kKvF16) return WgVariant<D, kKvF16, kKeys, true>::info();
   if (split && kv == kKvBF16) return WgVariant<D, kKvBF16, kKeys, true>::info();
-  // u8 128-row chunks on the Hopper kernel (the default; off: c.wg = 0 for u8)
+  // u8 and fp8 128-row chunks on the Hopper kernel (the default; off: c.wg = 0 for them)
   if (c.wg != 0 && kv == kKvU8 && rt == 8) return WgVariant<D, kKvU8, kKeys>::info();
+  if (c.wg != 0 && kv == kKvF8 && rt == 8) return WgVariant<D, kKvF8, kKeys>::info();
   if constexpr (D == 256) {  // the Hopper kernel takes 32-key tiles at D = 256
     if (c.wg != 0 && rt == 8 && kv == kKvF16) return WgVariant<D, kKvF16, 32>::info();
     if (c.wg != 0 && rt == 8 && kv == kKvBF16) return WgVariant<D, kKvBF16, 32>::info();
@@ -110,7 +111,7 @@ FwdKernelInfo fwd_kernel_info_for(int kv, int rt, const KernelChoice& c) {
   switch (kv) {
     case kKvF16: PA_RT_CASES(kKvF16)
     case kKvBF16: PA_RT_CASES(kKvBF16)
-    case kKvF8: PA_RT_CASES(kKvF8)  // (fwd_kernel only: the Hopper kernel does not read fp8 codes)
+    case kKvF8: PA_RT_CASES(kKvF8)
     default: PA_RT_CASES(kKvU8)
   }
 #undef PA_RT_CASES

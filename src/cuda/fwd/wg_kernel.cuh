@@ -29,14 +29,17 @@ namespace cuda {
 template <int D, int KV, int KEYS = 64, bool SPLIT = false>
 struct WgTraits {
   static_assert((D <= 128 && (KEYS == 64 || KEYS == 128)) || (D == 256 && KEYS == 32), "head size / key tile");
-  static_assert(KV == kKvF16 || KV == kKvBF16 || (KV == kKvU8 && KEYS == (D == 256 ? 32 : 64)), "cache type");
+  static_assert(KV == kKvF16 || KV == kKvBF16 || ((KV == kKvU8 || KV == kKvF8) && KEYS == (D == 256 ? 32 : 64)),
+                "cache type");
   // SPLIT: two warpgroups, f16/bf16. u8 on it (three conversion buffers per ring, 32-key tiles at
   // D = 128; commit 7aba6f4) ran level with fwd_kernel at 64 rows (run c4): its codes converted in
   // shared memory bound it, as they bound the one-warpgroup kernel's u8 path (2.4-3x fwd_kernel's time
   // at T = 1, run mr1; that kernel, wgq, was removed after c7eeed8).
-  static_assert(!SPLIT || KV != kKvU8, "the key-split variant: f16/bf16");
+  static_assert(!SPLIT || KV == kKvF16 || KV == kKvBF16, "the key-split variant: f16/bf16");
   using T = typename KvTraits<KV>::mma_t;
-  static constexpr bool kU8 = KV == kKvU8;
+  static constexpr bool kU8 = KV == kKvU8;     // affine codes: per-key parameters (as fwd_kernel)
+  static constexpr bool kF8 = KV == kKvF8;     // e4m3 codes: the kv head's scales fold into S and O
+  static constexpr bool kBytes = kU8 || kF8;   // one-byte codes: staged, then converted to f16 tiles
   static constexpr int kRows = SPLIT ? 64 : 128;
   static constexpr int kThreads = 256;
   static constexpr int kRings = SPLIT ? 2 : 1;                 // rings of copy stages (one per stream)
@@ -45,17 +48,17 @@ struct WgTraits {
   static constexpr int kChunks = D / 8;                      // 16-byte chunks per row
   static constexpr int kQBytes = kRows * D * 2;              // D/64 blocks of [kRows][128 bytes]
   static constexpr int kTileBytes = kKeys * D * 2;           // K (or V) of one tile: D/64 blocks of [64][128 bytes]
-  // f16/bf16: a ring of (K, V) tiles in the MMA layout. u8 (PAGEDATTN_WGMMA_U8=0: mma.sync instead): a
-  // ring of staging slots (K and V codes, row-major, then the 4 parameter arrays), converted by the threads
-  // that loaded them into three (K, V) f16 buffers in the MMA layout (one converted, one read by the
-  // PV MMA in flight, one still read by a lagging warpgroup), and the rows' query sums.
-  static constexpr int kStageBytes = kU8 ? 2 * kKeys * D + 4 * kKeys * 2 : 2 * kTileBytes;
-  static constexpr int kConvBytes = kU8 ? 3 * 2 * kTileBytes : 0;
+  // f16/bf16: a ring of (K, V) tiles in the MMA layout. u8 and fp8 (PAGEDATTN_WGMMA_U8=0: mma.sync
+  // instead): a ring of staging slots (K and V codes, row-major, then u8's 4 parameter arrays), converted
+  // by the threads that loaded them into three (K, V) f16 buffers in the MMA layout (one converted, one
+  // read by the PV MMA in flight, one still read by a lagging warpgroup), and (u8) the rows' query sums.
+  static constexpr int kStageBytes = kU8 ? 2 * kKeys * D + 4 * kKeys * 2 : kF8 ? 2 * kKeys * D : 2 * kTileBytes;
+  static constexpr int kConvBytes = kBytes ? 3 * 2 * kTileBytes : 0;
   static constexpr int kQsumBytes = kU8 ? kRows * 4 : 0;
   // ring depth (tiles ahead = kStages - 2): 2 warpgroups 3 or 5 (measured), 1 warpgroup what fits, <= 6
   // (D = 64: two CTAs per SM); SPLIT: what fits each ring, <= 6
   static constexpr int kFit = ((227 * 1024 - 1024 - kQBytes - kQsumBytes) / kRings - kConvBytes) / kStageBytes;
-  static constexpr int kStages = kU8 || SPLIT ? (kFit > 6 ? 6 : kFit)
+  static constexpr int kStages = kBytes || SPLIT ? (kFit > 6 ? 6 : kFit)
                                               : (kStageBytes > 48 * 1024 ? 3 : 5);
   static_assert(kStages >= 3, "pipeline depth");
   static constexpr int kRingBytes = kConvBytes + kStages * kStageBytes;
@@ -99,6 +102,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT>::kThreads, 1)
   const uint32_t base = (raw_u32 + 1023u) & ~1023u;  // swizzle atoms start on 1024-byte boundaries
   const uint32_t q_base = base;
   constexpr bool kU8 = Tr::kU8;
+  constexpr bool kBytes = Tr::kBytes;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int wgi = warp / 4;  // warpgroup: rows 64 * wgi .. (SPLIT: key tiles wgi, wgi + 2, ..)
   // SPLIT: each warpgroup's ring, copies and barriers are its own; ctid: the thread within its ring
@@ -109,7 +113,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT>::kThreads, 1)
   auto slot_base = [&](int stage) { return ring_base + Tr::kConvBytes + stage * Tr::kStageBytes; };
   // K and V of (the ring's) tile `t` in the MMA layout: its ring slot, or (u8) its converted buffer
   auto k_tile = [&](int t) {
-    return kU8 ? ring_base + (t % 3) * 2 * Tr::kTileBytes : slot_base(t % kStages);
+    return kBytes ? ring_base + (t % 3) * 2 * Tr::kTileBytes : slot_base(t % kStages);
   };
   auto v_tile = [&](int t) { return k_tile(t) + Tr::kTileBytes; };
   auto smem_ptr = [&](uint32_t addr) { return smem_raw + (addr - raw_u32); };
@@ -134,7 +138,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT>::kThreads, 1)
   // (and their blocks never looked up: see load_half). A thread keeps one 16-byte column chunk and takes
   // every (kCopyThreads / kChunks)-th row.
   auto issue = [&](int it) {
-    if constexpr (kU8) {
+    if constexpr (kBytes) {
       if (it >= n_tiles) {
         cp_async_commit();
         return;
@@ -153,9 +157,9 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT>::kThreads, 1)
         cp_async_16_u32(sb + r * D + c * 16, static_cast<const uint8_t*>(P.k_cache) + off, ok ? 16 : 0);
         cp_async_16_u32(sb + kKeys * D + r * D + c * 16, static_cast<const uint8_t*>(P.v_cache) + off, ok ? 16 : 0);
       }
-      // parameters: 4 arrays x (kKeys / 8) chunks of 8 tokens (a chunk stays in one cache block)
+      // u8 parameters: 4 arrays x (kKeys / 8) chunks of 8 tokens (a chunk stays in one cache block)
       constexpr int kPerArray = kKeys / 8;
-      if (ctid < 4 * kPerArray) {
+      if (kU8 && ctid < 4 * kPerArray) {
         const int a = ctid / kPerArray, cc = ctid % kPerArray;
         const int j = js + cc * 8;
         const bool ok = j < w.kv_end && j + 7 >= kv_lo;
@@ -182,8 +186,14 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT>::kThreads, 1)
     }
     cp_async_commit();
   };
-  // u8: the codes this thread loaded for tile `it` -> f16 in the tile's MMA-layout buffer: keys biased
-  // by 1024 (exact; folded against sum(q), as in fwd_kernel), values centred (b - 128, exact).
+  // u8 and fp8: the codes this thread loaded for tile `it` -> f16 in the tile's MMA-layout buffer. u8:
+  // keys biased by 1024 (exact; folded against sum(q), as in fwd_kernel), values centred (b - 128,
+  // exact). fp8: their f16 values (exact), by cvt.rn.f16x2.e4m3x2.
+  auto cvt4 = [&](uint32_t x, bool key) {  // 4 codes -> 2 f16 pairs (codes 0, 1 and 2, 3)
+    if constexpr (Tr::kF8) return make_uint2(f8x2_to_half2(x), f8x2_to_half2(x >> 16));
+    if (key) return make_uint2(u8x2_biased(x, kSelB01), u8x2_biased(x, kSelB23));
+    return make_uint2(u8x2_to_half2(x, kSelB01), u8x2_to_half2(x, kSelB23));
+  };
   auto convert = [&](int it) {
     constexpr int kRowStep = Tr::kCopyThreads / kC16;
     constexpr int kIters = kKeys / kRowStep;
@@ -195,18 +205,12 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT>::kThreads, 1)
       const int r = r0 + i * kRowStep;
       const uint4 kx = *reinterpret_cast<const uint4*>(smem_ptr(sb + r * D + c * 16));
       const uint4 vx = *reinterpret_cast<const uint4*>(smem_ptr(sb + kKeys * D + r * D + c * 16));
-      *reinterpret_cast<uint4*>(smem_ptr(kb + sw128_offset(r, 2 * c, kKeys))) =
-          make_uint4(u8x2_biased(kx.x, kSelB01), u8x2_biased(kx.x, kSelB23), u8x2_biased(kx.y, kSelB01),
-                     u8x2_biased(kx.y, kSelB23));
-      *reinterpret_cast<uint4*>(smem_ptr(kb + sw128_offset(r, 2 * c + 1, kKeys))) =
-          make_uint4(u8x2_biased(kx.z, kSelB01), u8x2_biased(kx.z, kSelB23), u8x2_biased(kx.w, kSelB01),
-                     u8x2_biased(kx.w, kSelB23));
-      *reinterpret_cast<uint4*>(smem_ptr(vb + sw128_offset(r, 2 * c, kKeys))) =
-          make_uint4(u8x2_to_half2(vx.x, kSelB01), u8x2_to_half2(vx.x, kSelB23), u8x2_to_half2(vx.y, kSelB01),
-                     u8x2_to_half2(vx.y, kSelB23));
-      *reinterpret_cast<uint4*>(smem_ptr(vb + sw128_offset(r, 2 * c + 1, kKeys))) =
-          make_uint4(u8x2_to_half2(vx.z, kSelB01), u8x2_to_half2(vx.z, kSelB23), u8x2_to_half2(vx.w, kSelB01),
-                     u8x2_to_half2(vx.w, kSelB23));
+      const uint2 k0 = cvt4(kx.x, true), k1 = cvt4(kx.y, true), k2 = cvt4(kx.z, true), k3 = cvt4(kx.w, true);
+      const uint2 v0 = cvt4(vx.x, false), v1 = cvt4(vx.y, false), v2 = cvt4(vx.z, false), v3 = cvt4(vx.w, false);
+      *reinterpret_cast<uint4*>(smem_ptr(kb + sw128_offset(r, 2 * c, kKeys))) = make_uint4(k0.x, k0.y, k1.x, k1.y);
+      *reinterpret_cast<uint4*>(smem_ptr(kb + sw128_offset(r, 2 * c + 1, kKeys))) = make_uint4(k2.x, k2.y, k3.x, k3.y);
+      *reinterpret_cast<uint4*>(smem_ptr(vb + sw128_offset(r, 2 * c, kKeys))) = make_uint4(v0.x, v0.y, v1.x, v1.y);
+      *reinterpret_cast<uint4*>(smem_ptr(vb + sw128_offset(r, 2 * c + 1, kKeys))) = make_uint4(v2.x, v2.y, v3.x, v3.y);
     }
   };
   auto prologue = [&]() {  // tiles 0 .. kStages - 3 (see the pipeline below)
@@ -219,6 +223,9 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT>::kThreads, 1)
   if (!early) prologue();
 
   const bool alibi = P.alibi != nullptr;
+  // fp8: the kv head's key scale joins the softmax scale, its value scale multiplies O at the end
+  const float s_log2 = Tr::kF8 ? P.scale_log2 * P.k_head_scale[hk * P.k_head_scale_stride] : P.scale_log2;
+  const float v_head = Tr::kF8 ? P.v_head_scale[hk * P.v_head_scale_stride] : 1.0f;
   // Q rows -> shared memory (MMA type, swizzled); padding rows zero
   // u8: with each row's sum of its f16-rounded query (for the key bias and row minima)
   float* qsum = reinterpret_cast<float*>(smem_ptr(base + Tr::kQBytes + Tr::kRings * Tr::kRingBytes));
@@ -287,7 +294,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT>::kThreads, 1)
     // the previous iteration's barrier (a warp's wait covers its own part of a warpgroup MMA only: a
     // two-buffer version for one warpgroup, overwriting the buffer of tile it - 2 here, failed its tests
     // in run c2)
-    if constexpr (kU8) convert(it);
+    if constexpr (kBytes) convert(it);
     wg::fence_proxy_async();  // this thread's copies / conversions (and Q stores) -> visible to the tensor cores
     // every thread's (SPLIT: the warpgroup's); and the slot refilled below is no longer read
     if constexpr (SPLIT) named_barrier(1 + wgi, 128);
@@ -336,7 +343,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT>::kThreads, 1)
     if (interior && !alibi) {
 #pragma unroll
       for (int i = 0; i < kN1 * 4; ++i) {
-        s[i] = row_valid[(i % 4) / 2] ? s[i] * P.scale_log2 : -INFINITY;
+        s[i] = row_valid[(i % 4) / 2] ? s[i] * s_log2 : -INFINITY;
         mx[(i % 4) / 2] = fmaxf(mx[(i % 4) / 2], s[i]);
       }
     } else {
@@ -349,7 +356,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT>::kThreads, 1)
           const bool vis = row_valid[hf] && j < w.kv_end && j <= row_qpos[hf] && j >= row_lo[hf] &&
                            (row_qq[hf] == nullptr || j < past || row_qq[hf][j - past] != 0);
           const float sv =
-              vis ? s[4 * n + e] * P.scale_log2 + row_slope2[hf] * static_cast<float>(j - row_qpos[hf]) : -INFINITY;
+              vis ? s[4 * n + e] * s_log2 + row_slope2[hf] * static_cast<float>(j - row_qpos[hf]) : -INFINITY;
           s[4 * n + e] = sv;
           mx[hf] = fmaxf(mx[hf], sv);
         }
@@ -455,6 +462,10 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT>::kThreads, 1)
         o[4 * n + 2 * hf + 1] += row_c[hf];
       }
     }
+  }
+  if constexpr (Tr::kF8) {
+#pragma unroll
+    for (int i = 0; i < kN3 * 4; ++i) o[i] *= v_head;
   }
   if constexpr (SPLIT) {
     // The second warpgroup's (m, l, O) -> shared memory (the first ring, drained: every thread waited
