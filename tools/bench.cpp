@@ -217,7 +217,7 @@ struct Setup {
 
   std::size_t cache_bytes() const {  // one layer's K and V cache and (u8) their scales/row minima
     const std::size_t slots = static_cast<std::size_t>(num_blocks) * opt.kv_heads * opt.block_size;
-    std::size_t b = 2 * slots * opt.head_size * kv_bytes(kv);
+    std::size_t b = slots * (opt.head_size + opt.dv()) * kv_bytes(kv);
     if (kv == KVPrecision::u8) b += 4 * slots * 2;
     return b;
   }
@@ -246,7 +246,7 @@ struct Setup {
   void allocate(LayerBuffers& L, int io_rows) const {
     const std::size_t slots = static_cast<std::size_t>(num_blocks) * opt.kv_heads * opt.block_size;
     L.key_cache = Buffer(dev, slots * opt.head_size * kv_bytes(kv));
-    L.value_cache = Buffer(dev, slots * opt.head_size * kv_bytes(kv));
+    L.value_cache = Buffer(dev, slots * opt.dv() * kv_bytes(kv));
     if (kv == KVPrecision::u8) {
       L.key_scale = Buffer(dev, slots * 2);
       L.key_min = Buffer(dev, slots * 2);
@@ -266,9 +266,9 @@ struct Setup {
   void allocate_io(LayerBuffers& L, int rows) const {
     const std::size_t q = dtype_size(opt.qdtype);
     L.query = Buffer(dev, static_cast<std::size_t>(rows) * opt.heads * opt.head_size * q);
-    L.out = Buffer(dev, static_cast<std::size_t>(rows) * opt.heads * opt.head_size * q);
+    L.out = Buffer(dev, static_cast<std::size_t>(rows) * opt.heads * opt.dv() * q);
     L.key = Buffer(dev, static_cast<std::size_t>(rows) * opt.kv_heads * opt.head_size * q);
-    L.value = Buffer(dev, static_cast<std::size_t>(rows) * opt.kv_heads * opt.head_size * q);
+    L.value = Buffer(dev, static_cast<std::size_t>(rows) * opt.kv_heads * opt.dv() * q);
     if (opt.lse) L.lse = Buffer(dev, static_cast<std::size_t>(rows) * opt.heads * sizeof(float));
   }
 
@@ -276,15 +276,15 @@ struct Setup {
   Params params(const LayerBuffers& cache, const LayerBuffers& io, const Meta& m) const {
     Params p;
     p.num_heads = opt.heads;
-    const int64_t H = opt.heads, Hk = opt.kv_heads, D = opt.head_size, n = m.num_tokens;
+    const int64_t H = opt.heads, Hk = opt.kv_heads, D = opt.head_size, Dv = opt.dv(), n = m.num_tokens;
     p.query = TensorView::contiguous(io.query.data(), opt.qdtype, dev, {n, H * D});
     p.key = TensorView::contiguous(io.key.data(), opt.qdtype, dev, {n, Hk * D});
-    p.value = TensorView::contiguous(io.value.data(), opt.qdtype, dev, {n, Hk * D});
-    p.out = TensorView::contiguous(io.out.data(), opt.qdtype, dev, {n, H * D});
+    p.value = TensorView::contiguous(io.value.data(), opt.qdtype, dev, {n, Hk * Dv});
+    p.out = TensorView::contiguous(io.out.data(), opt.qdtype, dev, {n, H * Dv});
     if (io.lse.data() != nullptr) p.lse = TensorView::contiguous(io.lse.data(), DType::f32, dev, {n, H});
     const DType kt = kv_dtype(kv);
     p.cache.key = TensorView::contiguous(cache.key_cache.data(), kt, dev, {num_blocks, Hk, opt.block_size, D});
-    p.cache.value = TensorView::contiguous(cache.value_cache.data(), kt, dev, {num_blocks, Hk, opt.block_size, D});
+    p.cache.value = TensorView::contiguous(cache.value_cache.data(), kt, dev, {num_blocks, Hk, opt.block_size, Dv});
     if (kv == KVPrecision::u8) {
       auto sv = [&](const Buffer& b) {
         return TensorView::contiguous(b.data(), DType::f16, dev, {num_blocks, Hk, opt.block_size});
@@ -401,21 +401,22 @@ struct Bytes {
 };
 
 Bytes bytes_moved(const BenchOptions& opt, KVPrecision kv, int batch, int context, int T) {
-  const double ctx = static_cast<double>(context) + T, Hk = opt.kv_heads, H = opt.heads, D = opt.head_size;
+  const double ctx = static_cast<double>(context) + T, Hk = opt.kv_heads, H = opt.heads, D = opt.head_size,
+               Dv = opt.dv();
   const double qb = static_cast<double>(dtype_size(opt.qdtype)), n = static_cast<double>(batch) * opt.layers;
   Bytes b;
-  b.kv = n * ctx * Hk * D * 2 * static_cast<double>(kv_bytes(kv));
+  b.kv = n * ctx * Hk * (D + Dv) * static_cast<double>(kv_bytes(kv));
   b.kv_params = kv == KVPrecision::u8 ? n * ctx * Hk * 2 * 2 * 2 : 0;
   b.q = n * T * H * D * qb;
-  b.o = n * T * H * D * qb;
-  b.new_kv = n * T * Hk * D * 2 * qb;
+  b.o = n * T * H * Dv * qb;
+  b.new_kv = n * T * Hk * (D + Dv) * qb;
   return b;
 }
 
 struct Row {
   std::string kv;
   int batch = 1, context = 0, T = 0, layers = 0, sets = 1;
-  int head_size = 0, group = 0;  // D and G = H / Hk (rows per kv head: T * G)
+  int head_size = 0, value_head_size = 0, group = 0;  // D, Dv and G = H / Hk (rows per kv head: T * G)
   bool tree = false;             // T nodes of a draft tree (qq_bias), else a chain
   double us = 0, us_min = 0, ratio = 0, gbs = 0, pct = 0;
   Bytes bytes;
@@ -595,7 +596,7 @@ void run_config(const BenchOptions& opt, const Env& env, KVPrecision kv, int bat
     if (opt.verbose) std::printf("%s\n", plans[0][0].describe().c_str());
 
     const std::vector<double> us = time_plans(dev, env, plans, params, opt.warmup, opt.repeats);
-    check_finite_out(L[0][0].out, opt.qdtype, static_cast<int64_t>(m.num_tokens) * opt.heads * opt.head_size);
+    check_finite_out(L[0][0].out, opt.qdtype, static_cast<int64_t>(m.num_tokens) * opt.heads * opt.dv());
 
     Row r;
     r.kv = kv_precision_name(kv);
@@ -605,6 +606,7 @@ void run_config(const BenchOptions& opt, const Env& env, KVPrecision kv, int bat
     r.layers = opt.layers;
     r.sets = sets;
     r.head_size = opt.head_size;
+    r.value_head_size = opt.dv();
     r.group = opt.heads / opt.kv_heads;
     r.tree = tree;
     r.us = median(us);
@@ -1173,6 +1175,7 @@ int run_bench(const BenchOptions& opt) {
   if (opt.kv_heads < 1 || opt.heads < 1 || opt.heads % opt.kv_heads != 0)
     throw ValidationError("--heads", "must be a positive multiple of --kv-heads");
   if (opt.head_size < 1) throw ValidationError("--head-size", "must be >= 1");
+  if (opt.value_head_size < 0) throw ValidationError("--value-head-size", "must be >= 0 (0: the head size)");
   if (opt.block_size < 1) throw ValidationError("--block-size", "must be >= 1");
   if (opt.warmup < 0) throw ValidationError("--warmup", "must be >= 0");
   if (do_batch && (opt.batch_seqs < 1 || opt.batch_context < 1 || opt.batch_tokens < 1))
@@ -1306,7 +1309,7 @@ int run_bench(const BenchOptions& opt) {
     j["ceiling_gbs"] = env.ceiling_gbs;
     j["ceiling_method"] = env.ceiling_method;
     j["l2_bytes"] = env.l2_bytes;
-    j["config"] = {{"heads", opt.heads},          {"kv_heads", opt.kv_heads}, {"head_size", opt.head_size},
+    j["config"] = {{"heads", opt.heads},          {"kv_heads", opt.kv_heads}, {"head_size", opt.head_size}, {"value_head_size", opt.dv()},
                    {"layers", opt.layers},        {"block_size", opt.block_size},
                    {"query_dtype", dtype_name(opt.qdtype)},
                    {"fill", opt.fill},            {"repeats", opt.repeats}, {"scenario", opt.scenario},
@@ -1314,8 +1317,8 @@ int run_bench(const BenchOptions& opt) {
                    {"timing", opt.backend == Backend::cuda ? "median of CUDA graph replays (cudaEvent)"
                                                            : "median wall clock"}};
     j["bytes_formula"] = {
-        {"kv", "ctx*Hk*D*2*sizeof(kv), ctx = L+T"}, {"kv_params", "u8: ctx*Hk*2*2*sizeof(f16)"},
-        {"q", "T*H*D*sizeof(q)"}, {"o", "T*H*D*sizeof(q)"}, {"new_kv", "T*Hk*D*2*sizeof(q)"},
+        {"kv", "ctx*Hk*(D+Dv)*sizeof(kv), ctx = L+T"}, {"kv_params", "u8: ctx*Hk*2*2*sizeof(f16)"},
+        {"q", "T*H*D*sizeof(q)"}, {"o", "T*H*Dv*sizeof(q)"}, {"new_kv", "T*Hk*(D+Dv)*sizeof(q)"},
         {"scope", "summed over sequences and layers"}};
     j["rows"] = nlohmann::json::array();
     for (const Row& r : rows)
@@ -1323,7 +1326,7 @@ int run_bench(const BenchOptions& opt) {
                            {"seqs", r.batch},
                            {"context", r.context},
                            {"T", r.T},
-                           {"head_size", r.head_size},
+                           {"head_size", r.head_size}, {"value_head_size", r.value_head_size},
                            {"group", r.group},
                            {"tree", r.tree},
                            {"rows_per_kv_head", r.T * r.group},

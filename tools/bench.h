@@ -20,6 +20,8 @@ struct BenchOptions {
   Backend backend = Backend::cpu;
   // Model: Qwen3.5-9B attention.
   int heads = 16, kv_heads = 4, head_size = 256;
+  int value_head_size = 0;                 // Dv (0: head_size); the value cache, new values and out
+  int dv() const { return value_head_size > 0 ? value_head_size : head_size; }
   int layers = 8;                          // each layer its own cache
   int block_size = 32;
   int batch = 1;                           // sequences, each with the same context

@@ -191,6 +191,7 @@ int main(int argc, char** argv) {
   bench->add_option("--heads", bopt.heads, "query heads H")->capture_default_str();
   bench->add_option("--kv-heads", bopt.kv_heads, "kv heads Hk")->capture_default_str();
   bench->add_option("--head-size", bopt.head_size, "head size D")->capture_default_str();
+  bench->add_option("--value-head-size", bopt.value_head_size, "value head size Dv (0: D)")->capture_default_str();
   bench->add_option("--query", query, "query/output dtype: f16 | bf16 | f32 (f32: cpu only)")->capture_default_str();
   bench->add_option("--seed", bopt.seed, "seed of the random contents and block tables")->capture_default_str();
   bench->add_option("--json", bopt.json, "also write the results (with device, date, commit) to this file");

@@ -166,18 +166,22 @@ class CudaPlan final : public detail::PlanImpl {
  public:
   CudaPlan(const Params& p, const Options& opt) : planned_(p), stream_(static_cast<cudaStream_t>(opt.stream)) {
     const KVCache& c = p.cache;
-    D_ = static_cast<int>(c.head_size());
+    Dk_ = static_cast<int>(c.head_size());
+    // the kernels' tile width: 64, 128 or 256, the head size padded up (docs/design.md, "Head sizes")
+    D_ = Dk_ <= 64 ? 64 : Dk_ <= 128 ? 128 : 256;
     Hk_ = static_cast<int>(c.num_kv_heads());
     H_ = p.num_heads;
     G_ = H_ / Hk_;
-    if (c.value_head_size() != c.head_size())
-      throw UnsupportedError("value head size " + std::to_string(c.value_head_size()) + " != key head size " +
-                             std::to_string(c.head_size()) + ": the cuda backend needs them equal (the cpu backend "
-                             "does not)");
     kv_ = kv_kind(c.precision());
     const int bs = static_cast<int>(c.block_size());
-    if (D_ != 64 && D_ != 128 && D_ != 256)
-      throw UnsupportedError("head size " + std::to_string(D_) + ": the cuda backend supports 64, 128 and 256");
+    Dv_ = static_cast<int>(c.value_head_size());
+    if (Dk_ % 16 != 0 || Dk_ < 32 || Dk_ > 256)
+      throw UnsupportedError("head size " + std::to_string(Dk_) +
+                             ": the cuda backend supports multiples of 16 from 32 to 256");
+    if (Dv_ % 16 != 0 || Dv_ < 16 || Dv_ > Dk_)
+      throw UnsupportedError("value head size " + std::to_string(Dv_) + " (key head size " + std::to_string(Dk_) +
+                             "): the cuda backend supports multiples of 16 up to the key head size");
+    choice_.pad = Dk_ != D_ || Dv_ != D_;
     if (bs < 16 || (bs & (bs - 1)) != 0)
       throw UnsupportedError("block_size " + std::to_string(bs) + ": the cuda backend needs a power of two >= 16");
     if (G_ > planner::kMaxRows)
@@ -226,7 +230,8 @@ class CudaPlan final : public detail::PlanImpl {
 #endif
     // (fp8 takes u8's rules: one-byte codes converted into f16 tiles, 128-row chunks only)
     const bool bytes = kv_ == kKvU8 || kv_ == kKvF8;
-    choice_.wg = tuning::hopper_key_tile(D_, bytes, hopper, env);
+    // (a padded head size runs on fwd_kernel only)
+    choice_.wg = choice_.pad ? 0 : tuning::hopper_key_tile(D_, bytes, hopper, env);
     choice_.wg_split = tuning::hopper_split(D_, bytes, choice_.wg, env);
     in.ctas_per_sm = fwd_kernel_info(D_, kv_, 1, choice_).ctas_per_sm();
     for (int k = 0; k < 4; ++k) {  // row-tile classes on the Hopper kernel: their own occupancy (planner.h)
@@ -340,7 +345,7 @@ class CudaPlan final : public detail::PlanImpl {
     ws_o_.alloc(ws_bytes + 16);
     ws_ml_.alloc(static_cast<std::size_t>(wl_.num_slots) * wl_.slot_rows * 2 * sizeof(float) + 16);
 
-    scale_ = p.scale && *p.scale != 0.0f ? *p.scale : 1.0f / std::sqrt(static_cast<float>(D_));
+    scale_ = p.scale && *p.scale != 0.0f ? *p.scale : 1.0f / std::sqrt(static_cast<float>(Dk_));
   }
 
   void run(const Params& p) override {
@@ -396,6 +401,8 @@ class CudaPlan final : public detail::PlanImpl {
     P.Hk = Hk_;
     P.G = G_;
     P.D = D_;
+    P.Dk = Dk_;
+    P.Dv = Dv_;
     P.block_size_log2 = bs_log2_;
     P.sliding_window = p.sliding_window;
     P.scale_log2 = scale_ * kLog2e;
@@ -408,7 +415,7 @@ class CudaPlan final : public detail::PlanImpl {
     if (!stale_max_) P.stale_log2 = 0.0f;
 
     for (const auto& [t0, nt] : empty_rows_) {  // rows with no key (prefix_only, Plan::empty): out 0, lse -inf
-      const std::size_t row_bytes = static_cast<std::size_t>(H_) * D_ * dtype_size(p.out.dtype);
+      const std::size_t row_bytes = static_cast<std::size_t>(H_) * Dv_ * dtype_size(p.out.dtype);
       PA_CUDA_CHECK(cudaMemsetAsync(static_cast<char*>(p.out.data) + t0 * row_bytes, 0, nt * row_bytes, stream_));
       if (P.lse != nullptr) {
         const int64_t n = static_cast<int64_t>(nt) * H_;
@@ -439,7 +446,7 @@ class CudaPlan final : public detail::PlanImpl {
   std::string describe() const override {
     std::ostringstream os;
     const PlanInfo pi = info();
-    os << "pagedattn plan: backend=cuda D=" << D_ << " H=" << H_ << " Hk=" << Hk_ << " G=" << G_
+    os << "pagedattn plan: backend=cuda D=" << Dk_ << (Dv_ != Dk_ ? "/" + std::to_string(Dv_) : std::string()) << (choice_.pad ? " (padded to " + std::to_string(D_) + ")" : "") << " H=" << H_ << " Hk=" << Hk_ << " G=" << G_
        << " kv=" << kv_precision_name(planned_.cache.precision()) << " block_size=" << (1 << bs_log2_) << " "
        << wl_.describe() << " launches=";
     for (size_t i = 0; i < pi.launches.size(); ++i) {
@@ -486,7 +493,7 @@ class CudaPlan final : public detail::PlanImpl {
   };
   Params planned_;
   cudaStream_t stream_;
-  int D_ = 0, H_ = 0, Hk_ = 0, G_ = 1, kv_ = 0, bs_log2_ = 0;
+  int D_ = 0, Dk_ = 0, Dv_ = 0, H_ = 0, Hk_ = 0, G_ = 1, kv_ = 0, bs_log2_ = 0;  // D_: the kernels' width, Dk_: the call's
   bool pdl_ = false;
   bool early_reads_ = true;
   bool stale_max_ = true;  // FwdParams::stale_log2 > 0 (PAGEDATTN_STALE_MAX=0: off)

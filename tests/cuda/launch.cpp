@@ -223,8 +223,9 @@ TEST(Cuda, BadInputWritesNothing) {
   EXPECT_EQ(before.value_cache, c.value_cache);
 }
 
-// What the cpu backend runs and the cuda one does not yet: a value head size other than the key's,
-// refused with UnsupportedError at plan time, before anything is written.
+// What the cpu backend runs and the cuda one does not: key or value head sizes that are not multiples
+// of 16 (and value heads wider than the keys); refused with UnsupportedError at plan time, before
+// anything is written.
 TEST(Cuda, UnsupportedInputsWriteNothing) {
   REQUIRE_GPU();
   // forward() of case `seed` (its params changed by `edit`) throws UnsupportedError; out and the caches stay
@@ -244,8 +245,10 @@ TEST(Cuda, UnsupportedInputsWriteNothing) {
   };
   CaseConfig cfg = few_query_config();
   cfg.p_write = 1.0;
+  cfg.head_sizes = {72};  // not a multiple of 16
+  refused(cfg, base_seed() + 610001, [](Params&) {});
   cfg.head_sizes = {128};
-  cfg.value_head_sizes = {64};
+  cfg.value_head_sizes = {40};  // a value head size that is not a multiple of 16
   cfg.p_value_head_size = 1.0;
   refused(cfg, base_seed() + 610002, [](Params&) {});
 }

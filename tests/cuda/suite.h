@@ -168,7 +168,7 @@ inline void check_suite(const char* name, const Suite& suite, const Options& opt
       forward(d.params(), opt);
       d.download();
     }
-    const int64_t n_out = static_cast<int64_t>(c.num_tokens) * c.num_heads * c.head_size;
+    const int64_t n_out = static_cast<int64_t>(c.num_tokens) * c.num_heads * c.Dv();
     const std::vector<float> want = as_floats(ref.out, ref.qdtype, n_out);
     const Compare cmp = compare(c.out.data(), c.qdtype, want.data(), n_out);
     const double tol = tolerance(c.kv, c.qdtype);

@@ -195,8 +195,9 @@ __device__ __forceinline__ void write_rows(const FwdParams& P, const planner::Wo
     if (w.slot < 0) {
       const float inv = st.w;
       if (c == 0) store_row_stats(P, token, h, st.z, st.y);
-      store_io4(P.out, token * P.H * D + static_cast<int64_t>(h) * D + c, P.io_dtype,
-                make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
+      if (c < P.Dv)  // (not a padding column)
+        store_io4(P.out, token * P.H * P.Dv + static_cast<int64_t>(h) * P.Dv + c, P.io_dtype,
+                  make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
     } else {
       const int64_t slot = (w.slot + static_cast<int64_t>(hk) * w.num_parts) * P.slot_rows + r;
       *reinterpret_cast<float4*>(P.ws_o + slot * D + c) = acc;
@@ -207,7 +208,8 @@ __device__ __forceinline__ void write_rows(const FwdParams& P, const planner::Wo
 
 // (S = QK^T runs D/16 dependent MMAs per 8-key n-tile. Even and odd k-steps in two accumulator chains,
 // summed before the softmax, measured 0.98-1.01x in run s4a; the variant lived until 5a4d0c0.)
-template <int D, int KV, int RT, int MT = 1>
+// PAD: the call's key or value head size (P.Dk, P.Dv) is below D (zero columns past it; see load_half).
+template <int D, int KV, int RT, int MT = 1, bool PAD = false>
 __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<D, KV, RT, MT>::kMinCtas)
     fwd_kernel(const __grid_constant__ FwdParams P, const int item_offset) {
   using Tr = FwdTraits<D, KV, RT, MT>;
@@ -272,7 +274,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
     if (h < n_halves) {
       const int js = slice_begin(h / 2);
       if (js < w.kv_end)
-        load_half<D, KV, RT, MT>(sm.u.s.ring[wkv][h % kStages], h % 2, P, table, hk, js, kv_lo, w.kv_end, gtid);
+        load_half<D, KV, RT, MT, PAD>(sm.u.s.ring[wkv][h % kStages], h % 2, P, table, hk, js, kv_lo, w.kv_end, gtid);
     }
     cp_async_commit();
   };

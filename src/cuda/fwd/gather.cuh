@@ -11,10 +11,11 @@ namespace cuda {
 // (kind 1) of keys [js, js + kKPW) clipped to [kv_lo, kv_end); rows outside are zero-filled and their
 // blocks never looked up (kv_lo: the first key in the sliding window of the chunk's first token; the
 // slots before it may hold NaN, and their table entries any value, -1 included). `gtid` is the
-// thread's index in its group. The block-table lookups go out before the copies. (Reading the slice's
+// thread's index in its group. PAD: the call's key (value) head size P.Dk (P.Dv) is below D: rows are
+// that many elements apart and the columns past it are zero-filled (never read). The block-table lookups go out before the copies. (Reading the slice's
 // block id one tile ahead instead measured 0.99-1.04x, run s6c: the lookup is not what the loop waits on;
 // a called instead of inlined copy issue, half the kernel's code, 1.02-1.13x slower, run s6a.)
-template <int D, int KV, int RT, int MT>
+template <int D, int KV, int RT, int MT, bool PAD = false>
 __device__ __forceinline__ void load_half(typename SharedStorage<D, KV, RT, MT>::Half& hb, int kind, const FwdParams& P,
                                           const int32_t* table, int hk, int js, int kv_lo, int kv_end, int gtid) {
   using Tr = FwdTraits<D, KV, RT, MT>;
@@ -28,20 +29,22 @@ __device__ __forceinline__ void load_half(typename SharedStorage<D, KV, RT, MT>:
   constexpr int kLog2KPW = Tr::kKPW == 16 ? 4 : Tr::kKPW == 32 ? 5 : 6;
   const C* src = static_cast<const C*>(kind == 0 ? P.k_cache : P.v_cache);
   const int r0 = gtid / kChunksPerRow, c = (gtid % kChunksPerRow) * kElemsPerChunk;
+  const int ld = PAD ? (kind == 0 ? P.Dk : P.Dv) : D;  // row stride of the cache (elements)
+  const bool col_ok = !PAD || c < ld;                  // a padding column: zero-filled
   const uint32_t dst = smem_u32(&hb.kv[r0][c]);
   constexpr uint32_t kDstStep = kRowStep * Tr::kLdKV * sizeof(C);
   // A slice lies in one cache block when block_size >= kKPW (always with 16-key slices: the backend
   // checks block_size >= 16), else it spans kKPW / block_size blocks (2 or 4).
   constexpr int kMaxBlocks = Tr::kKPW / 16;
   const int lbs = P.block_size_log2;
-  if ((kMaxBlocks == 1 || lbs >= kLog2KPW) && js + Tr::kKPW <= kv_end && js >= kv_lo) {
+  if ((kMaxBlocks == 1 || lbs >= kLog2KPW) && js + Tr::kKPW <= kv_end && js >= kv_lo && col_ok) {
     // Every slice but a partition's last: all rows valid and in one cache block, so one table lookup,
     // one base address, and constant offsets that fold into the copies (the general path below pays
     // a block select and 64-bit offset and zero-fill arithmetic per copy).
     const int64_t row0 = cache_row(table, js, hk, P.Hk, lbs);
-    const C* s = src + (row0 + r0) * D + c;
+    const C* s = src + (row0 + r0) * ld + c;
 #pragma unroll
-    for (int i = 0; i < kIters; ++i) cp_async_16_full(dst + i * kDstStep, s + i * kRowStep * D);
+    for (int i = 0; i < kIters; ++i) cp_async_16_full(dst + i * kDstStep, s + i * kRowStep * ld);
     if constexpr (Tr::kU8) {
       constexpr int kPerArray = Tr::kKPW / 8;
       if (kind == 0 && gtid < 4 * kPerArray) {
@@ -73,8 +76,8 @@ __device__ __forceinline__ void load_half(typename SharedStorage<D, KV, RT, MT>:
   };
   auto copy_row = [&](int i) {
     const int r = r0 + i * kRowStep;
-    const bool ok = js + r < kv_end && js + r >= kv_lo;
-    cp_async_16_u32(dst + i * kDstStep, ok ? src + row_of(r) * D + c : src, ok ? 16 : 0);
+    const bool ok = js + r < kv_end && js + r >= kv_lo && col_ok;
+    cp_async_16_u32(dst + i * kDstStep, ok ? src + row_of(r) * ld + c : src, ok ? 16 : 0);
   };
   if constexpr (kMaxBlocks == 1) {
     // only a partition's last slice comes here (once per partition): a rolled loop keeps its code

@@ -9,23 +9,23 @@
 namespace pagedattn {
 namespace cuda {
 
-template <int D, int KV, int RT, int MT = 1>
+template <int D, int KV, int RT, int MT = 1, bool PAD = false>
 struct FwdVariant {
   static constexpr std::size_t kSmem = sizeof(SharedStorage<D, KV, RT, MT>);
   static_assert(kSmem <= 227 * 1024, "shared memory of one CTA exceeds the sm_90 limit");
   // NOTE: a per-device attribute: the cuda plan calls this for every variant it will launch.
   static cudaError_t prepare() {
-    return cudaFuncSetAttribute(fwd_kernel<D, KV, RT, MT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    return cudaFuncSetAttribute(fwd_kernel<D, KV, RT, MT, PAD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 static_cast<int>(kSmem));
   }
   static void launch(const FwdParams& P, int item_offset, int num_items, cudaStream_t stream, bool pdl) {
-    launch_ex(fwd_kernel<D, KV, RT, MT>, dim3(num_items, P.Hk), dim3(FwdTraits<D, KV, RT, MT>::kThreads), kSmem, stream, pdl, P,
+    launch_ex(fwd_kernel<D, KV, RT, MT, PAD>, dim3(num_items, P.Hk), dim3(FwdTraits<D, KV, RT, MT>::kThreads), kSmem, stream, pdl, P,
               item_offset);
   }
   static int ctas_per_sm() {
     if (prepare() != cudaSuccess) return 1;
     int n = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fwd_kernel<D, KV, RT, MT>, FwdTraits<D, KV, RT, MT>::kThreads, kSmem) != cudaSuccess) n = 1;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fwd_kernel<D, KV, RT, MT, PAD>, FwdTraits<D, KV, RT, MT>::kThreads, kSmem) != cudaSuccess) n = 1;
     return n;
   }
   static void launch_write(const FwdParams& P, int num_tokens, int num_seqs, cudaStream_t stream, bool pdl) {
@@ -38,7 +38,7 @@ struct FwdVariant {
   }
   static FwdKernelInfo info() {
     return FwdKernelInfo{&launch, &launch_write, &launch_scores, &ctas_per_sm, &prepare, kSmem,
-                         FwdTraits<D, KV, RT, MT>::kThreads, MT == 2 ? "mt2" : ""};
+                         FwdTraits<D, KV, RT, MT>::kThreads, MT == 2 ? "mt2" : PAD ? "pad" : ""};
   }
 };
 
@@ -81,6 +81,22 @@ template <int D>
 FwdKernelInfo fwd_kernel_info_for(int kv, int rt, const KernelChoice& c) {
   // Runtime values become template constants here and only here.
   constexpr bool kMt2Variants = D <= 128;
+  if (c.pad) {  // a head size below D: fwd_kernel's padded variants only (docs/design.md, "Head sizes")
+#define PA_PAD_CASES(KVK)                                                                      \
+  switch (rt) {                                                                                \
+    case 1: return FwdVariant<D, KVK, 1, 1, true>::info();                                     \
+    case 2: return FwdVariant<D, KVK, 2, 1, true>::info();                                     \
+    case 4: return FwdVariant<D, KVK, 4, 1, true>::info();                                     \
+    default: return FwdVariant<D, KVK, 8, 1, true>::info();                                    \
+  }
+    switch (kv) {
+      case kKvF16: PA_PAD_CASES(kKvF16)
+      case kKvBF16: PA_PAD_CASES(kKvBF16)
+      case kKvF8: PA_PAD_CASES(kKvF8)
+      default: PA_PAD_CASES(kKvU8)
+    }
+#undef PA_PAD_CASES
+  }
   constexpr int kKeys = D == 256 ? 32 : 64;  // the key-split variant's key tile, and u8's
   // f16/bf16 chunks of 33-64 rows (17-64: an experiment) on the key-split Hopper kernel (KernelChoice::wg_split)
   const bool split = c.wg != 0 && c.wg_split != 0 && rt >= c.wg_split && rt <= 4;

@@ -74,7 +74,7 @@ __device__ __forceinline__ void load_io_n(const void* base, int64_t i, int io, f
 }
 
 // The query rows of a work item -> shared memory in the MMA type T: row r is query head hk * G + r % G
-// of token q_tok0 + r / G; rows >= `rows` are zeros. `store(r, chunk, uint4)` places the 8 elements of
+// of token q_tok0 + r / G, its P.Dk elements (the columns from P.Dk to D: zeros); rows >= `rows` are zeros. `store(r, chunk, uint4)` places the 8 elements of
 // a chunk. Each thread's loads go out in batches of 4 chunks, as raw vectors, before any is converted.
 // (Run s6a: Q loaded element by element was the few-query kernel's largest single stall, 6-8% of its
 // samples. Run s9b's SASS: the batches had never overlapped: load_io_n converts next to its load, so the
@@ -105,8 +105,8 @@ __device__ __forceinline__ void stage_q(const FwdParams& P, int64_t q_tok0, int 
     for (int k = 0; k < kBatch; ++k) {
       const int idx = tid + (b + k) * kThreads, r = idx / kChunks;
       raw[k][0] = raw[k][1] = make_uint4(0u, 0u, 0u, 0u);  // zero bits: 0.0 in every format
-      if (b + k < kIters && r < rows) {
-        const int64_t src = (q_tok0 + r / G) * P.H * D + static_cast<int64_t>(hk * G + r % G) * D +
+      if (b + k < kIters && r < rows && (idx % kChunks) * 8 < P.Dk) {
+        const int64_t src = (q_tok0 + r / G) * P.H * P.Dk + static_cast<int64_t>(hk * G + r % G) * P.Dk +
                             (idx % kChunks) * 8;
         if (fmt == kIoF32) {
           const uint4* q = reinterpret_cast<const uint4*>(static_cast<const float*>(P.q) + src);

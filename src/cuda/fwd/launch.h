@@ -21,7 +21,8 @@ struct FwdKernelInfo {
   cudaError_t (*prepare)();    // raises the kernel's dynamic shared-memory limit on the current device
   std::size_t smem_bytes;
   int threads;                 // per CTA
-  const char* variant;         // "", "wg<keys>" / "wgs<keys>" (wg_kernel: 128-row chunks, suffix "u8" for u8 caches / key-split 33-64-row chunks) or "mt2" (MT = 2)
+  const char* variant;         // "", "wg<keys>" / "wgs<keys>" (wg_kernel: 128-row chunks, suffix "u8" / "f8" for u8 / fp8
+                               // caches / key-split 33-64-row chunks), "mt2" (MT = 2) or "pad" (a padded head size)
 };
 
 // Which kernel variants a plan uses besides the defaults (run-time switches, see backend.cu).
@@ -30,6 +31,8 @@ struct KernelChoice {
   int wg = 0;              // 8-row-tile chunks on the Hopper kernel (wg_kernel): its key tile at D <= 128
                            // (64 or 128; any nonzero value means 32 at D = 256, and 64 / 32 for u8), 0 = off
   int wg_split = 0;        // f16/bf16 chunks of wg_split..4 row tiles on the key-split Hopper kernel (0: none)
+  bool pad = false;        // the call's head size is below the kernel's (FwdParams::Dk < D): fwd_kernel's
+                           // PAD variants, no Hopper kernel
 };
 
 FwdKernelInfo fwd_kernel_info_d64(int kv, int row_tiles, const KernelChoice& c);

@@ -107,8 +107,9 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_const
     }
     const float inv = dt > 0.0f ? 1.0f / dt : 0.0f;  // 0: no partition saw a key (prefix_only windows)
     if (col == 0) store_row_stats(P, mr.token, mr.head, Mt, dt);
-    const int64_t base = static_cast<int64_t>(mr.token) * P.H * D + static_cast<int64_t>(mr.head) * D + col;
-    store_io4(P.out, base, P.io_dtype, make_float4(a.x * inv, a.y * inv, a.z * inv, a.w * inv));
+    const int64_t base = static_cast<int64_t>(mr.token) * P.H * P.Dv + static_cast<int64_t>(mr.head) * P.Dv + col;
+    if (col < P.Dv)  // (not a padding column)
+      store_io4(P.out, base, P.io_dtype, make_float4(a.x * inv, a.y * inv, a.z * inv, a.w * inv));
   }
   tl.mark(3);
   tl.print("merge", 4);

@@ -60,6 +60,9 @@ struct FwdParams {
   float* lse;                 // [num_tokens * H] Params::lse, or nullptr
   const ScoreTile* score_tiles;
   int H, Hk, G, D;
+  int Dk;                     // the call's key head size: row stride of queries and keys
+  int Dv;                     // its value head size (<= Dk): row stride of values and out. D, the
+                              // kernels' tile width, pads Dk up to 64, 128 or 256 (zero columns)
   int block_size_log2;
   int sliding_window;
   float scale_log2;           // softmax scale * log2(e)

@@ -38,14 +38,14 @@ __global__ void __launch_bounds__(128) scores_kernel(const __grid_constant__ Fwd
       if constexpr (KV == kKvU8) {
         const float sc = __half2float(__ushort_as_half(P.k_scale[row]));
         const float mn = __half2float(__ushort_as_half(P.k_min[row]));
-        const uint8_t* src = static_cast<const uint8_t*>(P.k_cache) + row * D;
-        for (int d = lane; d < D; d += 32) kt[r][d] = num::u8_dequantize(src[d], sc, mn);
+        const uint8_t* src = static_cast<const uint8_t*>(P.k_cache) + row * P.Dk;
+        for (int d = lane; d < P.Dk; d += 32) kt[r][d] = num::u8_dequantize(src[d], sc, mn);
       } else if constexpr (KV == kKvF8) {  // code * scale, one f32 rounding, as the oracle reads it
         const float sc = P.k_head_scale[hk * P.k_head_scale_stride];
-        const uint8_t* src = static_cast<const uint8_t*>(P.k_cache) + row * D;
-        for (int d = lane; d < D; d += 32) kt[r][d] = num::e4m3_bits_to_f32(src[d]) * sc;
+        const uint8_t* src = static_cast<const uint8_t*>(P.k_cache) + row * P.Dk;
+        for (int d = lane; d < P.Dk; d += 32) kt[r][d] = num::e4m3_bits_to_f32(src[d]) * sc;
       } else {
-        for (int d = lane; d < D; d += 32) kt[r][d] = load_io(P.k_cache, row * D + d, KV == kKvF16 ? kIoF16 : kIoBF16);
+        for (int d = lane; d < P.Dk; d += 32) kt[r][d] = load_io(P.k_cache, row * P.Dk + d, KV == kKvF16 ? kIoF16 : kIoBF16);
       }
     }
     __syncthreads();
@@ -57,10 +57,10 @@ __global__ void __launch_bounds__(128) scores_kernel(const __grid_constant__ Fwd
       if (vis && P.qq_bias != nullptr && j >= past)
         vis = P.qq_bias[P.qq_bias_begins[s] + static_cast<int64_t>(t) * T + (j - past)] != 0;
       if (!vis) continue;
-      const int64_t qb = static_cast<int64_t>(tok0 + t) * P.H * D + static_cast<int64_t>(h) * D;
+      const int64_t qb = static_cast<int64_t>(tok0 + t) * P.H * P.Dk + static_cast<int64_t>(h) * P.Dk;
       float dot = 0.0f;
       // q rounded to the MMA type, as the attention kernel saw it (its statistics are in ms)
-      for (int d = 0; d < D; ++d) {
+      for (int d = 0; d < P.Dk; ++d) {
         const float qd = load_io(P.q, qb + d, P.io_dtype);
         dot += (KV == kKvBF16 ? __bfloat162float(__float2bfloat16_rn(qd)) : __half2float(__float2half_rn(qd))) *
                kt[lane][d];

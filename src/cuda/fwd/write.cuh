@@ -9,39 +9,45 @@ namespace cuda {
 
 // One warp writes (and for u8 and fp8 quantises) one new key or value row of one kv head into the
 // cache. fp8: `head_scale` is the kv head's scale; the code is e4m3(x / scale) by numeric.h's rule (the
-// host oracle's own function: the same bits on every backend).
+// host oracle's own function: the same bits on every backend). The row has `ld` (P.Dk) elements, a
+// multiple of 16, at most D: lanes past it hold none.
 template <int D, int KV>
 __device__ __forceinline__ void write_row(const void* src, int64_t src_off, void* cache, uint16_t* scale,
-                                          uint16_t* min, int64_t row, int io, int lane, float head_scale = 1.0f) {
+                                          uint16_t* min, int64_t row, int io, int lane, int ld,
+                                          float head_scale = 1.0f) {
   constexpr int kPer = D / 32;
+  const bool active = lane * kPer < ld;  // (ld is a multiple of kPer)
   float x[kPer];
-  load_io_n<kPer>(src, src_off + lane * kPer, io, x);
+  if (active) load_io_n<kPer>(src, src_off + lane * kPer, io, x);
   if constexpr (KV == kKvU8) {
-    float mn = x[0], mx = x[0];
+    float mn = active ? x[0] : INFINITY, mx = active ? x[0] : -INFINITY;
 #pragma unroll
     for (int i = 1; i < kPer; ++i) {
-      mn = fminf(mn, x[i]);
-      mx = fmaxf(mx, x[i]);
+      mn = active ? fminf(mn, x[i]) : mn;
+      mx = active ? fmaxf(mx, x[i]) : mx;
     }
     mn = warp_min(mn);
     mx = warp_max(mx);
     const num::U8Params qp = num::u8_params(mn, mx);
-    uint8_t* dst = static_cast<uint8_t*>(cache) + row * D + lane * kPer;
+    uint8_t* dst = static_cast<uint8_t*>(cache) + row * ld + lane * kPer;
+    if (active)
 #pragma unroll
-    for (int i = 0; i < kPer; ++i) dst[i] = num::u8_quantize(x[i], qp);
+      for (int i = 0; i < kPer; ++i) dst[i] = num::u8_quantize(x[i], qp);
     if (lane == 0) {
       scale[row] = qp.scale_bits;
       min[row] = qp.min_bits;
     }
   } else if constexpr (KV == kKvF8) {
-    uint8_t* dst = static_cast<uint8_t*>(cache) + row * D + lane * kPer;
+    uint8_t* dst = static_cast<uint8_t*>(cache) + row * ld + lane * kPer;
+    if (active)
 #pragma unroll
-    for (int i = 0; i < kPer; ++i) dst[i] = num::f32_to_e4m3_bits(__fdiv_rn(x[i], head_scale));
+      for (int i = 0; i < kPer; ++i) dst[i] = num::f32_to_e4m3_bits(__fdiv_rn(x[i], head_scale));
   } else {
     using C = typename KvTraits<KV>::cache_t;
-    C* dst = static_cast<C*>(cache) + row * D + lane * kPer;
+    C* dst = static_cast<C*>(cache) + row * ld + lane * kPer;
+    if (active)
 #pragma unroll
-    for (int i = 0; i < kPer; ++i) dst[i] = from_float<C>(x[i]);
+      for (int i = 0; i < kPer; ++i) dst[i] = from_float<C>(x[i]);
   }
 }
 
@@ -58,10 +64,12 @@ __device__ __forceinline__ void fused_write_in(const FwdParams& P, const planner
   const float kscale = KV == kKvF8 ? P.k_head_scale[hk * P.k_head_scale_stride] : 1.0f;
   const float vscale = KV == kKvF8 ? P.v_head_scale[hk * P.v_head_scale_stride] : 1.0f;
   for (int pos = wb + warp; pos < we; pos += warps) {
-    const int64_t src = static_cast<int64_t>(w.tok0 + pos - w.past) * P.Hk * D + static_cast<int64_t>(hk) * D;
+    const int64_t tok = w.tok0 + pos - w.past;
     const int64_t row = cache_row(table, pos, hk, P.Hk, P.block_size_log2);
-    write_row<D, KV>(P.k_new, src, P.k_cache, P.k_scale, P.k_min, row, P.io_dtype, lane, kscale);
-    write_row<D, KV>(P.v_new, src, P.v_cache, P.v_scale, P.v_min, row, P.io_dtype, lane, vscale);
+    write_row<D, KV>(P.k_new, (tok * P.Hk + hk) * P.Dk, P.k_cache, P.k_scale, P.k_min, row, P.io_dtype, lane, P.Dk,
+                     kscale);
+    write_row<D, KV>(P.v_new, (tok * P.Hk + hk) * P.Dv, P.v_cache, P.v_scale, P.v_min, row, P.io_dtype, lane, P.Dv,
+                     vscale);
   }
   __threadfence();  // NOTE: the rows just written are read back through cp.async (L2)
   __syncthreads();
@@ -87,11 +95,11 @@ __global__ void __launch_bounds__(128) write_kernel(const __grid_constant__ FwdP
   if (P.subseq_begins[lo + 1] - P.subseq_begins[lo] <= P.chunk_rows / P.G) return;
   const int pos = P.past_lens[lo] + token - P.subseq_begins[lo];
   const int64_t row = cache_row(P.block_indices + P.block_indices_begins[lo], pos, hk, P.Hk, P.block_size_log2);
-  const int64_t src = static_cast<int64_t>(token) * P.Hk * D + static_cast<int64_t>(hk) * D;
+  const int64_t tok_hk = static_cast<int64_t>(token) * P.Hk + hk;
   const float kscale = KV == kKvF8 ? P.k_head_scale[hk * P.k_head_scale_stride] : 1.0f;
   const float vscale = KV == kKvF8 ? P.v_head_scale[hk * P.v_head_scale_stride] : 1.0f;
-  write_row<D, KV>(P.k_new, src, P.k_cache, P.k_scale, P.k_min, row, P.io_dtype, lane, kscale);
-  write_row<D, KV>(P.v_new, src, P.v_cache, P.v_scale, P.v_min, row, P.io_dtype, lane, vscale);
+  write_row<D, KV>(P.k_new, tok_hk * P.Dk, P.k_cache, P.k_scale, P.k_min, row, P.io_dtype, lane, P.Dk, kscale);
+  write_row<D, KV>(P.v_new, tok_hk * P.Dv, P.v_cache, P.v_scale, P.v_min, row, P.io_dtype, lane, P.Dv, vscale);
 }
 
 }  // namespace cuda

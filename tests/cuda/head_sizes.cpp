@@ -1,0 +1,60 @@
+// Head sizes other than 64, 128 and 256 (multiples of 16 from 32 to 256: Phi-2's 80, Phi-3's 96, 112,
+// 160, 192, ...) on the cuda backend: fwd_kernel's padded variants (the tile width the next of 64, 128,
+// 256; the columns past the head size zero, never read from memory). Per size: few-query cases
+// (decodes, verifies, trees, windows, sinks, ALiBi, scores, lse) and mixed batches with prefill chunks,
+// every KV precision, against the oracle with the usual tolerances.
+#include "cuda/suite.h"
+
+using namespace gpu_suite;
+
+TEST(Cuda, PaddedHeadSizesRandom) {
+  REQUIRE_GPU();
+  const std::vector<KVPrecision> every = {KVPrecision::f16, KVPrecision::bf16, KVPrecision::u8, KVPrecision::fp8};
+  for (int D : {32, 48, 80, 96, 112, 144, 160, 192, 208, 240}) {
+    const uint64_t seed = base_seed() + 7000000 + static_cast<uint64_t>(D) * 1000;
+    CaseConfig fq = few_query_config();
+    fq.head_sizes = {D};
+    fq.kv_precisions = every;
+    fq.p_lse = 0.3;
+    const std::string a = "padded-D" + std::to_string(D) + "-few-query", b = "padded-D" + std::to_string(D) + "-mixed";
+    run_suite(a.c_str(), fq, seed, 12);
+    CaseConfig mixed = mixed_config(300, 4000, 600, 12000);
+    mixed.head_sizes = {D};
+    mixed.kv_precisions = every;
+    run_suite(b.c_str(), mixed, seed + 500, 5);
+  }
+}
+
+// Value heads narrower than the keys (DeepSeek-style 192/128, and others): the same padded variants,
+// values and out Dv wide.
+TEST(Cuda, ValueHeadSizeRandom) {
+  REQUIRE_GPU();
+  const std::vector<KVPrecision> every = {KVPrecision::f16, KVPrecision::bf16, KVPrecision::u8, KVPrecision::fp8};
+  for (auto [D, Dv] : std::vector<std::pair<int, int>>{{192, 128}, {128, 64}, {256, 128}, {96, 80}, {64, 32}}) {
+    CaseConfig fq = few_query_config();
+    fq.head_sizes = {D};
+    fq.value_head_sizes = {Dv};
+    fq.p_value_head_size = 1.0;
+    fq.kv_precisions = every;
+    fq.p_lse = 0.3;
+    const std::string a = "dv-" + std::to_string(D) + "/" + std::to_string(Dv) + "-few-query";
+    run_suite(a.c_str(), fq, base_seed() + 7500000 + static_cast<uint64_t>(D) * 1000 + Dv, 12);
+    CaseConfig mixed = mixed_config(300, 4000, 600, 12000);
+    mixed.head_sizes = {D};
+    mixed.value_head_sizes = {Dv};
+    mixed.p_value_head_size = 1.0;
+    mixed.kv_precisions = every;
+    const std::string b = "dv-" + std::to_string(D) + "/" + std::to_string(Dv) + "-mixed";
+    run_suite(b.c_str(), mixed, base_seed() + 7600000 + static_cast<uint64_t>(D) * 1000 + Dv, 5);
+  }
+}
+
+// A long context at Phi-3's head size: partitions and the merge over padded rows.
+TEST(Cuda, PaddedHeadSizeLongContext) {
+  REQUIRE_GPU();
+  CaseConfig cfg = long_context_config(4000, 20000, 40000);
+  cfg.head_sizes = {80, 96, 192};
+  cfg.kv_precisions = {KVPrecision::f16, KVPrecision::u8, KVPrecision::fp8};
+  cfg.p_lse = 0.5;
+  run_suite("padded-long", cfg, base_seed() + 7900000, 10);
+}
