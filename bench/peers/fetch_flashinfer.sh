@@ -51,10 +51,11 @@ for spec in "${PKGS[@]}"; do
 done
 
 # PREBUILD=1: also compile the FlashInfer modules the benchmark loads, for sm_90a, with this machine's nvcc (must
-# be CUDA 13 like the GPU machine's), and pack them as flashinfer-aot-<version>-sm90a.tar.gz (about 2.7 MB).
+# be CUDA 13 like the GPU machine's), and pack them as flashinfer-aot-<version>-sm90a.tar.gz (a few MB).
 # Which modules: run_peers.py dry-runs its wrappers' plan() on the CPU and records the get_batch_prefill_module
-# arguments each asks for (tensor-core decode, T=1 and q_len_per_req>1; paged prefill with fa2 and fa3): with
-# f16 and D=256 the FA2 module (decode and fa2 prefill share it) and the FA3 one. run_peers.py unpacks the
+# arguments each asks for (tensor-core decode, T=1 and q_len_per_req>1; paged prefill with fa2 and fa3;
+# tensor-core decode over an e4m3 cache): with f16 and D=256 the FA2 module (decode and fa2 prefill share it),
+# the FA3 one, and the FA2 one with e4m3 KV (flashinfer-fp8). run_peers.py unpacks the
 # archive where FlashInfer looks for prebuilt modules, so the GPU run compiles nothing; a module that does not
 # load there is compiled as usual. Needs torch in $PYTHON (PYTHON=/path/to/venv/bin/python); takes minutes
 # (about 8 on 2 cores). Check it: $PYTHON bench/peers/run_peers.py --flashinfer-check-aot --flashinfer-target /tmp/x

@@ -32,28 +32,53 @@ FI_MARK = "FLASHINFER_WARMUP "
 
 
 FI_TC = "flashinfer-tcdecode"
+FI_FP8 = "flashinfer-fp8"
+FI_FP8_SCALES = {"k_scale": 1.0, "v_scale": 1.0}  # run()'s dequantisation scales of the e4m3 cache (1: no-op)
 
 
 def fi_jobs(a, T):
     """(system, kind) of the FlashInfer rows for T new tokens. Kinds: decode (T=1: tensor-core decode), prefill
     (T>1: BatchPrefillWithPagedKVCacheWrapper, causal), tcdecode (T>1: tensor-core decode with q_len_per_req=T,
-    causal within the request; FlashInfer >= 0.6.18 has it)."""
-    if T == 1:
-        return [("flashinfer", "decode")]
+    causal within the request; FlashInfer >= 0.6.18 has it); decode-fp8 and tcdecode-fp8: the same two over an
+    e4m3 KV cache (system flashinfer-fp8)."""
     jobs = []
-    if a.flashinfer_multitoken in ("prefill", "both"):
-        jobs.append(("flashinfer", "prefill"))
-    if a.flashinfer_multitoken in ("decode", "both"):
-        jobs.append((FI_TC, "tcdecode"))
+    if "flashinfer" in a.systems:
+        if T == 1:
+            jobs.append(("flashinfer", "decode"))
+        else:
+            if a.flashinfer_multitoken in ("prefill", "both"):
+                jobs.append(("flashinfer", "prefill"))
+            if a.flashinfer_multitoken in ("decode", "both"):
+                jobs.append((FI_TC, "tcdecode"))
+    if FI_FP8 in a.systems:
+        jobs.append((FI_FP8, "decode-fp8" if T == 1 else "tcdecode-fp8"))
     return jobs
+
+
+def fi_kind_kv(kind):
+    """(kind without its KV suffix, KV cache dtype, bytes a KV element): 'tcdecode-fp8' is tcdecode over e4m3."""
+    if kind.endswith("-fp8"):
+        return kind[: -len("-fp8")], torch.float8_e4m3fn, 1
+    return kind, torch.float16, 2
+
+
+def fi_decode_backend(a, kv_dtype):
+    """The decode wrapper's backend: --flashinfer-backend, with `auto` for an fp8 cache written out as fa2. That is
+    what FlashInfer's auto resolves to for f16 queries over an fp8 cache (is_fa3_backend_supported: its FA3 fp8
+    path needs fp8 queries), and its resolution asks the device, which the dry run on the CPU has not."""
+    if kv_dtype != torch.float16 and a.flashinfer_backend == "auto":
+        return "fa2"
+    return a.flashinfer_backend
 
 
 def fi_module_key(a, kind):
     """Which JIT module a kind loads, as far as known before planning: the decode wrapper with tensor cores
-    resolves `auto` to fa2 for f16; the prefill wrapper's `auto` is FA3 on Hopper. Kinds with the same key share
-    one module and so one warm-up child."""
-    if kind in ("decode", "tcdecode"):
-        return "fa2" if a.flashinfer_backend in ("auto", "fa2") else a.flashinfer_backend
+    resolves `auto` to fa2 for f16 and for f16 queries over an fp8 cache; the prefill wrapper's `auto` is FA3 on
+    Hopper. Kinds with the same key share one module and so one warm-up child."""
+    base, kv, _ = fi_kind_kv(kind)
+    if base in ("decode", "tcdecode"):
+        key = "fa2" if a.flashinfer_backend in ("auto", "fa2") else a.flashinfer_backend
+        return key if kv == torch.float16 else key + "-fp8"
     return "prefill-" + a.flashinfer_prefill_backend if a.flashinfer_prefill_backend == "auto" else \
         a.flashinfer_prefill_backend
 
@@ -185,7 +210,7 @@ def fi_requested_modules(fi, a, kinds):
         torch.empty = empty
         for kind, pb in kinds:
             b = argparse.Namespace(**dict(vars(a), flashinfer_prefill_backend=pb or a.flashinfer_prefill_backend))
-            T = 1 if kind == "decode" else 2
+            T = 1 if fi_kind_kv(kind)[0] == "decode" else 2
             S = 2 * b.block_size + T
             n = -(-S // b.block_size)
             table = torch.arange(n, dtype=torch.int32).view(1, n)
@@ -213,9 +238,11 @@ def fi_install_import(a, tag):
 
 
 def fi_prebuild_kinds(a):
-    """The kinds (and prefill backends) whose modules --flashinfer-prebuild packs."""
+    """The kinds (and prefill backends) whose modules --flashinfer-prebuild packs: f16 decode and tcdecode, paged
+    prefill with each of --flashinfer-prebuild-backends, and decode and tcdecode over an e4m3 cache."""
     pbs = [x.strip() for x in a.flashinfer_prebuild_backends.split(",") if x.strip()]
-    return [("decode", None), ("tcdecode", None)] + [("prefill", pb) for pb in pbs]
+    return [("decode", None), ("tcdecode", None)] + [("prefill", pb) for pb in pbs] + \
+        [("decode-fp8", None), ("tcdecode-fp8", None)]
 
 
 def fi_prebuild(a):
@@ -223,9 +250,10 @@ def fi_prebuild(a):
     major version): compiles the modules that the timed calls load, for --flashinfer-arch, and packs them into
     <wheels>/flashinfer-aot-<version>-sm<arch>.tar.gz. Which modules: the ones the wrappers ask for, found by a
     dry run of fi_plan (fi_requested_modules) for tensor-core decode (T=1 and q_len_per_req>1) and paged prefill
-    with each of --flashinfer-prebuild-backends (fa2: the default; fa3: what backend auto picks on Hopper). With
-    f16 and D=256 that is two modules: the FA2 one (decode, tcdecode and fa2 prefill share it; it holds the
-    paged and ragged kernels for every mask mode) and the FA3 one. On the GPU machine fi_install unpacks the
+    with each of --flashinfer-prebuild-backends (fa2: the default; fa3: what backend auto picks on Hopper), and
+    for tensor-core decode over an e4m3 cache. Per head size that is up to three modules: the f16 FA2 one
+    (decode, tcdecode and fa2 prefill share it; it holds the paged and ragged kernels for every mask mode), the
+    FA3 one, and the FA2 one with dtype_kv e4m3 (decode-fp8 and tcdecode-fp8). On the GPU machine fi_install unpacks the
     archive into flashinfer/data/aot: FlashInfer loads a module from there without compiling, and compiles it
     as usual if it does not load."""
     os.environ["FLASHINFER_CUDA_ARCH_LIST"] = os.environ["TORCH_CUDA_ARCH_LIST"] = a.flashinfer_arch
@@ -359,9 +387,12 @@ def fi_plan(fi, a, dev, B, S, T, table, kind, ws_bytes=256 << 20):
       tcdecode  T>1, the same with plan(q_len_per_req=T): causal within the request, bottom-right aligned
       prefill   T>1, BatchPrefillWithPagedKVCacheWrapper, causal=True (bottom-right aligned: FlashInfer aligns
                 the query rows to the end of the KV), backend --flashinfer-prefill-backend
+      decode-fp8, tcdecode-fp8  decode and tcdecode planned with kv_data_type float8_e4m3fn (f16 queries and
+                output; run() with FI_FP8_SCALES); backend auto written out as fa2 (fi_decode_backend)
     The wrappers are made with use_cuda_graph=True (fixed index buffers), so their run() can be captured.
     Returns (wrapper, its workspace, description, the backend that the plan resolved)."""
     H, Hk, D, bs = a.heads, a.kv_heads, a.head_size, a.block_size
+    kind, kv_dtype, _ = fi_kind_kv(kind)
     n = table.shape[1]
     ws = torch.zeros(ws_bytes, dtype=torch.uint8, device=dev)  # must be zero at first use
     kv_indptr = torch.arange(B + 1, device=dev, dtype=torch.int32) * n
@@ -371,11 +402,14 @@ def fi_plan(fi, a, dev, B, S, T, table, kind, ws_bytes=256 << 20):
     if kind in ("decode", "tcdecode"):
         w = fi.BatchDecodeWithPagedKVCacheWrapper(
             ws, "HND", use_cuda_graph=True, use_tensor_cores=True, paged_kv_indptr_buffer=bufs[0],
-            paged_kv_indices_buffer=bufs[1], paged_kv_last_page_len_buffer=bufs[2], backend=a.flashinfer_backend)
-        w.plan(kv_indptr, indices, last, H, Hk, D, bs, q_data_type=torch.float16, kv_data_type=torch.float16,
+            paged_kv_indices_buffer=bufs[1], paged_kv_last_page_len_buffer=bufs[2],
+            backend=fi_decode_backend(a, kv_dtype))
+        w.plan(kv_indptr, indices, last, H, Hk, D, bs, q_data_type=torch.float16, kv_data_type=kv_dtype,
                **({"q_len_per_req": T} if T > 1 else {}))
         what = "decode (T=1), tensor-core decode" if T == 1 else \
             f"tensor-core decode, q_len_per_req={T}, causal (bottom-right aligned)"
+        if kv_dtype != torch.float16:
+            what += ", e4m3 KV (k_scale = v_scale = 1), f16 q and out"
     else:
         qo_indptr = torch.arange(B + 1, device=dev, dtype=torch.int32) * T
         w = fi.BatchPrefillWithPagedKVCacheWrapper(
@@ -406,15 +440,16 @@ def fi_warmup_child(a):
             t1 = time.monotonic()
             r = res["kinds"][kind] = {"ok": False}
             try:
-                T = 1 if kind == "decode" else 2
+                base, kv_dtype, _ = fi_kind_kv(kind)
+                T = 1 if base == "decode" else 2
                 B, bs = 1, a.block_size
                 S = 2 * bs + T
                 n = -(-S // bs)
                 table = torch.arange(n, dtype=torch.int32, device=dev).view(B, n)
                 w, _, r["what"], r["backend"] = fi_plan(fi, a, dev, B, S, T, table, kind)
-                kc = torch.randn(n, a.kv_heads, bs, a.head_size, device=dev, dtype=torch.float16)
+                kc = torch.randn(n, a.kv_heads, bs, a.head_size, device=dev, dtype=torch.float16).to(kv_dtype)
                 q = torch.randn(B * T, a.heads, a.head_size, device=dev, dtype=torch.float16)
-                w.run(q, (kc, kc))
+                w.run(q, (kc, kc), **(FI_FP8_SCALES if kv_dtype != torch.float16 else {}))
                 torch.cuda.synchronize()
                 r["ok"] = True
             except Exception as e:  # noqa: BLE001 - reported to the parent, per kind
@@ -549,7 +584,7 @@ def run_flashinfer_all(ctx, scen):
                     st = status[kind]
                     if st:
                         skip_rows(ctx, system, name, B, L, [T], "skipped" if st.startswith("skipped") else "not run",
-                                  st)
+                                  st, fi_kind_kv(kind)[2])
                     else:
                         run_flashinfer(ctx, fi, name, B, L, T, system, kind)
 
@@ -558,23 +593,27 @@ def run_flashinfer(ctx, fi, scenario, B, L, T, system, kind):
     a = ctx.args
     H, Hk, D, bs = a.heads, a.kv_heads, a.head_size, a.block_size
     dev = ctx.dev
+    _, kv_dtype, kv_bytes = fi_kind_kv(kind)
     why = over_budget(ctx, system, 0.0 if system in ctx.est else ctx.est.get("flashinfer", 30.0))
     if why:
-        skip_rows(ctx, system, scenario, B, L, [T], "skipped", why)
+        skip_rows(ctx, system, scenario, B, L, [T], "skipped", why, kv_bytes)
         return
     t0 = time.monotonic()
-    row = new_row(ctx, system, scenario, B, L, T)
+    row = new_row(ctx, system, scenario, B, L, T, kv_bytes)
     row["gqa"], row["kv_layout"] = "native", f"HND pages [pages, Hk, {bs}, D], shuffled table"
+    if kv_dtype != torch.float16:
+        row["kv_layout"] += ", float8_e4m3fn (randn rounded to e4m3), k_scale = v_scale = 1"
     row["backend"] = ""
+    scales = FI_FP8_SCALES if kv_dtype != torch.float16 else {}
     try:
         S = L + T
         n = -(-S // bs)
-        sets = layer_sets(ctx, bytes_terms(a, B, L, T)["kv"])
+        sets = layer_sets(ctx, bytes_terms(a, B, L, T, kv_bytes)["kv"])
         gen = torch.Generator(device=dev).manual_seed(a.seed + L + T)
         pages = B * n
-        kc = [[torch.randn(pages, Hk, bs, D, generator=gen, device=dev, dtype=torch.float16)
+        kc = [[torch.randn(pages, Hk, bs, D, generator=gen, device=dev, dtype=torch.float16).to(kv_dtype)
                for _ in range(a.layers)] for _ in range(sets)]
-        vc = [[torch.randn(pages, Hk, bs, D, generator=gen, device=dev, dtype=torch.float16)
+        vc = [[torch.randn(pages, Hk, bs, D, generator=gen, device=dev, dtype=torch.float16).to(kv_dtype)
                for _ in range(a.layers)] for _ in range(sets)]
         q = [[torch.randn(B * T, H, D, generator=gen, device=dev, dtype=torch.float16)
               for _ in range(a.layers)] for _ in range(sets)]
@@ -582,7 +621,7 @@ def run_flashinfer(ctx, fi, scenario, B, L, T, system, kind):
         w, _, row["mask"], row["backend"] = fi_plan(fi, a, dev, B, S, T, table, kind)
 
         def call(s_, l_):
-            return w.run(q[s_][l_], (kc[s_][l_], vc[s_][l_]))
+            return w.run(q[s_][l_], (kc[s_][l_], vc[s_][l_]), **scales)
 
         tc = time.monotonic()
         out0 = call(0, 0)
@@ -591,8 +630,9 @@ def run_flashinfer(ctx, fi, scenario, B, L, T, system, kind):
 
         pos = torch.arange(S, device=dev)
         pg, off = table[:, pos // bs].long(), pos % bs  # [B, S]
-        kl = kc[0][0][pg, :, off].permute(0, 2, 1, 3)  # [B, Hk, S, D]
-        vl = vc[0][0][pg, :, off].permute(0, 2, 1, 3)
+        # the reference reads the cache as stored: e4m3 values are exact in f16 (scales 1: nothing to apply)
+        kl = kc[0][0].to(torch.float16)[pg, :, off].permute(0, 2, 1, 3)  # [B, Hk, S, D]
+        vl = vc[0][0].to(torch.float16)[pg, :, off].permute(0, 2, 1, 3)
         ref = reference(q[0][0].view(B, T, H, D).permute(0, 2, 1, 3), kl, vl, L)
         kl = vl = None
 

@@ -15,7 +15,7 @@ import torch  # noqa: E402
 
 T_IMPORT = time.monotonic() - T_START
 
-SYSTEMS = ["sdpa-flash", "sdpa-cudnn", "flex-paged", "flashinfer"]
+SYSTEMS = ["sdpa-flash", "sdpa-cudnn", "flex-paged", "flashinfer", "flashinfer-fp8"]
 
 
 def log(msg=""):
@@ -66,14 +66,16 @@ def layer_sets(ctx, bytes_per_set):
     return max(1, min(64, math.ceil(3.0 * ctx.l2_bytes / bytes_per_set)))
 
 
-def bytes_terms(a, B, L, T):
+def bytes_terms(a, B, L, T, kv_bytes=2):
+    """Bytes read and written: K and V of L+T tokens (kv_bytes an element: 2 for f16, 1 for fp8), f16 Q and O."""
     H, Hk, D, n = a.heads, a.kv_heads, a.head_size, B * a.layers
-    return {"kv": float(n * (L + T) * Hk * D * 2 * 2), "q": float(n * T * H * D * 2), "o": float(n * T * H * D * 2)}
+    return {"kv": float(n * (L + T) * Hk * D * 2 * kv_bytes), "q": float(n * T * H * D * 2),
+            "o": float(n * T * H * D * 2)}
 
 
-def new_row(ctx, system, scenario, B, L, T):
+def new_row(ctx, system, scenario, B, L, T, kv_bytes=2):
     a = ctx.args
-    bt = bytes_terms(a, B, L, T)
+    bt = bytes_terms(a, B, L, T, kv_bytes)
     return {"system": system, "scenario": scenario, "seqs": B, "context": L, "T": T, "layers": a.layers,
             "status": "error", "note": "", "us": None, "us_min": None, "repeats": 0, "timing": "", "sets": 1,
             "bytes": sum(bt.values()), "bytes_terms": bt, "gbs": None, "pct_ceiling": None, "rel_err": None,
@@ -91,9 +93,9 @@ def finish_row(ctx, row, t0):
     write_json(ctx)
 
 
-def skip_rows(ctx, system, scenario, B, L, Ts, status, note):
+def skip_rows(ctx, system, scenario, B, L, Ts, status, note, kv_bytes=2):
     for T in Ts:
-        r = new_row(ctx, system, scenario, B, L, T)
+        r = new_row(ctx, system, scenario, B, L, T, kv_bytes)
         r["status"], r["note"] = status, note
         ctx.rows.append(r)
         print_row(r)
@@ -131,7 +133,8 @@ def write_json(ctx):
                       "flashinfer_prefill_backend": a.flashinfer_prefill_backend,
                       "flashinfer_multitoken": a.flashinfer_multitoken,
                       "timing": "median of CUDA graph replays (one graph per layer set, events around each replay)"},
-           "bytes_formula": {"kv": "(L+T)*Hk*D*2*sizeof(f16)", "q": "T*H*D*2", "o": "T*H*D*2",
+           "bytes_formula": {"kv": "(L+T)*Hk*D*2*sizeof(kv element) (f16: 2; flashinfer-fp8: 1)",
+                             "q": "T*H*D*2", "o": "T*H*D*2",
                              "scope": "summed over sequences and layers",
                              "pagedattn rows": "pagedattn's own bytes (adds the new K/V rows; u8 adds scales)"},
            "command": " ".join(sys.argv), "pagedattn": ctx.meta.get("pagedattn"),

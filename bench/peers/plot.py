@@ -13,9 +13,10 @@ import json
 import os
 import sys
 
-ORDER = ["pagedattn-f16", "pagedattn-u8", "sdpa-flash", "sdpa-cudnn", "flex-paged", "flashinfer"]
-COLORS = {"pagedattn-f16": "#d62728", "pagedattn-u8": "#ff7f0e", "sdpa-flash": "#1f77b4", "sdpa-cudnn": "#17becf",
-          "flex-paged": "#2ca02c", "flashinfer": "#9467bd"}
+ORDER = ["pagedattn-f16", "pagedattn-u8", "pagedattn-fp8", "sdpa-flash", "sdpa-cudnn", "flex-paged", "flashinfer",
+         "flashinfer-tcdecode", "flashinfer-fp8"]
+COLORS = {"pagedattn-f16": "#d62728", "pagedattn-u8": "#ff7f0e", "pagedattn-fp8": "#e377c2", "sdpa-flash": "#1f77b4",
+          "sdpa-cudnn": "#17becf", "flex-paged": "#2ca02c", "flashinfer": "#9467bd", "flashinfer-fp8": "#8c564b"}
 STYLES = ["-", "--", ":", "-.", (0, (1, 3)), (0, (5, 1))]
 MARKERS = ["o", "s", "^", "D", "v", "x"]
 SCEN_TITLE = {"seed": "seed scenario: one sequence", "batch": "batch scenario"}
@@ -44,10 +45,11 @@ def fmt_ctx(L):
     return f"{L // 1024}k" if L % 1024 == 0 else str(L)
 
 
-def floor_us(doc, r):
-    """KV bytes of the row (peers' formula) at the measured ceiling."""
+def floor_us(doc, r, kv_bytes=2):
+    """KV bytes of the row (peers' formula, kv_bytes an element: f16 2, fp8 1) at the measured ceiling."""
     c = doc.get("config", {})
-    kv = r["seqs"] * r["layers"] * (r["context"] + r["T"]) * c.get("kv_heads", 4) * c.get("head_size", 256) * 2 * 2
+    kv = r["seqs"] * r["layers"] * (r["context"] + r["T"]) * c.get("kv_heads", 4) * c.get("head_size", 256) * 2 * \
+        kv_bytes
     ceil = doc.get("ceiling_gbs") or 0
     return kv / (ceil * 1e9) * 1e6 if ceil else None
 
@@ -84,7 +86,8 @@ def where(rs):
 def markdown(doc):
     rows = doc["rows"]
     systems = systems_of(rows)
-    peers = [s for s in systems if not s.startswith("pagedattn-")]
+    peers = [s for s in systems if not s.startswith("pagedattn-") and not s.endswith("-fp8")]
+    peers8 = [s for s in systems if not s.startswith("pagedattn-") and s.endswith("-fp8")]
     c = doc.get("config", {})
     layers = c.get("layers", 8)
     out = [f"# pagedattn and its peers: {doc.get('device', '?')}, {doc.get('date', '?')}", ""]
@@ -107,24 +110,29 @@ def markdown(doc):
             f"Read ceiling: {doc.get('ceiling_gbs', 0):.1f} GB/s ({doc.get('ceiling_method', '')})"
             + (f"; pagedattn's own read kernel measured {pa['ceiling_gbs']:.1f} GB/s in its run "
                "(its % here are against the ceiling above)" if pa.get("ceiling_gbs") else "") + ".",
-            "Bytes: KV (L+T)*Hk*D*2*2 + Q + O per sequence and layer; pagedattn's rows use its own count (adds "
-            "the new K/V rows it writes; u8: 1-byte KV plus f16 scale and zero point per token and kv head). "
-            "HBM floor: the f16 KV bytes at the read ceiling.",
+            "Bytes: KV (L+T)*Hk*D*2*2 + Q + O per sequence and layer (flashinfer-fp8: 1-byte KV); pagedattn's rows "
+            "use its own count (adds the new K/V rows it writes; u8: 1-byte KV plus f16 scale and zero point per "
+            "token and kv head). HBM floor: the f16 KV bytes at the read ceiling"
+            + ("; HBM floor fp8: the 1-byte KV bytes." if peers8 or "pagedattn-fp8" in systems else "."),
             f"Every peer's layer-0 output is checked against a float64 reference (relative L2 error <= "
             f"{c.get('tol', 1e-2):g}); pagedattn's correctness is its test suite's (its bench checks the output is "
             f"finite).", ""]
     if any("eager" in (r.get("timing") or "") for r in rows if r["status"] == "ok"):
         out += ["† timed eagerly with CUDA events: graph capture failed (reason in the JSON row's `timing`).", ""]
     base = "pagedattn-f16" if "pagedattn-f16" in systems else None
+    base8 = "pagedattn-fp8" if "pagedattn-fp8" in systems else None
+    fp8 = bool(peers8) or base8 is not None
     for scen in [s for s in ("seed", "batch") if any(r["scenario"] == s for r in rows)] + \
             sorted({r["scenario"] for r in rows} - {"seed", "batch"}):
         sr = [r for r in rows if r["scenario"] == scen]
         seqs = sorted({r["seqs"] for r in sr})
         out.append(f"## {SCEN_TITLE.get(scen, scen)} ({'/'.join(map(str, seqs))} sequence(s))")
         out.append("")
-        head = ["seqs", "L", "T", "HBM floor"] + systems
+        head = ["seqs", "L", "T", "HBM floor"] + (["HBM floor fp8"] if fp8 else []) + systems
         if base and peers:
             head.append("best peer / pagedattn-f16")
+        if base8 and peers8:
+            head.append("best fp8 peer / pagedattn-fp8")
         out.append("| " + " | ".join(head) + " |")
         out.append("|" + "|".join("---:" for _ in head) + "|")
         keys = sorted({(r["seqs"], r["context"], r["T"]) for r in sr})
@@ -133,10 +141,15 @@ def markdown(doc):
             any_row = next(iter(by.values()))
             fl = floor_us(doc, any_row)
             line = [str(key[0]), fmt_ctx(key[1]), str(key[2]), f"{fl:.1f}" if fl else ""]
+            if fp8:
+                fl8 = floor_us(doc, any_row, 1)
+                line.append(f"{fl8:.1f}" if fl8 else "")
             line += [cell(by.get(s)) for s in systems]
-            if base and peers:
-                ok = [(by[s]["us"], s) for s in peers if s in by and by[s]["status"] == "ok" and by[s].get("us")]
-                b = by.get(base)
+            for ps, bs in ((peers, base), (peers8, base8)):  # f16 peers against pagedattn-f16, fp8 against fp8
+                if not (bs and ps):
+                    continue
+                ok = [(by[s]["us"], s) for s in ps if s in by and by[s]["status"] == "ok" and by[s].get("us")]
+                b = by.get(bs)
                 if ok and b and b["status"] == "ok":
                     us, who = min(ok)
                     line.append(f"{us / b['us']:.2f} ({who})")
@@ -146,7 +159,11 @@ def markdown(doc):
         out.append("")
     if base and peers:
         out += ["best peer / pagedattn-f16 > 1: pagedattn f16 is faster by that factor; < 1: the peer named is "
-                "faster.", ""]
+                "faster" + (" (f16 peers only; fp8 peers are compared with pagedattn-fp8 the same way)."
+                            if base8 and peers8 else "."), ""]
+    elif base8 and peers8:
+        out += ["best fp8 peer / pagedattn-fp8 > 1: pagedattn fp8 is faster by that factor; < 1: the peer named "
+                "is faster.", ""]
 
     # reasons for every row that is not a timing, grouped by system and message
     notes = []

@@ -13,12 +13,15 @@ Peers (each a "system" in the rows):
                compile runs in child processes bounded by --flashinfer-compile-seconds
   flashinfer-tcdecode  T>1 only: FlashInfer's tensor-core decode with q_len_per_req=T (same FA2 module, the plan
                sized for exactly T rows per sequence); --flashinfer-multitoken picks prefill, this, or both
+  flashinfer-fp8  FlashInfer over an e4m3 KV cache (f16 queries and output, k_scale = v_scale = 1, HND pages):
+               tensor-core decode (T=1) and tensor-core decode with q_len_per_req=T (T>1), FA2; on with
+               flashinfer unless --no-flashinfer-fp8. Its bytes count 1 byte a KV element
 pagedattn's own rows come from `pagedattn bench --json` (--pagedattn-json), merged into the same table.
 
 Every timed row: the layers' calls captured in one CUDA graph per layer set (eager with events if capture
 fails, said in the row), median of --repeats replays, layer sets rotated so that one replay's KV exceeds
 3x L2; the output of layer 0 checked against a float64 reference (relative L2 error <= --tol), a peer that
-disagrees is marked "mismatch". Bytes per row: KV (L+T)*Hk*D*2*2 + Q + O, per sequence and layer.
+disagrees is marked "mismatch". Bytes per row: KV (L+T)*Hk*D*2*2 (fp8: *2*1) + Q + O, per sequence and layer.
 The read ceiling is measured here: torch sum over a 2 GiB tensor, median of 20.
 
   python3 bench/peers/run_peers.py --json OUT.json [--pagedattn-json bench.json] [--quick] [--max-seconds S]
@@ -38,7 +41,8 @@ import torch  # noqa: E402  (already imported by peers_common)
 import torch.nn.functional as F  # noqa: E402
 from peer_sdpa import mask_for, run_sdpa  # noqa: E402
 from peer_flex import run_flex  # noqa: E402
-from peer_flashinfer import FI_TC, REPO_ROOT, fi_check_aot, fi_prebuild, fi_warmup_child, run_flashinfer_all  # noqa: E402
+from peer_flashinfer import (FI_FP8, FI_TC, REPO_ROOT, fi_check_aot, fi_prebuild, fi_warmup_child,  # noqa: E402
+                             run_flashinfer_all)
 from pagedattn_rows import pagedattn_rows_many  # noqa: E402
 
 # --- the check can fail ------------------------------------------------------------------------------------
@@ -130,6 +134,9 @@ def parse_args(argv=None):
     p.add_argument("--flashinfer-multitoken", default="both", choices=["prefill", "decode", "both"],
                    help="FlashInfer's T>1 rows: paged prefill (system flashinfer), tensor-core decode with "
                         "q_len_per_req=T (system flashinfer-tcdecode; same FA2 module), or both")
+    p.add_argument("--no-flashinfer-fp8", action="store_true",
+                   help="leave out the " + FI_FP8 + " rows (FlashInfer over an e4m3 KV cache), which otherwise run "
+                        "whenever flashinfer does")
     p.add_argument("--flashinfer-prebuild", action="store_true",
                    help="no GPU needed: compile FlashInfer's modules for --flashinfer-arch here and pack them into "
                         "the wheels directory (fetch_flashinfer.sh with PREBUILD=1), then exit")
@@ -176,6 +183,10 @@ def parse_args(argv=None):
     bad = [s for s in a.systems if s not in SYSTEMS]
     if bad:
         p.error(f"--systems: unknown {bad}; known: {SYSTEMS}")
+    if "flashinfer" in a.systems and FI_FP8 not in a.systems:
+        a.systems.append(FI_FP8)
+    if a.no_flashinfer_fp8:
+        a.systems = [s for s in a.systems if s != FI_FP8]
     if a.heads % a.kv_heads:
         p.error("--heads must be a multiple of --kv-heads")
     if a.repeats < 1:
@@ -253,7 +264,7 @@ def main(argv=None):
                 run_sdpa(ctx, name, B, L, Ts, sdpa)
     if "flex-paged" in a.systems:
         run_flex(ctx, scen)
-    if "flashinfer" in a.systems:
+    if "flashinfer" in a.systems or FI_FP8 in a.systems:
         run_flashinfer_all(ctx, scen)
 
     rc = 0
