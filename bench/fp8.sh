@@ -37,6 +37,8 @@ for f in sorted(glob.glob(d + "/*.json")):
     doc = json.load(open(f))
     rows = doc["rows"] + [r for v in doc.values() if isinstance(v, dict) for r in v.get("rows", [])]
     for r in rows:
+        if "kv" not in r:  # (peers.json: run_peers.py's rows, printed by it)
+            continue
         k = tuple((x, r[x]) for x in sorted(r) if x not in measured and isinstance(r[x], (int, str, bool)))
         keyed.setdefault(k, {})[r["kv"]] = r
     print(f"== {f.split('/')[-1]}: fp8 us per call, % of the read ceiling or TFLOP/s, fp8 / f16 time")

@@ -43,7 +43,8 @@ __global__ void __launch_bounds__(128) scores_kernel(const __grid_constant__ Fwd
       } else if constexpr (KV == kKvF8) {  // code * scale, one f32 rounding, as the oracle reads it
         const float sc = P.k_head_scale[hk * P.k_head_scale_stride];
         const uint8_t* src = static_cast<const uint8_t*>(P.k_cache) + row * P.Dk;
-        for (int d = lane; d < P.Dk; d += 32) kt[r][d] = num::e4m3_bits_to_f32(src[d]) * sc;
+        for (int d = lane; d < P.Dk; d += 32)  // (e4m3 -> f16 is exact; numeric.h's decoder spilled here)
+          kt[r][d] = __half2float(__half(__nv_cvt_fp8_to_halfraw(src[d], __NV_E4M3))) * sc;
       } else {
         for (int d = lane; d < P.Dk; d += 32) kt[r][d] = load_io(P.k_cache, row * P.Dk + d, KV == kKvF16 ? kIoF16 : kIoBF16);
       }
