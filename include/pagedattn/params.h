@@ -55,7 +55,8 @@ struct KVCache {
   TensorView key;               // (dev) [num_blocks, Hk, block_size, D]  f16 | bf16 | u8 | f8e4m3
   TensorView value;             // (dev) [num_blocks, Hk, block_size, Dv] same dtype as key; the value
                                 //       head size Dv may differ from the key head size D (DeepSeek-style
-                                //       attention: D = 192, Dv = 128; cpu backend only so far)
+                                //       attention: D = 192, Dv = 128; cuda: multiples
+                                //       of 16 up to D, and D a multiple of 16 from 32 to 256)
   TensorView key_scale;         // (dev) u8: [num_blocks, Hk, block_size] f16; fp8: [Hk] or [1] f32;
                                 //       else absent
   TensorView key_min;           // (dev) [num_blocks, Hk, block_size] f16 row minimum; u8 only, else absent
