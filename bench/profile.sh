@@ -23,7 +23,7 @@ case $src in /*) ;; *) src=$root/$src ;; esac
 for t in ${T//,/ }; do
   args=(bench --backend cuda --context "$ctx" --tokens "$t" --kv "$kv" --layers 1 --repeats 3 --warmup 1 --fill random --scenario seed)
   echo "== context $ctx T=$t kv=$kv"
-  PAGEDATTN_PRINT_PLAN=1 timeout 120 "$build/pagedattn" "${args[@]}" 2>&1 | grep -E "plan|us/8|^(u8|f16)" | head -5
+  PAGEDATTN_PRINT_PLAN=1 timeout 120 "$build/pagedattn" "${args[@]}" 2>&1 | grep -E "plan|us/8|^(u8|f16|bf16|fp8)" | head -5
   timeout 300 ncu --clock-control none -k regex:"fwd_kernel|wg_kernel|merge_kernel" -c 2 \
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
     --section LaunchStats --section SchedulerStats --section InstructionStats --section ComputeWorkloadAnalysis \
