@@ -355,11 +355,13 @@ class CudaPlan final : public detail::PlanImpl {
                                       &p.cache.value_min, &p.lse};
     const char* names[] = {"query", "key", "value", "out", "key_cache", "value_cache",
                            "key_scale", "key_min", "value_scale", "value_min", "lse"};
-    const bool fp8 = kv_ == kKvF8;  // its scales are f32 [Hk] or [1], read as scalars
-    for (int i = 0; i < 11; ++i)
-      if (!((fp8 && (i == 6 || i == 8)) ? aligned4(*need_align[i]) : aligned16(*need_align[i])))
-        throw ValidationError(names[i], (fp8 && (i == 6 || i == 8)) ? "the cuda backend needs 4-byte aligned data"
-                                                                     : "the cuda backend needs 16-byte aligned data");
+    const bool fp8 = kv_ == kKvF8;
+    for (int i = 0; i < 11; ++i) {
+      const bool scalars = fp8 && (i == 6 || i == 8);  // fp8's scales: f32 [Hk] or [1], read one at a time
+      if (!(scalars ? aligned4(*need_align[i]) : aligned16(*need_align[i])))
+        throw ValidationError(names[i], scalars ? "the cuda backend needs 4-byte aligned data"
+                                                : "the cuda backend needs 16-byte aligned data");
+    }
 
     FwdParams P = {};
     P.q = p.query.data;

@@ -75,13 +75,7 @@ TEST(Cuda, HopperFp8Random) {
   CaseConfig cfg = fp8(mixed_config(300, 4000, 600, 12000), DType::f16);
   cfg.query_dtypes = {DType::f16, DType::bf16};
   cfg.group_sizes = {1, 3, 4, 8, 16};
-  CaseConfig one = cfg;
-  one.head_sizes = {256};
-  expect_launched(one, 200, 300, base_seed() + 6400000, 256, "wg32f8");
-  one.head_sizes = {128};
-  expect_launched(one, 200, 300, base_seed() + 6400001, 256, "wg64f8");
-  run_suite("prefill-wg-fp8", cfg, base_seed() + 6400000, 60);
-  run_suite("prefill-wg-fp8-long", long_chunks(cfg), base_seed() + 6500000, 16);
+  run_hopper_byte_suites(cfg, "f8", "fp8", base_seed() + 6400000);
   EnvGuard off("PAGEDATTN_WGMMA_U8", "0");
   run_suite("prefill-mma-fp8", cfg, base_seed() + 6600000, 30);
 }

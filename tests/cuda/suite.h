@@ -352,4 +352,18 @@ inline void expect_launched(CaseConfig cfg, int min_tokens, int max_tokens, uint
                      << "; launched:" << seen;
 }
 
+// 128-row chunks of a one-byte cache (u8, fp8: `kind` names it in the variants, "u8" / "f8") on the
+// Hopper kernel: a D = 256 and a D = 128 sequence of 200-300 tokens launch its two key tiles
+// ("wg32<kind>", "wg64<kind>"), then the prefill suites of `cfg` (60 cases, and 16 over long contexts).
+inline void run_hopper_byte_suites(const CaseConfig& cfg, const std::string& kind, const std::string& name,
+                                   uint64_t seed) {
+  CaseConfig one = cfg;
+  one.head_sizes = {256};
+  expect_launched(one, 200, 300, seed, 256, ("wg32" + kind).c_str());
+  one.head_sizes = {128};
+  expect_launched(one, 200, 300, seed + 1, 256, ("wg64" + kind).c_str());
+  run_suite(("prefill-wg-" + name).c_str(), cfg, seed, 60);
+  run_suite(("prefill-wg-" + name + "-long").c_str(), long_chunks(cfg), seed + 100000, 16);
+}
+
 }  // namespace gpu_suite

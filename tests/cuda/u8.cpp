@@ -112,11 +112,5 @@ TEST(Cuda, HopperU8Random) {
   cfg.kv_precisions = {KVPrecision::u8};
   cfg.head_sizes = {64, 128, 256};
   cfg.group_sizes = {1, 3, 4, 8, 16};
-  CaseConfig one = cfg;
-  one.head_sizes = {256};
-  expect_launched(one, 200, 300, base_seed() + 2500000, 256, "wg32u8");
-  one.head_sizes = {128};
-  expect_launched(one, 200, 300, base_seed() + 2500001, 256, "wg64u8");
-  run_suite("prefill-wg-u8", cfg, base_seed() + 2500000, 60);
-  run_suite("prefill-wg-u8-long", long_chunks(cfg), base_seed() + 2600000, 16);
+  run_hopper_byte_suites(cfg, "u8", "u8", base_seed() + 2500000);
 }
