@@ -8,11 +8,11 @@ logits = (out Wo) E^T. Only the attention output can differ between a verify row
 Plain decoding feeds one token per call (T = 1). Speculative decoding feeds the last accepted token and
 d draft tokens as one chain verify (T = d + 1) and keeps the drafts the target agrees with, plus one
 token of its own. The drafts are plain decoding's own tokens with a fraction replaced at random, so
-most verifies accept several. With Options::deterministic (the cpu backend's invariant rows) every
+most verifies accept several. With Options::deterministic (invariant rows, on either backend) every
 verify row is bit-identical to the decode of the same prefix, so the two emit the same tokens; without
 it the script reports the first step where they part, if any.
 
-    python3 examples/speculative_invariance.py [--steps 1000] [--draft 4] [--dtype bf16]
+    python3 examples/speculative_invariance.py [--steps 1000] [--draft 4] [--dtype bf16] [--backend cuda]
 """
 import argparse
 import sys
@@ -33,10 +33,13 @@ class Model:
         self.Wk = (rng.standard_normal((dm, Hk * D)) * s).astype(np.float32)
         self.Wv = (rng.standard_normal((dm, Hk * D)) * s).astype(np.float32)
         self.Wo = (rng.standard_normal((H * D, dm)) / np.sqrt(H * D)).astype(np.float32)
-        self.dt = {"f32": np.float32, "f16": np.float16}.get(args.dtype)
-        if self.dt is None:  # bf16: no NumPy dtype; use torch tensors
+        # NumPy arrays on the cpu backend for f32/f16; torch tensors for bf16 (no NumPy dtype) and on cuda
+        self.dt = {"f32": np.float32, "f16": np.float16}.get(args.dtype) if args.backend == "cpu" else None
+        if self.dt is None:
             import torch
             self.torch = torch
+            self.tdt = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[args.dtype]
+            self.dev = "cuda" if args.backend == "cuda" else "cpu"
         blocks = (args.prompt + args.steps + args.draft + 2 + args.block_size - 1) // args.block_size
         self.blocks = blocks
         self.cache_shape = (blocks, Hk, args.block_size, D)
@@ -44,12 +47,12 @@ class Model:
     def new_cache(self):
         if self.dt is not None:
             return [np.zeros(self.cache_shape, self.dt) for _ in range(2)]
-        return [self.torch.zeros(self.cache_shape, dtype=self.torch.bfloat16) for _ in range(2)]
+        return [self.torch.zeros(self.cache_shape, dtype=self.tdt, device=self.dev) for _ in range(2)]
 
     def _io(self, x):
         if self.dt is not None:
             return np.ascontiguousarray(x.astype(self.dt))
-        return self.torch.from_numpy(np.ascontiguousarray(x)).to(self.torch.bfloat16)
+        return self.torch.from_numpy(np.ascontiguousarray(x)).to(device=self.dev, dtype=self.tdt)
 
     def step(self, cache, tokens, past, deterministic):
         """Feeds `tokens` at positions past.. (written into the cache); returns each row's argmax."""
@@ -58,9 +61,9 @@ class Model:
         out = pagedattn.forward(query=self._io(x @ self.Wq), key=self._io(x @ self.Wk), value=self._io(x @ self.Wv),
                                 key_cache=cache[0], value_cache=cache[1], past_lens=[past],
                                 subsequence_begins=[0, len(tokens)], block_indices=list(range(self.blocks)),
-                                block_indices_begins=[0, self.blocks], num_heads=a.heads, backend="cpu",
+                                block_indices_begins=[0, self.blocks], num_heads=a.heads, backend=a.backend,
                                 deterministic=deterministic)
-        o = out.float().numpy() if self.dt is None else out.astype(np.float32)
+        o = out.float().cpu().numpy() if self.dt is None else out.astype(np.float32)
         return list(np.argmax((o @ self.Wo) @ self.E.T, axis=1))
 
 
@@ -131,6 +134,7 @@ def parse(argv=None):
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--dtype", choices=["f32", "f16", "bf16"], default="bf16")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--backend", choices=["cpu", "cuda"], default="cpu")
     return p.parse_args(argv)
 
 

@@ -16,7 +16,9 @@
 //   - ctas == items * Hk; without forcing/determinism the partition is the smallest candidate (a
 //     multiple of kBlockKV from kMinPartition up) that fits one wave (ctas <= num_sms * ctas_per_sm, or
 //     the least wg_ctas_per_sm of the chunks' row-tile classes when every chunk's is nonzero) whenever one-partition-per-chunk fits, and one partition per chunk otherwise;
-//   - deterministic mode gives a sequence the same partition boundaries alone or in any batch;
+//   - deterministic mode gives a sequence the same partition boundaries alone or in any batch, chunks
+//     of deterministic_rows(G) rows (one variant for all), key ranges from a partition start, and a
+//     partial slot and a merge for every chunk;
 //     forced_partition is honoured (rounded up to kBlockKV).
 // Seeds: PAGEDATTN_SEED=<n> fixes the base seed; otherwise it is drawn and printed. Case i uses base + i.
 #include <gtest/gtest.h>
@@ -137,8 +139,10 @@ int64_t parts_needed(int lo, int hi, int part) { return ceil_div(hi, part) - lo 
 void check_plan(const Inputs& in, const Plan& plan) {
   const int G = in.group, Hk = in.num_kv_heads, P = plan.partition_tokens;
   const int num_seqs = static_cast<int>(in.past_lens.size());
-  const int max_tokens_per_chunk = in.max_rows / G;
-  EXPECT_EQ(plan.chunk_rows, in.max_rows) << "chunk_rows is the chunking rule's max_rows";
+  // deterministic mode: chunks of deterministic_rows(G) rows, so every chunk has the same row tiles
+  const int max_rows = in.deterministic ? pl::deterministic_rows(G) : in.max_rows;
+  const int max_tokens_per_chunk = max_rows / G;
+  EXPECT_EQ(plan.chunk_rows, max_rows) << "chunk_rows is the chunking rule's max_rows";
   EXPECT_EQ(plan.slot_rows, 16 * plan.max_row_tiles) << "partial slots are as wide as the widest chunk";
   for (const WorkItem& w : plan.items)
     EXPECT_LE(w.nt * G, plan.slot_rows) << "a chunk's rows do not fit its partial slot: " << describe(w);
@@ -162,7 +166,9 @@ void check_plan(const Inputs& in, const Plan& plan) {
     EXPECT_GE(w.t0, 0);
     EXPECT_GE(w.nt, 1);
     EXPECT_LE(w.t0 + w.nt, T) << "chunk runs past the sequence's T=" << T;
-    EXPECT_LE(w.nt * G, in.max_rows) << "too many query rows for one CTA";
+    EXPECT_LE(w.nt * G, max_rows) << "too many query rows for one CTA";
+    if (in.deterministic)
+      EXPECT_EQ(w.row_tiles, max_rows / 16) << "deterministic mode: every chunk on the same variant";
     const int rows = w.nt * G;
     const int smallest_rt = rows <= 16 ? 1 : rows <= 32 ? 2 : rows <= 64 ? 4 : 8;
     EXPECT_TRUE(w.row_tiles == 1 || w.row_tiles == 2 || w.row_tiles == 4 || (w.row_tiles == 8 && in.max_rows == 128))
@@ -175,7 +181,7 @@ void check_plan(const Inputs& in, const Plan& plan) {
     // one partition: [kv_begin, kv_end) inside [p*P, (p+1)*P)
     EXPECT_EQ(w.kv_begin / P, (w.kv_end - 1) / P) << "key range crosses a partition boundary (P=" << P << ")";
     EXPECT_GE(w.num_parts, 1);
-    if (w.num_parts == 1) EXPECT_EQ(w.slot, -1) << "a one-partition chunk writes out directly";
+    if (w.num_parts == 1 && !in.deterministic) EXPECT_EQ(w.slot, -1) << "a one-partition chunk writes out directly";
     max_rt = std::max(max_rt, w.row_tiles);
   }
   EXPECT_EQ(plan.max_row_tiles, max_rt);
@@ -204,7 +210,8 @@ void check_plan(const Inputs& in, const Plan& plan) {
     const int past = in.past_lens[s], qpos0 = in.positions.empty() ? past : in.positions[s];
     const int hi = in.prefix_only ? past : past + t0 + c.nt;
     int lo = 0;
-    if (in.sliding_window > 0) lo = std::max(0, qpos0 + t0 - in.sliding_window + 1) / pl::kBlockKV * pl::kBlockKV;
+    const int lo_align = in.deterministic ? P : pl::kBlockKV;  // deterministic: from a partition start
+    if (in.sliding_window > 0) lo = std::max(0, qpos0 + t0 - in.sliding_window + 1) / lo_align * lo_align;
     // coverage: disjoint, contiguous, exactly [lo, hi)
     for (const WorkItem& w : c.items) EXPECT_EQ(w.nt, c.nt) << "items of one chunk disagree on nt";
     EXPECT_EQ(c.items.front().kv_begin, lo) << "chunk's key range starts at the wrong key";
@@ -227,15 +234,15 @@ void check_plan(const Inputs& in, const Plan& plan) {
       EXPECT_GE(hi, last + 1) << "token " << t << " sees key " << last << " outside the chunk's range";
     }
     const int first_needed = in.sliding_window > 0 ? std::max(0, qpos0 + t0 - in.sliding_window + 1) : 0;
-    EXPECT_LT(first_needed - lo, pl::kBlockKV) << "first tile holds no key any token of the chunk sees";
+    EXPECT_LT(first_needed - lo, lo_align) << "first tile (partition) holds no key any token of the chunk sees";
     // slots
     const int np = static_cast<int>(c.items.size());
     std::set<int> slots;
     for (const WorkItem& w : c.items) {
       EXPECT_EQ(w.num_parts, np) << "num_parts disagrees with the chunk's item count";
-      if (np > 1) slots.insert(w.slot);
+      if (np > 1 || in.deterministic) slots.insert(w.slot);
     }
-    if (np > 1) {
+    if (np > 1 || in.deterministic) {  // deterministic mode: every chunk through the merge
       EXPECT_EQ(static_cast<int>(slots.size()), np) << "items of one chunk share a partial slot";
       const int base = *slots.begin();
       EXPECT_GE(base, 0);
@@ -260,7 +267,7 @@ void check_plan(const Inputs& in, const Plan& plan) {
     EXPECT_TRUE(merges.insert({m.seq, m.t0, m.nt, m.slot, m.num_parts}).second)
         << "merge listed twice: seq " << m.seq << " t0 " << m.t0;
   }
-  EXPECT_EQ(merges, expected_merges) << "merges are not exactly the chunks with num_parts > 1";
+  EXPECT_EQ(merges, expected_merges) << "merges are not exactly the chunks with num_parts > 1 (deterministic: all)";
 
   // chunks without a key (Plan::empty): prefix_only only, and no token of theirs sees a key
   for (const pl::EmptyChunk& e : plan.empty) {
@@ -393,6 +400,52 @@ TEST(Planner, DeterministicBoundariesIndependentOfBatch) {
       std::sort(batched[s].begin(), batched[s].end());
       EXPECT_EQ(cuts, batched[s]) << "seq " << s << " (past " << batch.past_lens[s] << ", T " << batch.tokens[s]
                                   << ") is cut differently alone (sms " << alone.num_sms << ") than in the batch";
+    }
+    if (HasFailure()) return;
+  }
+}
+
+// Deterministic mode: the items a decode of a chain verify's token t gets (past + t, T = 1) are the
+// verify's items for that token's chunk, key range for key range, except that the verify's last ones
+// reach further and, with a window, may begin earlier (keys the token does not see): the same
+// partitions, starts and variant.
+TEST(Planner, DeterministicDecodeItemsArePrefixesOfTheVerifys) {
+  for (int i = 0; i < 400; ++i) {
+    const uint64_t seed = base_seed() + 2500000 + static_cast<uint64_t>(i);
+    std::mt19937_64 rng(seed);
+    auto uni = [&](int a, int b) { return std::uniform_int_distribution<int>(a, b)(rng); };
+    Inputs v;
+    v.group = std::vector<int>{1, 2, 3, 4, 8, 16, 24, 64}[uni(0, 7)];
+    v.num_kv_heads = uni(1, 4);
+    v.past_lens = {uni(0, 1) ? uni(0, 3000) : uni(0, 40000)};
+    v.tokens = {uni(1, 40)};
+    v.sliding_window = uni(0, 1) ? 0 : uni(1, 5000);
+    v.deterministic = true;
+    v.num_sms = uni(1, 132);
+    SCOPED_TRACE("case seed " + std::to_string(seed) + ": " + describe(v));
+    const Plan vp = pl::make_plan(v);
+    for (int t = 0; t < v.tokens[0]; ++t) {
+      Inputs d = v;
+      d.past_lens = {v.past_lens[0] + t};
+      d.tokens = {1};
+      d.num_sms = uni(1, 132);
+      const Plan dp = pl::make_plan(d);
+      std::vector<WorkItem> vi, di = dp.items;
+      // (the verify's chunk may also start partitions before token t's window: no key of them is the
+      // token's, and the merge skips a partition whose max is -inf)
+      const int lo_t = v.sliding_window > 0 ? std::max(0, d.past_lens[0] - v.sliding_window + 1) : 0;
+      for (const WorkItem& w : vp.items)
+        if (w.t0 <= t && t < w.t0 + w.nt && w.kv_begin <= d.past_lens[0] && w.kv_end > lo_t) vi.push_back(w);
+      auto by_begin = [](const WorkItem& a, const WorkItem& b) { return a.kv_begin < b.kv_begin; };
+      std::sort(vi.begin(), vi.end(), by_begin);
+      std::sort(di.begin(), di.end(), by_begin);
+      ASSERT_EQ(vi.size(), di.size()) << "token " << t << ": partitions differ";
+      for (size_t k = 0; k < di.size(); ++k) {
+        EXPECT_EQ(vi[k].kv_begin, di[k].kv_begin) << "token " << t;
+        EXPECT_GE(vi[k].kv_end, di[k].kv_end) << "token " << t;
+        EXPECT_EQ(vi[k].row_tiles, di[k].row_tiles) << "token " << t << ": another kernel variant";
+        EXPECT_GE(di[k].slot, 0) << "token " << t << ": the decode writes out directly, not through the merge";
+      }
     }
     if (HasFailure()) return;
   }

@@ -27,7 +27,8 @@ Plan make_plan(const Inputs& in) {
   if (in.group < 1 || in.group > kMaxRows) throw std::invalid_argument("group size must be in [1, 64]");
   if (in.max_rows % 16 != 0 || in.max_rows < 16 || in.max_rows > kMaxRowsWide || in.max_rows < in.group)
     throw std::invalid_argument("max_rows must be 16, 32, 64 or 128 (a multiple of 16 up to 128) and >= group");
-  const int max_tokens_per_chunk = in.max_rows / in.group;
+  const int max_rows = in.deterministic ? deterministic_rows(in.group) : in.max_rows;
+  const int max_tokens_per_chunk = max_rows / in.group;
   if (!in.positions.empty() && in.positions.size() != in.past_lens.size())
     throw std::invalid_argument("positions: one per sequence, or none");
   Plan plan;
@@ -81,7 +82,11 @@ Plan make_plan(const Inputs& in) {
     part = std::max(part, kBlockKV);
   }
   plan.partition_tokens = part;
-  plan.chunk_rows = in.max_rows;
+  plan.chunk_rows = max_rows;
+  // deterministic: a chunk's key range starts at its first partition's start, so the kernel's tiles
+  // and key groups lie on the absolute grid whatever the window start (keys before it are masked)
+  if (in.deterministic)
+    for (Chunk& c : chunks) c.lo = c.lo / part * part;
 
   // --- work items and partial slots ---------------------------------------------------------------
   int slot = 0;
@@ -98,12 +103,12 @@ Plan make_plan(const Inputs& in) {
       w.kv_begin = std::max(c.lo, p * part);
       w.kv_end = static_cast<int32_t>(std::min<int64_t>(c.hi, (int64_t{p} + 1) * part));
       w.num_parts = nparts;
-      w.slot = nparts > 1 ? slot + (p - p0) : -1;
+      w.slot = nparts > 1 || in.deterministic ? slot + (p - p0) : -1;
       w.row_tiles = rt;
       w.past = w.tok0 = w.t_seq = w.table = 0;
       plan.items.push_back(w);
     }
-    if (nparts > 1) {
+    if (nparts > 1 || in.deterministic) {
       plan.merges.push_back(MergeItem{c.seq, c.t0, c.nt, slot, nparts});
       slot += nparts * in.num_kv_heads;
     }

@@ -23,6 +23,11 @@ constexpr int kMaxRowsWide = 128;  // with wide prefill tiles (Inputs::max_rows;
 constexpr int kBlockKV = 64;    // keys per pipeline tile
 constexpr int kMinPartition = 128;  // 8k, one sequence, Hk=4: 256 CTAs of 128 keys, not 128 of 256
 constexpr int kDeterministicPartition = 512;
+// Inputs::deterministic: rows per chunk, the least row-tile class that holds one token's G rows (16 for
+// G <= 16). Every chunk of every call then runs the same kernel variant, so a row's arithmetic (its key
+// groups, their order) does not depend on how many tokens share its chunk (docs/design.md, "Invariant
+// rows").
+constexpr int deterministic_rows(int group) { return group <= 16 ? 16 : group <= 32 ? 32 : 64; }
 
 struct WorkItem {
   int32_t seq;        // sequence index
@@ -30,7 +35,8 @@ struct WorkItem {
   int32_t kv_begin;   // first key position this CTA reads (multiple of kBlockKV)
   int32_t kv_end;     // one past the last key position this CTA reads
   int32_t slot;       // partial slot of (chunk, part) for kv head 0, or -1 when the chunk has one
-                      // partition (the CTA writes `out` directly); kv head h uses slot + h * num_parts
+                      // partition (the CTA writes `out` directly; never in deterministic mode, where
+                      // every row goes through the merge); kv head h uses slot + h * num_parts
   int32_t num_parts;  // partitions of this chunk
   int32_t row_tiles;  // kernel variant: 16-row MMA tiles, 1, 2, 4 or 8 (>= ceil(nt * G / 16))
   // Filled by the backend from the call's metadata (so the kernel needs one dependent load, not four):
@@ -67,6 +73,9 @@ struct Inputs {
   // per SM made two waves of them (H200, run mr1: 128-row chunks at 32k 0.81x the time with the
   // longer partitions).
   int wg_ctas_per_sm[4] = {0, 0, 0, 0};
+  // Fixed partitions (kDeterministicPartition) at absolute multiples, chunks of deterministic_rows(group)
+  // rows, key ranges from a partition start, and every chunk through the merge: a row's result is the
+  // same in any batch and in any chunk of a chain (its decode's)
   bool deterministic = false;
   int forced_partition = 0;                // 0: choose
   int max_rows = kMaxRows;                 // rows per chunk: kMaxRows or kMaxRowsWide (8 row tiles);
@@ -77,7 +86,8 @@ struct Plan {
   int partition_tokens = 0;
   int num_slots = 0;                       // partial slots (each slot_rows rows) for all kv heads
   int slot_rows = 16;                      // rows per partial slot: 16 * max_row_tiles (the widest chunk)
-  int chunk_rows = kMaxRows;               // = Inputs::max_rows (the chunking rule: T > chunk_rows / G)
+  int chunk_rows = kMaxRows;               // = Inputs::max_rows, or deterministic_rows (the chunking rule:
+                                           // T > chunk_rows / G)
   int max_row_tiles = 1;
   int64_t ctas = 0;                        // attention CTAs (items x kv heads)
   std::vector<WorkItem> items;             // sorted by row_tiles, then longest key range first

@@ -230,8 +230,9 @@ class CudaPlan final : public detail::PlanImpl {
 #endif
     // (fp8 takes u8's rules: one-byte codes converted into f16 tiles, 128-row chunks only)
     const bool bytes = kv_ == kKvU8 || kv_ == kKvF8;
-    // (a padded head size runs on fwd_kernel only)
-    choice_.wg = choice_.pad ? 0 : tuning::hopper_key_tile(D_, bytes, hopper, env);
+    // (a padded head size runs on fwd_kernel only; so does deterministic mode: one variant for every
+    // chunk, docs/design.md "Invariant rows")
+    choice_.wg = choice_.pad || opt.deterministic ? 0 : tuning::hopper_key_tile(D_, bytes, hopper, env);
     choice_.wg_split = tuning::hopper_split(D_, bytes, choice_.wg, env);
     in.ctas_per_sm = fwd_kernel_info(D_, kv_, 1, choice_).ctas_per_sm();
     for (int k = 0; k < 4; ++k) {  // row-tile classes on the Hopper kernel: their own occupancy (planner.h)
@@ -296,7 +297,9 @@ class CudaPlan final : public detail::PlanImpl {
     num_merge_rows_ = static_cast<int>(rows.size());
     int max_parts = 0;
     for (const MergeRow& r : rows) max_parts = std::max(max_parts, r.num_parts);
-    merge_split_ = tuning::merge_split(D_, num_merge_rows_, in.num_sms, env);
+    // deterministic: the most column blocks, whatever the batch (the split sets which partitions a
+    // merge thread folds, so it must not depend on the call)
+    merge_split_ = opt.deterministic ? D_ / 64 : tuning::merge_split(D_, num_merge_rows_, in.num_sms, env);
     merge_batch_ = tuning::merge_batch(D_, merge_split_, max_parts, num_merge_rows_, in.num_sms, env);
 
     // --- metadata to the device (read by run) ----------------------------------------------------

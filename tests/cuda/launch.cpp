@@ -1,5 +1,5 @@
 // GPU tests: How calls run: back-to-back plans, the merge's shapes, programmatic launch, CUDA graphs,
-// determinism and bad input.
+// and bad input (determinism: tests/cuda/invariant.cpp).
 #include "common/numeric.h"
 #include "cuda/suite.h"
 
@@ -123,52 +123,6 @@ TEST(Cuda, WithoutProgrammaticLaunch) {
   const PlanInfo info = plan_info(few_query_config(), base_seed() + 1000000, opt);
   EXPECT_FALSE(info.pdl || info.early_reads) << "PDL still on";
   run_suite("no-pdl", few_query_config(), base_seed() + 1000000, 60, opt);
-}
-
-TEST(Cuda, DeterministicModeIsBatchInvariant) {
-  REQUIRE_GPU();
-  // A sequence's output rows must be bit-identical whether it runs alone or inside a batch.
-  CaseConfig cfg = few_query_config();
-  cfg.min_seqs = cfg.max_seqs = 4;
-  cfg.p_write = 0.0;  // the cache already holds the new rows: both runs see identical caches
-  cfg.p_tree = 0.0;
-  cfg.min_past = 1000;
-  const uint64_t seed = base_seed() + 400000;
-  std::printf("[deterministic] seed %llu\n", static_cast<unsigned long long>(seed));
-  Case batch = make_random_case(seed, cfg);
-  Options opt{Backend::cuda};
-  opt.deterministic = true;
-  {
-    DeviceCase d(batch);
-    forward(d.params(), opt);
-    d.download();
-  }
-  // the last sequence alone: same cache, metadata cut to it
-  Case alone = batch;
-  const int s = batch.num_seqs - 1;
-  const int tb = batch.subsequence_begins[s], T = batch.T(s);
-  const int row = batch.num_heads * batch.head_size;
-  const size_t esz = dtype_size(batch.qdtype);
-  alone.num_seqs = 1;
-  alone.num_tokens = T;
-  alone.past_lens = {batch.past_lens[s]};
-  alone.subsequence_begins = {0, T};
-  alone.block_indices = std::vector<int32_t>(batch.block_indices.begin() + batch.block_indices_begins[s],
-                                             batch.block_indices.begin() + batch.block_indices_begins[s + 1]);
-  alone.block_indices_begins = {0, static_cast<int32_t>(alone.block_indices.size())};
-  alone.query = std::vector<uint8_t>(batch.query.begin() + tb * row * esz, batch.query.begin() + (tb + T) * row * esz);
-  alone.out.assign(T * row * esz, 0xff);
-  alone.alibi_slopes = batch.alibi_slopes;
-  alone.sinks = batch.sinks;
-  alone.scores.clear();
-  alone.want_scores = false;
-  {
-    DeviceCase d(alone);
-    forward(d.params(), opt);
-    d.download();
-  }
-  EXPECT_EQ(0, std::memcmp(alone.out.data(), batch.out.data() + tb * row * esz, T * row * esz))
-      << "deterministic mode: output of sequence " << s << " depends on the batch (" << batch.describe() << ")";
 }
 
 TEST(Cuda, GraphReplayMatchesDirectRun) {

@@ -257,6 +257,20 @@ def test_plan_run_on_another_stream_is_refused():
             plan.run()
 
 
+def test_speculative_decoding_emits_the_plain_tokens_on_cuda():
+    """examples/speculative_invariance.py on the cuda backend: with deterministic=True greedy speculative
+    decoding (chain verifies of T <= 5, GQA 4, a 700-token prompt over several 512-key partitions) emits
+    plain decoding's tokens."""
+    import os
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples"))
+    import speculative_invariance as si
+    args = si.parse(["--backend", "cuda", "--steps", "200", "--dtype", "bf16", "--heads", "8", "--kv-heads", "2",
+                     "--head-size", "128", "--prompt", "700", "--vocab", "1024", "--seed", "5"])
+    results = si.run(args)
+    assert results[True] is None, f"first divergence at token {results[True]}"
+
+
 def test_zz_worst_errors():
     """Prints the worst errors seen above (for the GPU log)."""
     for dt, w in WORST.items():

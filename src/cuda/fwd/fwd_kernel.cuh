@@ -402,7 +402,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
   // l and O share m, not that m is the max.
   const float stale = P.stale_log2;
   float row_m[MT][2], row_l[MT][2], row_c[MT][2];
-  float v_exp = 0.0f;  // u8: E of u8_value_exp (the reference is row_m - v_exp); warp-uniform
+  float v_exp[MT][2] = {};  // u8: each row's E (u8_value_exp; the reference is row_m - v_exp)
   float o[MT][kN3][4];
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
@@ -485,34 +485,22 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
         }
       };
       const bool plain = interior && P.alibi == nullptr;
-      // u8: the slice's E, from the largest value scale of its keys (the quad's lanes hold every key
-      // of the slice, so after two shuffles it is warp-uniform). E moves only when the slice's largest
-      // scale leaves [2^0, 2^9) at the current E; de joins the softmax's alpha.
-      float de = 0.0f;
+      // u8: E (u8_value_exp) from the largest value scale of the keys each row sees in the slice; it
+      // moves only when that scale leaves [2^0, 2^9) at the row's current E, and de joins the row's
+      // alpha. In an interior slice every row sees every key: one max over the slice (the quad's lanes
+      // hold every key, so after two shuffles it is warp-uniform). Elsewhere each row's own max over
+      // its visible keys, so a row's E does not depend on keys only other rows see (a verify row then
+      // takes the same E steps as its decode: Options::deterministic).
+      float vs_slice = 0.0f;
       if constexpr (kU8) {
-        __half2 vs2 = __float2half2_rn(0.0f);
-        if (js + kKPW <= w.kv_end) {
+        if (interior) {
+          __half2 vs2 = __float2half2_rn(0.0f);
 #pragma unroll
-          for (int n = 0; n < kN1; ++n)  // NaN (unwritten) scales lose to any number in __hmax2
+          for (int n = 0; n < kN1; ++n)
             vs2 = __hmax2(vs2, *reinterpret_cast<const __half2*>(&hb.par[2][n * 8 + 2 * (lane % 4)]));
-        } else {  // slots past the partition's end may be unwritten (NaN, or stale scales): not counted
-#pragma unroll
-          for (int n = 0; n < kN1; ++n) {
-            const int kc = n * 8 + 2 * (lane % 4);
-            const __half2 v = *reinterpret_cast<const __half2*>(&hb.par[2][kc]);
-            vs2 = __hmax2(vs2, __halves2half2(js + kc < w.kv_end ? __low2half(v) : __float2half(0.0f),
-                                               js + kc + 1 < w.kv_end ? __high2half(v) : __float2half(0.0f)));
-          }
-        }
-        float vsmax = fmaxf(__low2float(vs2), __high2float(vs2));
-        vsmax = fmaxf(vsmax, __shfl_xor_sync(0xffffffffu, vsmax, 1));
-        vsmax = fmaxf(vsmax, __shfl_xor_sync(0xffffffffu, vsmax, 2));
-        if (vsmax > 0.0f) {  // else (scales all 0: constant rows, or zero-filled window rows) E stays
-          const float e = u8_value_exp(vsmax);
-          if (v_exp > e || v_exp < e - 8.0f) {
-            de = e - v_exp;
-            v_exp = e;
-          }
+          vs_slice = fmaxf(__low2float(vs2), __high2float(vs2));
+          vs_slice = fmaxf(vs_slice, __shfl_xor_sync(0xffffffffu, vs_slice, 1));
+          vs_slice = fmaxf(vs_slice, __shfl_xor_sync(0xffffffffu, vs_slice, 2));
         }
       }
 #pragma unroll
@@ -522,6 +510,35 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
           score_pass(std::true_type{}, mt, mx);
         else
           score_pass(std::false_type{}, mt, mx);
+        float de[2] = {0.0f, 0.0f};
+        if constexpr (kU8) {
+          float vsmax[2] = {vs_slice, vs_slice};
+          if (!interior) {  // visible keys only (a masked key's score is -inf; its scale may be NaN)
+            vsmax[0] = vsmax[1] = 0.0f;
+#pragma unroll
+            for (int n = 0; n < kN1; ++n) {
+              const float2 vs = __half22float2(*reinterpret_cast<const __half2*>(&hb.par[2][n * 8 + 2 * (lane % 4)]));
+#pragma unroll
+              for (int e = 0; e < 4; ++e)
+                if (acc[mt][n][e] != -INFINITY) vsmax[e / 2] = fmaxf(vsmax[e / 2], e % 2 ? vs.y : vs.x);
+            }
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf) {
+              vsmax[hf] = fmaxf(vsmax[hf], __shfl_xor_sync(0xffffffffu, vsmax[hf], 1));
+              vsmax[hf] = fmaxf(vsmax[hf], __shfl_xor_sync(0xffffffffu, vsmax[hf], 2));
+            }
+          }
+#pragma unroll
+          for (int hf = 0; hf < 2; ++hf) {
+            if (vsmax[hf] > 0.0f) {  // else (no key seen, or scales all 0: constant rows) E stays
+              const float e = u8_value_exp(vsmax[hf]);
+              if (v_exp[mt][hf] > e || v_exp[mt][hf] < e - 8.0f) {
+                de[hf] = e - v_exp[mt][hf];
+                v_exp[mt][hf] = e;
+              }
+            }
+          }
+        }
         float alpha[2], ref[2];
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) {
@@ -531,9 +548,9 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
           // (u8: or when E moves; the reference is m - E)
           const float m_old = row_m[mt][hf];
           const float m_new = mx[hf] > m_old + stale ? mx[hf] : m_old;
-          alpha[hf] = (m_new != m_old || de != 0.0f) && m_old != -INFINITY ? fast_exp2(m_old - m_new + de) : 1.0f;
+          alpha[hf] = (m_new != m_old || de[hf] != 0.0f) && m_old != -INFINITY ? fast_exp2(m_old - m_new + de[hf]) : 1.0f;
           row_m[mt][hf] = m_new;
-          ref[hf] = m_new - v_exp;
+          ref[hf] = m_new - v_exp[mt][hf];
         }
         float sum[2] = {0.0f, 0.0f}, cz[2] = {0.0f, 0.0f};
 #pragma unroll
@@ -601,7 +618,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
-      row_m[mt][hf] -= v_exp;
+      row_m[mt][hf] -= v_exp[mt][hf];
 #pragma unroll
       for (int x = 1; x <= 2; x *= 2) {
         row_l[mt][hf] += __shfl_xor_sync(0xffffffffu, row_l[mt][hf], x);

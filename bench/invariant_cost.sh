@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# GPU machine: issue 24's cost rows. The seed scenario (one sequence, H = 16, Hk = 4, D = 256) at 32k and
+# 128k for T = 1..8 and at 8k for T = 1, 4, 8, and the 32 x 8k batch at T = 1, 4, 8, f16 and u8 caches,
+# in three calls: the default mode, Options::deterministic (--deterministic), the default again (its
+# drift). Then a table: each row's time in deterministic mode over the default's (targets: <= 1.10 at
+# 32k and 128k, <= 1.20 at 8k and on the batch) and the default's drift.
+#   usage: bench/invariant_cost.sh PAGEDATTN_BINARY OUT_DIR
+set -uo pipefail
+bin=$1
+out=$2
+mkdir -p "$out"
+status=0
+run() {  # TAG [bench args...]
+  local tag=$1
+  shift
+  "$bin" bench --backend cuda --scenario seed --context 32768,131072 --tokens 1,2,3,4,5,6,7,8 --kv f16,u8 "$@" \
+    --json "$out/${tag}_long.json" > "$out/${tag}_long.log" 2>&1 || status=1
+  "$bin" bench --backend cuda --scenario seed --context 8192 --tokens 1,4,8 --kv f16,u8 "$@" \
+    --json "$out/${tag}_8k.json" > "$out/${tag}_8k.log" 2>&1 || status=1
+  for T in 1 4 8; do
+    "$bin" bench --backend cuda --scenario batch --batch-tokens "$T" --kv f16,u8 "$@" \
+      --json "$out/${tag}_batch$T.json" > "$out/${tag}_batch$T.log" 2>&1 || status=1
+  done
+}
+run default
+run deterministic --deterministic
+run default_again
+python3 - "$out" <<'PY'
+import glob, json, os, sys
+d = sys.argv[1]
+def load(tag):
+    rows = {}
+    for f in glob.glob(f"{d}/{tag}_*.json"):
+        j = json.load(open(f))
+        for r in j["rows"]:
+            rows[(r["seqs"], r["context"], r["kv"], r["T"])] = r
+    return rows
+a, b, c = load("default"), load("deterministic"), load("default_again")
+print("deterministic (invariant rows) against the default: us per 8 layers, ratio (targets: <= 1.10 at 32k/128k,"
+      " <= 1.20 at 8k and the 32 x 8k batch); drift = default_again / default")
+for k in sorted(a):
+    seqs, ctx, kv, T = k
+    if k not in b:
+        continue
+    drift = c[k]["us"] / a[k]["us"] if k in c else float("nan")
+    target = 1.10 if seqs == 1 and ctx >= 32768 else 1.20
+    ratio = b[k]["us"] / a[k]["us"]
+    print(f"  seqs={seqs:2d} ctx={ctx:6d} {kv:3s} T={T}: default {a[k]['us']:8.1f}  deterministic {b[k]['us']:8.1f}"
+          f"  ratio {ratio:.3f} {'ok ' if ratio <= target else 'MISS'} (<= {target:.2f})  drift {drift:.3f}")
+PY
+exit $status

@@ -1,0 +1,102 @@
+// GPU tests: Options::deterministic's contract on the cuda backend (issue 24; tests/invariant_check.h
+// says what is compared, tests/test_invariant.cpp runs the same on the cpu backend). Chain verify rows
+// against their decodes and every sequence alone against the batch, byte for byte; trees against the
+// batch only; the mode's results against the oracle; and without the mode some rows must differ.
+#include "cuda/suite.h"
+#include "invariant_check.h"
+
+using namespace gpu_suite;
+
+namespace {
+
+void run_cuda(Case& c, const Options& opt) {
+  DeviceCase d(c);
+  forward(d.params(), opt);
+  d.download();
+}
+
+// Case i of the chain suite: batches of 1-4 sequences, chains of 1-12 tokens over up to 3000 keys (one
+// case in 8 up to 12000: more partitions), one in 5 with a sequence of up to 64 tokens (several chunks:
+// a prefill chunk in the call); GQA groups up to 24 (one token per chunk above 16), native and padded
+// head sizes, value heads of their own, every KV precision and query dtype, windows, ALiBi, sinks.
+CaseConfig invariant_config(int i) {
+  CaseConfig cfg;
+  cfg.min_seqs = 1;
+  cfg.max_seqs = 4;
+  cfg.max_past = i % 8 == 7 ? 12000 : 3000;
+  cfg.min_tokens = 1;
+  cfg.max_tokens = i % 5 == 4 ? 64 : 12;
+  cfg.group_sizes = {1, 2, 4, 8, 12, 16, 24};
+  cfg.kv_heads = {1, 2};
+  cfg.head_sizes = {64, 128, 256, 80, 96, 192};
+  cfg.value_head_sizes = {64, 128};
+  cfg.p_value_head_size = 0.15;
+  cfg.block_sizes = {16, 32, 64};
+  cfg.query_dtypes = {DType::f32, DType::f16, DType::bf16};
+  cfg.kv_precisions = {KVPrecision::f16, KVPrecision::bf16, KVPrecision::u8, KVPrecision::fp8};
+  cfg.p_tree = cfg.p_scores = 0.0;
+  cfg.p_write = 1.0;
+  cfg.max_total_context = 16000;
+  return cfg;
+}
+
+InvariantMismatch run_cases(const char* name, uint64_t seed0, int n, bool deterministic, double p_tree,
+                            bool expect_equal) {
+  Options opt{Backend::cuda};
+  opt.deterministic = deterministic;
+  std::printf("[%s] base seed %llu, %d cases\n", name, static_cast<unsigned long long>(seed0), n);
+  InvariantMismatch total;
+  for (int i = 0; i < n; ++i) {
+    CaseConfig cfg = invariant_config(i);
+    cfg.p_tree = p_tree;
+    if (p_tree > 0) cfg.min_seqs = 2;
+    const Case c = make_random_case(seed0 + i, cfg);
+    const InvariantMismatch mm = check_invariant_case(c, opt, run_cuda);
+    total.decodes += mm.decodes;
+    total.decode_rows += mm.decode_rows;
+    total.rows += mm.rows;
+    total.alone_rows += mm.alone_rows;
+    if (expect_equal)
+      EXPECT_EQ(mm.decode_rows + mm.alone_rows, 0)
+          << "case " << c.describe() << ": " << mm.decode_rows << " of " << mm.decodes
+          << " chain rows differ from their decode, " << mm.alone_rows << " of " << mm.rows
+          << " rows from the sequence alone";
+  }
+  std::printf("[%s] %d chain rows: %d differ from their decode; %d rows: %d differ from the sequence alone\n", name,
+              total.decodes, total.decode_rows, total.rows, total.alone_rows);
+  return total;
+}
+
+}  // namespace
+
+TEST(Cuda, InvariantVerifyRowsEqualDecodes) {
+  REQUIRE_GPU();
+  run_cases("invariant", base_seed() + 4100000, case_count(200), true, 0.0, true);
+}
+
+TEST(Cuda, InvariantTreeRowsIndependentOfTheBatch) {
+  REQUIRE_GPU();
+  run_cases("invariant-trees", base_seed() + 4200000, case_count(40), true, 1.0, true);
+}
+
+// Without the mode the same comparison finds rows that differ (so the tests above can fail).
+TEST(Cuda, InvariantDefaultModeDiffers) {
+  REQUIRE_GPU();
+  const InvariantMismatch mm = run_cases("invariant-default", base_seed() + 4300000, case_count(60), false, 0.0, false);
+  EXPECT_GT(mm.decode_rows + mm.alone_rows, 0)
+      << "the default mode gave identical rows in every case: the invariance tests prove nothing";
+}
+
+// The mode's results against the oracle (its own plans: every chunk of one variant, all through the
+// merge, key ranges from partition starts, u8's E per row), with the usual tolerances.
+TEST(Cuda, InvariantModeMatchesTheOracle) {
+  REQUIRE_GPU();
+  Options opt{Backend::cuda};
+  opt.deterministic = true;
+  CaseConfig cfg = invariant_config(4);  // chains, and sequences of up to 64 tokens
+  cfg.max_past = 6000;
+  cfg.p_tree = 0.3;
+  cfg.p_scores = 0.3;
+  cfg.p_write = 0.9;
+  run_suite("invariant-oracle", cfg, base_seed() + 4400000, 120, opt);
+}

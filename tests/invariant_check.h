@@ -1,0 +1,103 @@
+// Options::deterministic's contract (issue 24), checked the same way on both backends
+// (tests/test_invariant.cpp: cpu; tests/cuda/invariant.cpp: cuda):
+//   - a chain verify's row t (all heads) is bit-identical to the row a decode of that token gives
+//     (T = 1, past_len + t, the same cache and options);
+//   - a sequence's rows are bit-identical alone and inside the batch (trees included: for a tree the
+//     contract is this one only; a node's row is not its decode's, its ancestors sit at other cache
+//     positions than a chain's).
+// The verify runs once (it writes the new rows); then every chain token runs as a decode on the cache it
+// wrote (key/value absent: the row is there), and every sequence runs alone (its rows written again:
+// the same bytes). A runner executes one call of a Case on its backend and leaves the outputs in the
+// Case's host buffers.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <vector>
+
+#include "pagedattn/pagedattn.h"
+#include "testing/case.h"
+
+namespace pagedattn {
+namespace testing {
+
+using CaseRunner = std::function<void(Case&, const Options&)>;
+
+// Rows of a case (after its verify ran) that differ from what the decodes / the sequences alone give.
+struct InvariantMismatch {
+  int decode_rows = 0, decodes = 0;  // chain rows against their decodes
+  int alone_rows = 0, rows = 0;      // every row against its sequence alone
+};
+
+// Sequence s's tokens [t0, t0 + nt) of `c` as a call of their own: past_len + t0, its block table, the
+// same cache, window, ALiBi, sinks; key/value given only if `write` (and present in c); its tree mask
+// only for the whole sequence.
+inline Case sub_case(const Case& c, int s, int t0, int nt, bool write) {
+  Case a = c;
+  const int tok = c.subsequence_begins[s] + t0;
+  const size_t q = dtype_size(c.qdtype);
+  const size_t q_row = static_cast<size_t>(c.num_heads) * c.head_size * q;
+  const size_t k_row = static_cast<size_t>(c.num_kv_heads) * c.head_size * q;
+  const size_t v_row = static_cast<size_t>(c.num_kv_heads) * c.Dv() * q;
+  const size_t o_row = static_cast<size_t>(c.num_heads) * c.Dv() * q;
+  a.num_seqs = 1;
+  a.num_tokens = nt;
+  a.past_lens = {c.past_lens[s] + t0};
+  a.subsequence_begins = {0, nt};
+  a.block_indices.assign(c.block_indices.begin() + c.block_indices_begins[s],
+                         c.block_indices.begin() + c.block_indices_begins[s + 1]);
+  a.block_indices_begins = {0, static_cast<int32_t>(a.block_indices.size())};
+  a.query.assign(c.query.begin() + tok * q_row, c.query.begin() + (tok + nt) * q_row);
+  a.write_kv = write && c.write_kv;
+  if (a.write_kv) {
+    a.key.assign(c.key.begin() + tok * k_row, c.key.begin() + (tok + nt) * k_row);
+    a.value.assign(c.value.begin() + tok * v_row, c.value.begin() + (tok + nt) * v_row);
+  } else {
+    a.key.clear();
+    a.value.clear();
+  }
+  a.qq_bias.clear();
+  a.qq_bias_begins.clear();
+  if (!c.qq_bias_begins.empty() && t0 == 0 && nt == c.T(s)) {
+    a.qq_bias.assign(c.qq_bias.begin() + c.qq_bias_begins[s], c.qq_bias.begin() + c.qq_bias_begins[s + 1]);
+    a.qq_bias_begins = {0, static_cast<int32_t>(a.qq_bias.size())};
+  }
+  a.out.assign(nt * o_row, 0xff);  // NaN in every float type
+  a.want_scores = a.want_lse = false;
+  a.scores.clear();
+  a.lse.clear();
+  a.score_window.clear();
+  return a;
+}
+
+inline bool is_tree(const Case& c, int s) {
+  return !c.qq_bias_begins.empty() && c.qq_bias_begins[s + 1] > c.qq_bias_begins[s];
+}
+
+inline InvariantMismatch check_invariant_case(Case c, const Options& opt, const CaseRunner& run) {
+  run(c, opt);  // the verify: writes the new rows, fills out
+  const size_t o_row = static_cast<size_t>(c.num_heads) * c.Dv() * dtype_size(c.qdtype);
+  InvariantMismatch mm;
+  for (int s = 0; s < c.num_seqs; ++s) {
+    const int tok0 = c.subsequence_begins[s], T = c.T(s);
+    if (!is_tree(c, s)) {
+      for (int t = 0; t < T; ++t) {
+        Case d = sub_case(c, s, t, 1, false);
+        run(d, opt);
+        ++mm.decodes;
+        if (std::memcmp(d.out.data(), c.out.data() + (tok0 + t) * o_row, o_row) != 0) ++mm.decode_rows;
+      }
+    }
+    Case a = sub_case(c, s, 0, T, true);
+    run(a, opt);
+    for (int t = 0; t < T; ++t) {
+      ++mm.rows;
+      if (std::memcmp(a.out.data() + t * o_row, c.out.data() + (tok0 + t) * o_row, o_row) != 0) ++mm.alone_rows;
+    }
+  }
+  return mm;
+}
+
+}  // namespace testing
+}  // namespace pagedattn
