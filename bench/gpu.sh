@@ -124,10 +124,18 @@ if has build; then
   # BUILD_CUDA_FLAGS: a build-time experiment in the main build (its GPU tests and sanitizer run then
   # test it; the A/B stages are skipped, the python stage builds without it); always passed, so a
   # build tree kept from an earlier call does not keep an earlier experiment's flags
-  if ! { configure "$build" "${CUDA_ARCHS:-90a-real;80-real}" "-DCMAKE_CUDA_FLAGS=${BUILD_CUDA_FLAGS:-}" &&
+  # BUILD_PYTHON=1: the Python module in the same tree (no second compile of the kernels), assembled as
+  # a package under $build/py; the python stage then tests that instead of a pip-built wheel
+  py_args=()
+  [ "${BUILD_PYTHON:-0}" = 1 ] && py_args=(-DPAGEDATTN_BUILD_PYTHON=ON "-DPython_EXECUTABLE=$(command -v python3)")
+  if ! { configure "$build" "${CUDA_ARCHS:-90a-real;80-real}" "-DCMAKE_CUDA_FLAGS=${BUILD_CUDA_FLAGS:-}" "${py_args[@]}" &&
          ninja -C "$build" -j "$(nproc)" ${BUILD_TARGETS:-}; } > "$run_dir/build.log" 2>&1; then
     tail -40 "$run_dir/build.log"
     exit 1
+  fi
+  if [ "${BUILD_PYTHON:-0}" = 1 ]; then
+    rm -rf "$build/py" && mkdir -p "$build/py" && cp -r "$root/python/pagedattn" "$build/py/" &&
+      cp "$build"/_C*.so "$build/py/pagedattn/" || { echo "BUILD_PYTHON: no module to assemble"; status=1; }
   fi
   grep -E "spill|local memory" "$run_dir/build.log" | grep -v " 0 bytes" | head -5
 fi
@@ -268,7 +276,12 @@ fi
 if has python && [ "$(left)" -gt 120 ]; then
   log "Python package (pip install --no-build-isolation) and its GPU tests (test_gpu.py, test_context_parallel.py, test_torch.py)"
   pyt=/tmp/pagedattn-py
-  if PAGEDATTN_CUDA=ON timeout $(( $(left) - 60 )) python3 -m pip install -q --no-build-isolation --no-deps --target "$pyt" \
+  if [ "${BUILD_PYTHON:-0}" = 1 ] && [ -d "$build/py/pagedattn" ]; then
+    pyt=$build/py
+    (cd "$root/tests/python" && PYTHONPATH="$pyt" timeout $(( $(left) - 40 )) python3 -m pytest test_gpu.py test_context_parallel.py test_torch.py -q -rA -s \
+       -p no:cacheprovider > "$run_dir/python_gpu.log" 2>&1) || status=1
+    grep -E "WORST|passed|failed|error" "$run_dir/python_gpu.log" | tail -6
+  elif PAGEDATTN_CUDA=ON timeout $(( $(left) - 60 )) python3 -m pip install -q --no-build-isolation --no-deps --target "$pyt" \
        -C cmake.define.CMAKE_CUDA_ARCHITECTURES=90a-real -C build-dir=/tmp/pagedattn-wheel "$root" \
        > "$run_dir/python_build.log" 2>&1; then
     (cd "$root/tests/python" && PYTHONPATH="$pyt" timeout $(( $(left) - 40 )) python3 -m pytest test_gpu.py test_context_parallel.py test_torch.py -q -rA -s \
