@@ -54,17 +54,24 @@ class Model:
             return np.ascontiguousarray(x.astype(self.dt))
         return self.torch.from_numpy(np.ascontiguousarray(x)).to(device=self.dev, dtype=self.tdt)
 
+    @staticmethod
+    def _rows(x, w):
+        """x @ w one row at a time: a matrix product's rows can round differently with the number of rows
+        (BLAS picks its kernel by shape), which would make a verify's projections differ from a decode's."""
+        return np.stack([xi @ w for xi in x])
+
     def step(self, cache, tokens, past, deterministic):
         """Feeds `tokens` at positions past.. (written into the cache); returns each row's argmax."""
         a = self.args
         x = self.E[np.asarray(tokens)]
-        out = pagedattn.forward(query=self._io(x @ self.Wq), key=self._io(x @ self.Wk), value=self._io(x @ self.Wv),
+        q, k, v = self._rows(x, self.Wq), self._rows(x, self.Wk), self._rows(x, self.Wv)
+        out = pagedattn.forward(query=self._io(q), key=self._io(k), value=self._io(v),
                                 key_cache=cache[0], value_cache=cache[1], past_lens=[past],
                                 subsequence_begins=[0, len(tokens)], block_indices=list(range(self.blocks)),
                                 block_indices_begins=[0, self.blocks], num_heads=a.heads, backend=a.backend,
                                 deterministic=deterministic)
         o = out.float().cpu().numpy() if self.dt is None else out.astype(np.float32)
-        return list(np.argmax((o @ self.Wo) @ self.E.T, axis=1))
+        return list(np.argmax(self._rows(self._rows(o, self.Wo), self.E.T), axis=1))
 
 
 def plain(model, prompt, steps, deterministic):

@@ -23,11 +23,15 @@ constexpr int kMaxRowsWide = 128;  // with wide prefill tiles (Inputs::max_rows;
 constexpr int kBlockKV = 64;    // keys per pipeline tile
 constexpr int kMinPartition = 128;  // 8k, one sequence, Hk=4: 256 CTAs of 128 keys, not 128 of 256
 constexpr int kDeterministicPartition = 512;
-// Inputs::deterministic: rows per chunk, the least row-tile class that holds one token's G rows (16 for
-// G <= 16). Every chunk of every call then runs the same kernel variant, so a row's arithmetic (its key
-// groups, their order) does not depend on how many tokens share its chunk (docs/design.md, "Invariant
-// rows").
-constexpr int deterministic_rows(int group) { return group <= 16 ? 16 : group <= 32 ? 32 : 64; }
+// Inputs::deterministic: rows per chunk. Chunks of 1 and 2 row tiles run on layouts with the same key
+// groups (the cuda backend's KernelChoice::invariant), so up to 32 rows a row's arithmetic (its key
+// slices, their order) does not depend on how many tokens share its chunk; above 32 rows per token
+// (G > 32) every chunk is one token of 4 row tiles (docs/design.md, "Invariant rows"). Inputs::max_rows
+// = 16 keeps chunks of G <= 16 at one row tile (a device without the shared memory of the 2-row-tile
+// layout).
+constexpr int deterministic_rows(int group, int max_rows) {
+  return group > 32 ? 64 : group > 16 ? 32 : max_rows < 32 ? 16 : 32;
+}
 
 struct WorkItem {
   int32_t seq;        // sequence index

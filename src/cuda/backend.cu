@@ -233,6 +233,7 @@ class CudaPlan final : public detail::PlanImpl {
     // (a padded head size runs on fwd_kernel only; so does deterministic mode: one variant for every
     // chunk, docs/design.md "Invariant rows")
     choice_.wg = choice_.pad || opt.deterministic ? 0 : tuning::hopper_key_tile(D_, bytes, hopper, env);
+    choice_.invariant = opt.deterministic;
     choice_.wg_split = tuning::hopper_split(D_, bytes, choice_.wg, env);
     in.ctas_per_sm = fwd_kernel_info(D_, kv_, 1, choice_).ctas_per_sm();
     for (int k = 0; k < 4; ++k) {  // row-tile classes on the Hopper kernel: their own occupancy (planner.h)
@@ -245,6 +246,10 @@ class CudaPlan final : public detail::PlanImpl {
     PA_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     const bool wide_fits = static_cast<int>(fwd_kernel_info(D_, kv_, 8, choice_).smem_bytes) <= optin;
     if (tuning::wide_chunks(D_, choice_.wg, wide_fits, env)) in.max_rows = planner::kMaxRowsWide;
+    // deterministic: 17-32-row chunks on the 8-warp layout where it fits (227 KB: sm_90), else chunks of
+    // one row tile (G <= 16; planner::deterministic_rows)
+    if (opt.deterministic && static_cast<int>(fwd_kernel_info(D_, kv_, 2, choice_).smem_bytes) > optin)
+      in.max_rows = 16;
     // (Not adopted, removed after 5a4d0c0: 16-row chunks, e.g. T=8 at G=4 as two CTAs over the same keys,
     // 0.93x at 8k T=8 but 1.15-1.33x slower at 32k/128k (runs s4a, s7d); a sequence's chunks over one
     // partition adjacent in the grid, 1.00x on the chunk scenario.)

@@ -209,12 +209,13 @@ __device__ __forceinline__ void write_rows(const FwdParams& P, const planner::Wo
 // (S = QK^T runs D/16 dependent MMAs per 8-key n-tile. Even and odd k-steps in two accumulator chains,
 // summed before the softmax, measured 0.98-1.01x in run s4a; the variant lived until 5a4d0c0.)
 // PAD: the call's key or value head size (P.Dk, P.Dv) is below D (zero columns past it; see load_half).
-template <int D, int KV, int RT, int MT = 1, bool PAD = false>
-__global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<D, KV, RT, MT>::kMinCtas)
+// WKV: the key groups (FwdTraits; 4 at RT = 2: Options::deterministic's layout).
+template <int D, int KV, int RT, int MT = 1, bool PAD = false, int WKV = 0>
+__global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTraits<D, KV, RT, MT, WKV>::kMinCtas)
     fwd_kernel(const __grid_constant__ FwdParams P, const int item_offset) {
-  using Tr = FwdTraits<D, KV, RT, MT>;
+  using Tr = FwdTraits<D, KV, RT, MT, WKV>;
   using T = typename Tr::T;
-  using Smem = SharedStorage<D, KV, RT, MT>;
+  using Smem = SharedStorage<D, KV, RT, MT, WKV>;
   constexpr int kWarps = Tr::kWarps;
   constexpr int kThreads = Tr::kThreads;
   constexpr int kKPW = Tr::kKPW;
@@ -274,7 +275,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT>::kThreads, FwdTraits<
     if (h < n_halves) {
       const int js = slice_begin(h / 2);
       if (js < w.kv_end)
-        load_half<D, KV, RT, MT, PAD>(sm.u.s.ring[wkv][h % kStages], h % 2, P, table, hk, js, kv_lo, w.kv_end, gtid);
+        load_half<D, KV, RT, MT, PAD, WKV>(sm.u.s.ring[wkv][h % kStages], h % 2, P, table, hk, js, kv_lo, w.kv_end, gtid);
     }
     cp_async_commit();
   };

@@ -15,10 +15,10 @@ namespace cuda {
 // that many elements apart and the columns past it are zero-filled (never read). The block-table lookups go out before the copies. (Reading the slice's
 // block id one tile ahead instead measured 0.99-1.04x, run s6c: the lookup is not what the loop waits on;
 // a called instead of inlined copy issue, half the kernel's code, 1.02-1.13x slower, run s6a.)
-template <int D, int KV, int RT, int MT, bool PAD = false>
-__device__ __forceinline__ void load_half(typename SharedStorage<D, KV, RT, MT>::Half& hb, int kind, const FwdParams& P,
+template <int D, int KV, int RT, int MT, bool PAD = false, int WKV = 0>
+__device__ __forceinline__ void load_half(typename SharedStorage<D, KV, RT, MT, WKV>::Half& hb, int kind, const FwdParams& P,
                                           const int32_t* table, int hk, int js, int kv_lo, int kv_end, int gtid) {
-  using Tr = FwdTraits<D, KV, RT, MT>;
+  using Tr = FwdTraits<D, KV, RT, MT, WKV>;
   using C = typename Tr::C;
   constexpr int kChunksPerRow = D * static_cast<int>(sizeof(C)) / 16;
   constexpr int kElemsPerChunk = 16 / static_cast<int>(sizeof(C));

@@ -9,23 +9,24 @@
 namespace pagedattn {
 namespace cuda {
 
-template <int D, int KV, int RT, int MT = 1, bool PAD = false>
+template <int D, int KV, int RT, int MT = 1, bool PAD = false, int WKV = 0>
 struct FwdVariant {
-  static constexpr std::size_t kSmem = sizeof(SharedStorage<D, KV, RT, MT>);
+  using Tr = FwdTraits<D, KV, RT, MT, WKV>;
+  static constexpr std::size_t kSmem = sizeof(SharedStorage<D, KV, RT, MT, WKV>);
   static_assert(kSmem <= 227 * 1024, "shared memory of one CTA exceeds the sm_90 limit");
   // NOTE: a per-device attribute: the cuda plan calls this for every variant it will launch.
   static cudaError_t prepare() {
-    return cudaFuncSetAttribute(fwd_kernel<D, KV, RT, MT, PAD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    return cudaFuncSetAttribute(fwd_kernel<D, KV, RT, MT, PAD, WKV>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 static_cast<int>(kSmem));
   }
   static void launch(const FwdParams& P, int item_offset, int num_items, cudaStream_t stream, bool pdl) {
-    launch_ex(fwd_kernel<D, KV, RT, MT, PAD>, dim3(num_items, P.Hk), dim3(FwdTraits<D, KV, RT, MT>::kThreads), kSmem, stream, pdl, P,
+    launch_ex(fwd_kernel<D, KV, RT, MT, PAD, WKV>, dim3(num_items, P.Hk), dim3(Tr::kThreads), kSmem, stream, pdl, P,
               item_offset);
   }
   static int ctas_per_sm() {
     if (prepare() != cudaSuccess) return 1;
     int n = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fwd_kernel<D, KV, RT, MT, PAD>, FwdTraits<D, KV, RT, MT>::kThreads, kSmem) != cudaSuccess) n = 1;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fwd_kernel<D, KV, RT, MT, PAD, WKV>, Tr::kThreads, kSmem) != cudaSuccess) n = 1;
     return n;
   }
   static void launch_write(const FwdParams& P, int num_tokens, int num_seqs, cudaStream_t stream, bool pdl) {
@@ -37,8 +38,8 @@ struct FwdVariant {
     launch_ex(scores_kernel<D, KV>, dim3(num_tiles), dim3(128), 0, stream, pdl, P);
   }
   static FwdKernelInfo info() {
-    return FwdKernelInfo{&launch, &launch_write, &launch_scores, &ctas_per_sm, &prepare, kSmem,
-                         FwdTraits<D, KV, RT, MT>::kThreads, MT == 2 ? "mt2" : PAD ? "pad" : ""};
+    return FwdKernelInfo{&launch, &launch_write, &launch_scores, &ctas_per_sm, &prepare, kSmem, Tr::kThreads,
+                         MT == 2 ? "mt2" : WKV ? (PAD ? "inv-pad" : "inv") : PAD ? "pad" : ""};
   }
 };
 
@@ -81,6 +82,17 @@ template <int D>
 FwdKernelInfo fwd_kernel_info_for(int kv, int rt, const KernelChoice& c) {
   // Runtime values become template constants here and only here.
   constexpr bool kMt2Variants = D <= 128;
+  if (c.invariant && rt == 2) {  // Options::deterministic: 17-32-row chunks on the 1-row-tile key groups
+#define PA_INV_CASES(KVK)                                                                      \
+  return c.pad ? FwdVariant<D, KVK, 2, 1, true, 4>::info() : FwdVariant<D, KVK, 2, 1, false, 4>::info();
+    switch (kv) {
+      case kKvF16: PA_INV_CASES(kKvF16)
+      case kKvBF16: PA_INV_CASES(kKvBF16)
+      case kKvF8: PA_INV_CASES(kKvF8)
+      default: PA_INV_CASES(kKvU8)
+    }
+#undef PA_INV_CASES
+  }
   if (c.pad) {  // a head size below D: fwd_kernel's padded variants only (docs/design.md, "Head sizes")
 #define PA_PAD_CASES(KVK)                                                                      \
   switch (rt) {                                                                                \

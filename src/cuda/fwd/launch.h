@@ -22,7 +22,8 @@ struct FwdKernelInfo {
   std::size_t smem_bytes;
   int threads;                 // per CTA
   const char* variant;         // "", "wg<keys>" / "wgs<keys>" (wg_kernel: 128-row chunks, suffix "u8" / "f8" for u8 / fp8
-                               // caches / key-split 33-64-row chunks), "mt2" (MT = 2) or "pad" (a padded head size)
+                               // caches / key-split 33-64-row chunks), "mt2" (MT = 2), "pad" (a padded head size) or
+                               // "inv" / "inv-pad" (WKV = 4: Options::deterministic's 2-row-tile chunks)
 };
 
 // Which kernel variants a plan uses besides the defaults (run-time switches, see backend.cu).
@@ -33,6 +34,8 @@ struct KernelChoice {
   int wg_split = 0;        // f16/bf16 chunks of wg_split..4 row tiles on the key-split Hopper kernel (0: none)
   bool pad = false;        // the call's head size is below the kernel's (FwdParams::Dk < D): fwd_kernel's
                            // PAD variants, no Hopper kernel
+  bool invariant = false;  // Options::deterministic: 2-row-tile chunks on fwd_kernel's WKV = 4 layout (the
+                           // 1-row-tile variant's key groups), no Hopper kernel
 };
 
 FwdKernelInfo fwd_kernel_info_d64(int kv, int row_tiles, const KernelChoice& c);

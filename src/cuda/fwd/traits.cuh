@@ -45,10 +45,15 @@ struct KvTraits<kKvF8> {
 // MT: row tiles per warp. MT = 2 (128-row prefill chunks at D <= 128, f16/bf16; 1.20x, run s4a): 4 warps of 32
 // rows, so each K/V fragment read from shared memory feeds two MMAs (the 8-warp layout reads every
 // fragment once per 16 rows: shared-memory bandwidth, not the tensor cores, bounds it).
-template <int D, int KV, int RT, int MT = 1>
+// WKV: key groups other than the default rule's (0). WKV = 4 at RT = 2 (Options::deterministic): 8 warps,
+// the 1-row-tile variant's 4 key groups and slices with two row tiles each, so a row's arithmetic (its
+// slices, their order, the group merge) is the same as in a chunk of <= 16 rows (docs/design.md,
+// "Invariant rows").
+template <int D, int KV, int RT, int MT = 1, int WKV = 0>
 struct FwdTraits {
   static_assert(MT == 1 || (MT == 2 && RT == 8 && D <= 128 && (KV == kKvF16 || KV == kKvBF16)),
                 "MT = 2: 8 row tiles, D <= 128, f16/bf16 KV");
+  static_assert(WKV == 0 || (WKV == 4 && RT == 2 && MT == 1), "WKV = 4: 2 row tiles");
   using T = typename KvTraits<KV>::mma_t;
   using C = typename KvTraits<KV>::cache_t;
   static constexpr bool kU8 = KV == kKvU8;  // affine codes: per-key parameters, folded around the MMAs
@@ -56,7 +61,7 @@ struct FwdTraits {
   static constexpr bool kBytes = kU8 || kF8;  // one-byte codes: their shared-memory rows and fragment order
   static constexpr int kRows = RT * 16;
   static constexpr int kWQ = RT / MT;                     // warps along rows (MT 16-row tiles each)
-  static constexpr int kWKV = RT == 1 ? 4 : RT == 2 ? 2 : 1;  // key groups (8 row tiles: 8 warps, one group)
+  static constexpr int kWKV = WKV > 0 ? WKV : RT == 1 ? 4 : RT == 2 ? 2 : 1;  // key groups (8 row tiles: 8 warps, one group)
   static constexpr int kWarps = kWQ * kWKV;
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kGroupThreads = kWQ * 32;
@@ -65,9 +70,9 @@ struct FwdTraits {
   // 32k 0.98x, 8k 1.04x slower: 2 tiles per 128-key partition instead of 4). f16/bf16 at D = 256 keep
   // 16 (32-key halves would not fit three stages in half an SM's shared memory).
   static constexpr int kKPW = MT == 2 ? 32 : RT >= 4 ? (D >= 256 ? 32 : 64)
-                            : (D >= 256 ? (kBytes && RT == 2 ? 32 : 16) : 32);
+                            : (D >= 256 ? (kBytes && RT == 2 && WKV == 0 ? 32 : 16) : 32);
   static constexpr int kTileKV = kWKV * kKPW;             // keys per iteration of the CTA
-  static constexpr bool kOneCta = RT == 8 && MT == 1;     // the 8-warp variant: one CTA per SM
+  static constexpr bool kOneCta = kWarps == 8;           // the 8-warp variants: one CTA per SM
   static constexpr int kMinCtas = kOneCta ? 1 : 2;        // __launch_bounds__ occupancy hint
   static constexpr int kLdQ = D + 8;                      // Q row (elements)
   static constexpr int kLdKV = kBytes ? D + 16 : D + 8;   // K/V row (cache elements)
@@ -82,9 +87,9 @@ struct FwdTraits {
   static_assert(kKPW % 16 == 0, "a slice is whole MMA k-steps");
 };
 
-template <int D, int KV, int RT, int MT = 1>
+template <int D, int KV, int RT, int MT = 1, int WKV = 0>
 struct SharedStorage {
-  using Tr = FwdTraits<D, KV, RT, MT>;
+  using Tr = FwdTraits<D, KV, RT, MT, WKV>;
   using T = typename Tr::T;
   using C = typename Tr::C;
   struct Half {  // K or V rows of one group slice; the K half of a u8 cache also carries all 4 parameters
