@@ -203,7 +203,7 @@ int main(int argc, char** argv) {
   bench->add_flag("--lse", bopt.lse, "every timed call also writes Params::lse ([tokens, H] f32)");
   bench->add_option("--split-shards", bopt.split_shards, "split scenario: shards per context")->capture_default_str();
   bench->add_flag("--deterministic", bopt.deterministic,
-                  "Options::deterministic (cuda: fixed partitions; cpu: verify rows equal decodes)");
+                  "Options::deterministic: invariant rows (verify rows equal decodes, any batch)");
   bench->add_option("--sweep-groups", sweep_groups, "sweep scenario: groups G = H / Hk, list (default 1,2,4,8,16)")
       ->delimiter(',');
   bench->add_option("--sweep-head-sizes", sweep_head_sizes, "sweep scenario: head sizes D, list (default 64,128,256)")

@@ -26,10 +26,11 @@ bool cuda_available();
 struct Options {
   Backend backend = Backend::cpu;
   void* stream = nullptr;        // cudaStream_t for the cuda backend; nullptr = default stream
-  bool deterministic = false;    // cuda: fixed KV partition boundaries by absolute position, so results
-                                 // do not depend on batch composition. cpu: each row depends only on its
-                                 // own keys: a chain verify's row t is bit-identical to the decode of the
-                                 // same prefix, and to the sequence run alone (tests/test_invariant.cpp)
+  bool deterministic = false;    // invariant rows (both backends): each row depends only on its own keys,
+                                 // so a chain verify's row t is bit-identical to the decode of the same
+                                 // prefix, and a sequence's rows to the sequence run alone, in any batch
+                                 // (trees: the latter). docs/design.md "Invariant rows"; tests/
+                                 // test_invariant.cpp (cpu), tests/cuda/invariant.cpp (cuda)
   int partition_tokens = 0;      // cuda: force the KV partition size (multiple of 64); 0 = planner decides
   bool programmatic_launch = true;  // cuda, sm_90+: the op's kernels may start while the previous kernel
                                  // in the stream drains, and read cache rows before past_lens before

@@ -269,9 +269,9 @@ _ARGS_DOC = """
     sliding_window       0 = none; else query at position i sees keys j with i - j < sliding_window.
     max_context_len      sizing hint >= every ctx_s; None: computed from past_lens and subsequence_begins.
     backend              "auto" (cuda when query is on a CUDA device, else cpu), "cpu" or "cuda".
-    deterministic        cuda: KV partition boundaries fixed by absolute position (results do not depend
-                         on batch composition); cpu: each row depends only on its own keys (a verify's row
-                         is bit-identical to the decode of its prefix and to its sequence run alone).
+    deterministic        invariant rows (cpu and cuda): each row depends only on its own keys, so a chain
+                         verify's row is bit-identical to the decode of its prefix and to its sequence run
+                         alone, in any batch (trees: the latter). Costs time on cuda (docs/design.md).
     partition_tokens     cuda: force the KV partition size (multiple of 64); 0 = the planner decides.
     stream               cuda: None = the caller's current stream (torch.cuda.current_stream() for torch
                          tensors, cupy's current stream for CuPy, else the default stream); or an int

@@ -403,7 +403,13 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
   // l and O share m, not that m is the max.
   const float stale = P.stale_log2;
   float row_m[MT][2], row_l[MT][2], row_c[MT][2];
-  float v_exp[MT][2] = {};  // u8: each row's E (u8_value_exp; the reference is row_m - v_exp)
+  // u8: E per row (u8_value_exp; the reference is row_m - v_exp) in the variants Options::deterministic
+  // runs chunks of several tokens on (1 row tile, and WKV = 4); one warp-uniform E elsewhere (chunks of
+  // one token there, or the default mode only: the 2-row-tile u8 variant at D = 256 ran 1.04x slower
+  // with per-row E, 32k and 128k T = 8, run 2026-12-02-inv3)
+  constexpr bool kRowExp = kU8 && (RT == 1 || WKV != 0);
+  float v_exp[kRowExp ? MT : 1][kRowExp ? 2 : 1] = {};
+  auto vexp = [&](int mt, int hf) -> float& { return v_exp[kRowExp ? mt : 0][kRowExp ? hf : 0]; };
   float o[MT][kN3][4];
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
@@ -486,22 +492,40 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
         }
       };
       const bool plain = interior && P.alibi == nullptr;
-      // u8: E (u8_value_exp) from the largest value scale of the keys each row sees in the slice; it
-      // moves only when that scale leaves [2^0, 2^9) at the row's current E, and de joins the row's
-      // alpha. In an interior slice every row sees every key: one max over the slice (the quad's lanes
-      // hold every key, so after two shuffles it is warp-uniform). Elsewhere each row's own max over
-      // its visible keys, so a row's E does not depend on keys only other rows see (a verify row then
-      // takes the same E steps as its decode: Options::deterministic).
-      float vs_slice = 0.0f;
+      // u8: E (u8_value_exp) from the largest value scale of the keys in flight; it moves only when that
+      // scale leaves [2^0, 2^9) at the current E, and de joins the softmax's alpha.
+      // kRowExp: each row's own E, from the keys it sees in the slice. In an interior slice every row sees
+      // every key: one max over the slice (the quad's lanes hold every key, so after two shuffles it is
+      // warp-uniform); elsewhere each row's max over its visible keys, so a row's E does not depend on
+      // keys only other rows see (a verify row takes its decode's E steps: Options::deterministic).
+      // Else one E per slice from its keys before kv_end (warp-uniform).
+      float vs_slice = 0.0f, de_w = 0.0f;
       if constexpr (kU8) {
-        if (interior) {
+        if (!kRowExp || interior) {
           __half2 vs2 = __float2half2_rn(0.0f);
+          if (js + kKPW <= w.kv_end) {
 #pragma unroll
-          for (int n = 0; n < kN1; ++n)
-            vs2 = __hmax2(vs2, *reinterpret_cast<const __half2*>(&hb.par[2][n * 8 + 2 * (lane % 4)]));
+            for (int n = 0; n < kN1; ++n)  // NaN (unwritten) scales lose to any number in __hmax2
+              vs2 = __hmax2(vs2, *reinterpret_cast<const __half2*>(&hb.par[2][n * 8 + 2 * (lane % 4)]));
+          } else {  // slots past the partition's end may be unwritten (NaN, or stale scales): not counted
+#pragma unroll
+            for (int n = 0; n < kN1; ++n) {
+              const int kc = n * 8 + 2 * (lane % 4);
+              const __half2 v = *reinterpret_cast<const __half2*>(&hb.par[2][kc]);
+              vs2 = __hmax2(vs2, __halves2half2(js + kc < w.kv_end ? __low2half(v) : __float2half(0.0f),
+                                                 js + kc + 1 < w.kv_end ? __high2half(v) : __float2half(0.0f)));
+            }
+          }
           vs_slice = fmaxf(__low2float(vs2), __high2float(vs2));
           vs_slice = fmaxf(vs_slice, __shfl_xor_sync(0xffffffffu, vs_slice, 1));
           vs_slice = fmaxf(vs_slice, __shfl_xor_sync(0xffffffffu, vs_slice, 2));
+        }
+        if (!kRowExp && vs_slice > 0.0f) {  // else (scales all 0: constant rows, or zero-filled window rows) E stays
+          const float e = u8_value_exp(vs_slice);
+          if (vexp(0, 0) > e || vexp(0, 0) < e - 8.0f) {
+            de_w = e - vexp(0, 0);
+            vexp(0, 0) = e;
+          }
         }
       }
 #pragma unroll
@@ -511,8 +535,8 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
           score_pass(std::true_type{}, mt, mx);
         else
           score_pass(std::false_type{}, mt, mx);
-        float de[2] = {0.0f, 0.0f};
-        if constexpr (kU8) {
+        float de[2] = {de_w, de_w};
+        if constexpr (kRowExp) {
           float vsmax[2] = {vs_slice, vs_slice};
           if (!interior) {  // visible keys only (a masked key's score is -inf; its scale may be NaN)
             vsmax[0] = vsmax[1] = 0.0f;
@@ -533,9 +557,9 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
           for (int hf = 0; hf < 2; ++hf) {
             if (vsmax[hf] > 0.0f) {  // else (no key seen, or scales all 0: constant rows) E stays
               const float e = u8_value_exp(vsmax[hf]);
-              if (v_exp[mt][hf] > e || v_exp[mt][hf] < e - 8.0f) {
-                de[hf] = e - v_exp[mt][hf];
-                v_exp[mt][hf] = e;
+              if (vexp(mt, hf) > e || vexp(mt, hf) < e - 8.0f) {
+                de[hf] = e - vexp(mt, hf);
+                vexp(mt, hf) = e;
               }
             }
           }
@@ -551,7 +575,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
           const float m_new = mx[hf] > m_old + stale ? mx[hf] : m_old;
           alpha[hf] = (m_new != m_old || de[hf] != 0.0f) && m_old != -INFINITY ? fast_exp2(m_old - m_new + de[hf]) : 1.0f;
           row_m[mt][hf] = m_new;
-          ref[hf] = m_new - v_exp[mt][hf];
+          ref[hf] = m_new - vexp(mt, hf);
         }
         float sum[2] = {0.0f, 0.0f}, cz[2] = {0.0f, 0.0f};
 #pragma unroll
@@ -619,7 +643,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
-      row_m[mt][hf] -= v_exp[mt][hf];
+      row_m[mt][hf] -= vexp(mt, hf);
 #pragma unroll
       for (int x = 1; x <= 2; x *= 2) {
         row_l[mt][hf] += __shfl_xor_sync(0xffffffffu, row_l[mt][hf], x);
