@@ -7,7 +7,7 @@
 #   (prefill: the prefill scenario alone, default, PAGEDATTN_WGMMA=64 and =0; abbuild: build-time
 #   experiments against the default build, AB_BUILDS; BUILD_CUDA_FLAGS puts one in the main build, so
 #   that `build test` tests it; abref: earlier commits' sources (optionally with a patch) in .abref,
-#   bench/prepare_abref.sh; CUDA_ARCHS, BUILD_TARGETS and
+#   bench/prepare_abref.sh; BUILD_PYTHON=1: the Python module from the main build tree, no wheel; CUDA_ARCHS, BUILD_TARGETS and
 #   TEST_FILTER narrow the build and the GPU tests for quick runs; an A/B config is skipped with less than
 #   AB_MIN_LEFT (40) seconds of the budget left, an A/B build or ref with less than AB_BUILD_MIN_LEFT (120);
 #   the default rows run once more at the end, column default_again: the drift, AB_DRIFT=0 skips it)
