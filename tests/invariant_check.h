@@ -2,9 +2,9 @@
 // (tests/test_invariant.cpp: cpu; tests/cuda/invariant.cpp: cuda):
 //   - a chain verify's row t (all heads) is bit-identical to the row a decode of that token gives
 //     (T = 1, past_len + t, the same cache and options);
-//   - a sequence's rows are bit-identical alone and inside the batch (trees included: for a tree the
-//     contract is this one only; a node's row is not its decode's, its ancestors sit at other cache
-//     positions than a chain's).
+//   - a sequence's rows are bit-identical alone and inside the batch, and alone with its blocks moved to
+//     other block ids (trees included: for a tree the contract is this one only; a node's row is not
+//     its decode's, its ancestors sit at other cache positions than a chain's).
 // The verify runs once (it writes the new rows); then every chain token runs as a decode on the cache it
 // wrote (key/value absent: the row is there), and every sequence runs alone (its rows written again:
 // the same bytes). A runner executes one call of a Case on its backend and leaves the outputs in the
@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <type_traits>
 #include <vector>
 
 #include "pagedattn/pagedattn.h"
@@ -27,7 +28,7 @@ using CaseRunner = std::function<void(Case&, const Options&)>;
 // Rows of a case (after its verify ran) that differ from what the decodes / the sequences alone give.
 struct InvariantMismatch {
   int decode_rows = 0, decodes = 0;  // chain rows against their decodes
-  int alone_rows = 0, rows = 0;      // every row against its sequence alone
+  int alone_rows = 0, rows = 0;      // every row against its sequence alone (twice: its blocks moved)
 };
 
 // Sequence s's tokens [t0, t0 + nt) of `c` as a call of their own: past_len + t0, its block table, the
@@ -71,6 +72,27 @@ inline Case sub_case(const Case& c, int s, int t0, int nt, bool write) {
   return a;
 }
 
+// Moves a one-sequence case's blocks to new block ids: a copy of each of its blocks (codes, u8
+// parameters) appended to the pool, the table pointing at the copies (the old blocks stay, unused).
+inline void relocate_blocks(Case& a) {
+  const size_t k_block = a.key_cache.size() / a.num_blocks, v_block = a.value_cache.size() / a.num_blocks;
+  const size_t p_block = static_cast<size_t>(a.num_kv_heads) * a.block_size;  // u8 parameters per block
+  auto append_copy = [](auto& v, size_t from, size_t n) {  // (a copy first: insert may reallocate v)
+    const std::vector<typename std::decay_t<decltype(v)>::value_type> block(v.begin() + from, v.begin() + from + n);
+    v.insert(v.end(), block.begin(), block.end());
+  };
+  const int32_t pool = a.num_blocks;
+  for (int32_t& b : a.block_indices) {
+    if (b < 0 || b >= pool) continue;  // a poisoned entry past the context (never read)
+    const int32_t nb = a.num_blocks++;
+    append_copy(a.key_cache, b * k_block, k_block);
+    append_copy(a.value_cache, b * v_block, v_block);
+    for (std::vector<uint16_t>* v : {&a.key_scale, &a.key_min, &a.value_scale, &a.value_min})
+      if (!v->empty()) append_copy(*v, b * p_block, p_block);
+    b = nb;
+  }
+}
+
 inline bool is_tree(const Case& c, int s) {
   return !c.qq_bias_begins.empty() && c.qq_bias_begins[s + 1] > c.qq_bias_begins[s];
 }
@@ -89,11 +111,15 @@ inline InvariantMismatch check_invariant_case(Case c, const Options& opt, const 
         if (std::memcmp(d.out.data(), c.out.data() + (tok0 + t) * o_row, o_row) != 0) ++mm.decode_rows;
       }
     }
-    Case a = sub_case(c, s, 0, T, true);
-    run(a, opt);
-    for (int t = 0; t < T; ++t) {
-      ++mm.rows;
-      if (std::memcmp(a.out.data() + t * o_row, c.out.data() + (tok0 + t) * o_row, o_row) != 0) ++mm.alone_rows;
+    // alone, on its own block ids, then on copies of its blocks at other ids (the block table layout)
+    for (int moved = 0; moved < 2; ++moved) {
+      Case a = sub_case(c, s, 0, T, true);
+      if (moved) relocate_blocks(a);
+      run(a, opt);
+      for (int t = 0; t < T; ++t) {
+        ++mm.rows;
+        if (std::memcmp(a.out.data() + t * o_row, c.out.data() + (tok0 + t) * o_row, o_row) != 0) ++mm.alone_rows;
+      }
     }
   }
   return mm;

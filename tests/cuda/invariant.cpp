@@ -62,7 +62,8 @@ InvariantMismatch run_cases(const char* name, uint64_t seed0, int n, bool determ
           << " chain rows differ from their decode, " << mm.alone_rows << " of " << mm.rows
           << " rows from the sequence alone";
   }
-  std::printf("[%s] %d chain rows: %d differ from their decode; %d rows: %d differ from the sequence alone\n", name,
+  std::printf("[%s] %d chain rows: %d differ from their decode; %d rows (the sequence alone, and with its blocks "
+              "moved): %d differ\n", name,
               total.decodes, total.decode_rows, total.rows, total.alone_rows);
   return total;
 }
