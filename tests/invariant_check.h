@@ -2,8 +2,8 @@
 // (tests/test_invariant.cpp: cpu; tests/cuda/invariant.cpp: cuda):
 //   - a chain verify's row t (all heads) is bit-identical to the row a decode of that token gives
 //     (T = 1, past_len + t, the same cache and options);
-//   - a sequence's rows are bit-identical alone and inside the batch, and alone with its blocks moved to
-//     other block ids (trees included: for a tree the contract is this one only; a node's row is not
+//   - a sequence's rows (and its scores and lse outputs) are bit-identical alone and inside the batch,
+//     and alone with its blocks moved to other block ids (trees included: for a tree the contract is this one only; a node's row is not
 //     its decode's, its ancestors sit at other cache positions than a chain's).
 // The verify runs once (it writes the new rows); then every chain token runs as a decode on the cache it
 // wrote (key/value absent: the row is there), and every sequence runs alone (its rows written again:
@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <type_traits>
 #include <vector>
 
@@ -29,6 +30,9 @@ using CaseRunner = std::function<void(Case&, const Options&)>;
 struct InvariantMismatch {
   int decode_rows = 0, decodes = 0;  // chain rows against their decodes
   int alone_rows = 0, rows = 0;      // every row against its sequence alone (twice: its blocks moved)
+  int score_sets_differ = 0, score_sets = 0;  // a sequence's scores output, the same way
+  int lse_sets_differ = 0, lse_sets = 0;      // a sequence's lse rows, the same way
+  int differ() const { return decode_rows + alone_rows + score_sets_differ + lse_sets_differ; }
 };
 
 // Sequence s's tokens [t0, t0 + nt) of `c` as a call of their own: past_len + t0, its block table, the
@@ -65,10 +69,15 @@ inline Case sub_case(const Case& c, int s, int t0, int nt, bool write) {
     a.qq_bias_begins = {0, static_cast<int32_t>(a.qq_bias.size())};
   }
   a.out.assign(nt * o_row, 0xff);  // NaN in every float type
-  a.want_scores = a.want_lse = false;
-  a.scores.clear();
-  a.lse.clear();
+  // the scores and lse outputs for the whole sequence only (a decode's scores are another quantity:
+  // they sum the last token's row, not the verify's last w rows)
+  const bool whole = t0 == 0 && nt == c.T(s);
+  a.want_scores = whole && c.want_scores;
+  a.scores.assign(a.want_scores ? c.ctx(s) : 0, std::numeric_limits<float>::quiet_NaN());
   a.score_window.clear();
+  if (a.want_scores && !c.score_window.empty()) a.score_window = {c.score_window[s]};
+  a.want_lse = whole && c.want_lse;
+  a.lse.assign(a.want_lse ? static_cast<size_t>(nt) * c.num_heads : 0, std::numeric_limits<float>::quiet_NaN());
   return a;
 }
 
@@ -101,6 +110,7 @@ inline InvariantMismatch check_invariant_case(Case c, const Options& opt, const 
   run(c, opt);  // the verify: writes the new rows, fills out
   const size_t o_row = static_cast<size_t>(c.num_heads) * c.Dv() * dtype_size(c.qdtype);
   InvariantMismatch mm;
+  size_t score0 = 0;  // the sequence's first entry in `scores` ([sum of ctx])
   for (int s = 0; s < c.num_seqs; ++s) {
     const int tok0 = c.subsequence_begins[s], T = c.T(s);
     if (!is_tree(c, s)) {
@@ -120,7 +130,19 @@ inline InvariantMismatch check_invariant_case(Case c, const Options& opt, const 
         ++mm.rows;
         if (std::memcmp(a.out.data() + t * o_row, c.out.data() + (tok0 + t) * o_row, o_row) != 0) ++mm.alone_rows;
       }
+      if (a.want_scores) {
+        ++mm.score_sets;
+        if (std::memcmp(a.scores.data(), c.scores.data() + score0, a.scores.size() * sizeof(float)) != 0)
+          ++mm.score_sets_differ;
+      }
+      if (a.want_lse) {
+        ++mm.lse_sets;
+        if (std::memcmp(a.lse.data(), c.lse.data() + static_cast<size_t>(tok0) * c.num_heads,
+                        a.lse.size() * sizeof(float)) != 0)
+          ++mm.lse_sets_differ;
+      }
     }
+    score0 += c.ctx(s);
   }
   return mm;
 }

@@ -38,7 +38,9 @@ CaseConfig chain_config() {
   cfg.kv_precisions = {KVPrecision::f16, KVPrecision::bf16, KVPrecision::u8, KVPrecision::fp8};
   cfg.value_head_sizes = {32, 64, 128};  // a value head size of its own in some cases
   cfg.p_value_head_size = 0.2;
-  cfg.p_tree = cfg.p_scores = 0.0;
+  cfg.p_tree = 0.0;
+  cfg.p_scores = 0.3;  // compared alone against the batch
+  cfg.p_lse = 0.3;
   cfg.p_write = 1.0;
   return cfg;
 }
@@ -57,20 +59,24 @@ TEST(Invariant, VerifyRowsEqualDecodesAndTheSequenceAlone) {
   const uint64_t seed0 = base_seed("test_invariant", 0);
   const int cases = 150;
   std::printf("[invariant] base seed %llu, %d cases\n", static_cast<unsigned long long>(seed0), cases);
-  int decodes = 0, rows = 0, bad_decode = 0, bad_alone = 0;
+  int decodes = 0, rows = 0, bad_decode = 0, bad_alone = 0, outputs = 0, bad_outputs = 0;
   for (int i = 0; i < cases; ++i) {
     const Case c = make_random_case(seed0 + i, chain_config());
     const Mismatch mm = check_case(c, true);
     decodes += mm.decodes;
     rows += mm.rows;
+    outputs += mm.score_sets + mm.lse_sets;
+    bad_outputs += mm.score_sets_differ + mm.lse_sets_differ;
     bad_decode += mm.decode_rows;
     bad_alone += mm.alone_rows;
-    EXPECT_EQ(mm.decode_rows + mm.alone_rows, 0)
-        << "case " << c.describe() << ": " << mm.decode_rows << " of " << mm.decodes
-        << " rows differ from their decode, " << mm.alone_rows << " of " << mm.rows << " from the sequence alone";
+    EXPECT_EQ(mm.differ(), 0) << "case " << c.describe() << ": " << mm.decode_rows << " of " << mm.decodes
+                              << " rows differ from their decode, " << mm.alone_rows << " of " << mm.rows
+                              << " from the sequence alone, scores " << mm.score_sets_differ << ", lse "
+                              << mm.lse_sets_differ;
   }
   std::printf("[invariant] %d chain rows: %d differ from their decode; %d rows (the sequence alone, and with its "
-              "blocks moved): %d differ\n", decodes, bad_decode, rows, bad_alone);
+              "blocks moved): %d differ; scores and lse outputs: %d of %d differ\n", decodes, bad_decode, rows,
+              bad_alone, bad_outputs, outputs);
 }
 
 // Trees (qq_bias): a sequence's rows alone and in the batch are the same.
@@ -84,8 +90,8 @@ TEST(Invariant, TreeRowsIndependentOfTheBatch) {
     const Case c = make_random_case(seed0 + i, cfg);
     const Mismatch mm = check_case(c, true);
     rows += mm.rows;
-    bad += mm.alone_rows + mm.decode_rows;
-    EXPECT_EQ(mm.alone_rows + mm.decode_rows, 0) << "case " << c.describe();
+    bad += mm.differ();
+    EXPECT_EQ(mm.differ(), 0) << "case " << c.describe();
   }
   std::printf("[invariant] trees: %d of %d rows differ from the sequence alone\n", bad, rows);
 }
