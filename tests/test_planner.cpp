@@ -12,7 +12,8 @@
 //     partition_tokens; row_tiles is the smallest of 1/2/4/8 with 16 * row_tiles >= nt * G;
 //   - partial slots: one-partition chunks write out directly (slot -1); the items of a chunk with
 //     num_parts > 1 have distinct slots in [slot, slot + num_parts); chunk slot ranges
-//     [slot, slot + num_parts * Hk) do not overlap and lie below num_slots; merges list exactly those chunks;
+//     [slot, slot + num_parts * Hk) do not overlap and lie below num_slots; merges list exactly those chunks,
+//     each with its first partition's absolute index (part0);
 //   - ctas == items * Hk; without forcing/determinism the partition is the smallest candidate (a
 //     multiple of kBlockKV from kMinPartition up) that fits one wave (ctas <= num_sms * ctas_per_sm, or
 //     the least wg_ctas_per_sm of the chunks' row-tile classes when every chunk's is nonzero) whenever one-partition-per-chunk fits, and one partition per chunk otherwise;
@@ -201,6 +202,7 @@ void check_plan(const Inputs& in, const Plan& plan) {
   std::vector<std::vector<std::pair<int, int>>> seq_chunks(num_seqs);  // (t0, nt)
   std::vector<std::tuple<int, int, int>> slot_ranges;                   // (begin, end, seq)
   std::set<std::tuple<int, int, int, int, int>> expected_merges;
+  std::map<std::pair<int, int>, int> first_part;  // (seq, t0) -> absolute index of the chunk's first partition
   int64_t one_part_ctas = 0;
   for (const auto& kv : chunks) {
     const int s = kv.first.first, t0 = kv.first.second;
@@ -251,6 +253,7 @@ void check_plan(const Inputs& in, const Plan& plan) {
       EXPECT_LE(base + np * Hk, plan.num_slots) << "slot range past num_slots";
       slot_ranges.emplace_back(base, base + np * Hk, s);
       expected_merges.insert({s, t0, c.nt, base, np});
+      first_part[{s, t0}] = c.items.front().kv_begin / P;
     }
   }
   // slot ranges of different chunks (all kv heads) do not overlap
@@ -265,6 +268,9 @@ void check_plan(const Inputs& in, const Plan& plan) {
   // merges: exactly the multi-partition chunks, once each
   std::set<std::tuple<int, int, int, int, int>> merges;
   for (const pl::MergeItem& m : plan.merges) {
+    // part0: the chunk's first partition by absolute index (the merge groups partitions by it)
+    const int want_part0 = first_part[std::make_pair(m.seq, m.t0)];
+    EXPECT_EQ(m.part0, want_part0) << "merge of seq " << m.seq << " t0 " << m.t0 << ": part0";
     EXPECT_TRUE(merges.insert({m.seq, m.t0, m.nt, m.slot, m.num_parts}).second)
         << "merge listed twice: seq " << m.seq << " t0 " << m.t0;
   }

@@ -29,8 +29,9 @@ struct Options {
   bool deterministic = false;    // invariant rows (both backends): each row depends only on its own keys,
                                  // so a chain verify's row t is bit-identical to the decode of the same
                                  // prefix, and a sequence's rows to the sequence run alone, in any batch
-                                 // (trees: the latter). docs/design.md "Invariant rows"; tests/
-                                 // test_invariant.cpp (cpu), tests/cuda/invariant.cpp (cuda)
+                                 // (trees: the latter). cuda: slower, with a larger workspace (docs/
+                                 // design.md "Invariant rows" and "Known gaps"); tests/test_invariant.cpp
+                                 // (cpu), tests/cuda/invariant.cpp (cuda)
   int partition_tokens = 0;      // cuda: force the KV partition size (multiple of 64); 0 = planner decides
   bool programmatic_launch = true;  // cuda, sm_90+: the op's kernels may start while the previous kernel
                                  // in the stream drains, and read cache rows before past_lens before

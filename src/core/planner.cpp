@@ -109,7 +109,7 @@ Plan make_plan(const Inputs& in) {
       plan.items.push_back(w);
     }
     if (nparts > 1 || in.deterministic) {
-      plan.merges.push_back(MergeItem{c.seq, c.t0, c.nt, slot, nparts});
+      plan.merges.push_back(MergeItem{c.seq, c.t0, c.nt, slot, nparts, p0});
       slot += nparts * in.num_kv_heads;
     }
     plan.max_row_tiles = std::max(plan.max_row_tiles, rt);

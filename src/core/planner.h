@@ -58,6 +58,7 @@ struct MergeItem {     // one (chunk, query row) whose partitions must be combin
   int32_t seq, t0, nt;
   int32_t slot;        // partial slot of partition 0 for kv head 0
   int32_t num_parts;
+  int32_t part0;       // absolute index of the chunk's first partition (kv_begin / partition_tokens)
 };
 
 struct Inputs {

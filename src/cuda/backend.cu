@@ -296,7 +296,8 @@ class CudaPlan final : public detail::PlanImpl {
     for (const planner::MergeItem& m : wl_.merges) {
       for (int r = 0; r < m.nt * G_; ++r) {
         for (int hk = 0; hk < Hk_; ++hk) {
-          rows.push_back(MergeRow{sb[m.seq] + m.t0 + r / G_, hk * G_ + r % G_, m.slot + hk * m.num_parts, r, m.num_parts});
+          rows.push_back(MergeRow{sb[m.seq] + m.t0 + r / G_, hk * G_ + r % G_, m.slot + hk * m.num_parts, r, m.num_parts,
+                                  opt.deterministic ? m.part0 : 0});
         }
       }
     }

@@ -26,7 +26,7 @@ CaseConfig invariant_config(int i) {
   cfg.max_past = i % 8 == 7 ? 12000 : 3000;
   cfg.min_tokens = 1;
   cfg.max_tokens = i % 5 == 4 ? 64 : 12;
-  cfg.group_sizes = {1, 2, 4, 8, 12, 16, 24};
+  cfg.group_sizes = {1, 2, 4, 8, 12, 16, 24, 32, 40};
   cfg.kv_heads = {1, 2};
   cfg.head_sizes = {64, 128, 256, 80, 96, 192};
   cfg.value_head_sizes = {64, 128};
@@ -42,14 +42,16 @@ CaseConfig invariant_config(int i) {
 }
 
 InvariantMismatch run_cases(const char* name, uint64_t seed0, int n, bool deterministic, double p_tree,
-                            bool expect_equal) {
+                            bool expect_equal, int partition_tokens = 0, double p_window = 0.3) {
   Options opt{Backend::cuda};
   opt.deterministic = deterministic;
+  opt.partition_tokens = partition_tokens;
   std::printf("[%s] base seed %llu, %d cases\n", name, static_cast<unsigned long long>(seed0), n);
   InvariantMismatch total;
   for (int i = 0; i < n; ++i) {
     CaseConfig cfg = invariant_config(i);
     cfg.p_tree = p_tree;
+    cfg.p_window = p_window;
     if (p_tree > 0) cfg.min_seqs = 2;
     const Case c = make_random_case(seed0 + i, cfg);
     const InvariantMismatch mm = check_invariant_case(c, opt, run_cuda);
@@ -79,6 +81,14 @@ InvariantMismatch run_cases(const char* name, uint64_t seed0, int n, bool determ
 TEST(Cuda, InvariantVerifyRowsEqualDecodes) {
   REQUIRE_GPU();
   run_cases("invariant", base_seed() + 4100000, case_count(200), true, 0.0, true);
+}
+
+// Windows over more partitions than the merge has groups (64-key partitions: up to ~47 per row): a
+// verify chunk may start a partition before its later tokens' windows, so the merge must group
+// partitions by absolute index (MergeRow::part0), not by their place in the chunk.
+TEST(Cuda, InvariantWindowsOverManyPartitions) {
+  REQUIRE_GPU();
+  run_cases("invariant-many-parts", base_seed() + 4150000, case_count(80), true, 0.0, true, 64, 1.0);
 }
 
 TEST(Cuda, InvariantTreeRowsIndependentOfTheBatch) {

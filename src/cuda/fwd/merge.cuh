@@ -66,7 +66,9 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_const
   // 1.5-3.4%, where no thread folds more than one partition: the planner picks kBatch. Every slot is
   // written for rows < rows, so the loads of partitions without a visible key read finite values that
   // fold() skips.
-  for (int p0 = g; p0 < mr.num_parts; p0 += kGroupsM * kBatch) {
+  // group g folds the partitions p with (part0 + p) % kGroupsM == g (part0: MergeRow)
+  const int first = ((g - mr.part0) % kGroupsM + kGroupsM) % kGroupsM;
+  for (int p0 = first; p0 < mr.num_parts; p0 += kGroupsM * kBatch) {
     float2 mlb[kBatch];
     float4 vb[kBatch];
 #pragma unroll

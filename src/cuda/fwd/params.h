@@ -17,6 +17,9 @@ struct MergeRow {       // one query row (token, head) whose partitions the merg
   int32_t slot;         // partial slot of partition 0 of this row's kv head
   int32_t row;          // row within the slot (0..slot_rows-1)
   int32_t num_parts;
+  int32_t part0;        // 0, or in deterministic mode the absolute index of the chunk's first partition:
+                        // merge_kernel folds partition p in group (part0 + p) % groups, so a partition's
+                        // group (and the fold order) does not depend on where its chunk starts
 };
 
 struct ScoreTile {      // 32 key positions of one sequence for the scores kernel
