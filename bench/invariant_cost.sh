@@ -4,7 +4,9 @@
 # in three calls: the default mode, Options::deterministic (--deterministic), the default again (its
 # drift). Then a table: each row's time in deterministic mode over the default's (targets: <= 1.10 at
 # 32k and 128k, <= 1.20 at 8k and on the batch) and the default's drift.
-#   usage: bench/invariant_cost.sh PAGEDATTN_BINARY OUT_DIR
+# INV_PARTITIONS="256 1024": also deterministic mode with those fixed partition sizes (--partition; the
+# mode's 512 is not tuned per context, and no one size suits 8k and 128k: docs/design.md), one column each.
+#   usage: bench/invariant_cost.sh PAGEDATTN_BINARY OUT_DIR   (INV_TABLE_ONLY=1: reprint OUT_DIR's table)
 set -uo pipefail
 bin=$1
 out=$2
@@ -22,20 +24,28 @@ run() {  # TAG [bench args...]
       --json "$out/${tag}_batch$T.json" > "$out/${tag}_batch$T.log" 2>&1 || status=1
   done
 }
-run default
-run deterministic --deterministic
-run default_again
-python3 - "$out" <<'PY'
+# INV_TABLE_ONLY=1: the table again from OUT_DIR's JSON (no runs)
+if [ "${INV_TABLE_ONLY:-0}" != 1 ]; then
+  run default
+  run deterministic --deterministic
+  for p in ${INV_PARTITIONS:-}; do run "deterministic_p$p" --deterministic --partition "$p"; done
+  run default_again
+fi
+python3 - "$out" ${INV_PARTITIONS:-} <<'PY'
 import glob, json, os, sys
 d = sys.argv[1]
-def load(tag):
+extra = [f"deterministic_p{p}" for p in sys.argv[2:]]
+def load(tag):  # the tag's own files only ("default_*" would also match "default_again_*")
     rows = {}
-    for f in glob.glob(f"{d}/{tag}_*.json"):
+    for f in [f"{d}/{tag}_{part}.json" for part in ("long", "8k", "batch1", "batch4", "batch8")]:
+        if not os.path.exists(f):
+            continue
         j = json.load(open(f))
         for r in j["rows"]:
             rows[(r["seqs"], r["context"], r["kv"], r["T"])] = r
     return rows
 a, b, c = load("default"), load("deterministic"), load("default_again")
+x = {t: load(t) for t in extra}
 print("deterministic (invariant rows) against the default: us per 8 layers, ratio (targets: <= 1.10 at 32k/128k,"
       " <= 1.20 at 8k and the 32 x 8k batch); drift = default_again / default")
 for k in sorted(a):
@@ -45,7 +55,8 @@ for k in sorted(a):
     drift = c[k]["us"] / a[k]["us"] if k in c else float("nan")
     target = 1.10 if seqs == 1 and ctx >= 32768 else 1.20
     ratio = b[k]["us"] / a[k]["us"]
+    more = "".join(f"  {t[len('deterministic_'):]} {x[t][k]['us'] / a[k]['us']:.3f}" for t in extra if k in x[t])
     print(f"  seqs={seqs:2d} ctx={ctx:6d} {kv:3s} T={T}: default {a[k]['us']:8.1f}  deterministic {b[k]['us']:8.1f}"
-          f"  ratio {ratio:.3f} {'ok ' if ratio <= target else 'MISS'} (<= {target:.2f})  drift {drift:.3f}")
+          f"  ratio {ratio:.3f} {'ok ' if ratio <= target else 'MISS'} (<= {target:.2f})  drift {drift:.3f}{more}")
 PY
 exit $status
