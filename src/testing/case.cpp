@@ -562,59 +562,63 @@ void reference_forward(Case& c, int threads) {
   for (auto& th : pool) th.join();
 }
 
-void apply_edge_rows(Case& c, uint64_t seed) {
-  if (!c.write_kv) return;
-  Rng r(seed);
+// Calls fn(kh, which (0: key, 1: value), that row's new values, D, its first element) for every new key
+// and value row, token by token (the order the edge-row draws depend on).
+namespace {
+template <typename Fn>
+void for_each_new_row(Case& c, Fn fn) {
   const int Hk = c.num_kv_heads;
   for (int tok = 0; tok < c.num_tokens; ++tok)
     for (int kh = 0; kh < Hk; ++kh)
-      for (int which = 0; which < 2; ++which) {  // 0: key, 1: value
-        const int kind = static_cast<int>(r.uniform_int(0, 8));
-        double lo = 0.0, width = 0.0;  // the row: uniform in [lo, lo + width)
-        switch (kind) {
-          case 0: lo = 100.0, width = 0.1; break;   // far from zero: a zero point of -255000 overflowed f16
-          case 1: lo = -100.1, width = 0.1; break;
-          case 2: lo = r.pick(std::vector<double>{0.0, 100.05, -7.0, 1e-7, which ? 65504.0 : 3.0}); break;  // constant
-          case 3: lo = 0.0, width = 1e-6; break;    // a subnormal range
-          case 4: lo = which ? 60000.0 : 10.0, width = which ? 5504.0 : 0.1; break;  // values up to 65504
-          case 5: lo = which ? -65504.0 : -1.0, width = which ? 131008.0 : 2.0; break;
-          default: continue;                        // stays a random N(0, 1) row
-        }
-        std::vector<uint8_t>& dst = which == 0 ? c.key : c.value;
+      for (int which = 0; which < 2; ++which) {
         const int D = which == 0 ? c.head_size : c.Dv();
-        const int64_t base = (static_cast<int64_t>(tok) * Hk + kh) * D;
-        for (int d = 0; d < D; ++d) store_float(dst.data(), c.qdtype, base + d, static_cast<float>(lo + width * r.uniform()));
+        fn(kh, which, which == 0 ? c.key : c.value, D, (static_cast<int64_t>(tok) * Hk + kh) * D);
       }
+}
+}  // namespace
+
+void apply_edge_rows(Case& c, uint64_t seed) {
+  if (!c.write_kv) return;
+  Rng r(seed);
+  for_each_new_row(c, [&](int, int which, std::vector<uint8_t>& dst, int D, int64_t base) {
+    const int kind = static_cast<int>(r.uniform_int(0, 8));
+    double lo = 0.0, width = 0.0;  // the row: uniform in [lo, lo + width)
+    switch (kind) {
+      case 0: lo = 100.0, width = 0.1; break;  // far from zero: a zero point of -255000 overflowed f16
+      case 1: lo = -100.1, width = 0.1; break;
+      case 2: lo = r.pick(std::vector<double>{0.0, 100.05, -7.0, 1e-7, which ? 65504.0 : 3.0}); break;  // constant
+      case 3: lo = 0.0, width = 1e-6; break;                                     // a subnormal range
+      case 4: lo = which ? 60000.0 : 10.0, width = which ? 5504.0 : 0.1; break;  // values up to 65504
+      case 5: lo = which ? -65504.0 : -1.0, width = which ? 131008.0 : 2.0; break;
+      default: return;  // stays a random N(0, 1) row
+    }
+    for (int d = 0; d < D; ++d)
+      store_float(dst.data(), c.qdtype, base + d, static_cast<float>(lo + width * r.uniform()));
+  });
 }
 
 void apply_fp8_edge_rows(Case& c, uint64_t seed) {
   if (!c.write_kv || c.kv != KVPrecision::fp8) return;
   Rng r(seed);
-  const int Hk = c.num_kv_heads;
-  for (int tok = 0; tok < c.num_tokens; ++tok)
-    for (int kh = 0; kh < Hk; ++kh)
-      for (int which = 0; which < 2; ++which) {  // 0: key, 1: value
-        const int kind = static_cast<int>(r.uniform_int(0, 3));
-        if (kind == 3) continue;  // stays a random N(0, 1) row
-        const std::vector<float>& scales = which == 0 ? c.key_scale_fp8 : c.value_scale_fp8;
-        const double sc = scales[scales.size() == 1 ? 0 : static_cast<size_t>(kh)];
-        std::vector<uint8_t>& dst = which == 0 ? c.key : c.value;
-        const int D = which == 0 ? c.head_size : c.Dv();
-        const int64_t base = (static_cast<int64_t>(tok) * Hk + kh) * D;
-        for (int d = 0; d < D; ++d) {
-          const double sign = r.chance(0.5) ? -1.0 : 1.0;
-          double x;  // in units of the scale
-          if (kind == 0) {  // saturating: at and past 448, infinities among them
-            x = r.chance(0.1) ? INFINITY : r.uniform(440.0, 1000.0);
-          } else if (kind == 1) {  // e4m3 subnormals (multiples of 2^-9 below 2^-6) and zero
-            x = r.chance(0.1) ? 0.0 : r.uniform(0.0, 1.0 / 64.0);
-          } else {  // the midpoint between a normal code and the next: a tie, to even
-            const uint8_t code = static_cast<uint8_t>(r.uniform_int(8, 0x7d));
-            x = 0.5 * (num::e4m3_bits_to_f32(code) + num::e4m3_bits_to_f32(static_cast<uint8_t>(code + 1)));
-          }
-          store_float(dst.data(), c.qdtype, base + d, static_cast<float>(sign * x * sc));
-        }
+  for_each_new_row(c, [&](int kh, int which, std::vector<uint8_t>& dst, int D, int64_t base) {
+    const int kind = static_cast<int>(r.uniform_int(0, 3));
+    if (kind == 3) return;  // stays a random N(0, 1) row
+    const std::vector<float>& scales = which == 0 ? c.key_scale_fp8 : c.value_scale_fp8;
+    const double sc = scales[scales.size() == 1 ? 0 : static_cast<size_t>(kh)];
+    for (int d = 0; d < D; ++d) {
+      const double sign = r.chance(0.5) ? -1.0 : 1.0;
+      double x;         // in units of the scale
+      if (kind == 0) {  // saturating: at and past 448, infinities among them
+        x = r.chance(0.1) ? INFINITY : r.uniform(440.0, 1000.0);
+      } else if (kind == 1) {  // e4m3 subnormals (multiples of 2^-9 below 2^-6) and zero
+        x = r.chance(0.1) ? 0.0 : r.uniform(0.0, 1.0 / 64.0);
+      } else {  // the midpoint between a normal code and the next: a tie, to even
+        const uint8_t code = static_cast<uint8_t>(r.uniform_int(8, 0x7d));
+        x = 0.5 * (num::e4m3_bits_to_f32(code) + num::e4m3_bits_to_f32(static_cast<uint8_t>(code + 1)));
       }
+      store_float(dst.data(), c.qdtype, base + d, static_cast<float>(sign * x * sc));
+    }
+  });
 }
 
 DType mma_query_dtype(KVPrecision kv) { return kv == KVPrecision::bf16 ? DType::bf16 : DType::f16; }
