@@ -155,7 +155,17 @@ void check_plan(const Inputs& in, const Plan& plan) {
     EXPECT_EQ(P, round_up(in.forced_partition, pl::kBlockKV))
         << "forced_partition " << in.forced_partition << " not honoured";
   else if (in.deterministic)
-    EXPECT_EQ(P, pl::kDeterministicPartition) << "deterministic mode must use the fixed partition";
+    EXPECT_EQ(P % pl::kDeterministicStep, 0) << "deterministic mode: partitions of whole steps";
+  // the partition size of token t of sequence s: deterministic mode gives each token its own, from the
+  // keys it sees (deterministic_partition), else the plan's
+  auto token_part = [&](int s, int t) {
+    if (!in.deterministic || in.forced_partition > 0) return P;
+    const int past = in.past_lens[s], q = (in.positions.empty() ? past : in.positions[s]) + t;
+    const int first = in.sliding_window > 0 ? std::max(0, q - in.sliding_window + 1) : 0;
+    const int end = in.prefix_only ? past : past + t + 1;
+    return pl::deterministic_partition(std::max(1, end - first), Hk,
+                                       int64_t{in.num_sms} * std::max(1, in.ctas_per_sm));
+  };
 
   // items, one by one
   int max_rt = 1;
@@ -180,8 +190,9 @@ void check_plan(const Inputs& in, const Plan& plan) {
     EXPECT_EQ(w.kv_begin % pl::kBlockKV, 0) << "kv_begin not a multiple of kBlockKV";
     EXPECT_LT(w.kv_begin, w.kv_end) << "empty key range";
     EXPECT_GE(w.kv_begin, 0);
-    // one partition: [kv_begin, kv_end) inside [p*P, (p+1)*P)
-    EXPECT_EQ(w.kv_begin / P, (w.kv_end - 1) / P) << "key range crosses a partition boundary (P=" << P << ")";
+    // one partition: [kv_begin, kv_end) inside [p*Pw, (p+1)*Pw)
+    const int Pw = token_part(w.seq, w.t0);
+    EXPECT_EQ(w.kv_begin / Pw, (w.kv_end - 1) / Pw) << "key range crosses a partition boundary (P=" << Pw << ")";
     EXPECT_GE(w.num_parts, 1);
     if (w.num_parts == 1 && !in.deterministic) EXPECT_EQ(w.slot, -1) << "a one-partition chunk writes out directly";
     max_rt = std::max(max_rt, w.row_tiles);
@@ -210,10 +221,13 @@ void check_plan(const Inputs& in, const Plan& plan) {
     SCOPED_TRACE("chunk seq " + std::to_string(s) + " t0 " + std::to_string(t0) + " nt " + std::to_string(c.nt));
     seq_chunks[s].push_back({t0, c.nt});
     one_part_ctas += Hk;
+    const int Pc = token_part(s, t0);  // the chunk's partition size: every token's
+    for (int t = t0 + 1; t < t0 + c.nt; ++t)
+      EXPECT_EQ(token_part(s, t), Pc) << "token " << t << " has another partition size than its chunk's first";
     const int past = in.past_lens[s], qpos0 = in.positions.empty() ? past : in.positions[s];
     const int hi = in.prefix_only ? past : past + t0 + c.nt;
     int lo = 0;
-    const int lo_align = in.deterministic ? P : pl::kBlockKV;  // deterministic: from a partition start
+    const int lo_align = in.deterministic ? Pc : pl::kBlockKV;  // deterministic: from a partition start
     if (in.sliding_window > 0) lo = std::max(0, qpos0 + t0 - in.sliding_window + 1) / lo_align * lo_align;
     // coverage: disjoint, contiguous, exactly [lo, hi)
     for (const WorkItem& w : c.items) EXPECT_EQ(w.nt, c.nt) << "items of one chunk disagree on nt";
@@ -222,10 +236,10 @@ void check_plan(const Inputs& in, const Plan& plan) {
     for (size_t i = 1; i < c.items.size(); ++i)
       EXPECT_EQ(c.items[i - 1].kv_end, c.items[i].kv_begin)
           << "gap or overlap between " << describe(c.items[i - 1]) << " and " << describe(c.items[i]);
-    // partition boundaries inside the chunk are exactly the absolute multiples of P
+    // partition boundaries inside the chunk are exactly the absolute multiples of Pc
     for (size_t i = 0; i + 1 < c.items.size(); ++i)
-      EXPECT_EQ(c.items[i].kv_end % P, 0) << "inner cut not at a multiple of P=" << P << ": " << describe(c.items[i]);
-    EXPECT_EQ(static_cast<int64_t>(c.items.size()), parts_needed(lo, hi, P));
+      EXPECT_EQ(c.items[i].kv_end % Pc, 0) << "inner cut not at a multiple of P=" << Pc << ": " << describe(c.items[i]);
+    EXPECT_EQ(static_cast<int64_t>(c.items.size()), parts_needed(lo, hi, Pc));
     // semantics (params.h): token t at q = qpos0 + t sees keys j <= q with q - j < window; prefix_only:
     // only the shard's keys j < past
     for (int t = t0; t < t0 + c.nt; ++t) {
@@ -253,7 +267,7 @@ void check_plan(const Inputs& in, const Plan& plan) {
       EXPECT_LE(base + np * Hk, plan.num_slots) << "slot range past num_slots";
       slot_ranges.emplace_back(base, base + np * Hk, s);
       expected_merges.insert({s, t0, c.nt, base, np});
-      first_part[{s, t0}] = c.items.front().kv_begin / P;
+      first_part[{s, t0}] = c.items.front().kv_begin / Pc;
     }
   }
   // slot ranges of different chunks (all kv heads) do not overlap
@@ -271,6 +285,7 @@ void check_plan(const Inputs& in, const Plan& plan) {
     // part0: the chunk's first partition by absolute index (the merge groups partitions by it)
     const int want_part0 = first_part[std::make_pair(m.seq, m.t0)];
     EXPECT_EQ(m.part0, want_part0) << "merge of seq " << m.seq << " t0 " << m.t0 << ": part0";
+    EXPECT_EQ(m.part, token_part(m.seq, m.t0)) << "merge of seq " << m.seq << " t0 " << m.t0 << ": part";
     EXPECT_TRUE(merges.insert({m.seq, m.t0, m.nt, m.slot, m.num_parts}).second)
         << "merge listed twice: seq " << m.seq << " t0 " << m.t0;
   }
@@ -289,7 +304,8 @@ void check_plan(const Inputs& in, const Plan& plan) {
     seq_chunks[e.seq].push_back({e.t0, e.nt});
   }
 
-  // chunks of each sequence (with items or empty) partition [0, T) into the fewest chunks of <= kMaxRows / G tokens
+  // chunks of each sequence (with items or empty) partition [0, T) into the fewest chunks of <= kMaxRows / G
+  // tokens (deterministic mode: of each run of tokens with one partition size)
   for (int s = 0; s < num_seqs; ++s) {
     auto& v = seq_chunks[s];
     std::sort(v.begin(), v.end());
@@ -300,8 +316,14 @@ void check_plan(const Inputs& in, const Plan& plan) {
       next = c.first + c.second;
     }
     EXPECT_EQ(next, T) << "seq " << s << ": chunks cover " << next << " of " << T << " tokens";
-    EXPECT_EQ(static_cast<int64_t>(v.size()), ceil_div(T, max_tokens_per_chunk))
-        << "seq " << s << ": not the fewest chunks";
+    int64_t fewest = 0;
+    for (int a = 0; a < T;) {
+      int b = a + 1;
+      while (b < T && token_part(s, b) == token_part(s, a)) ++b;
+      fewest += ceil_div(b - a, max_tokens_per_chunk);
+      a = b;
+    }
+    EXPECT_EQ(static_cast<int64_t>(v.size()), fewest) << "seq " << s << ": not the fewest chunks";
   }
 
   // one wave, with the smallest partition that gives it
@@ -378,8 +400,9 @@ TEST(Planner, RandomForcedAndDeterministic) {
   }
 }
 
-// Deterministic mode: a sequence's partition boundaries do not depend on the rest of the batch nor on
-// the SM count (so its result is bitwise the same alone or batched).
+// Deterministic mode: a sequence's partition boundaries do not depend on the rest of the batch (so its
+// result is bitwise the same alone or batched). They may depend on the device (the SM count sizes the
+// partitions), which a call does not change.
 TEST(Planner, DeterministicBoundariesIndependentOfBatch) {
   using Cut = std::tuple<int, int, int, int, int>;  // t0, nt, kv_begin, kv_end, num_parts
   for (int i = 0; i < 400; ++i) {
@@ -397,16 +420,13 @@ TEST(Planner, DeterministicBoundariesIndependentOfBatch) {
       alone.past_lens = {batch.past_lens[s]};
       alone.tokens = {batch.tokens[s]};
       if (!batch.positions.empty()) alone.positions = {batch.positions[s]};
-      alone.num_sms = std::uniform_int_distribution<int>(1, 200)(rng);
-      alone.ctas_per_sm = std::uniform_int_distribution<int>(1, 4)(rng);
       const Plan ap = pl::make_plan(alone);
-      EXPECT_EQ(ap.partition_tokens, bp.partition_tokens);
       std::vector<Cut> cuts;
       for (const WorkItem& w : ap.items) cuts.emplace_back(w.t0, w.nt, w.kv_begin, w.kv_end, w.num_parts);
       std::sort(cuts.begin(), cuts.end());
       std::sort(batched[s].begin(), batched[s].end());
       EXPECT_EQ(cuts, batched[s]) << "seq " << s << " (past " << batch.past_lens[s] << ", T " << batch.tokens[s]
-                                  << ") is cut differently alone (sms " << alone.num_sms << ") than in the batch";
+                                  << ") is cut differently alone than in the batch";
     }
     if (HasFailure()) return;
   }
@@ -429,13 +449,13 @@ TEST(Planner, DeterministicDecodeItemsArePrefixesOfTheVerifys) {
     v.sliding_window = uni(0, 1) ? 0 : uni(1, 5000);
     v.deterministic = true;
     v.num_sms = uni(1, 132);
+    v.ctas_per_sm = uni(1, 4);
     SCOPED_TRACE("case seed " + std::to_string(seed) + ": " + describe(v));
     const Plan vp = pl::make_plan(v);
     for (int t = 0; t < v.tokens[0]; ++t) {
       Inputs d = v;
       d.past_lens = {v.past_lens[0] + t};
       d.tokens = {1};
-      d.num_sms = uni(1, 132);
       const Plan dp = pl::make_plan(d);
       std::vector<WorkItem> vi, di = dp.items;
       // (the verify's chunk may also start partitions before token t's window: no key of them is the
@@ -456,6 +476,30 @@ TEST(Planner, DeterministicDecodeItemsArePrefixesOfTheVerifys) {
       }
     }
     if (HasFailure()) return;
+  }
+}
+
+// Deterministic mode's partition size of a token: the least multiple of kDeterministicStep keys whose
+// partitions fit a kv head's share of one wave; on the seed shape (Hk = 4, 132 SMs x 2) 256 / 512 / 2048
+// keys at 8k / 32k / 128k.
+TEST(Planner, DeterministicPartitionRule) {
+  EXPECT_EQ(pl::deterministic_partition(8192, 4, 264), 256);
+  EXPECT_EQ(pl::deterministic_partition(32768, 4, 264), 512);
+  EXPECT_EQ(pl::deterministic_partition(131072, 4, 264), 2048);
+  std::mt19937_64 rng(base_seed() + 2700000);
+  auto uni = [&](int64_t a, int64_t b) { return std::uniform_int_distribution<int64_t>(a, b)(rng); };
+  for (int i = 0; i < 20000; ++i) {
+    const int64_t keys = uni(0, 1) ? uni(1, 5000) : uni(1, int64_t{1} << 24);
+    const int hk = static_cast<int>(uni(1, 64));
+    const int64_t wave = uni(1, 1200);
+    const int part = pl::deterministic_partition(keys, hk, wave);
+    const int64_t share = std::max<int64_t>(1, wave / hk);
+    SCOPED_TRACE("keys " + std::to_string(keys) + " Hk " + std::to_string(hk) + " wave " + std::to_string(wave));
+    ASSERT_EQ(part % pl::kDeterministicStep, 0);
+    ASSERT_GE(part, pl::kDeterministicStep);
+    ASSERT_LE(ceil_div(keys, part), share) << "part " << part << ": more partitions than the share";
+    if (part > pl::kDeterministicStep)
+      ASSERT_GT(ceil_div(keys, part - pl::kDeterministicStep), share) << "part " << part << " is not the least";
   }
 }
 

@@ -74,25 +74,28 @@ TEST(Tuning, HopperKeyTile) {
 
 TEST(Tuning, HopperSplit) {  // the least row tiles on the key-split kernel; 0: none
   const Overrides none;
-  EXPECT_EQ(hopper_split(128, false, 128, none), 4);  // f16/bf16 33-64 rows on an sm_90a build
-  EXPECT_EQ(hopper_split(64, false, 64, none), 4);
-  EXPECT_EQ(hopper_split(256, false, 32, none), 2);   // D = 256: 17-64 rows (run d2)
-  EXPECT_EQ(hopper_split(128, true, 64, none), 0);    // never u8
-  EXPECT_EQ(hopper_split(128, false, 0, none), 0);    // the Hopper kernel off
+  const int64_t short_keys = kSplitShortKeys, long_keys = kSplitShortKeys + 1;
+  EXPECT_EQ(hopper_split(128, false, 128, long_keys, none), 2);  // D = 128: 17-64 rows at any context
+  EXPECT_EQ(hopper_split(128, false, 128, short_keys, none), 2);
+  EXPECT_EQ(hopper_split(64, false, 64, short_keys, none), 2);   // D = 64: 17-64 rows up to 16k keys,
+  EXPECT_EQ(hopper_split(64, false, 64, long_keys, none), 4);    // 33-64 beyond (run d5)
+  EXPECT_EQ(hopper_split(256, false, 32, long_keys, none), 2);   // D = 256: 17-64 rows (run d2)
+  EXPECT_EQ(hopper_split(128, true, 64, short_keys, none), 0);   // never u8
+  EXPECT_EQ(hopper_split(128, false, 0, short_keys, none), 0);   // the Hopper kernel off
   Overrides on;
   on.wg_split = 1;
-  EXPECT_EQ(hopper_split(64, false, 64, on), 4);
-  EXPECT_EQ(hopper_split(256, false, 32, on), 4);     // 33-64 rows only, D = 256 included
-  EXPECT_EQ(hopper_split(128, true, 64, on), 0);
-  EXPECT_EQ(hopper_split(256, false, 0, on), 0);      // an override does not turn it on
+  EXPECT_EQ(hopper_split(64, false, 64, short_keys, on), 4);
+  EXPECT_EQ(hopper_split(256, false, 32, short_keys, on), 4);    // 33-64 rows only, D = 256 included
+  EXPECT_EQ(hopper_split(128, true, 64, short_keys, on), 0);
+  EXPECT_EQ(hopper_split(256, false, 0, short_keys, on), 0);     // an override does not turn it on
   Overrides wider;
-  wider.wg_split = 2;                                 // 17-64 rows
-  EXPECT_EQ(hopper_split(256, false, 32, wider), 2);
-  EXPECT_EQ(hopper_split(128, false, 128, wider), 2);
-  EXPECT_EQ(hopper_split(256, true, 32, wider), 0);
+  wider.wg_split = 2;                                            // 17-64 rows
+  EXPECT_EQ(hopper_split(64, false, 64, long_keys, wider), 2);
+  EXPECT_EQ(hopper_split(128, false, 128, long_keys, wider), 2);
+  EXPECT_EQ(hopper_split(256, true, 32, long_keys, wider), 0);
   Overrides off;
   off.wg_split = 0;
-  EXPECT_EQ(hopper_split(128, false, 128, off), 0);
+  EXPECT_EQ(hopper_split(128, false, 128, short_keys, off), 0);
 }
 
 TEST(Tuning, WideChunks) {

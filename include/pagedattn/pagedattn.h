@@ -58,7 +58,10 @@ struct PlanInfo {
   bool reference = false;       // cpu: the oracle runs (Options::cpu_reference)
   int threads = 0;              // cpu: worker threads
   std::string cpu_isa;          // cpu: the SIMD level of its loops ("avx512", "avx2", "baseline")
-  int partition_tokens = 0;     // keys per KV partition (0: whole ranges / the oracle)
+  int partition_tokens = 0;     // keys per KV partition (0: whole ranges / the oracle; cuda deterministic
+                                // mode: the first chunk's, as each token's depends on the keys it sees)
+  int64_t wave_ctas = 0;        // cuda: attention CTAs in one wave (SMs x the decode variant's CTAs per SM),
+                                // which sizes the partitions
   int64_t work_items = 0;       // (chunk, kv head, partition) items (cpu) / attention CTAs (cuda)
   std::vector<Launch> launches; // cuda: in launch order
   int merge_rows = 0;           // cuda: rows whose partitions the merge kernel combines

@@ -11,6 +11,7 @@ namespace planner {
 namespace {
 struct Chunk {
   int seq, t0, nt, lo, hi;  // key range [lo, hi)
+  int part;                 // deterministic: the chunk's partition size (0: the plan's)
 };
 
 // 0, 1, 2, 3 for chunks of <= 16, 32, 64, 128 rows (1, 2, 4, 8 row tiles: the kernel variants)
@@ -37,22 +38,39 @@ Plan make_plan(const Inputs& in) {
     const int T = in.tokens[s], past = in.past_lens[s];
     const int qpos0 = in.positions.empty() ? past : in.positions[s];  // the first new token's position
     if (T == 0) continue;
-    const int nchunks = (T + max_tokens_per_chunk - 1) / max_tokens_per_chunk;
-    const int per = (T + nchunks - 1) / nchunks;  // balanced chunks
-    for (int t0 = 0; t0 < T; t0 += per) {
-      Chunk c;
-      c.seq = static_cast<int>(s);
-      c.t0 = t0;
-      c.nt = std::min(per, T - t0);
-      c.hi = in.prefix_only ? past : past + t0 + c.nt;  // causal limit of the chunk's last token
-      c.lo = 0;  // the window's start for the chunk's first token (the later ones' starts are later)
-      if (in.sliding_window > 0) c.lo = static_cast<int>(std::max<int64_t>(0, int64_t{qpos0} + t0 - in.sliding_window + 1));
-      if (c.lo >= c.hi) {  // prefix_only: an empty shard, or one that ends before the window
-        plan.empty.push_back(EmptyChunk{c.seq, c.t0, c.nt});
-        continue;
+    // token t's key range [its window start, its causal limit)
+    auto lo_of = [&](int t) {
+      return in.sliding_window > 0 ? static_cast<int>(std::max<int64_t>(0, int64_t{qpos0} + t - in.sliding_window + 1)) : 0;
+    };
+    auto hi_of = [&](int t) { return in.prefix_only ? past : past + t + 1; };
+    auto part_of = [&](int t) {  // deterministic: token t's own partition size
+      if (!in.deterministic || in.forced_partition > 0) return 0;
+      return deterministic_partition(std::max(1, hi_of(t) - lo_of(t)), in.num_kv_heads,
+                                     int64_t{in.num_sms} * std::max(1, in.ctas_per_sm));
+    };
+    for (int a = 0; a < T;) {  // runs of tokens with one partition size (the whole sequence by default)
+      const int part_a = part_of(a);
+      int b = a + 1;
+      while (b < T && part_of(b) == part_a) ++b;
+      const int n = b - a;
+      const int nchunks = (n + max_tokens_per_chunk - 1) / max_tokens_per_chunk;
+      const int per = (n + nchunks - 1) / nchunks;  // balanced chunks
+      for (int t0 = a; t0 < b; t0 += per) {
+        Chunk c;
+        c.seq = static_cast<int>(s);
+        c.t0 = t0;
+        c.nt = std::min(per, b - t0);
+        c.part = part_a;
+        c.hi = hi_of(t0 + c.nt - 1);  // causal limit of the chunk's last token
+        c.lo = lo_of(t0);             // the window's start for its first token (the later ones' are later)
+        if (c.lo >= c.hi) {  // prefix_only: an empty shard, or one that ends before the window
+          plan.empty.push_back(EmptyChunk{c.seq, c.t0, c.nt});
+          continue;
+        }
+        c.lo = c.lo / kBlockKV * kBlockKV;
+        chunks.push_back(c);
       }
-      c.lo = c.lo / kBlockKV * kBlockKV;
-      chunks.push_back(c);
+      a = b;
     }
   }
 
@@ -72,7 +90,7 @@ Plan make_plan(const Inputs& in) {
   if (in.forced_partition > 0) {
     part = (in.forced_partition + kBlockKV - 1) / kBlockKV * kBlockKV;
   } else if (in.deterministic) {
-    part = kDeterministicPartition;
+    part = chunks.empty() ? kDeterministicStep : chunks.front().part;  // (each chunk has its own)
   } else {
     int max_hi = kBlockKV;
     for (const Chunk& c : chunks) max_hi = std::max(max_hi, c.hi);
@@ -85,12 +103,15 @@ Plan make_plan(const Inputs& in) {
   plan.chunk_rows = max_rows;
   // deterministic: a chunk's key range starts at its first partition's start, so the kernel's tiles
   // and key groups lie on the absolute grid whatever the window start (keys before it are masked)
-  if (in.deterministic)
-    for (Chunk& c : chunks) c.lo = c.lo / part * part;
+  for (Chunk& c : chunks) {
+    if (c.part == 0) c.part = part;
+    if (in.deterministic) c.lo = c.lo / c.part * c.part;
+  }
 
   // --- work items and partial slots ---------------------------------------------------------------
   int slot = 0;
   for (const Chunk& c : chunks) {
+    const int part = c.part;
     const int p0 = c.lo / part, p1 = static_cast<int>((int64_t{c.hi} + part - 1) / part);
     const int nparts = p1 - p0;
     const int rows = c.nt * in.group;
@@ -109,7 +130,7 @@ Plan make_plan(const Inputs& in) {
       plan.items.push_back(w);
     }
     if (nparts > 1 || in.deterministic) {
-      plan.merges.push_back(MergeItem{c.seq, c.t0, c.nt, slot, nparts, p0});
+      plan.merges.push_back(MergeItem{c.seq, c.t0, c.nt, slot, nparts, p0, part});
       slot += nparts * in.num_kv_heads;
     }
     plan.max_row_tiles = std::max(plan.max_row_tiles, rt);

@@ -9,6 +9,7 @@
 // and tree verify are the same kernel. Longer sequences (prefill) become several chunks of it.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -22,7 +23,19 @@ constexpr int kMaxRowsWide = 128;  // with wide prefill tiles (Inputs::max_rows;
 // to know which sequences' rows it writes (the others are written inside the attention kernel).
 constexpr int kBlockKV = 64;    // keys per pipeline tile
 constexpr int kMinPartition = 128;  // 8k, one sequence, Hk=4: 256 CTAs of 128 keys, not 128 of 256
-constexpr int kDeterministicPartition = 512;
+// Inputs::deterministic: the partition size of one query row, from the keys it sees (`keys`: from its
+// window start, or 0, to its causal limit) and the call's constants: the least multiple of
+// kDeterministicStep keys whose partitions of all kv heads fit one wave of `wave_ctas` CTAs (num_sms x
+// the decode variant's CTAs per SM). A function of the row, the model and the device, never of the
+// batch, so a verify row and its decode get the same partitions. The seed (Hk = 4, 264 CTAs): 256 keys
+// at 8k, 512 at 32k, 2048 at 128k; a fixed 512 had cost the mode 1.31x at 8k u8 T = 1 (64 CTAs) and
+// 1.19-1.33x at 128k u8 T <= 4 (1024 CTAs), fixed 256 / 2048 measured 1.00-1.06x there (run inv5).
+constexpr int kDeterministicStep = 256;
+constexpr int deterministic_partition(int64_t keys, int num_kv_heads, int64_t wave_ctas) {
+  const int64_t per_head = std::max<int64_t>(1, wave_ctas / std::max(1, num_kv_heads));  // partitions
+  const int64_t part = (std::max<int64_t>(keys, 1) + per_head - 1) / per_head;
+  return static_cast<int>((part + kDeterministicStep - 1) / kDeterministicStep * kDeterministicStep);
+}
 // Inputs::deterministic: rows per chunk. Chunks of 1 and 2 row tiles run on layouts with the same key
 // groups (the cuda backend's KernelChoice::invariant), so up to 32 rows a row's arithmetic (its key
 // slices, their order) does not depend on how many tokens share its chunk; above 32 rows per token
@@ -58,7 +71,8 @@ struct MergeItem {     // one (chunk, query row) whose partitions must be combin
   int32_t seq, t0, nt;
   int32_t slot;        // partial slot of partition 0 for kv head 0
   int32_t num_parts;
-  int32_t part0;       // absolute index of the chunk's first partition (kv_begin / partition_tokens)
+  int32_t part0;       // absolute index of the chunk's first partition (kv_begin / part)
+  int32_t part;        // the chunk's partition size
 };
 
 struct Inputs {
@@ -78,9 +92,10 @@ struct Inputs {
   // per SM made two waves of them (H200, run mr1: 128-row chunks at 32k 0.81x the time with the
   // longer partitions).
   int wg_ctas_per_sm[4] = {0, 0, 0, 0};
-  // Fixed partitions (kDeterministicPartition) at absolute multiples, chunks of deterministic_rows(group)
-  // rows, key ranges from a partition start, and every chunk through the merge: a row's result is the
-  // same in any batch and in any chunk of a chain (its decode's)
+  // Partitions of deterministic_partition(the row's keys) at absolute multiples (a sequence's tokens are
+  // cut into separate chunks where that size changes), chunks of deterministic_rows(group) rows, key
+  // ranges from a partition start, and every chunk through the merge: a row's result is the same in any
+  // batch and in any chunk of a chain (its decode's)
   bool deterministic = false;
   int forced_partition = 0;                // 0: choose
   int max_rows = kMaxRows;                 // rows per chunk: kMaxRows or kMaxRowsWide (8 row tiles);
@@ -88,7 +103,8 @@ struct Inputs {
 };
 
 struct Plan {
-  int partition_tokens = 0;
+  int partition_tokens = 0;                // keys per partition (deterministic: the first chunk's; each
+                                           // chunk's own is in its items' key ranges and MergeItem::part)
   int num_slots = 0;                       // partial slots (each slot_rows rows) for all kv heads
   int slot_rows = 16;                      // rows per partial slot: 16 * max_row_tiles (the widest chunk)
   int chunk_rows = kMaxRows;               // = Inputs::max_rows, or deterministic_rows (the chunking rule:

@@ -36,9 +36,11 @@ Overrides read_overrides();
 /// PAGEDATTN_WGMMA=0).
 int hopper_key_tile(int head_size, bool u8, bool hopper, const Overrides& o);
 /// The least row tiles of the f16/bf16 chunks that run on the key-split Hopper kernel
-/// (KernelChoice::wg_split): 4 (33-64 rows), 2 (17-64: D = 256, or PAGEDATTN_WG_SPLIT=2), or 0 where it is off or the
+/// (KernelChoice::wg_split): 2 (17-64 rows: D >= 128, D = 64 when the call's longest key range
+/// `max_keys` <= kSplitShortKeys, or PAGEDATTN_WG_SPLIT=2), 4 (33-64 rows), or 0 where it is off or the
 /// Hopper kernel is (`key_tile` = hopper_key_tile() == 0).
-int hopper_split(int head_size, bool u8, int key_tile, const Overrides& o);
+constexpr int64_t kSplitShortKeys = 16384;
+int hopper_split(int head_size, bool u8, int key_tile, int64_t max_keys, const Overrides& o);
 /// 128-row chunks (planner::kMaxRowsWide) where the 8-row-tile variant fits the device
 /// (`wide_fits`); `key_tile` = hopper_key_tile().
 bool wide_chunks(int head_size, int key_tile, bool wide_fits, const Overrides& o);

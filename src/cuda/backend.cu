@@ -234,7 +234,12 @@ class CudaPlan final : public detail::PlanImpl {
     // chunk, docs/design.md "Invariant rows")
     choice_.wg = choice_.pad || opt.deterministic ? 0 : tuning::hopper_key_tile(D_, bytes, hopper, env);
     choice_.invariant = opt.deterministic;
-    choice_.wg_split = tuning::hopper_split(D_, bytes, choice_.wg, env);
+    int64_t max_keys = 0;  // the longest key range of the call (a window caps it)
+    for (int s = 0; s < num_seqs; ++s) {
+      const int64_t keys = int64_t{past[s]} + (p.prefix_only ? 0 : sb[s + 1] - sb[s]);
+      max_keys = std::max(max_keys, p.sliding_window > 0 ? std::min<int64_t>(keys, p.sliding_window) : keys);
+    }
+    choice_.wg_split = tuning::hopper_split(D_, bytes, choice_.wg, max_keys, env);
     in.ctas_per_sm = fwd_kernel_info(D_, kv_, 1, choice_).ctas_per_sm();
     for (int k = 0; k < 4; ++k) {  // row-tile classes on the Hopper kernel: their own occupancy (planner.h)
       const FwdKernelInfo info = fwd_kernel_info(D_, kv_, 1 << k, choice_);
@@ -255,14 +260,20 @@ class CudaPlan final : public detail::PlanImpl {
     // 0.93x at 8k T=8 but 1.15-1.33x slower at 32k/128k (runs s4a, s7d); a sequence's chunks over one
     // partition adjacent in the grid, 1.00x on the chunk scenario.)
     wl_ = planner::make_plan(in);
+    wave_ctas_ = int64_t{in.num_sms} * std::max(1, in.ctas_per_sm);
     const int32_t* bib = p.block_indices_begins.ptr<int32_t>();
     for (planner::WorkItem& w : wl_.items) {
       w.past = qpos0[w.seq];
       w.tok0 = sb[w.seq];
       w.t_seq = sb[w.seq + 1] - sb[w.seq];
       w.table = bib[w.seq];
-      // a sequence in several chunks: one write-in launch instead of every chunk rewriting its rows
-      if (w.nt < w.t_seq) separate_write_ = true;
+      // a sequence in several chunks: one write-in launch instead of every chunk rewriting its rows; a
+      // short one (cut by deterministic mode's partition sizes, not by the chunking rule that the write
+      // kernel applies) has every row written there
+      if (w.nt < w.t_seq) {
+        separate_write_ = true;
+        if (static_cast<int64_t>(w.t_seq) * G_ <= wl_.chunk_rows) write_all_ = true;
+      }
     }
     num_seqs_ = num_seqs;
     // prefix_only chunks with no key (an empty shard, or one wholly before the window) have no item;
@@ -421,6 +432,7 @@ class CudaPlan final : public detail::PlanImpl {
     P.io_dtype = io_type(p.query.dtype);
     P.slot_rows = wl_.slot_rows;
     P.chunk_rows = wl_.chunk_rows;
+    P.write_all = write_all_ ? 1 : 0;
     P.pdl_early_reads = pdl_ && early_reads_ ? 1 : 0;
     P.u8_exp_byte = 0x64u;
     P.stale_log2 = kv_ != kKvU8 ? 8.0f : 6.0f;  // FwdParams::stale_log2
@@ -479,6 +491,7 @@ class CudaPlan final : public detail::PlanImpl {
     PlanInfo pi;
     pi.backend = Backend::cuda;
     pi.partition_tokens = wl_.partition_tokens;
+    pi.wave_ctas = wave_ctas_;
     pi.work_items = wl_.ctas;
     for (const Launch& l : launches_) {  // what the launched kernels are (from their info)
       const FwdKernelInfo k = fwd_kernel_info(D_, kv_, l.rt, choice_);
@@ -513,6 +526,8 @@ class CudaPlan final : public detail::PlanImpl {
   // kernel's key tile; sm_90a builds on sm_90 devices), wg_split (its key-split form)
   KernelChoice choice_{true, 0, 0};
   bool separate_write_ = false;  // KV write-in as its own launch (some sequence has several chunks)
+  bool write_all_ = false;       // ... of every sequence's rows (FwdParams::write_all)
+  int64_t wave_ctas_ = 0;        // PlanInfo::wave_ctas
   int num_seqs_ = 0, num_tokens_ = 0;
   std::vector<std::pair<int, int>> empty_rows_;  // (first token, tokens) of rows with no key (prefix_only)
   float scale_ = 1.0f;

@@ -274,6 +274,7 @@ NB_MODULE(_C, m) {
         d["threads"] = i.threads;
         d["cpu_isa"] = i.cpu_isa;
         d["partition_tokens"] = i.partition_tokens;
+        d["wave_ctas"] = i.wave_ctas;
         d["work_items"] = i.work_items;
         nb::list launches;
         for (const PlanInfo::Launch& l : i.launches) {

@@ -93,13 +93,14 @@ TEST(Cuda, FewQuerySplitRandom) {
   lng.min_tokens = 5;
   lng.max_tokens = 8;
   run_suite("few-query-wgs-long", lng, base_seed() + 3200000, 24);
-  // 17-32-row chunks: on it by default at D = 256 (G = 8, T 3-4: 24-32 rows), at every head size with
-  // PAGEDATTN_WG_SPLIT=2
+  // 17-32-row chunks (G = 8, T 3-4: 24-32 rows): on it by default at D >= 128, and at D = 64 while no
+  // sequence of the call sees more than 16k keys (tuning::hopper_split)
   one.head_sizes = {256};
   expect_launched(one, 3, 4, base_seed() + 3100002, 256, "wgs32");
-  EnvGuard wider("PAGEDATTN_WG_SPLIT", "2");
-  one.head_sizes = {128};
-  expect_launched(one, 3, 4, base_seed() + 3100003, 256, "wgs64");
+  for (int d : {64, 128}) {
+    one.head_sizes = {d};
+    expect_launched(one, 3, 4, base_seed() + 3100003 + d, 256, "wgs64");
+  }
   CaseConfig b32 = cfg;
   b32.group_sizes = {8};
   b32.min_tokens = 3;

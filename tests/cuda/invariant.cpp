@@ -91,6 +91,63 @@ TEST(Cuda, InvariantWindowsOverManyPartitions) {
   run_cases("invariant-many-parts", base_seed() + 4150000, case_count(80), true, 0.0, true, 64, 1.0);
 }
 
+// Chains across a change of partition size. Deterministic mode sizes a token's partitions by the keys it
+// sees (planner::deterministic_partition: the least multiple of 256 keys that fits a kv head's share of
+// one wave), so with 8 kv heads the size steps every (wave / 8) x 256 keys. Each case puts its sequences'
+// chains across such a step: the verify is cut where the size changes (a short sequence in two chunks,
+// its rows written by the write kernel: FwdParams::write_all) while each decode runs whole.
+TEST(Cuda, InvariantChainsAcrossPartitionSizes) {
+  REQUIRE_GPU();
+  Options opt{Backend::cuda};
+  opt.deterministic = true;
+  CaseConfig cfg = invariant_config(0);
+  cfg.kv_heads = {8};
+  cfg.group_sizes = {1, 2, 4};
+  cfg.p_value_head_size = 0;
+  cfg.max_seqs = 3;
+  cfg.p_window = 0;  // (a window caps the keys a token sees: no step)
+  cfg.max_total_context = 1 << 30;
+  const uint64_t seed0 = base_seed() + 4170000;
+  std::printf("[invariant-size-steps] base seed %llu\n", static_cast<unsigned long long>(seed0));
+  InvariantMismatch total;
+  int cut = 0;  // verifies cut at a step (the write-in a launch of its own)
+  const int n = case_count(40);
+  for (int i = 0; i < n; ++i) {
+    const uint64_t seed = seed0 + 1 + i;
+    std::mt19937_64 rng(seed);
+    auto uni = [&](int64_t a, int64_t b) { return std::uniform_int_distribution<int64_t>(a, b)(rng); };
+    CaseConfig c_cfg = cfg;
+    c_cfg.head_sizes = {uni(0, 1) ? 64 : 128};
+    c_cfg.kv_precisions = {cfg.kv_precisions[uni(0, static_cast<int64_t>(cfg.kv_precisions.size()) - 1)]};
+    // the wave (SMs x the decode variant's CTAs per SM: its head size and precision) sets the step
+    CaseConfig probe = c_cfg;
+    probe.min_past = probe.max_past = 100;
+    probe.min_tokens = probe.max_tokens = 1;
+    const int64_t wave = plan_info(probe, seed, opt).wave_ctas;
+    ASSERT_GT(wave, 0);
+    const int64_t step = std::max<int64_t>(1, wave / 8) * 256;  // keys between two sizes
+    // token t sees past + t + 1 keys; the step at k * step keys lies between tokens 0 and T - 1
+    const int T = static_cast<int>(uni(2, 12));
+    const int64_t k = uni(1, std::max<int64_t>(1, 20000 / step));
+    c_cfg.min_tokens = c_cfg.max_tokens = T;
+    c_cfg.min_past = c_cfg.max_past = static_cast<int>(k * step - uni(1, T - 1));
+    const Case c = make_random_case(seed, c_cfg);
+    if (c.write_kv) cut += plan_info(c_cfg, seed, opt).separate_kv_write ? 1 : 0;
+    const InvariantMismatch mm = check_invariant_case(c, opt, run_cuda);
+    total.decodes += mm.decodes;
+    total.decode_rows += mm.decode_rows;
+    total.rows += mm.rows;
+    total.alone_rows += mm.alone_rows;
+    EXPECT_EQ(mm.differ(), 0) << "case " << c.describe() << " (step " << step << " keys): " << mm.decode_rows
+                              << " of " << mm.decodes << " chain rows differ from their decode, " << mm.alone_rows
+                              << " of " << mm.rows << " rows from the sequence alone";
+  }
+  std::printf("[invariant-size-steps] %d chain rows: %d differ from their decode; %d rows (alone, moved): %d "
+              "differ; %d of %d verifies cut at a step\n", total.decodes, total.decode_rows, total.rows,
+              total.alone_rows, cut, n);
+  EXPECT_GT(cut, 0) << "no verify was cut where its partition size changes: the cases test nothing new";
+}
+
 TEST(Cuda, InvariantTreeRowsIndependentOfTheBatch) {
   REQUIRE_GPU();
   run_cases("invariant-trees", base_seed() + 4200000, case_count(40), true, 1.0, true);

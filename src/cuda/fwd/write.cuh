@@ -58,7 +58,7 @@ __device__ __forceinline__ void write_row(const void* src, int64_t src_off, void
 template <int D, int KV>
 __device__ __forceinline__ void fused_write_in(const FwdParams& P, const planner::WorkItem& w, const int32_t* table,
                                                int hk, int warp, int warps, int lane) {
-  if (P.k_new == nullptr || w.nt != w.t_seq) return;
+  if (P.k_new == nullptr || w.nt != w.t_seq || P.write_all) return;
   const int wb = max(w.kv_begin, w.past), we = min(w.kv_end, w.past + w.t_seq);
   if (wb >= we) return;
   const float kscale = KV == kKvF8 ? P.k_head_scale[hk * P.k_head_scale_stride] : 1.0f;
@@ -92,7 +92,7 @@ __global__ void __launch_bounds__(128) write_kernel(const __grid_constant__ FwdP
     if (P.subseq_begins[mid] <= token) lo = mid; else hi = mid - 1;
   }
   // single-chunk sequences write their rows inside the attention kernel (planner: T > max_rows/G -> chunks)
-  if (P.subseq_begins[lo + 1] - P.subseq_begins[lo] <= P.chunk_rows / P.G) return;
+  if (!P.write_all && P.subseq_begins[lo + 1] - P.subseq_begins[lo] <= P.chunk_rows / P.G) return;
   const int pos = P.past_lens[lo] + token - P.subseq_begins[lo];
   const int64_t row = cache_row(P.block_indices + P.block_indices_begins[lo], pos, hk, P.Hk, P.block_size_log2);
   const int64_t tok_hk = static_cast<int64_t>(token) * P.Hk + hk;
