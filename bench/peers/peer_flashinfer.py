@@ -18,7 +18,7 @@ import zipfile
 import torch
 
 from peers_common import (bytes_terms, finish_row, layer_sets, log, new_row, over_budget, parse_ints, reference,
-                          rel_err, short, skip_rows, timed_row)
+                          rel_err, short, skip_rows, timed_row, tree_mask)
 
 
 # --- FlashInfer (imported, or installed from the carried wheels) ------------------------------------------------
@@ -36,11 +36,20 @@ FI_FP8 = "flashinfer-fp8"
 FI_FP8_SCALES = {"k_scale": 1.0, "v_scale": 1.0}  # run()'s dequantisation scales of the e4m3 cache (1: no-op)
 
 
-def fi_jobs(a, T):
+def fi_calls(a, scenario, Ts):
+    """(T, tree) of a scenario's FlashInfer rows: a chain of every T, and in the seed scenario (one sequence, which
+    the tree kind needs: see fi_plan) a draft tree of each --flashinfer-trees node count."""
+    return [(T, False) for T in Ts] + [(T, True) for T in (a.flashinfer_trees if scenario == "seed" else [])]
+
+
+def fi_jobs(a, T, tree=False):
     """(system, kind) of the FlashInfer rows for T new tokens. Kinds: decode (T=1: tensor-core decode), prefill
     (T>1: BatchPrefillWithPagedKVCacheWrapper, causal), tcdecode (T>1: tensor-core decode with q_len_per_req=T,
     causal within the request; FlashInfer >= 0.6.18 has it); decode-fp8 and tcdecode-fp8: the same two over an
-    e4m3 KV cache (system flashinfer-fp8)."""
+    e4m3 KV cache (system flashinfer-fp8). With tree, the one kind tree: a draft tree of T nodes, the prefill
+    wrapper with a custom mask (system flashinfer; its rows have "tree": true)."""
+    if tree:
+        return [("flashinfer", "tree")] if "flashinfer" in a.systems else []
     jobs = []
     if "flashinfer" in a.systems:
         if T == 1:
@@ -74,11 +83,14 @@ def fi_decode_backend(a, kv_dtype):
 def fi_module_key(a, kind):
     """Which JIT module a kind loads, as far as known before planning: the decode wrapper with tensor cores
     resolves `auto` to fa2 for f16 and for f16 queries over an fp8 cache; the prefill wrapper's `auto` is FA3 on
-    Hopper. Kinds with the same key share one module and so one warm-up child."""
+    Hopper; the tree kind is fa2 whatever the options. Kinds with the same key share one module and so one
+    warm-up child."""
     base, kv, _ = fi_kind_kv(kind)
     if base in ("decode", "tcdecode"):
         key = "fa2" if a.flashinfer_backend in ("auto", "fa2") else a.flashinfer_backend
         return key if kv == torch.float16 else key + "-fp8"
+    if base == "tree":
+        return "fa2"
     return "prefill-" + a.flashinfer_prefill_backend if a.flashinfer_prefill_backend == "auto" else \
         a.flashinfer_prefill_backend
 
@@ -239,9 +251,10 @@ def fi_install_import(a, tag):
 
 def fi_prebuild_kinds(a):
     """The kinds (and prefill backends) whose modules --flashinfer-prebuild packs: f16 decode and tcdecode, paged
-    prefill with each of --flashinfer-prebuild-backends, and decode and tcdecode over an e4m3 cache."""
+    prefill with each of --flashinfer-prebuild-backends, the tree kind (fa2), and decode and tcdecode over an e4m3
+    cache."""
     pbs = [x.strip() for x in a.flashinfer_prebuild_backends.split(",") if x.strip()]
-    return [("decode", None), ("tcdecode", None)] + [("prefill", pb) for pb in pbs] + \
+    return [("decode", None), ("tcdecode", None)] + [("prefill", pb) for pb in pbs] + [("tree", None)] + \
         [("decode-fp8", None), ("tcdecode-fp8", None)]
 
 
@@ -250,12 +263,12 @@ def fi_prebuild(a):
     major version): compiles the modules that the timed calls load, for --flashinfer-arch, and packs them into
     <wheels>/flashinfer-aot-<version>-sm<arch>.tar.gz. Which modules: the ones the wrappers ask for, found by a
     dry run of fi_plan (fi_requested_modules) for tensor-core decode (T=1 and q_len_per_req>1) and paged prefill
-    with each of --flashinfer-prebuild-backends (fa2: the default; fa3: what backend auto picks on Hopper), and
-    for tensor-core decode over an e4m3 cache. Per head size that is up to three modules: the f16 FA2 one
-    (decode, tcdecode and fa2 prefill share it; it holds the paged and ragged kernels for every mask mode), the
-    FA3 one, and the FA2 one with dtype_kv e4m3 (decode-fp8 and tcdecode-fp8). On the GPU machine fi_install unpacks the
-    archive into flashinfer/data/aot: FlashInfer loads a module from there without compiling, and compiles it
-    as usual if it does not load."""
+    with each of --flashinfer-prebuild-backends (fa2: the default; fa3: what backend auto picks on Hopper), the
+    tree kind, and tensor-core decode over an e4m3 cache. Per head size that is up to three modules: the f16 FA2
+    one (decode, tcdecode, fa2 prefill and tree share it: the module's arguments carry no mask mode, and it holds
+    the paged and ragged kernels of every mask mode, custom included), the FA3 one, and the FA2 one with dtype_kv
+    e4m3 (decode-fp8 and tcdecode-fp8). On the GPU machine fi_install unpacks the archive into flashinfer/data/aot:
+    FlashInfer loads a module from there without compiling, and compiles it as usual if it does not load."""
     os.environ["FLASHINFER_CUDA_ARCH_LIST"] = os.environ["TORCH_CUDA_ARCH_LIST"] = a.flashinfer_arch
     base = fi_env(a)
     fi = fi_install_import(a, "prebuild")
@@ -380,6 +393,20 @@ def fi_error(e):
     return fi_one_line("Ninja build failed: " + " | ".join(errs[:4]) if errs else text)
 
 
+def fi_tree_mask_packed(L, T):
+    """One request's custom mask for a draft tree of T nodes after L past tokens: [T, L + T] (every past key
+    visible; among the new ones tree_mask: a node sees itself and its ancestors), flattened row-major and packed
+    8 to a byte, least significant bit first. That is the layout the FA2 kernel reads (bit (t * (L + T) + j) % 8
+    of byte (t * (L + T) + j) // 8, variants.cuh) and what plan(custom_mask=...) would make with segment_packbits
+    (bitorder "little"); it is packed here on the host because segment_packbits runs FlashInfer's quantization
+    module, a JIT module of its own that the prebuilt archive does not hold."""
+    m = torch.ones(T, L + T, dtype=torch.bool)
+    m[:, L:] = tree_mask(T)
+    bits = m.flatten().to(torch.uint8)
+    bits = torch.cat([bits, bits.new_zeros(-bits.numel() % 8)]).view(-1, 8).to(torch.int32)
+    return (bits << torch.arange(8, dtype=torch.int32)).sum(1).to(torch.uint8)
+
+
 def fi_plan(fi, a, dev, B, S, T, table, kind, ws_bytes=256 << 20):
     """A planned FlashInfer wrapper for B sequences of S = L + T tokens in HND pages of --block-size
     (table [B, n] int32), T new tokens each (fi_jobs' kinds):
@@ -389,6 +416,13 @@ def fi_plan(fi, a, dev, B, S, T, table, kind, ws_bytes=256 << 20):
                 the query rows to the end of the KV), backend --flashinfer-prefill-backend
       decode-fp8, tcdecode-fp8  decode and tcdecode planned with kv_data_type float8_e4m3fn (f16 queries and
                 output; run() with FI_FP8_SCALES); backend auto written out as fa2 (fi_decode_backend)
+      tree      T nodes of a draft tree (tree_mask), B = 1: BatchPrefillWithPagedKVCacheWrapper, backend fa2
+                (FlashInfer's FA3 path takes no custom mask), causal=False, planned with packed_custom_mask
+                (fi_tree_mask_packed; custom_mask_buf and mask_indptr_buf given at construction). One request
+                only: given a packed mask, plan() fills mask_indptr with bit offsets (_compute_page_mask_indptr)
+                while the kernel adds mask_indptr[request] to the byte pointer, so only request 0 (offset 0) is
+                read right. Its bytes are a chain's of T (T query rows, the L + T keys read once), as pagedattn's
+                sweep counts its tree rows.
     The wrappers are made with use_cuda_graph=True (fixed index buffers), so their run() can be captured.
     Returns (wrapper, its workspace, description, the backend that the plan resolved)."""
     H, Hk, D, bs = a.heads, a.kv_heads, a.head_size, a.block_size
@@ -410,6 +444,19 @@ def fi_plan(fi, a, dev, B, S, T, table, kind, ws_bytes=256 << 20):
             f"tensor-core decode, q_len_per_req={T}, causal (bottom-right aligned)"
         if kv_dtype != torch.float16:
             what += ", e4m3 KV (k_scale = v_scale = 1), f16 q and out"
+    elif kind == "tree":
+        if B != 1:
+            raise ValueError(f"the tree kind plans one request (FlashInfer's mask_indptr of a packed mask), got {B}")
+        qo_indptr = torch.tensor([0, T], device=dev, dtype=torch.int32)
+        packed = fi_tree_mask_packed(S - T, T).to(dev)
+        w = fi.BatchPrefillWithPagedKVCacheWrapper(
+            ws, "HND", use_cuda_graph=True, qo_indptr_buf=torch.empty_like(qo_indptr), paged_kv_indptr_buf=bufs[0],
+            paged_kv_indices_buf=bufs[1], paged_kv_last_page_len_buf=bufs[2], custom_mask_buf=torch.empty_like(packed),
+            mask_indptr_buf=torch.empty_like(qo_indptr), backend="fa2")
+        w.plan(qo_indptr, kv_indptr, indices, last, H, Hk, D, bs, packed_custom_mask=packed, causal=False,
+               q_data_type=torch.float16, kv_data_type=torch.float16)
+        what = f"paged prefill, custom mask: draft tree of {T} nodes (node i's parent (i - 1) // 2; the past, the " \
+               "node and its ancestors visible), packed on the host"
     else:
         qo_indptr = torch.arange(B + 1, device=dev, dtype=torch.int32) * T
         w = fi.BatchPrefillWithPagedKVCacheWrapper(
@@ -571,7 +618,7 @@ def run_flashinfer_all(ctx, scen):
     """Every FlashInfer row: import (installing the carried wheels), JIT compile (bounded), then the rows.
     Every row that cannot run says why."""
     a = ctx.args
-    kinds = sorted({k for _, _, _, Ts in scen for T in Ts for _, k in fi_jobs(a, T)})
+    kinds = sorted({k for name, _, _, Ts in scen for T, tree in fi_calls(a, name, Ts) for _, k in fi_jobs(a, T, tree)})
     fi, why = fi_import(ctx, None if ctx.cpu else fi_arch())
     status = {k: why for k in kinds}
     if not why:
@@ -579,12 +626,12 @@ def run_flashinfer_all(ctx, scen):
         status = fi_compile(ctx, kinds)
     for name, B, Ls, Ts in scen:
         for L in Ls:
-            for T in Ts:
-                for system, kind in fi_jobs(a, T):
+            for T, tree in fi_calls(a, name, Ts):
+                for system, kind in fi_jobs(a, T, tree):
                     st = status[kind]
                     if st:
                         skip_rows(ctx, system, name, B, L, [T], "skipped" if st.startswith("skipped") else "not run",
-                                  st, fi_kind_kv(kind)[2])
+                                  st, fi_kind_kv(kind)[2], tree)
                     else:
                         run_flashinfer(ctx, fi, name, B, L, T, system, kind)
 
@@ -593,13 +640,14 @@ def run_flashinfer(ctx, fi, scenario, B, L, T, system, kind):
     a = ctx.args
     H, Hk, D, bs = a.heads, a.kv_heads, a.head_size, a.block_size
     dev = ctx.dev
-    _, kv_dtype, kv_bytes = fi_kind_kv(kind)
+    base, kv_dtype, kv_bytes = fi_kind_kv(kind)
+    tree = base == "tree"
     why = over_budget(ctx, system, 0.0 if system in ctx.est else ctx.est.get("flashinfer", 30.0))
     if why:
-        skip_rows(ctx, system, scenario, B, L, [T], "skipped", why, kv_bytes)
+        skip_rows(ctx, system, scenario, B, L, [T], "skipped", why, kv_bytes, tree)
         return
     t0 = time.monotonic()
-    row = new_row(ctx, system, scenario, B, L, T, kv_bytes)
+    row = new_row(ctx, system, scenario, B, L, T, kv_bytes, tree)
     row["gqa"], row["kv_layout"] = "native", f"HND pages [pages, Hk, {bs}, D], shuffled table"
     if kv_dtype != torch.float16:
         row["kv_layout"] += ", float8_e4m3fn (randn rounded to e4m3), k_scale = v_scale = 1"
@@ -633,7 +681,7 @@ def run_flashinfer(ctx, fi, scenario, B, L, T, system, kind):
         # the reference reads the cache as stored: e4m3 values are exact in f16 (scales 1: nothing to apply)
         kl = kc[0][0].to(torch.float16)[pg, :, off].permute(0, 2, 1, 3)  # [B, Hk, S, D]
         vl = vc[0][0].to(torch.float16)[pg, :, off].permute(0, 2, 1, 3)
-        ref = reference(q[0][0].view(B, T, H, D).permute(0, 2, 1, 3), kl, vl, L)
+        ref = reference(q[0][0].view(B, T, H, D).permute(0, 2, 1, 3), kl, vl, L, tree_mask(T) if tree else None)
         kl = vl = None
 
         def check(out):  # flashinfer's output is [B*T, H, D]

@@ -73,10 +73,11 @@ def bytes_terms(a, B, L, T, kv_bytes=2):
             "o": float(n * T * H * D * 2)}
 
 
-def new_row(ctx, system, scenario, B, L, T, kv_bytes=2):
+def new_row(ctx, system, scenario, B, L, T, kv_bytes=2, tree=False):
+    """A row of T new tokens: a chain, or (tree) a draft tree of T nodes (tree_mask), read as one chain of T."""
     a = ctx.args
     bt = bytes_terms(a, B, L, T, kv_bytes)
-    return {"system": system, "scenario": scenario, "seqs": B, "context": L, "T": T, "layers": a.layers,
+    return {"system": system, "scenario": scenario, "seqs": B, "context": L, "T": T, "tree": tree, "layers": a.layers,
             "status": "error", "note": "", "us": None, "us_min": None, "repeats": 0, "timing": "", "sets": 1,
             "bytes": sum(bt.values()), "bytes_terms": bt, "gbs": None, "pct_ceiling": None, "rel_err": None,
             "kernels": [], "gqa": "", "mask": "", "kv_layout": ""}
@@ -93,9 +94,9 @@ def finish_row(ctx, row, t0):
     write_json(ctx)
 
 
-def skip_rows(ctx, system, scenario, B, L, Ts, status, note, kv_bytes=2):
+def skip_rows(ctx, system, scenario, B, L, Ts, status, note, kv_bytes=2, tree=False):
     for T in Ts:
-        r = new_row(ctx, system, scenario, B, L, T, kv_bytes)
+        r = new_row(ctx, system, scenario, B, L, T, kv_bytes, tree)
         r["status"], r["note"] = status, note
         ctx.rows.append(r)
         print_row(r)
@@ -112,7 +113,8 @@ def print_row(r):
     gbs = f"{r['gbs']:7.0f}" if r["gbs"] else f"{'-':>7}"
     pct = f"{r['pct_ceiling']:6.1f}" if r["pct_ceiling"] else f"{'-':>6}"
     err = f"{r['rel_err']:8.1e}" if r["rel_err"] is not None else f"{'-':>8}"
-    extra = " ".join(x for x in [r["timing"] if r["status"] in ("ok", "mismatch") else "", r["note"]] if x)
+    extra = " ".join(x for x in ["tree" if r.get("tree") else "",
+                                 r["timing"] if r["status"] in ("ok", "mismatch") else "", r["note"]] if x)
     log(f"{r['system']:<19} {r['scenario']:<5} {r['seqs']:>4} {r['context']:>7} {r['T']:>2} {us} {gbs} {pct} {err}"
         f"  {r['status']}{' ' + extra if extra else ''}")
 
@@ -131,7 +133,7 @@ def write_json(ctx):
                       "flashinfer_compile_seconds": a.flashinfer_compile_seconds,
                       "flashinfer_backend": a.flashinfer_backend,
                       "flashinfer_prefill_backend": a.flashinfer_prefill_backend,
-                      "flashinfer_multitoken": a.flashinfer_multitoken,
+                      "flashinfer_multitoken": a.flashinfer_multitoken, "flashinfer_trees": a.flashinfer_trees,
                       "timing": "median of CUDA graph replays (one graph per layer set, events around each replay)"},
            "bytes_formula": {"kv": "(L+T)*Hk*D*2*sizeof(kv element) (f16: 2; flashinfer-fp8: 1)",
                              "q": "T*H*D*2", "o": "T*H*D*2",
@@ -244,8 +246,23 @@ def kernel_names(ctx, fn):
         return ["(profiler failed: " + short(e, 100) + ")"]
 
 
-def reference(q, k, v, L):
-    """float64 attention of q [B,H,T,D] over logical k, v [B,Hk,L+T,D]; token t sees positions <= L + t."""
+def tree_mask(T, device=None):
+    """The sweep's draft tree of T nodes (tools/bench.cpp binary_tree_mask): node i's parent is (i - 1) // 2
+    (binary, breadth first); [T, T] bool, entry (t, u) true when node t sees node u: itself and its ancestors."""
+    m = torch.zeros(T, T, dtype=torch.bool, device=device)
+    for t in range(T):
+        u = t
+        while True:
+            m[t, u] = True
+            if u == 0:
+                break
+            u = (u - 1) // 2
+    return m
+
+
+def reference(q, k, v, L, tree=None):
+    """float64 attention of q [B,H,T,D] over logical k, v [B,Hk,L+T,D]; token t sees positions <= L + t, or, with
+    tree ([T, T] bool, tree_mask), the L past positions and the new ones u with tree[t, u]."""
     B, H, T, D = q.shape
     Hk, S = k.shape[1], k.shape[2]
     G = H // Hk
@@ -253,6 +270,8 @@ def reference(q, k, v, L):
     s = torch.matmul(qd, k.double().transpose(-1, -2)) / math.sqrt(D)
     t = torch.arange(T, device=q.device).repeat(G)
     allowed = torch.arange(S, device=q.device)[None, :] <= (L + t)[:, None]
+    if tree is not None:
+        allowed[:, L:] = tree.to(q.device)[t]
     s.masked_fill_(~allowed, float("-inf"))
     o = torch.matmul(torch.softmax(s, dim=-1), v.double())
     return o.reshape(B, H, T, D)
@@ -278,8 +297,8 @@ def timed_row(ctx, row, calls, check, out0, t0):
     row["rel_err"] = err
     row["us"], row["us_min"], row["repeats"], row["timing"] = statistics.median(us), min(us), len(us), timing
     row["sets"] = len(calls)
-    key = (row["system"], row["scenario"], row["T"])
-    if key not in ctx.profiled:  # once per system, scenario and T: the profiler costs time
+    key = (row["system"], row["scenario"], row["T"], row["tree"])
+    if key not in ctx.profiled:  # once per system, scenario, T and shape: the profiler costs time
         ctx.profiled.add(key)
         row["kernels"] = kernel_names(ctx, calls[0][0])
     if not (err <= a.tol):

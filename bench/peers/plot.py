@@ -33,6 +33,7 @@ def load(path, pagedattn_json=None):
         doc["pagedattn"] = infos
     if isinstance(doc.get("pagedattn"), dict):
         doc["pagedattn"] = [doc["pagedattn"]]
+    doc["rows"] = [r for r in doc["rows"] if not r.get("tree")]  # chains only: trees are sweep_table.py's
     return doc
 
 

@@ -13,6 +13,9 @@ Peers (each a "system" in the rows):
                compile runs in child processes bounded by --flashinfer-compile-seconds
   flashinfer-tcdecode  T>1 only: FlashInfer's tensor-core decode with q_len_per_req=T (same FA2 module, the plan
                sized for exactly T rows per sequence); --flashinfer-multitoken picks prefill, this, or both
+  flashinfer (tree)  --flashinfer-trees N,..: in the seed scenario also draft trees of N nodes (node i's parent
+               (i - 1) // 2, as pagedattn's sweep), the paged prefill wrapper with a custom mask (fa2, same module);
+               rows with "tree": true, checked against the reference with the tree's mask
   flashinfer-fp8  FlashInfer over an e4m3 KV cache (f16 queries and output, k_scale = v_scale = 1, HND pages):
                tensor-core decode (T=1) and tensor-core decode with q_len_per_req=T (T>1), FA2; on with
                flashinfer unless --no-flashinfer-fp8. Its bytes count 1 byte a KV element
@@ -21,7 +24,8 @@ pagedattn's own rows come from `pagedattn bench --json` (--pagedattn-json), merg
 Every timed row: the layers' calls captured in one CUDA graph per layer set (eager with events if capture
 fails, said in the row), median of --repeats replays, layer sets rotated so that one replay's KV exceeds
 3x L2; the output of layer 0 checked against a float64 reference (relative L2 error <= --tol), a peer that
-disagrees is marked "mismatch". Bytes per row: KV (L+T)*Hk*D*2*2 (fp8: *2*1) + Q + O, per sequence and layer.
+disagrees is marked "mismatch". Bytes per row: KV (L+T)*Hk*D*2*2 (fp8: *2*1) + Q + O, per sequence and layer
+(a tree of T nodes counts as a chain of T).
 The read ceiling is measured here: torch sum over a 2 GiB tensor, median of 20.
 
   python3 bench/peers/run_peers.py --json OUT.json [--pagedattn-json bench.json] [--quick] [--max-seconds S]
@@ -36,18 +40,19 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from peers_common import (Ctx, SYSTEMS, T_IMPORT, log, measure_ceiling, parse_ints, print_header, print_row,
-                          reference, rel_err, short, write_json)  # noqa: E402
+                          reference, rel_err, short, tree_mask, write_json)  # noqa: E402
 import torch  # noqa: E402  (already imported by peers_common)
 import torch.nn.functional as F  # noqa: E402
 from peer_sdpa import mask_for, run_sdpa  # noqa: E402
 from peer_flex import run_flex  # noqa: E402
-from peer_flashinfer import (FI_FP8, FI_TC, REPO_ROOT, fi_check_aot, fi_prebuild, fi_warmup_child,  # noqa: E402
-                             run_flashinfer_all)
+from peer_flashinfer import (FI_FP8, FI_TC, REPO_ROOT, fi_check_aot, fi_prebuild, fi_tree_mask_packed,  # noqa: E402
+                             fi_warmup_child, run_flashinfer_all)
 from pagedattn_rows import pagedattn_rows_many  # noqa: E402
 
 # --- the check can fail ------------------------------------------------------------------------------------
 def self_check(ctx):
-    """CPU smoke only: a deliberately wrong mask must fail the reference check (the check has teeth)."""
+    """CPU smoke only: a deliberately wrong mask must fail the reference check (the check has teeth), and the tree
+    kind's packed mask, read bit by bit as FlashInfer's kernel reads it, must give the tree reference."""
     a = ctx.args
     B, H, Hk, D, L, T = 2, a.heads, a.kv_heads, a.head_size, 40, 3
     g = torch.Generator().manual_seed(a.seed + 99)
@@ -63,14 +68,28 @@ def self_check(ctx):
     ok = good <= a.tol < upper_left and a.tol < off_by_one
     log(f"self-check: right mask rel err {good:.1e} (<= {a.tol:g}); upper-left causal {upper_left:.1e}, "
         f"window one short {off_by_one:.1e} (both must exceed {a.tol:g}): {'ok' if ok else 'FAILED'}")
-    return ok
+    T = 11  # a tree deep enough that a node's ancestors are not all the earlier nodes
+    q = torch.randn(1, H, T, D, generator=g, dtype=torch.float16)
+    k = torch.randn(1, Hk, L + T, D, generator=g, dtype=torch.float16)
+    v = torch.randn(1, Hk, L + T, D, generator=g, dtype=torch.float16)
+    ref = reference(q, k, v, L, tree_mask(T))
+    j = torch.arange(T * (L + T))
+    bits = ((fi_tree_mask_packed(L, T).int()[j // 8] >> (j % 8)) & 1).bool().view(T, L + T)  # variants.cuh
+    packed = rel_err(F.scaled_dot_product_attention(q.float(), k.float(), v.float(), attn_mask=bits, enable_gqa=True),
+                     ref)
+    chain = rel_err(reference(q, k, v, L), ref)
+    tree_ok = packed <= a.tol < chain
+    log(f"self-check: tree of {T} through FlashInfer's packed mask rel err {packed:.1e} (<= {a.tol:g}); the chain's "
+        f"mask {chain:.1e} (must exceed {a.tol:g}): {'ok' if tree_ok else 'FAILED'}")
+    return ok and tree_ok
 
 
 # --- rows of earlier runs -----------------------------------------------------------------------------------------
 def merged_rows(ctx, paths):
     """Rows of earlier peers.json files (--merge-json) whose system this run does not time; a later file's row
-    replaces an earlier one of the same system, scenario, sequences, context and T. gbs is absolute, so % of
-    ceiling is recomputed against this run's ceiling (the earlier value stays as pct_prev_ceiling)."""
+    replaces an earlier one of the same system, scenario, sequences, context, T and shape (chain or tree). gbs is
+    absolute, so % of ceiling is recomputed against this run's ceiling (the earlier value stays as
+    pct_prev_ceiling)."""
     a = ctx.args
     mine = set(a.systems) | ({FI_TC} if "flashinfer" in a.systems else set())
     rows, infos = {}, []
@@ -89,7 +108,7 @@ def merged_rows(ctx, paths):
                 continue
             r = dict(r, merged_from=path, pct_prev_ceiling=r.get("pct_ceiling"))
             r["pct_ceiling"] = 100.0 * r["gbs"] / ctx.ceiling_gbs if r.get("gbs") and ctx.ceiling_gbs else None
-            rows[(s, r["scenario"], r["seqs"], r["context"], r["T"])] = r
+            rows[(s, r["scenario"], r["seqs"], r["context"], r["T"], r.get("tree", False))] = r
             n += 1
         infos.append({"path": path, "rows": n, **{k: doc.get(k) for k in ("device", "date", "torch", "ceiling_gbs",
                                                                            "command")}})
@@ -134,6 +153,10 @@ def parse_args(argv=None):
     p.add_argument("--flashinfer-multitoken", default="both", choices=["prefill", "decode", "both"],
                    help="FlashInfer's T>1 rows: paged prefill (system flashinfer), tensor-core decode with "
                         "q_len_per_req=T (system flashinfer-tcdecode; same FA2 module), or both")
+    p.add_argument("--flashinfer-trees", default="", metavar="LIST",
+                   help="seed scenario: also time FlashInfer on draft trees of these node counts (binary, node i's "
+                        "parent (i - 1) // 2, as `pagedattn bench --scenario sweep`): the paged prefill wrapper, fa2, "
+                        "with a custom mask; rows of system flashinfer with \"tree\": true (default: none)")
     p.add_argument("--no-flashinfer-fp8", action="store_true",
                    help="leave out the " + FI_FP8 + " rows (FlashInfer over an e4m3 KV cache), which otherwise run "
                         "whenever flashinfer does")
@@ -179,6 +202,9 @@ def parse_args(argv=None):
         a.contexts = [L for L in a.contexts if L <= 32768] or a.contexts[:1]
     a.tokens = parse_ints(a.tokens or "1,2,3,4,8")
     a.batch_tokens = parse_ints(a.batch_tokens)
+    a.flashinfer_trees = parse_ints(a.flashinfer_trees)
+    if any(T < 1 for T in a.flashinfer_trees):
+        p.error("--flashinfer-trees: every tree needs >= 1 node")
     a.systems = [s.strip() for s in a.systems.split(",") if s.strip()]
     bad = [s for s in a.systems if s not in SYSTEMS]
     if bad:

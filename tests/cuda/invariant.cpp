@@ -111,7 +111,7 @@ TEST(Cuda, InvariantChainsAcrossPartitionSizes) {
   std::printf("[invariant-size-steps] base seed %llu\n", static_cast<unsigned long long>(seed0));
   InvariantMismatch total;
   int cut = 0;  // verifies cut at a step (the write-in a launch of its own)
-  const int n = case_count(40);
+  const int n = case_count(24);  // (~2.5 s each on the H200: contexts of up to ~20k keys, 8 kv heads)
   for (int i = 0; i < n; ++i) {
     const uint64_t seed = seed0 + 1 + i;
     std::mt19937_64 rng(seed);
