@@ -95,7 +95,8 @@ TEST(Cuda, InvariantWindowsOverManyPartitions) {
 // sees (planner::deterministic_partition: the least multiple of 256 keys that fits a kv head's share of
 // one wave), so with 8 kv heads the size steps every (wave / 8) x 256 keys. Each case puts its sequences'
 // chains across such a step: the verify is cut where the size changes (a short sequence in two chunks,
-// its rows written by the write kernel: FwdParams::write_all) while each decode runs whole.
+// its rows written by the write kernel: FwdParams::write_all) while each decode runs whole. The same
+// cases then run against the oracle (out and the cache rows written in).
 TEST(Cuda, InvariantChainsAcrossPartitionSizes) {
   REQUIRE_GPU();
   Options opt{Backend::cuda};
@@ -111,6 +112,8 @@ TEST(Cuda, InvariantChainsAcrossPartitionSizes) {
   std::printf("[invariant-size-steps] base seed %llu\n", static_cast<unsigned long long>(seed0));
   InvariantMismatch total;
   int cut = 0;  // verifies cut at a step (the write-in a launch of its own)
+  Suite oracle;
+  const int threads = static_cast<int>(std::max(1u, std::min(16u, std::thread::hardware_concurrency())));
   const int n = case_count(24);  // (~2.5 s each on the H200: contexts of up to ~20k keys, 8 kv heads)
   for (int i = 0; i < n; ++i) {
     const uint64_t seed = seed0 + 1 + i;
@@ -141,11 +144,17 @@ TEST(Cuda, InvariantChainsAcrossPartitionSizes) {
     EXPECT_EQ(mm.differ(), 0) << "case " << c.describe() << " (step " << step << " keys): " << mm.decode_rows
                               << " of " << mm.decodes << " chain rows differ from their decode, " << mm.alone_rows
                               << " of " << mm.rows << " rows from the sequence alone";
+    Case ref = c;
+    reference_forward(ref, threads);
+    reference_lse_as_mma_reads(c, ref, threads);  // (as make_suite does)
+    oracle.cases.push_back(c);
+    oracle.refs.push_back(std::move(ref));
   }
   std::printf("[invariant-size-steps] %d chain rows: %d differ from their decode; %d rows (alone, moved): %d "
               "differ; %d of %d verifies cut at a step\n", total.decodes, total.decode_rows, total.rows,
               total.alone_rows, cut, n);
   EXPECT_GT(cut, 0) << "no verify was cut where its partition size changes: the cases test nothing new";
+  check_suite("invariant-size-steps-oracle", oracle, opt);
 }
 
 TEST(Cuda, InvariantTreeRowsIndependentOfTheBatch) {
