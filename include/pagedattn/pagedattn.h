@@ -26,10 +26,12 @@ bool cuda_available();
 struct Options {
   Backend backend = Backend::cpu;
   void* stream = nullptr;        // cudaStream_t for the cuda backend; nullptr = default stream
-  bool deterministic = false;    // invariant rows (both backends): each row depends only on its own keys,
-                                 // so a chain verify's row t is bit-identical to the decode of the same
+  bool deterministic = false;    // invariant rows (both backends): each row depends only on its own keys
+                                 // (and, on cuda, the device: its SM count sizes the partitions), so a
+                                 // chain verify's row t is bit-identical to the decode of the same
                                  // prefix, and a sequence's rows to the sequence run alone, in any batch
-                                 // (trees: the latter). cuda: slower, with a larger workspace (docs/
+                                 // (trees: the latter), on one device type and build. cuda: slower, with
+                                 // a larger workspace (docs/
                                  // design.md "Invariant rows" and "Known gaps"); tests/test_invariant.cpp
                                  // (cpu), tests/cuda/invariant.cpp (cuda)
   int partition_tokens = 0;      // cuda: force the KV partition size (multiple of 64); 0 = planner decides
@@ -61,7 +63,7 @@ struct PlanInfo {
   int partition_tokens = 0;     // keys per KV partition (0: whole ranges / the oracle; cuda deterministic
                                 // mode: the first chunk's, as each token's depends on the keys it sees)
   int64_t wave_ctas = 0;        // cuda: attention CTAs in one wave (SMs x the decode variant's CTAs per SM),
-                                // which sizes the partitions
+                                // which sizes deterministic mode's partitions
   int64_t work_items = 0;       // (chunk, kv head, partition) items (cpu) / attention CTAs (cuda)
   std::vector<Launch> launches; // cuda: in launch order
   int merge_rows = 0;           // cuda: rows whose partitions the merge kernel combines

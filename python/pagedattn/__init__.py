@@ -271,7 +271,8 @@ _ARGS_DOC = """
     backend              "auto" (cuda when query is on a CUDA device, else cpu), "cpu" or "cuda".
     deterministic        invariant rows (cpu and cuda): each row depends only on its own keys, so a chain
                          verify's row is bit-identical to the decode of its prefix and to its sequence run
-                         alone, in any batch (trees: the latter). Costs time on cuda (docs/design.md).
+                         alone, in any batch (trees: the latter), on one device type and build (cuda sizes
+                         its partitions by the SM count). Costs time on cuda (docs/design.md).
     partition_tokens     cuda: force the KV partition size (multiple of 64); 0 = the planner decides.
     stream               cuda: None = the caller's current stream (torch.cuda.current_stream() for torch
                          tensors, cupy's current stream for CuPy, else the default stream); or an int

@@ -6,7 +6,8 @@
 // is cut into partitions aligned to absolute multiples of `partition_tokens`. One CTA runs per
 // (chunk, partition, kv head); chunks with more than one partition leave partials that a merge step
 // combines. Sequences with T*G <= max_rows (64, or 128 with wide tiles) are one chunk: decode, chain
-// and tree verify are the same kernel. Longer sequences (prefill) become several chunks of it.
+// and tree verify are the same kernel. Longer sequences (prefill) become several chunks of it. In
+// deterministic mode a sequence is also cut where its tokens' partition size changes.
 #pragma once
 
 #include <algorithm>
@@ -19,8 +20,11 @@ namespace planner {
 
 constexpr int kMaxRows = 64;    // query rows (tokens x heads of one kv head) per CTA, by default
 constexpr int kMaxRowsWide = 128;  // with wide prefill tiles (Inputs::max_rows; the cuda default at D <= 128)
-// NOTE: a sequence is cut into chunks iff T > max_rows / G; the CUDA write_kernel relies on that rule
-// to know which sequences' rows it writes (the others are written inside the attention kernel).
+// NOTE: by default a sequence is cut into chunks iff T > max_rows / G; the CUDA write_kernel relies on
+// that rule to know which sequences' rows it writes (the others are written inside the attention
+// kernel). Deterministic mode also cuts where a sequence's partition size changes; where that cuts a
+// sequence of T <= max_rows / G the backend has the write kernel write every sequence
+// (FwdParams::write_all).
 constexpr int kBlockKV = 64;    // keys per pipeline tile
 constexpr int kMinPartition = 128;  // 8k, one sequence, Hk=4: 256 CTAs of 128 keys, not 128 of 256
 // Inputs::deterministic: the partition size of one query row, from the keys it sees (`keys`: from its
@@ -34,7 +38,8 @@ constexpr int kDeterministicStep = 256;
 constexpr int deterministic_partition(int64_t keys, int num_kv_heads, int64_t wave_ctas) {
   const int64_t per_head = std::max<int64_t>(1, wave_ctas / std::max(1, num_kv_heads));  // partitions
   const int64_t part = (std::max<int64_t>(keys, 1) + per_head - 1) / per_head;
-  return static_cast<int>((part + kDeterministicStep - 1) / kDeterministicStep * kDeterministicStep);
+  const int64_t rounded = (part + kDeterministicStep - 1) / kDeterministicStep * kDeterministicStep;
+  return static_cast<int>(std::min<int64_t>(rounded, int64_t{1} << 30));  // (keys are int32: never reached)
 }
 // Inputs::deterministic: rows per chunk. Chunks of 1 and 2 row tiles run on layouts with the same key
 // groups (the cuda backend's KernelChoice::invariant), so up to 32 rows a row's arithmetic (its key
@@ -108,7 +113,7 @@ struct Plan {
   int num_slots = 0;                       // partial slots (each slot_rows rows) for all kv heads
   int slot_rows = 16;                      // rows per partial slot: 16 * max_row_tiles (the widest chunk)
   int chunk_rows = kMaxRows;               // = Inputs::max_rows, or deterministic_rows (the chunking rule:
-                                           // T > chunk_rows / G)
+                                           // T > chunk_rows / G; deterministic mode also cuts at size changes)
   int max_row_tiles = 1;
   int64_t ctas = 0;                        // attention CTAs (items x kv heads)
   std::vector<WorkItem> items;             // sorted by row_tiles, then longest key range first

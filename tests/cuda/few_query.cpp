@@ -106,4 +106,17 @@ TEST(Cuda, FewQuerySplitRandom) {
   b32.min_tokens = 3;
   b32.max_tokens = 4;
   run_suite("few-query-wgs-17-32", b32, base_seed() + 3250000, 60);
+  // ... over long contexts (many partitions) at D = 128, where they take it at every length; at D = 64
+  // past 16k keys they stay on fwd_kernel (2 row tiles: 4 warps, no variant name)
+  CaseConfig b32_long = long_context_config(4000, 30000, 60000);
+  b32_long.kv_precisions = cfg.kv_precisions;
+  b32_long.head_sizes = {128};
+  b32_long.group_sizes = {8};
+  b32_long.min_tokens = 3;
+  b32_long.max_tokens = 4;
+  run_suite("few-query-wgs-17-32-long", b32_long, base_seed() + 3260000, 16);
+  CaseConfig d64_long = b32_long;
+  d64_long.head_sizes = {64};
+  d64_long.min_past = d64_long.max_past = 17000;
+  expect_launched(d64_long, 3, 4, base_seed() + 3100005, 128, "");
 }

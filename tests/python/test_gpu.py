@@ -259,8 +259,8 @@ def test_plan_run_on_another_stream_is_refused():
 
 def test_speculative_decoding_emits_the_plain_tokens_on_cuda():
     """examples/speculative_invariance.py on the cuda backend: with deterministic=True greedy speculative
-    decoding (chain verifies of T <= 5, GQA 4, a 700-token prompt over several 512-key partitions) emits
-    plain decoding's tokens."""
+    decoding (chain verifies of T <= 5, GQA 4, a 700-token prompt over several partitions) emits plain
+    decoding's tokens."""
     import os
     import sys
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples"))

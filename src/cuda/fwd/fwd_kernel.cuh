@@ -16,7 +16,8 @@
 // (values centred: both sums stay near the result's size, whatever the number of keys summed).
 // The op's KV write-in is fused for sequences that are one chunk: before reading, a CTA writes (and
 // quantises) every new token that lies in its key range, for its kv head; each row has one writer.
-// Sequences cut into several chunks are written by write_kernel, launched before this kernel.
+// Sequences cut into several chunks are written by write_kernel, launched before this kernel (every
+// sequence, under FwdParams::write_all).
 // Partitions of one chunk leave (m, l, O) partials; merge_kernel combines them.
 #pragma once
 

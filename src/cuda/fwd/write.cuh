@@ -54,7 +54,8 @@ __device__ __forceinline__ void write_row(const void* src, int64_t src_off, void
 // The op's KV write-in fused into the attention launch (sequences that are one chunk): the CTA's
 // warps write (and quantise) the new tokens inside its key range for its kv head, then fence so that
 // the copies that follow (cp.async, through L2) see them. CTA-uniform; a CTA barrier when it wrote.
-// (Sequences cut into several chunks have their rows written by write_kernel before the launch.)
+// (Sequences cut into several chunks have their rows written by write_kernel before the launch; with
+// FwdParams::write_all, every sequence's are.)
 template <int D, int KV>
 __device__ __forceinline__ void fused_write_in(const FwdParams& P, const planner::WorkItem& w, const int32_t* table,
                                                int hk, int warp, int warps, int lane) {
@@ -77,7 +78,8 @@ __device__ __forceinline__ void fused_write_in(const FwdParams& P, const planner
 
 // Writes (and for u8 quantises) the new key and value rows of the sequences cut into several chunks
 // (prefill), one warp per (token, kv head): fused, every chunk's CTA would rewrite all earlier new rows
-// of its sequence (O(T^2) writes). Single-chunk sequences keep the fused write-in.
+// of its sequence (O(T^2) writes). Single-chunk sequences keep the fused write-in, except under
+// FwdParams::write_all (deterministic mode cut a short sequence: all are written here).
 template <int D, int KV>
 __global__ void __launch_bounds__(128) write_kernel(const __grid_constant__ FwdParams P, int num_tokens, int num_seqs) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
