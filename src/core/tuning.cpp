@@ -51,12 +51,13 @@ int hopper_key_tile(int head_size, bool u8, bool hopper, const Overrides& o) {
 // tile) for f16/bf16 chunks of 33-64 rows, every head size. G = 8, one sequence, H200: at D = 128
 // against fwd_kernel's 4 row tiles 0.73x (32k) / 0.63-0.66x (128k), against the one-warpgroup kernel
 // (wgq, removed after c7eeed8) 0.87x / 0.80x (run c2, G = 8 and 16); D = 64 0.87x / 0.73x, D = 256
-// 0.84x / 0.83x (run c3). 17-32-row chunks (run d5, sweep_wgsplit2, against fwd_kernel's 2 row tiles):
+// 0.84x / 0.83x (run c3). 17-32-row chunks against fwd_kernel's 2 row tiles (run d5, sweep_wgsplit2;
+// confirmed in the same-run A/B of run inv6, wgsplit_ab.txt):
 // - D = 256: 0.930 / 0.918 / 0.938x at 8k / 32k / 128k (the seed's T = 8; run d2);
-// - D = 128: 0.82-0.98x at 8k, 0.96-0.97x at 128k, 0.84x on the 32 x 8k batch (T = 4, G = 8), within
-//   2% at 32k (run c2: 1.025x): taken at every context;
-// - D = 64: 0.86-0.96x at 8k and 0.76x on the batch, but 1.13-1.18x slower at 32k and 128k: taken when
-//   no sequence of the call sees more than 16k keys (`max_keys`; 16k itself was not measured).
+// - D = 128: 0.80-0.96x at 8k, 0.97x at 128k, 0.85x on the 32 x 8k batch (T = 4, G = 8), 1.010-1.024x
+//   at 32k (inv6): taken at every context;
+// - D = 64: 0.86-0.96x at 8k and 0.75x on the batch, but 1.13-1.18x slower at 32k and 128k (d5): taken
+//   when no sequence of the call sees more than 16k keys (`max_keys`; 16k itself was not measured).
 // u8 and fp8 stay on fwd_kernel. PAGEDATTN_WG_SPLIT=1 / 2: 33-64 / 17-64 rows at every head size.
 int hopper_split(int head_size, bool u8, int key_tile, int64_t max_keys, const Overrides& o) {
   if (key_tile == 0 || u8 || o.wg_split == 0) return 0;
