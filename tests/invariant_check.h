@@ -33,6 +33,12 @@ struct InvariantMismatch {
   int score_sets_differ = 0, score_sets = 0;  // a sequence's scores output, the same way
   int lse_sets_differ = 0, lse_sets = 0;      // a sequence's lse rows, the same way
   int differ() const { return decode_rows + alone_rows + score_sets_differ + lse_sets_differ; }
+  InvariantMismatch& operator+=(const InvariantMismatch& o) {
+    decode_rows += o.decode_rows, decodes += o.decodes, alone_rows += o.alone_rows, rows += o.rows;
+    score_sets_differ += o.score_sets_differ, score_sets += o.score_sets;
+    lse_sets_differ += o.lse_sets_differ, lse_sets += o.lse_sets;
+    return *this;
+  }
 };
 
 // Sequence s's tokens [t0, t0 + nt) of `c` as a call of their own: past_len + t0, its block table, the
