@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # GPU machine: issue 26's rows. Seed-like calls (one sequence, H = 16, Hk = 4, 32k cached tokens, T = 1,
-# 4, 8, f16 and u8 caches) at D = 128 and the padded head sizes 80, 96, 112, 192 and Dk/Dv = 192/128, one
-# call each; then a table: each row's time against the bytes-proportional time of the D = 128 row of the
-# same call (target <= 1.10) and its T/T1.
-#   usage: bench/head_sizes.sh PAGEDATTN_BINARY OUT_DIR
+# 4, 8, f16 and u8 caches) at D = 128 and the issue's head sizes 80, 96, 112, 192 and Dk/Dv = 192/128
+# (and 160, padded to 192 at every KV kind, and 256), one call each; then a table: each row's time
+# against the bytes-proportional time of the D = 128 row of the same call (target <= 1.10) and its T/T1.
+#   usage: [HEAD_SIZES="80 96 ..."] bench/head_sizes.sh PAGEDATTN_BINARY OUT_DIR
 set -uo pipefail
 bin=$1
 out=$2
 mkdir -p "$out"
 status=0
-for spec in 128 80 96 112 192 192/128; do
+for spec in 128 ${HEAD_SIZES:-80 96 112 192 192/128 160 256}; do
   D=${spec%/*}
   Dv=${spec#*/}
   "$bin" bench --backend cuda --scenario seed --context 32768 --tokens 1,4,8 --kv f16,u8 --head-size "$D" \

@@ -15,7 +15,8 @@ command -v nvcc >/dev/null || PATH=/usr/local/cuda/bin:$PATH
 work=$(mktemp -d)
 trap 'git -C "$root" worktree remove --force "$work/ref" >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
 git -C "$root" worktree add -q --detach "$work/ref" "$ref"
-units="src/cuda/fwd/inst_d64.cu src/cuda/fwd/inst_d128.cu src/cuda/fwd/inst_d256.cu src/cuda/backend.cu"
+units="src/cuda/fwd/inst_d64.cu src/cuda/fwd/inst_d80.cu src/cuda/fwd/inst_d96.cu src/cuda/fwd/inst_d112.cu src/cuda/fwd/inst_d128.cu
+  src/cuda/fwd/inst_d192.cu src/cuda/fwd/inst_d256.cu src/cuda/backend.cu"
 for side in ref tree; do
   src=$root
   [ "$side" = ref ] && src=$work/ref

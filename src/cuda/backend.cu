@@ -38,11 +38,15 @@ namespace cuda {
 FwdKernelInfo fwd_kernel_info(int head_size, int kv, int row_tiles, const KernelChoice& c) {
   switch (head_size) {
     case 64: return fwd_kernel_info_d64(kv, row_tiles, c);
+    case 80: return fwd_kernel_info_d80(kv, row_tiles, c);
+    case 96: return fwd_kernel_info_d96(kv, row_tiles, c);
+    case 112: return fwd_kernel_info_d112(kv, row_tiles, c);
     case 128: return fwd_kernel_info_d128(kv, row_tiles, c);
+    case 192: return fwd_kernel_info_d192(kv, row_tiles, c);
     case 256: return fwd_kernel_info_d256(kv, row_tiles, c);
     default:
-      throw UnsupportedError("head size " + std::to_string(head_size) +
-                             ": the cuda backend supports 64, 128 and 256");
+      throw UnsupportedError("kernel width " + std::to_string(head_size) +
+                             ": the cuda backend's kernels are 64, 80, 96, 112, 128, 192 and 256 wide");
   }
 }
 
@@ -62,6 +66,12 @@ void launch_merge(const FwdParams& P, int head_size, int num_rows, int split, in
                   bool pdl) {
   switch (head_size * 8 + split) {
     case 64 * 8 + 1: launch_merge_d<64, 1>(P, num_rows, batch, stream, pdl); break;
+    case 80 * 8 + 1: launch_merge_d<80, 1>(P, num_rows, batch, stream, pdl); break;
+    case 96 * 8 + 1: launch_merge_d<96, 1>(P, num_rows, batch, stream, pdl); break;
+    case 112 * 8 + 1: launch_merge_d<112, 1>(P, num_rows, batch, stream, pdl); break;
+    case 192 * 8 + 1: launch_merge_d<192, 1>(P, num_rows, batch, stream, pdl); break;
+    case 192 * 8 + 2: launch_merge_d<192, 2>(P, num_rows, batch, stream, pdl); break;
+    case 192 * 8 + 3: launch_merge_d<192, 3>(P, num_rows, batch, stream, pdl); break;
     case 128 * 8 + 1: launch_merge_d<128, 1>(P, num_rows, batch, stream, pdl); break;
     case 128 * 8 + 2: launch_merge_d<128, 2>(P, num_rows, batch, stream, pdl); break;
     case 256 * 8 + 1: launch_merge_d<256, 1>(P, num_rows, batch, stream, pdl); break;
@@ -167,12 +177,15 @@ class CudaPlan final : public detail::PlanImpl {
   CudaPlan(const Params& p, const Options& opt) : planned_(p), stream_(static_cast<cudaStream_t>(opt.stream)) {
     const KVCache& c = p.cache;
     Dk_ = static_cast<int>(c.head_size());
-    // the kernels' tile width: 64, 128 or 256, the head size padded up (docs/design.md, "Head sizes")
-    D_ = Dk_ <= 64 ? 64 : Dk_ <= 128 ? 128 : 256;
     Hk_ = static_cast<int>(c.num_kv_heads());
     H_ = p.num_heads;
     G_ = H_ / Hk_;
     kv_ = kv_kind(c.precision());
+    // the kernels' width, the key head size padded up to the next native one: 64, 96, 128, 192, 256, and
+    // for f16/bf16 caches also 80 and 112 (docs/design.md, "Head sizes")
+    const bool bytes_kv = kv_ == kKvU8 || kv_ == kKvF8;
+    D_ = Dk_ <= 64 ? 64 : Dk_ <= 80 && !bytes_kv ? 80 : Dk_ <= 96 ? 96 : Dk_ <= 112 && !bytes_kv ? 112
+       : Dk_ <= 128 ? 128 : Dk_ <= 192 ? 192 : 256;
     const int bs = static_cast<int>(c.block_size());
     Dv_ = static_cast<int>(c.value_head_size());
     if (Dk_ % 16 != 0 || Dk_ < 32 || Dk_ > 256)
@@ -232,7 +245,9 @@ class CudaPlan final : public detail::PlanImpl {
     const bool bytes = kv_ == kKvU8 || kv_ == kKvF8;
     // (a padded head size runs on fwd_kernel only; so does deterministic mode: one variant for every
     // chunk, docs/design.md "Invariant rows")
-    choice_.wg = choice_.pad || opt.deterministic ? 0 : tuning::hopper_key_tile(D_, bytes, hopper, env);
+    // (and so does a width without Hopper variants: 96, 192)
+    const bool hopper_width = D_ == 64 || D_ == 128 || D_ == 256;
+    choice_.wg = choice_.pad || opt.deterministic || !hopper_width ? 0 : tuning::hopper_key_tile(D_, bytes, hopper, env);
     choice_.invariant = opt.deterministic;
     int64_t max_keys = 0;  // the longest key range of the call (a window caps it)
     for (int s = 0; s < num_seqs; ++s) {

@@ -1,13 +1,29 @@
 // Head sizes other than 64, 128 and 256 (multiples of 16 from 32 to 256: Phi-2's 80, Phi-3's 96, 112,
-// 160, 192, ...) on the cuda backend: fwd_kernel's padded variants (the tile width the next of 64, 128,
-// 256; the columns past the head size zero, never read from memory). Per size: few-query cases
+// 160, 192, ...) on the cuda backend. 96 and 192 are native widths of fwd_kernel, and 80 and 112 for
+// f16/bf16 caches; the others (and u8/fp8 at 80, 112) run on its padded variants at the next native
+// width (the columns past the head size zero, never read from memory). Per size: few-query cases
 // (decodes, verifies, trees, windows, sinks, ALiBi, scores, lse) and mixed batches with prefill chunks,
-// every KV precision, against the oracle with the usual tolerances.
+// every KV precision, against the oracle with the usual tolerances; the new widths get more cases.
 #include "cuda/suite.h"
 
 using namespace gpu_suite;
 
-TEST(Cuda, PaddedHeadSizesRandom) {
+// Which variant a head size runs on: the native widths unpadded, the others padded (variant "pad").
+TEST(Cuda, HeadSizesPickTheirWidth) {
+  REQUIRE_GPU();
+  CaseConfig cfg = few_query_config();
+  cfg.group_sizes = {4};
+  for (KVPrecision kv : {KVPrecision::f16, KVPrecision::u8}) {
+    cfg.kv_precisions = {kv};
+    for (int D : {80, 96, 112, 160, 192}) {
+      cfg.head_sizes = {D};
+      const bool native = D == 96 || D == 192 || (kv == KVPrecision::f16 && (D == 80 || D == 112));
+      expect_launched(cfg, 1, 1, base_seed() + 7950000 + D, 128, native ? "" : "pad");
+    }
+  }
+}
+
+TEST(Cuda, HeadSizesRandom) {
   REQUIRE_GPU();
   const std::vector<KVPrecision> every = {KVPrecision::f16, KVPrecision::bf16, KVPrecision::u8, KVPrecision::fp8};
   for (int D : {32, 48, 80, 96, 112, 144, 160, 192, 208, 240}) {
@@ -16,12 +32,14 @@ TEST(Cuda, PaddedHeadSizesRandom) {
     fq.head_sizes = {D};
     fq.kv_precisions = every;
     fq.p_lse = 0.3;
-    const std::string a = "padded-D" + std::to_string(D) + "-few-query", b = "padded-D" + std::to_string(D) + "-mixed";
-    run_suite(a.c_str(), fq, seed, 12);
+    const bool native = D == 80 || D == 96 || D == 112 || D == 192;  // (80, 112: f16/bf16)
+    const std::string name = (native ? "native-D" : "padded-D") + std::to_string(D);
+    const std::string a = name + "-few-query", b = name + "-mixed";
+    run_suite(a.c_str(), fq, seed, native ? 48 : 12);
     CaseConfig mixed = mixed_config(300, 4000, 600, 12000);
     mixed.head_sizes = {D};
     mixed.kv_precisions = every;
-    run_suite(b.c_str(), mixed, seed + 500, 5);
+    run_suite(b.c_str(), mixed, seed + 500, native ? 16 : 5);
   }
 }
 
@@ -49,12 +67,14 @@ TEST(Cuda, ValueHeadSizeRandom) {
   }
 }
 
-// A long context at Phi-3's head size: partitions and the merge over padded rows.
-TEST(Cuda, PaddedHeadSizeLongContext) {
+// Long contexts at Phi-2's, Phi-3's and DeepSeek's key head sizes and 112: partitions and the merge at
+// the new widths (80 and 112 for f16) and over padded rows (u8/fp8 80 and 112 on the 96 and 128 wide
+// variants).
+TEST(Cuda, HeadSizeLongContext) {
   REQUIRE_GPU();
   CaseConfig cfg = long_context_config(4000, 20000, 40000);
-  cfg.head_sizes = {80, 96, 192};
+  cfg.head_sizes = {80, 96, 112, 192};
   cfg.kv_precisions = {KVPrecision::f16, KVPrecision::u8, KVPrecision::fp8};
   cfg.p_lse = 0.5;
-  run_suite("padded-long", cfg, base_seed() + 7900000, 10);
+  run_suite("head-sizes-long", cfg, base_seed() + 7900000, 10);
 }

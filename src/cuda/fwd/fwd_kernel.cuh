@@ -41,6 +41,16 @@ __device__ __forceinline__ int o_col(int n, int lane) {
   }
 }
 
+// One S MMA k-step on a register of 4 byte codes of a key (B operand): u8 codes as f16 1024 + code (one
+// PRMT per pair), fp8 codes as their f16 values (one cvt per pair).
+template <int KV, typename T>
+__device__ __forceinline__ void mma_codes(float (&acc)[4], const uint32_t (&qf)[4], uint32_t codes) {
+  if constexpr (KV == kKvF8)
+    mma_16816<T>(acc, qf, f8x2_to_half2(codes), f8x2_to_half2(codes >> 16));
+  else
+    mma_16816<T>(acc, qf, u8x2_biased(codes, kSelB01), u8x2_biased(codes, kSelB23));
+}
+
 // --- the key loop's named steps (fwd_kernel, per slice of a key group) ----------------------------------
 // S = Q K^T of the slice's K half `hb` into acc (zeroed by the caller): each K fragment feeds MT MMAs.
 // u8 and fp8: one ldmatrix.x4 on raw codes covers 8 keys x 4 MMA k-steps (see load_qf for Q's matching
@@ -50,7 +60,7 @@ __device__ __forceinline__ void qk_step(float (&acc)[MT][kN1][4], const Half& hb
   if constexpr (KV == kKvU8 || KV == kKvF8) {
     // one ldmatrix.x4 on raw codes: 8 keys x 4 MMA k-steps; each register holds 4 codes of a key
 #pragma unroll
-    for (int ks = 0; ks < D / 16; ks += 4) {
+    for (int ks = 0; ks < D / 64 * 4; ks += 4) {
       uint32_t qf[MT][4][4];
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
@@ -63,17 +73,25 @@ __device__ __forceinline__ void qk_step(float (&acc)[MT][kN1][4], const Half& hb
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            if constexpr (KV == kKvF8)
-              mma_16816<T>(acc[mt][n], qf[mt][e], f8x2_to_half2(r4[e]), f8x2_to_half2(r4[e] >> 16));
-            else
-              mma_16816<T>(acc[mt][n], qf[mt][e], u8x2_biased(r4[e], kSelB01), u8x2_biased(r4[e], kSelB23));
-          }
+          for (int e = 0; e < 4; ++e) mma_codes<KV, T>(acc[mt][n], qf[mt][e], r4[e]);
+      }
+    }
+    if constexpr (D % 64 != 0) {  // D = 96: the last 32 codes of a key by one ldmatrix.x2 (2 k-steps)
+      constexpr int ks = D / 16 - 2;
+      uint32_t qf[MT][2][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) q_frag(qf[mt][0], mt, ks), q_frag(qf[mt][1], mt, ks + 1);
+#pragma unroll
+      for (int n = 0; n < kN1; ++n) {
+        uint32_t r2[2];
+        ldmatrix_x2(r2, &hb.kv[n * 8 + (lane % 8)][(ks + (lane / 8) % 2) * 16]);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) mma_codes<KV, T>(acc[mt][n], qf[mt][0], r2[0]), mma_codes<KV, T>(acc[mt][n], qf[mt][1], r2[1]);
       }
     }
   } else {
 #pragma unroll
-    for (int ks = 0; ks < D / 16; ks += 2) {
+    for (int ks = 0; ks < D / 32 * 2; ks += 2) {
       uint32_t qf[MT][2][4];
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
@@ -88,6 +106,19 @@ __device__ __forceinline__ void qk_step(float (&acc)[MT][kN1][4], const Half& hb
           mma_16816<T>(acc[mt][n], qf[mt][0], b[0], b[1]);
           mma_16816<T>(acc[mt][n], qf[mt][1], b[2], b[3]);
         }
+      }
+    }
+    if constexpr (D % 32 != 0) {  // D = 80, 112: the last k-step by one ldmatrix.x2
+      constexpr int ks = D / 16 - 1;
+      uint32_t qf[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) q_frag(qf[mt], mt, ks);
+#pragma unroll
+      for (int n = 0; n < kN1; ++n) {
+        uint32_t b[2];
+        ldmatrix_x2(b, &hb.kv[n * 8 + (lane % 8)][ks * 16 + ((lane / 8) % 2) * 8]);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) mma_16816<T>(acc[mt][n], qf[mt], b[0], b[1]);
       }
     }
   }

@@ -1,10 +1,14 @@
-// Included once per head size by inst_d*.cu: the launchers of every (KV kind, row tiles) variant.
+// Included once per native width by inst_d*.cu (D = 64, 80, 96, 112, 128, 192, 256): the launchers of
+// every (KV kind, row tiles) variant.
 #pragma once
+
+#include <string>
 
 #include "cuda/fwd/fwd_kernel.cuh"
 #include "cuda/fwd/launch.h"
 #include "cuda/fwd/scores.cuh"
 #include "cuda/fwd/wg_kernel.cuh"
+#include "pagedattn/types.h"
 
 namespace pagedattn {
 namespace cuda {
@@ -35,7 +39,9 @@ struct FwdVariant {
               num_tokens, num_seqs);
   }
   static void launch_scores(const FwdParams& P, int num_tiles, cudaStream_t stream, bool pdl) {
-    launch_ex(scores_kernel<D, KV>, dim3(num_tiles), dim3(128), 0, stream, pdl, P);
+    // (its D sizes shared memory only; at D = 80 and 112 ptxas spilled 12 bytes, so those take 128's)
+    constexpr int kScoresD = D % 32 != 0 ? 128 : D;
+    launch_ex(scores_kernel<kScoresD, KV>, dim3(num_tiles), dim3(128), 0, stream, pdl, P);
   }
   static FwdKernelInfo info() {
     return FwdKernelInfo{&launch, &launch_write, &launch_scores, &ctas_per_sm, &prepare, kSmem, Tr::kThreads,
@@ -76,73 +82,67 @@ struct WgVariant {
   }
 };
 
-// mt2: the 8-row-tile variant with two row tiles per warp (fwd_kernel's MT = 2; the default where the
-// Hopper kernel is off), instantiated at D <= 128 for f16/bf16 KV; elsewhere the plain 8-row-tile variant.
-template <int D>
-FwdKernelInfo fwd_kernel_info_for(int kv, int rt, const KernelChoice& c) {
-  // Runtime values become template constants here and only here.
-  constexpr bool kMt2Variants = D <= 128;
-  if (c.invariant && rt == 2) {  // Options::deterministic: 17-32-row chunks on the 1-row-tile key groups
-#define PA_INV_CASES(KVK)                                                                      \
-  return c.pad ? FwdVariant<D, KVK, 2, 1, true, 4>::info() : FwdVariant<D, KVK, 2, 1, false, 4>::info();
-    switch (kv) {
-      case kKvF16: PA_INV_CASES(kKvF16)
-      case kKvBF16: PA_INV_CASES(kKvBF16)
-      case kKvF8: PA_INV_CASES(kKvF8)
-      default: PA_INV_CASES(kKvU8)
-    }
-#undef PA_INV_CASES
-  }
+// The variant of one KV kind at width D for a chunk of `rt` row tiles (runtime values become template
+// constants here and only here). mt2: the 8-row-tile variant with two row tiles per warp (fwd_kernel's
+// MT = 2; the default where the Hopper kernel is off), instantiated at D <= 128 (but 112) for f16/bf16 KV;
+// elsewhere the plain 8-row-tile variant.
+template <int D, int KV>
+FwdKernelInfo fwd_kernel_info_kind(int rt, const KernelChoice& c) {
+  constexpr bool k16 = KV == kKvF16 || KV == kKvBF16;  // 16-bit caches (else one-byte codes: u8, fp8)
+  constexpr bool kMt2Variants = D <= 128 && D != 112 && k16;  // (D = 112: 4 bytes spilled; 8 warps instead)
+  // The Hopper kernels exist at D = 64, 128, 256 (their swizzled 64-column operand blocks); at the other
+  // widths every chunk runs on fwd_kernel (the backend passes c.wg = 0 there).
+  constexpr bool kHopperWidth = D == 64 || D == 128 || D == 256;
+  if (c.invariant && rt == 2)  // Options::deterministic: 17-32-row chunks on the 1-row-tile key groups
+    return c.pad ? FwdVariant<D, KV, 2, 1, true, 4>::info() : FwdVariant<D, KV, 2, 1, false, 4>::info();
   if (c.pad) {  // a head size below D: fwd_kernel's padded variants only (docs/design.md, "Head sizes")
-#define PA_PAD_CASES(KVK)                                                                      \
-  switch (rt) {                                                                                \
-    case 1: return FwdVariant<D, KVK, 1, 1, true>::info();                                     \
-    case 2: return FwdVariant<D, KVK, 2, 1, true>::info();                                     \
-    case 4: return FwdVariant<D, KVK, 4, 1, true>::info();                                     \
-    default: return FwdVariant<D, KVK, 8, 1, true>::info();                                    \
-  }
-    switch (kv) {
-      case kKvF16: PA_PAD_CASES(kKvF16)
-      case kKvBF16: PA_PAD_CASES(kKvBF16)
-      case kKvF8: PA_PAD_CASES(kKvF8)
-      default: PA_PAD_CASES(kKvU8)
+    switch (rt) {
+      case 1: return FwdVariant<D, KV, 1, 1, true>::info();
+      case 2: return FwdVariant<D, KV, 2, 1, true>::info();
+      case 4: return FwdVariant<D, KV, 4, 1, true>::info();
+      default: return FwdVariant<D, KV, 8, 1, true>::info();
     }
-#undef PA_PAD_CASES
   }
-  constexpr int kKeys = D == 256 ? 32 : 64;  // the key-split variant's key tile, and u8's
-  // f16/bf16 chunks of 33-64 rows (17-64: an experiment) on the key-split Hopper kernel (KernelChoice::wg_split)
-  const bool split = c.wg != 0 && c.wg_split != 0 && rt >= c.wg_split && rt <= 4;
-  if (split && kv == kKvF16) return WgVariant<D, kKvF16, kKeys, true>::info();
-  if (split && kv == kKvBF16) return WgVariant<D, kKvBF16, kKeys, true>::info();
-  // u8 and fp8 128-row chunks on the Hopper kernel (the default; off: c.wg = 0 for them)
-  if (c.wg != 0 && kv == kKvU8 && rt == 8) return WgVariant<D, kKvU8, kKeys>::info();
-  if (c.wg != 0 && kv == kKvF8 && rt == 8) return WgVariant<D, kKvF8, kKeys>::info();
-  if constexpr (D == 256) {  // the Hopper kernel takes 32-key tiles at D = 256
-    if (c.wg != 0 && rt == 8 && kv == kKvF16) return WgVariant<D, kKvF16, 32>::info();
-    if (c.wg != 0 && rt == 8 && kv == kKvBF16) return WgVariant<D, kKvBF16, 32>::info();
+  if constexpr (kHopperWidth) {
+    constexpr int kKeys = D == 256 ? 32 : 64;  // the key-split variant's key tile, and u8's
+    if constexpr (k16) {
+      // chunks of 33-64 rows (17-64: an experiment) on the key-split Hopper kernel (KernelChoice::wg_split)
+      if (c.wg != 0 && c.wg_split != 0 && rt >= c.wg_split && rt <= 4) return WgVariant<D, KV, kKeys, true>::info();
+      if (c.wg != 0 && rt == 8) {
+        if constexpr (D == 256)  // the Hopper kernel takes 32-key tiles at D = 256
+          return WgVariant<D, KV, 32>::info();
+        else
+          return c.wg == 128 ? WgVariant<D, KV, 128>::info() : WgVariant<D, KV, 64>::info();
+      }
+    } else {
+      // u8 and fp8 128-row chunks on the Hopper kernel (the default; off: c.wg = 0 for them)
+      if (c.wg != 0 && rt == 8) return WgVariant<D, KV, kKeys>::info();
+    }
   }
   if constexpr (kMt2Variants) {
-    if (c.wg != 0 && rt == 8 && kv == kKvF16)
-      return c.wg == 128 ? WgVariant<D, kKvF16, 128>::info() : WgVariant<D, kKvF16, 64>::info();
-    if (c.wg != 0 && rt == 8 && kv == kKvBF16)
-      return c.wg == 128 ? WgVariant<D, kKvBF16, 128>::info() : WgVariant<D, kKvBF16, 64>::info();
-    if (c.mt2 && rt == 8 && kv == kKvF16) return FwdVariant<D, kKvF16, 8, 2>::info();
-    if (c.mt2 && rt == 8 && kv == kKvBF16) return FwdVariant<D, kKvBF16, 8, 2>::info();
+    if (c.mt2 && rt == 8) return FwdVariant<D, KV, 8, 2>::info();
   }
-#define PA_RT_CASES(KVK)                                                                       \
-  switch (rt) {                                                                                \
-    case 1: return FwdVariant<D, KVK, 1>::info();                                              \
-    case 2: return FwdVariant<D, KVK, 2>::info();                                              \
-    case 4: return FwdVariant<D, KVK, 4>::info();                                              \
-    default: return FwdVariant<D, KVK, 8>::info();                                             \
+  switch (rt) {
+    case 1: return FwdVariant<D, KV, 1>::info();
+    case 2: return FwdVariant<D, KV, 2>::info();
+    case 4: return FwdVariant<D, KV, 4>::info();
+    default: return FwdVariant<D, KV, 8>::info();
   }
+}
+
+// Width D's launchers by KV kind. The byte-code kinds (u8, fp8) exist at widths that are multiples of 32
+// (their ldmatrix fragment order); the backend sends their other head sizes to the next such width.
+template <int D>
+FwdKernelInfo fwd_kernel_info_for(int kv, int rt, const KernelChoice& c) {
   switch (kv) {
-    case kKvF16: PA_RT_CASES(kKvF16)
-    case kKvBF16: PA_RT_CASES(kKvBF16)
-    case kKvF8: PA_RT_CASES(kKvF8)
-    default: PA_RT_CASES(kKvU8)
+    case kKvF16: return fwd_kernel_info_kind<D, kKvF16>(rt, c);
+    case kKvBF16: return fwd_kernel_info_kind<D, kKvBF16>(rt, c);
+    default:
+      if constexpr (D % 32 == 0)
+        return kv == kKvF8 ? fwd_kernel_info_kind<D, kKvF8>(rt, c) : fwd_kernel_info_kind<D, kKvU8>(rt, c);
+      else
+        throw UnsupportedError("no u8/fp8 kernels " + std::to_string(D) + " wide (the backend pads to a multiple of 32)");
   }
-#undef PA_RT_CASES
 }
 
 }  // namespace cuda

@@ -91,8 +91,11 @@ struct NoOp {
 template <typename T, int kRows, int D, int kThreads, typename Store, typename AfterLoads = NoOp>
 __device__ __forceinline__ void stage_q(const FwdParams& P, int64_t q_tok0, int hk, int G, int rows, int tid,
                                         Store store, AfterLoads after_loads = {}, float* row_sums = nullptr) {
-  constexpr int kChunks = D / 8, kIters = (kRows * kChunks + kThreads - 1) / kThreads, kBatch = 4;
-  static_assert(32 % kChunks == 0, "a row's chunks are one lane segment of a warp");
+  // a row takes kChunks lanes, a power of two (D = 96, 192: 16 and 32 lanes for 12 and 24 chunks; the
+  // lanes past D / 8 load nothing, store nothing and add 0 to the row sum)
+  constexpr int kChunks = D <= 64 ? 8 : D <= 128 ? 16 : 32, kIters = (kRows * kChunks + kThreads - 1) / kThreads,
+                kBatch = 4;
+  static_assert(32 % kChunks == 0 && kChunks * 8 >= D, "a row's chunks are one lane segment of a warp");
   static_assert((kRows * kChunks) % 32 == 0 && kThreads % 32 == 0, "warp-uniform chunk guards");
   // Every chunk starts at a multiple of 8 elements and run() rejects a query that is not 16-byte
   // aligned (params.h), so every chunk is one vector load (two for f32 queries).
@@ -140,7 +143,7 @@ __device__ __forceinline__ void stage_q(const FwdParams& P, int64_t q_tok0, int 
           }
           v = *reinterpret_cast<const uint4*>(t);
         }
-        store(idx / kChunks, idx % kChunks, v);
+        if (kChunks * 8 == D || (idx % kChunks) * 8 < D) store(idx / kChunks, idx % kChunks, v);
         if (std::is_same<T, __half>::value && row_sums != nullptr) {  // CTA-uniform (u8: T is f16)
           const uint32_t h[4] = {v.x, v.y, v.z, v.w};
           float sum = 0.0f;

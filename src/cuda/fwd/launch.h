@@ -39,7 +39,11 @@ struct KernelChoice {
 };
 
 FwdKernelInfo fwd_kernel_info_d64(int kv, int row_tiles, const KernelChoice& c);
+FwdKernelInfo fwd_kernel_info_d80(int kv, int row_tiles, const KernelChoice& c);
+FwdKernelInfo fwd_kernel_info_d96(int kv, int row_tiles, const KernelChoice& c);
+FwdKernelInfo fwd_kernel_info_d112(int kv, int row_tiles, const KernelChoice& c);
 FwdKernelInfo fwd_kernel_info_d128(int kv, int row_tiles, const KernelChoice& c);
+FwdKernelInfo fwd_kernel_info_d192(int kv, int row_tiles, const KernelChoice& c);
 FwdKernelInfo fwd_kernel_info_d256(int kv, int row_tiles, const KernelChoice& c);
 /// Throws UnsupportedError naming the head size when there is no kernel for it. The Hopper variants
 /// (`wg`, `wg_split`) must be asked for only on sm_90 devices of a build with sm_90a code.

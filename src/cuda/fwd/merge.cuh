@@ -30,6 +30,8 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_const
   const MergeRow mr = P.merge_rows[blockIdx.x];
   const int tid = threadIdx.x;
   const int c4 = tid % kCols4, g = tid / kCols4;
+  // (D = 96, 192: kCols4 does not divide the block, and the threads past the last whole group idle)
+  const bool grouped = kMergeThreads % kCols4 == 0 || g < kGroupsM;
   const int col = ((kSplit == 1 ? 0 : static_cast<int>(blockIdx.y) * kCols4) + c4) * 4;  // first of its 4 columns
   const float* ml = P.ws_ml + (static_cast<int64_t>(mr.slot) * P.slot_rows + mr.row) * 2;
   const float* wo = P.ws_o + (static_cast<int64_t>(mr.slot) * P.slot_rows + mr.row) * D + col;
@@ -68,7 +70,7 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_const
   // fold() skips.
   // group g folds the partitions p with (part0 + p) % kGroupsM == g (part0: MergeRow)
   const int first = ((g - mr.part0) % kGroupsM + kGroupsM) % kGroupsM;
-  for (int p0 = first; p0 < mr.num_parts; p0 += kGroupsM * kBatch) {
+  for (int p0 = first; grouped && p0 < mr.num_parts; p0 += kGroupsM * kBatch) {
     float2 mlb[kBatch];
     float4 vb[kBatch];
 #pragma unroll
@@ -84,8 +86,10 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_const
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) fold(mlb[b], vb[b]);
   }
-  if (c4 == 0) ml_s[g] = make_float2(M, den);
-  acc_s[g][c4] = acc;
+  if (grouped) {
+    if (c4 == 0) ml_s[g] = make_float2(M, den);
+    acc_s[g][c4] = acc;
+  }
   __syncthreads();
   tl.mark(2);
   pdl_launch_dependents();

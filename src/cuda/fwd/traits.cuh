@@ -69,8 +69,9 @@ struct FwdTraits {
   // then runs 4 S chains instead of 2 and one softmax per 32 keys (run s8b, same run: u8 128k T=8 0.83x,
   // 32k 0.98x, 8k 1.04x slower: 2 tiles per 128-key partition instead of 4). f16/bf16 at D = 256 keep
   // 16 (32-key halves would not fit three stages in half an SM's shared memory).
-  static constexpr int kKPW = MT == 2 ? 32 : RT >= 4 ? (D >= 256 ? 32 : 64)
-                            : (D >= 256 ? (kBytes && RT == 2 && WKV == 0 ? 32 : 16) : 32);
+  // D = 192 takes D = 256's slices (at 32 keys its one-warp groups' rings would hold 2 halves, not 3).
+  static constexpr int kKPW = MT == 2 ? 32 : RT >= 4 ? (D > 128 ? 32 : 64)
+                            : (D > 128 ? (kBytes && RT == 2 && WKV == 0 ? 32 : 16) : 32);
   static constexpr int kTileKV = kWKV * kKPW;             // keys per iteration of the CTA
   static constexpr bool kOneCta = kWarps == 8;           // the 8-warp variants: one CTA per SM
   static constexpr int kMinCtas = kOneCta ? 1 : 2;        // __launch_bounds__ occupancy hint
@@ -85,6 +86,8 @@ struct FwdTraits {
   static constexpr int kStages = kFit > 6 ? 6 : kFit;     // half-tiles in each group's ring
   static_assert(kStages >= 3, "pipeline depth");
   static_assert(kKPW % 16 == 0, "a slice is whole MMA k-steps");
+  static_assert(D >= 64 && D <= 256 && D % (kBytes ? 32 : 16) == 0,
+                "native widths: multiples of 16 (byte codes: of 32; docs/design.md, \"Head sizes\")");
 };
 
 template <int D, int KV, int RT, int MT = 1, int WKV = 0>
