@@ -45,14 +45,11 @@ __device__ __forceinline__ void load_half_cycled(typename SharedStorage<D, KV, R
   }
   constexpr uint32_t kDstStep = kRowStep * Tr::kLdKV * sizeof(C);
   auto in_slice = [&](int i) { return !kRagged || i < kIters - 1 || gtid + i * Tr::kGroupThreads < kChunks; };
-  bool all_cols = true;
-#pragma unroll
-  for (int j = 0; j < kPer; ++j) all_cols = all_cols && col_ok[j];
   // A slice lies in one cache block when block_size >= kKPW (always with 16-key slices: the backend
   // checks block_size >= 16), else it spans kKPW / block_size blocks (2 or 4).
   constexpr int kMaxBlocks = Tr::kKPW / 16;
   const int lbs = P.block_size_log2;
-  if ((kMaxBlocks == 1 || lbs >= kLog2KPW) && js + Tr::kKPW <= kv_end && js >= kv_lo && all_cols) {
+  if ((kMaxBlocks == 1 || lbs >= kLog2KPW) && js + Tr::kKPW <= kv_end && js >= kv_lo) {
     // Every slice but a partition's last: all rows valid and in one cache block, so one table lookup,
     // one base address, and constant offsets that fold into the copies (the general path below pays
     // a block select and 64-bit offset and zero-fill arithmetic per copy).
@@ -63,7 +60,11 @@ __device__ __forceinline__ void load_half_cycled(typename SharedStorage<D, KV, R
 #pragma unroll
     for (int i = 0; i < kIters; ++i) {
       const int j = i % kPer, m = i / kPer;
-      if (in_slice(i)) cp_async_16_full(dst[j] + m * kDstStep, s[j] + m * kRowStep * ld);
+      if (!in_slice(i)) continue;
+      if constexpr (PAD)  // a padding column's chunks zero-filled here (on the general path, every slice would pay)
+        cp_async_16_u32(dst[j] + m * kDstStep, col_ok[j] ? s[j] + m * kRowStep * ld : src, col_ok[j] ? 16 : 0);
+      else
+        cp_async_16_full(dst[j] + m * kDstStep, s[j] + m * kRowStep * ld);
     }
     if constexpr (Tr::kU8) {
       constexpr int kPerArray = Tr::kKPW / 8;
@@ -160,14 +161,19 @@ __device__ __forceinline__ void load_half(typename SharedStorage<D, KV, RT, MT, 
     // checks block_size >= 16), else it spans kKPW / block_size blocks (2 or 4).
     constexpr int kMaxBlocks = Tr::kKPW / 16;
     const int lbs = P.block_size_log2;
-    if ((kMaxBlocks == 1 || lbs >= kLog2KPW) && js + Tr::kKPW <= kv_end && js >= kv_lo && col_ok) {
+    if ((kMaxBlocks == 1 || lbs >= kLog2KPW) && js + Tr::kKPW <= kv_end && js >= kv_lo && (PAD || col_ok)) {
       // Every slice but a partition's last: all rows valid and in one cache block, so one table lookup,
       // one base address, and constant offsets that fold into the copies (the general path below pays
       // a block select and 64-bit offset and zero-fill arithmetic per copy).
       const int64_t row0 = cache_row(table, js, hk, P.Hk, lbs);
       const C* s = src + (row0 + r0) * ld + c;
-  #pragma unroll
-      for (int i = 0; i < kIters; ++i) cp_async_16_full(dst + i * kDstStep, s + i * kRowStep * ld);
+      if constexpr (PAD) {  // a padding column's chunks zero-filled here (on the general path, every slice would pay)
+#pragma unroll
+        for (int i = 0; i < kIters; ++i) cp_async_16_u32(dst + i * kDstStep, col_ok ? s + i * kRowStep * ld : src, col_ok ? 16 : 0);
+      } else {
+#pragma unroll
+        for (int i = 0; i < kIters; ++i) cp_async_16_full(dst + i * kDstStep, s + i * kRowStep * ld);
+      }
       if constexpr (Tr::kU8) {
         constexpr int kPerArray = Tr::kKPW / 8;
         if (kind == 0 && gtid < 4 * kPerArray) {
@@ -183,7 +189,7 @@ __device__ __forceinline__ void load_half(typename SharedStorage<D, KV, RT, MT, 
     // reaches inside [kv_lo, kv_end) (all issued before the copies); a row's cache row is its block's first
     // row plus its offset in the block.
     int64_t rowb[kMaxBlocks];
-  #pragma unroll
+#pragma unroll
     for (int k = 0; k < kMaxBlocks; ++k) {
       const int j = js + (k << lbs);  // first row of block k in the slice (js is block-aligned when k > 0)
       const int j_last = js + min((k + 1) << lbs, Tr::kKPW) - 1;
@@ -193,7 +199,7 @@ __device__ __forceinline__ void load_half(typename SharedStorage<D, KV, RT, MT, 
     auto row_of = [&](int r) {
       const int k = r >> lbs;
       int64_t b = rowb[0];
-  #pragma unroll
+#pragma unroll
       for (int q = 1; q < kMaxBlocks; ++q) b = k == q ? rowb[q] : b;
       return b + (r & bs_mask);
     };
@@ -205,10 +211,10 @@ __device__ __forceinline__ void load_half(typename SharedStorage<D, KV, RT, MT, 
     if constexpr (kMaxBlocks == 1) {
       // only a partition's last slice comes here (once per partition): a rolled loop keeps its code
       // (kIters copies of 64-bit arithmetic) from sitting between the key loop's hot instructions
-  #pragma unroll 1
+#pragma unroll 1
       for (int i = 0; i < kIters; ++i) copy_row(i);
     } else {
-  #pragma unroll
+#pragma unroll
       for (int i = 0; i < kIters; ++i) copy_row(i);
     }
     if constexpr (Tr::kU8) {
