@@ -62,6 +62,8 @@ struct PlanInfo {
   std::string cpu_isa;          // cpu: the SIMD level of its loops ("avx512", "avx2", "baseline")
   int partition_tokens = 0;     // keys per KV partition (0: whole ranges / the oracle; cuda deterministic
                                 // mode: the first chunk's, as each token's depends on the keys it sees)
+  int head_width = 0;           // cuda: the kernels' head-size width (the key head size, or the native
+                                // width it is padded up to: docs/design.md, "Head sizes")
   int64_t wave_ctas = 0;        // cuda: attention CTAs in one wave (SMs x the decode variant's CTAs per SM),
                                 // which sizes deterministic mode's partitions
   int64_t work_items = 0;       // (chunk, kv head, partition) items (cpu) / attention CTAs (cuda)

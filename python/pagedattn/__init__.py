@@ -369,7 +369,7 @@ class Plan:
     @property
     def info(self) -> dict:
         """The planner's decisions as a dict (C++ PlanInfo): backend, reference, threads, partition_tokens,
-        wave_ctas, work_items, launches (cuda: [{row_tiles, ctas, threads, variant}]), merge_rows, merge_split,
+        wave_ctas, head_width, work_items, launches (cuda: [{row_tiles, ctas, threads, variant}]), merge_rows, merge_split,
         merge_batch, separate_kv_write, pdl, early_reads, workspace_bytes."""
         return self._native.info
 

@@ -507,6 +507,7 @@ class CudaPlan final : public detail::PlanImpl {
     pi.backend = Backend::cuda;
     pi.partition_tokens = wl_.partition_tokens;
     pi.wave_ctas = wave_ctas_;
+    pi.head_width = D_;
     pi.work_items = wl_.ctas;
     for (const Launch& l : launches_) {  // what the launched kernels are (from their info)
       const FwdKernelInfo k = fwd_kernel_info(D_, kv_, l.rt, choice_);

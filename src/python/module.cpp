@@ -275,6 +275,7 @@ NB_MODULE(_C, m) {
         d["cpu_isa"] = i.cpu_isa;
         d["partition_tokens"] = i.partition_tokens;
         d["wave_ctas"] = i.wave_ctas;
+        d["head_width"] = i.head_width;
         d["work_items"] = i.work_items;
         nb::list launches;
         for (const PlanInfo::Launch& l : i.launches) {

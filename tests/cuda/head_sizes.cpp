@@ -8,17 +8,24 @@
 
 using namespace gpu_suite;
 
-// Which variant a head size runs on: the native widths unpadded, the others padded (variant "pad").
+// Which width and variant a head size runs on: a native width unpadded, else the next native width
+// above, padded (variant "pad").
 TEST(Cuda, HeadSizesPickTheirWidth) {
   REQUIRE_GPU();
   CaseConfig cfg = few_query_config();
   cfg.group_sizes = {4};
+  cfg.min_seqs = cfg.max_seqs = 1;
+  cfg.min_tokens = cfg.max_tokens = 1;
   for (KVPrecision kv : {KVPrecision::f16, KVPrecision::u8}) {
     cfg.kv_precisions = {kv};
-    for (int D : {80, 96, 112, 160, 192}) {
+    const bool bytes = kv == KVPrecision::u8;
+    for (auto [D, width] : std::vector<std::pair<int, int>>{
+             {32, 64}, {80, bytes ? 96 : 80}, {96, 96}, {112, bytes ? 128 : 112}, {144, 192}, {160, 192},
+             {192, 192}, {208, 256}}) {
       cfg.head_sizes = {D};
-      const bool native = D == 96 || D == 192 || (kv == KVPrecision::f16 && (D == 80 || D == 112));
-      expect_launched(cfg, 1, 1, base_seed() + 7950000 + D, 128, native ? "" : "pad");
+      const uint64_t seed = base_seed() + 7950000 + D;
+      EXPECT_EQ(plan_info(cfg, seed, Options{Backend::cuda}).head_width, width) << "D = " << D;
+      expect_launched(cfg, 1, 1, seed, 128, D == width ? "" : "pad");
     }
   }
 }
@@ -48,7 +55,8 @@ TEST(Cuda, HeadSizesRandom) {
 TEST(Cuda, ValueHeadSizeRandom) {
   REQUIRE_GPU();
   const std::vector<KVPrecision> every = {KVPrecision::f16, KVPrecision::bf16, KVPrecision::u8, KVPrecision::fp8};
-  for (auto [D, Dv] : std::vector<std::pair<int, int>>{{192, 128}, {128, 64}, {256, 128}, {96, 80}, {64, 32}}) {
+  for (auto [D, Dv] :
+       std::vector<std::pair<int, int>>{{192, 128}, {128, 64}, {256, 128}, {96, 80}, {64, 32}, {80, 64}, {112, 96}}) {
     CaseConfig fq = few_query_config();
     fq.head_sizes = {D};
     fq.value_head_sizes = {Dv};

@@ -36,7 +36,7 @@ def gpu_case(seed, qdtype, **kw):
     """A reference_np case at head sizes of the CUDA backend's widths and its block sizes, as torch tensors: the device
     fields on the GPU (query/key/value in `qdtype`), metadata on the host."""
     rng = np.random.default_rng(seed)
-    case = ref.make_case(seed, qdtype=np.float32, head_sizes=(64, 80, 96, 128, 192, 256), block_sizes=(16, 32, 64),
+    case = ref.make_case(seed, qdtype=np.float32, head_sizes=(64, 80, 96, 112, 128, 192, 256), block_sizes=(16, 32, 64),
                          max_T=int(rng.choice([3, 8, 16, 40])), max_past=int(rng.choice([100, 2000])), **kw)
     t = {}
     for n in _FIELDS:

@@ -30,7 +30,7 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_const
   const MergeRow mr = P.merge_rows[blockIdx.x];
   const int tid = threadIdx.x;
   const int c4 = tid % kCols4, g = tid / kCols4;
-  // (D = 96, 192: kCols4 does not divide the block, and the threads past the last whole group idle)
+  // (D = 80, 96, 112, 192: kCols4 may not divide the block; the threads past the last whole group idle)
   const bool grouped = kMergeThreads % kCols4 == 0 || g < kGroupsM;
   const int col = ((kSplit == 1 ? 0 : static_cast<int>(blockIdx.y) * kCols4) + c4) * 4;  // first of its 4 columns
   const float* ml = P.ws_ml + (static_cast<int64_t>(mr.slot) * P.slot_rows + mr.row) * 2;

@@ -109,7 +109,7 @@ struct SharedStorage {
   };
   union StreamOrRed {  // rings and Q while streaming; each key group's scaled partial output after
     Stream s;
-    Red r;  // (larger than Stream only for D = 256 u8 at 8 row tiles, the one-CTA-per-SM variant)
+    Red r;  // (larger than Stream in some one-CTA-per-SM u8 variants: 8 row tiles at D = 192 and 256, WKV = 4 at 192)
   };
 
   StreamOrRed u;

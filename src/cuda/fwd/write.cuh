@@ -15,7 +15,7 @@ template <int D, int KV>
 __device__ __forceinline__ void write_row(const void* src, int64_t src_off, void* cache, uint16_t* scale,
                                           uint16_t* min, int64_t row, int io, int lane, int ld,
                                           float head_scale = 1.0f) {
-  constexpr int kPer = D <= 64 ? 2 : D <= 128 ? 4 : 8;  // elements per lane (D = 96, 192: lanes 24-31 idle)
+  constexpr int kPer = D <= 64 ? 2 : D <= 128 ? 4 : 8;  // elements per lane (D = 80-112, 192: some lanes idle)
   const bool active = lane * kPer < ld;  // (ld is a multiple of kPer)
   float x[kPer];
   if (active) load_io_n<kPer>(src, src_off + lane * kPer, io, x);
