@@ -9,14 +9,15 @@
 namespace pagedattn {
 namespace cuda {
 
-// load_half (below) where a row's 16-byte chunks do not divide the group's threads (D = 96, 192): a
+// load_half (below) where a row's 16-byte chunks do not divide the group's threads (D = 80-112, 192): a
 // thread's copies cycle through kPer columns (offsets computed once, outside the key loop), and the last
 // copy may cover only some threads. Otherwise as load_half, whose general path it repeats: folding the two
 // into shared helpers (or one function with per-thread column arrays) changed the SASS of every fwd_kernel
 // at D = 64, 128, 256 (bench/sass_same.sh), the kernels every measurement so far was taken on.
 template <int D, int KV, int RT, int MT, bool PAD = false, int WKV = 0>
 __device__ __forceinline__ void load_half_cycled(typename SharedStorage<D, KV, RT, MT, WKV>::Half& hb, int kind,
-                                                 const FwdParams& P, const int32_t* table, int hk, int js, int kv_lo, int kv_end, int gtid) {
+                                                 const FwdParams& P, const int32_t* table, int hk, int js,
+                                                 int kv_lo, int kv_end, int gtid) {
   using Tr = FwdTraits<D, KV, RT, MT, WKV>;
   using C = typename Tr::C;
   constexpr int kChunksPerRow = D * static_cast<int>(sizeof(C)) / 16;
