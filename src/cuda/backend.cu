@@ -245,9 +245,9 @@ class CudaPlan final : public detail::PlanImpl {
     const bool bytes = kv_ == kKvU8 || kv_ == kKvF8;
     // (a padded head size runs on fwd_kernel only; so does deterministic mode: one variant for every
     // chunk, docs/design.md "Invariant rows")
-    // (and so does a width without Hopper variants: 96, 192)
-    const bool hopper_width = D_ == 64 || D_ == 128 || D_ == 256;
-    choice_.wg = choice_.pad || opt.deterministic || !hopper_width ? 0 : tuning::hopper_key_tile(D_, bytes, hopper, env);
+    // (and so does a width without Hopper kernels: 80, 96, 112, 192)
+    choice_.wg = choice_.pad || opt.deterministic || !has_hopper_kernels(D_) ? 0
+                                                                           : tuning::hopper_key_tile(D_, bytes, hopper, env);
     choice_.invariant = opt.deterministic;
     int64_t max_keys = 0;  // the longest key range of the call (a window caps it)
     for (int s = 0; s < num_seqs; ++s) {

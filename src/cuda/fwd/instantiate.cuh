@@ -90,9 +90,8 @@ template <int D, int KV>
 FwdKernelInfo fwd_kernel_info_kind(int rt, const KernelChoice& c) {
   constexpr bool k16 = KV == kKvF16 || KV == kKvBF16;  // 16-bit caches (else one-byte codes: u8, fp8)
   constexpr bool kMt2Variants = D <= 128 && D != 112 && k16;  // (D = 112: 4 bytes spilled; 8 warps instead)
-  // The Hopper kernels exist at D = 64, 128, 256 (their swizzled 64-column operand blocks); at the other
-  // widths every chunk runs on fwd_kernel (the backend passes c.wg = 0 there).
-  constexpr bool kHopperWidth = D == 64 || D == 128 || D == 256;
+  // (the backend passes c.wg = 0 at widths without Hopper kernels)
+  constexpr bool kHopperWidth = has_hopper_kernels(D);
   if (c.invariant && rt == 2)  // Options::deterministic: 17-32-row chunks on the 1-row-tile key groups
     return c.pad ? FwdVariant<D, KV, 2, 1, true, 4>::info() : FwdVariant<D, KV, 2, 1, false, 4>::info();
   if (c.pad) {  // a head size below D: fwd_kernel's padded variants only (docs/design.md, "Head sizes")

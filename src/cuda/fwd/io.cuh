@@ -91,8 +91,8 @@ struct NoOp {
 template <typename T, int kRows, int D, int kThreads, typename Store, typename AfterLoads = NoOp>
 __device__ __forceinline__ void stage_q(const FwdParams& P, int64_t q_tok0, int hk, int G, int rows, int tid,
                                         Store store, AfterLoads after_loads = {}, float* row_sums = nullptr) {
-  // a row takes kChunks lanes, a power of two (D = 96, 192: 16 and 32 lanes for 12 and 24 chunks; the
-  // lanes past D / 8 load nothing, store nothing and add 0 to the row sum)
+  // a row takes kChunks lanes, a power of two (D = 80-112: 16 lanes for 10-14 chunks, D = 192: 32 for 24;
+  // the lanes past D / 8 load nothing, store nothing and add 0 to the row sum)
   constexpr int kChunks = D <= 64 ? 8 : D <= 128 ? 16 : 32, kIters = (kRows * kChunks + kThreads - 1) / kThreads,
                 kBatch = 4;
   static_assert(32 % kChunks == 0 && kChunks * 8 >= D, "a row's chunks are one lane segment of a warp");

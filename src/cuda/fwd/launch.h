@@ -38,6 +38,10 @@ struct KernelChoice {
                            // 1-row-tile variant's key groups), no Hopper kernel
 };
 
+// The widths with Hopper kernels (wg_kernel: swizzled 64-column operand blocks); at 80, 96, 112 and 192
+// every chunk runs on fwd_kernel.
+constexpr bool has_hopper_kernels(int D) { return D == 64 || D == 128 || D == 256; }
+
 FwdKernelInfo fwd_kernel_info_d64(int kv, int row_tiles, const KernelChoice& c);
 FwdKernelInfo fwd_kernel_info_d80(int kv, int row_tiles, const KernelChoice& c);
 FwdKernelInfo fwd_kernel_info_d96(int kv, int row_tiles, const KernelChoice& c);
