@@ -82,17 +82,20 @@ configure() {
 # bench arguments to the seed rows, e.g. AB_ARGS="--block-size 16 --context 32768"; AB_BATCH_ARGS to the
 # batch rows, e.g. AB_BATCH_ARGS="--partition 1024")
 # AB_SCENARIO=prefill: the prefill scenario's rows instead (bf16 prefill from zero, 8k and 32k tokens, two
-# shapes; keyed by shape in the table), for kernels only prefill chunks run (the Hopper wg_kernel)
+# shapes; keyed by shape in the table), for kernels only prefill chunks run (the Hopper wg_kernel);
+# AB_SCENARIO=sweep: issue 21's sweep (D x G x T, chains and trees, 4 layers; keyed by D, G and tree too).
+# AB_KV: the KV precisions of the seed, sweep and batch rows (default f16,u8)
 ab_bench() {
   local bin=$1 tag=$2
   shift 2
-  local rows=(--scenario seed --kv f16,u8 --tokens 1,3,8)
+  local rows=(--scenario seed --kv "${AB_KV:-f16,u8}" --tokens 1,3,8)
   [ "${AB_SCENARIO:-seed}" = prefill ] && rows=(--scenario prefill)
+  [ "${AB_SCENARIO:-seed}" = sweep ] && rows=(--scenario sweep --kv "${AB_KV:-f16,u8}" --fill random --layers 4)
   env "$@" timeout 120 "$bin" bench --backend cuda "${rows[@]}" ${AB_ARGS:-} \
     --json "$run_dir/ab_$tag.json" > "$run_dir/ab_$tag.log" 2>&1 || return 1
   [ "${AB_BATCH:-0}" = 1 ] || return 0
   env "$@" timeout 120 "$bin" bench --backend cuda --scenario seed --batch 32 --context 8192 --tokens 1,4 \
-    --kv f16,u8 --fill random ${AB_BATCH_ARGS:-} --json "$run_dir/ab_$tag.batch.json" >> "$run_dir/ab_$tag.log" 2>&1
+    --kv "${AB_KV:-f16,u8}" --fill random ${AB_BATCH_ARGS:-} --json "$run_dir/ab_$tag.batch.json" >> "$run_dir/ab_$tag.log" 2>&1
 }
 
 # ab_default: the default build's A/B rows, once per call (the base of every ratio)
@@ -251,9 +254,17 @@ for f in sorted(glob.glob(d + "/ab_*.json")):
         runs.setdefault(name, []).append(j)
     except (OSError, ValueError) as e:  # a run that failed or timed out leaves an empty file
         print("skipped %s: %s" % (f, e))
-def rows(js):  # seed rows by (kv, context, T, seqs); prefill rows (AB_SCENARIO=prefill) by shape for context
-    return {(r.get("kv"), r.get("context", r.get("shape")), r.get("T"), r.get("seqs", 1)): r.get("us")
-            for j in js for r in j.get("rows", []) + j.get("prefill", {}).get("rows", [])}
+def rows(js):  # seed rows by (kv, context, T, seqs); prefill rows (AB_SCENARIO=prefill) by shape for context;
+    # sweep rows (AB_SCENARIO=sweep) also by D, G and tree: "kv D=.. G=.. [tree]"
+    def kv(r):
+        if os.environ.get("AB_SCENARIO", "seed") != "sweep":
+            return r.get("kv")
+        return "%s D=%s G=%s%s" % (r.get("kv"), r.get("head_size"), r.get("group"), " tree" if r.get("tree") else "")
+    out = {}
+    for j in js:
+        for r in j.get("rows", []) + j.get("prefill", {}).get("rows", []):
+            out[(kv(r), r.get("context", r.get("shape")), r.get("T"), r.get("seqs", 1))] = r.get("us")
+    return out
 tabs = {k: rows(v) for k, v in runs.items()}
 base = tabs.get("default", {})
 names = ["default"] + [k for k in tabs if k not in ("default", "default_again")] + \

@@ -54,7 +54,7 @@ struct PlanInfo {
     int row_tiles = 0;          // 16-row tiles per chunk (1, 2, 4, 8)
     int64_t ctas = 0;           // CTAs: work items x kv heads
     int threads = 0;            // per CTA
-    std::string variant;        // "" (fwd_kernel), "mt2", "wg<keys>" (+"u8") / "wgs<keys>" (wg_kernel)
+    std::string variant;        // "" (fwd_kernel), "mt2", "wg<keys>" (+"u8" / "f8") / "wgs<keys>" (+"f8") (wg_kernel)
   };
   Backend backend = Backend::cpu;
   bool reference = false;       // cpu: the oracle runs (Options::cpu_reference)

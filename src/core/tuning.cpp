@@ -58,7 +58,8 @@ int hopper_key_tile(int head_size, bool u8, bool hopper, const Overrides& o) {
 //   at 32k (inv6): taken at every context;
 // - D = 64: 0.86-0.96x at 8k and 0.75x on the batch, but 1.13-1.18x slower at 32k and 128k (d5): taken
 //   when no sequence of the call sees more than 16k keys (`max_keys`; 16k itself was not measured).
-// u8 and fp8 stay on fwd_kernel. PAGEDATTN_WG_SPLIT=1 / 2: 33-64 / 17-64 rows at every head size.
+// fp8 takes the same rules (codes converted in place); u8 stays on fwd_kernel. PAGEDATTN_WG_SPLIT=1 / 2:
+// 33-64 / 17-64 rows at every head size.
 int hopper_split(int head_size, bool u8, int key_tile, int64_t max_keys, const Overrides& o) {
   if (key_tile == 0 || u8 || o.wg_split == 0) return 0;
   if (o.wg_split == 1) return 4;

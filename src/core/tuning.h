@@ -35,7 +35,7 @@ Overrides read_overrides();
 /// device of an sm_90a build, u8 (and fp8: pass u8 = true for one-byte codes) with PAGEDATTN_WGMMA_U8=0,
 /// PAGEDATTN_WGMMA=0).
 int hopper_key_tile(int head_size, bool u8, bool hopper, const Overrides& o);
-/// The least row tiles of the f16/bf16 chunks that run on the key-split Hopper kernel
+/// The least row tiles of the f16/bf16/fp8 chunks (`u8`: a u8 cache, never) that run on the key-split Hopper kernel
 /// (KernelChoice::wg_split): 2 (17-64 rows: D >= 128, D = 64 when the call's longest key range
 /// `max_keys` <= kSplitShortKeys, or PAGEDATTN_WG_SPLIT=2), 4 (33-64 rows), or 0 where it is off or the
 /// Hopper kernel is (`key_tile` = hopper_key_tile() == 0).

@@ -79,3 +79,42 @@ TEST(Cuda, HopperFp8Random) {
   EnvGuard off("PAGEDATTN_WGMMA_U8", "0");
   run_suite("prefill-mma-fp8", cfg, base_seed() + 6600000, 30);
 }
+
+// fp8 chunks of 17-64 rows on the key-split Hopper kernel ("wgs<keys>f8": codes converted in place in
+// f16's ring, the scales as on fwd_kernel), per query dtype: the kernel is launched (33-64 and 17-32 rows
+// at each head size), then chains and trees in the row bands where every chunk takes it (G = 4 with T
+// 9-16, G = 8 with T 3-8, G = 16 with T 3-4), mixed few-query cases and long contexts (many partitions).
+TEST(Cuda, Fp8SplitRandom) {
+  REQUIRE_GPU();
+  if (const char* why = no_wgmma()) GTEST_SKIP() << why;
+  EnvGuard on("PAGEDATTN_WGMMA", ""), split("PAGEDATTN_WG_SPLIT", ""), bytes("PAGEDATTN_WGMMA_U8", "");
+  CaseConfig one = fp8(few_query_config(), DType::f16);
+  one.group_sizes = {8};
+  for (int d : {64, 128, 256}) {
+    one.head_sizes = {d};
+    const char* variant = d == 256 ? "wgs32f8" : "wgs64f8";
+    expect_launched(one, 5, 8, base_seed() + 6700000 + d, 256, variant);  // 40-64 rows
+    expect_launched(one, 3, 4, base_seed() + 6710000 + d, 256, variant);  // 24-32 rows (D = 64: <= 16k keys)
+  }
+  const int bands[3][3] = {{4, 9, 16}, {8, 3, 8}, {16, 3, 4}};
+  for (DType q : {DType::f16, DType::bf16}) {
+    const bool f16 = q == DType::f16;
+    const uint64_t seed = base_seed() + (f16 ? 6800000 : 6900000);
+    CaseConfig cfg = fp8(few_query_config(), q);
+    for (int b = 0; b < 3; ++b) {
+      CaseConfig band = cfg;
+      band.group_sizes = {bands[b][0]};
+      band.min_tokens = bands[b][1];
+      band.max_tokens = bands[b][2];
+      const std::string name = std::string("fp8-wgs-g") + std::to_string(bands[b][0]) + (f16 ? " q=f16" : " q=bf16");
+      run_suite(name.c_str(), band, seed + 1000 * b, 60);
+    }
+    run_suite(f16 ? "fp8-wgs-mixed q=f16" : "fp8-wgs-mixed q=bf16", cfg, seed + 5000, 40);
+    CaseConfig lng = fp8(long_context_config(4000, 20000, 40000), q);
+    lng.head_sizes = {128, 256};
+    lng.group_sizes = {8};
+    lng.min_tokens = 3;
+    lng.max_tokens = 8;
+    run_suite(f16 ? "fp8-wgs-long q=f16" : "fp8-wgs-long q=bf16", lng, seed + 6000, 12);
+  }
+}

@@ -31,15 +31,20 @@ struct WgTraits {
   static_assert((D <= 128 && (KEYS == 64 || KEYS == 128)) || (D == 256 && KEYS == 32), "head size / key tile");
   static_assert(KV == kKvF16 || KV == kKvBF16 || ((KV == kKvU8 || KV == kKvF8) && KEYS == (D == 256 ? 32 : 64)),
                 "cache type");
-  // SPLIT: two warpgroups, f16/bf16. u8 on it (three conversion buffers per ring, 32-key tiles at
-  // D = 128; commit 7aba6f4) ran level with fwd_kernel at 64 rows (run c4): its codes converted in
+  // SPLIT: two warpgroups, f16/bf16 and fp8. u8 on it (three conversion buffers per ring, 32-key tiles
+  // at D = 128; commit 7aba6f4) ran level with fwd_kernel at 64 rows (run c4): its codes converted in
   // shared memory bound it, as they bound the one-warpgroup kernel's u8 path (2.4-3x fwd_kernel's time
   // at T = 1, run mr1; that kernel, wgq, was removed after c7eeed8).
-  static_assert(!SPLIT || KV == kKvF16 || KV == kKvBF16, "the key-split variant: f16/bf16");
+  static_assert(!SPLIT || KV == kKvF16 || KV == kKvBF16 || KV == kKvF8, "the key-split variant: f16/bf16, fp8");
   using T = typename KvTraits<KV>::mma_t;
   static constexpr bool kU8 = KV == kKvU8;     // affine codes: per-key parameters (as fwd_kernel)
   static constexpr bool kF8 = KV == kKvF8;     // e4m3 codes: the kv head's scales fold into S and O
   static constexpr bool kBytes = kU8 || kF8;   // one-byte codes: staged, then converted to f16 tiles
+  // fp8 on SPLIT: converted in place. The codes of 16-byte chunk c of a row land where the row's f16
+  // chunk 2c goes, and the thread that copied them converts them into chunks 2c and 2c + 1 (no other
+  // thread's codes are there), so the ring is f16's: same slots, depth and refill rule, no conversion
+  // buffers (each ring's three would not fit two rings at D = 256).
+  static constexpr bool kInPlace = kF8 && SPLIT;
   static constexpr int kRows = SPLIT ? 64 : 128;
   static constexpr int kThreads = 256;
   static constexpr int kRings = SPLIT ? 2 : 1;                 // rings of copy stages (one per stream)
@@ -51,9 +56,11 @@ struct WgTraits {
   // f16/bf16: a ring of (K, V) tiles in the MMA layout. u8 and fp8 (PAGEDATTN_WGMMA_U8=0: mma.sync
   // instead): a ring of staging slots (K and V codes, row-major, then u8's 4 parameter arrays), converted
   // by the threads that loaded them into three (K, V) f16 buffers in the MMA layout (one converted, one
-  // read by the PV MMA in flight, one still read by a lagging warpgroup), and (u8) the rows' query sums.
-  static constexpr int kStageBytes = kU8 ? 2 * kKeys * D + 4 * kKeys * 2 : kF8 ? 2 * kKeys * D : 2 * kTileBytes;
-  static constexpr int kConvBytes = kBytes ? 3 * 2 * kTileBytes : 0;
+  // read by the PV MMA in flight, one still read by a lagging warpgroup), and (u8) the rows' query sums;
+  // fp8 on SPLIT: f16's ring, converted in place (above).
+  static constexpr int kStageBytes = kU8 ? 2 * kKeys * D + 4 * kKeys * 2
+                                     : kF8 && !kInPlace ? 2 * kKeys * D : 2 * kTileBytes;
+  static constexpr int kConvBytes = kBytes && !kInPlace ? 3 * 2 * kTileBytes : 0;
   static constexpr int kQsumBytes = kU8 ? kRows * 4 : 0;
   // ring depth (tiles ahead = kStages - 2): 2 warpgroups 3 or 5 (measured), 1 warpgroup what fits, <= 6
   // (D = 64: two CTAs per SM); SPLIT: what fits each ring, <= 6
@@ -113,7 +120,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT>::kThreads, 1)
   auto slot_base = [&](int stage) { return ring_base + Tr::kConvBytes + stage * Tr::kStageBytes; };
   // K and V of (the ring's) tile `t` in the MMA layout: its ring slot, or (u8) its converted buffer
   auto k_tile = [&](int t) {
-    return kBytes ? ring_base + (t % 3) * 2 * Tr::kTileBytes : slot_base(t % kStages);
+    return kBytes && !Tr::kInPlace ? ring_base + (t % 3) * 2 * Tr::kTileBytes : slot_base(t % kStages);
   };
   auto v_tile = [&](int t) { return k_tile(t) + Tr::kTileBytes; };
   auto smem_ptr = [&](uint32_t addr) { return smem_raw + (addr - raw_u32); };
@@ -134,6 +141,15 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT>::kThreads, 1)
   auto tile_of = [&](int it) { return SPLIT ? 2 * it + wgi : it; };
   const int kv_lo = window_lo(P, past, w.t0);
 
+  // One-byte codes: where chunk c (16 codes) of key row r of ring tile `it` is staged: row-major in the
+  // staging slot, or (kInPlace) at the row's f16 chunk 2c in the tile's MMA layout.
+  auto code_k = [&](int it, int r, int c) {
+    return Tr::kInPlace ? k_tile(it) + sw128_offset(r, 2 * c, kKeys) : slot_base(it % kStages) + r * D + c * 16;
+  };
+  auto code_v = [&](int it, int r, int c) {
+    return Tr::kInPlace ? v_tile(it) + sw128_offset(r, 2 * c, kKeys)
+                        : slot_base(it % kStages) + kKeys * D + r * D + c * 16;
+  };
   // K and V of ring tile `it` -> ring slot it % kStages; rows outside [kv_lo, kv_end) are zero-filled
   // (and their blocks never looked up: see load_half). A thread keeps one 16-byte column chunk and takes
   // every (kCopyThreads / kChunks)-th row.
@@ -148,14 +164,13 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT>::kThreads, 1)
       constexpr int kIters = kKeys / kRowStep;
       const int c = ctid % kC16, r0 = ctid / kC16;
       const int js = w.kv_begin + tile_of(it) * kKeys;
-      const uint32_t sb = slot_base(it % kStages);
 #pragma unroll
       for (int i = 0; i < kIters; ++i) {
         const int r = r0 + i * kRowStep;
         const bool ok = js + r < w.kv_end && js + r >= kv_lo;
         const int64_t off = ok ? cache_row(table, js + r, hk, P.Hk, P.block_size_log2) * D + c * 16 : 0;
-        cp_async_16_u32(sb + r * D + c * 16, static_cast<const uint8_t*>(P.k_cache) + off, ok ? 16 : 0);
-        cp_async_16_u32(sb + kKeys * D + r * D + c * 16, static_cast<const uint8_t*>(P.v_cache) + off, ok ? 16 : 0);
+        cp_async_16_u32(code_k(it, r, c), static_cast<const uint8_t*>(P.k_cache) + off, ok ? 16 : 0);
+        cp_async_16_u32(code_v(it, r, c), static_cast<const uint8_t*>(P.v_cache) + off, ok ? 16 : 0);
       }
       // u8 parameters: 4 arrays x (kKeys / 8) chunks of 8 tokens (a chunk stays in one cache block)
       constexpr int kPerArray = kKeys / 8;
@@ -165,7 +180,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT>::kThreads, 1)
         const bool ok = j < w.kv_end && j + 7 >= kv_lo;
         const uint16_t* ps = a == 0 ? P.k_scale : a == 1 ? P.k_min : a == 2 ? P.v_scale : P.v_min;
         const int64_t off8 = ok ? cache_row(table, j, hk, P.Hk, P.block_size_log2) : 0;
-        cp_async_16_u32(sb + kParOff + a * kKeys * 2 + cc * 16, ps + off8, ok ? 16 : 0);
+        cp_async_16_u32(slot_base(it % kStages) + kParOff + a * kKeys * 2 + cc * 16, ps + off8, ok ? 16 : 0);
       }
     } else if (it < n_tiles) {
       constexpr int kRowStep = Tr::kCopyThreads / Tr::kChunks;
@@ -199,12 +214,12 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT>::kThreads, 1)
     constexpr int kIters = kKeys / kRowStep;
     static_assert(kIters * kRowStep == kKeys && Tr::kCopyThreads % kC16 == 0, "code chunk split");
     const int c = ctid % kC16, r0 = ctid / kC16;
-    const uint32_t sb = slot_base(it % kStages), kb = k_tile(it), vb = v_tile(it);
+    const uint32_t kb = k_tile(it), vb = v_tile(it);
 #pragma unroll
     for (int i = 0; i < kIters; ++i) {
       const int r = r0 + i * kRowStep;
-      const uint4 kx = *reinterpret_cast<const uint4*>(smem_ptr(sb + r * D + c * 16));
-      const uint4 vx = *reinterpret_cast<const uint4*>(smem_ptr(sb + kKeys * D + r * D + c * 16));
+      const uint4 kx = *reinterpret_cast<const uint4*>(smem_ptr(code_k(it, r, c)));
+      const uint4 vx = *reinterpret_cast<const uint4*>(smem_ptr(code_v(it, r, c)));
       const uint2 k0 = cvt4(kx.x, true), k1 = cvt4(kx.y, true), k2 = cvt4(kx.z, true), k3 = cvt4(kx.w, true);
       const uint2 v0 = cvt4(vx.x, false), v1 = cvt4(vx.y, false), v2 = cvt4(vx.z, false), v3 = cvt4(vx.w, false);
       *reinterpret_cast<uint4*>(smem_ptr(kb + sw128_offset(r, 2 * c, kKeys))) = make_uint4(k0.x, k0.y, k1.x, k1.y);
