@@ -58,13 +58,25 @@ int hopper_key_tile(int head_size, bool u8, bool hopper, const Overrides& o) {
 //   at 32k (inv6): taken at every context;
 // - D = 64: 0.86-0.96x at 8k and 0.75x on the batch, but 1.13-1.18x slower at 32k and 128k (d5): taken
 //   when no sequence of the call sees more than 16k keys (`max_keys`; 16k itself was not measured).
-// fp8 takes the same rules (codes converted in place); u8 stays on fwd_kernel. PAGEDATTN_WG_SPLIT=1 / 2:
-// 33-64 / 17-64 rows at every head size.
-int hopper_split(int head_size, bool u8, int key_tile, int64_t max_keys, const Overrides& o) {
-  if (key_tile == 0 || u8 || o.wg_split == 0) return 0;
+// fp8 (codes converted in place in f16's ring; the sweep against fwd_kernel, runs f8s1 and f8s2):
+// - 33-64 rows: D = 64 0.77-0.89x at every context, 0.47x on the batch (T = 8, G = 8); D = 128 0.71-0.92x
+//   at 8k, 0.99x at 32k/128k, 0.84x on the batch; D = 256 0.82-0.94x at 8k but 1.10x slower at 32k/128k
+//   (1.00x on the batch): D = 256 only up to 16k keys;
+// - 17-32 rows: D = 64 0.84-0.98x at 8k (taken like f16's, up to 16k keys); D = 128 and 256 1.57-1.89x
+//   slower at 32k/128k, 1.03-1.14x at 8k, 1.66-1.79x on the batch (T = 4): never. The kernel's loop is
+//   bound by its per-tile instructions (Nsight, f8s2: 4.8-5.7 cycles per issued instruction, 2 warps per
+//   scheduler), and an fp8 tile carries half an f16 tile's bytes for more instructions (the conversion).
+// u8 stays on fwd_kernel. PAGEDATTN_WG_SPLIT=1 / 2: 33-64 / 17-64 rows at every head size (fp8 too).
+int hopper_split(int head_size, KvKind kv, int key_tile, int64_t max_keys, const Overrides& o) {
+  if (key_tile == 0 || kv == KvKind::u8 || o.wg_split == 0) return 0;
   if (o.wg_split == 1) return 4;
   if (o.wg_split == 2) return 2;
-  return head_size >= 128 || max_keys <= kSplitShortKeys ? 2 : 4;
+  const bool short_keys = max_keys <= kSplitShortKeys;
+  if (kv == KvKind::fp8) {
+    if (head_size == 64) return short_keys ? 2 : 4;
+    return head_size == 128 || short_keys ? 4 : 0;
+  }
+  return head_size >= 128 || short_keys ? 2 : 4;
 }
 
 // 128-row chunks for prefill: the default at D <= 128, where on 8-warp mma.sync CTAs they measured

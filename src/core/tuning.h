@@ -35,12 +35,16 @@ Overrides read_overrides();
 /// device of an sm_90a build, u8 (and fp8: pass u8 = true for one-byte codes) with PAGEDATTN_WGMMA_U8=0,
 /// PAGEDATTN_WGMMA=0).
 int hopper_key_tile(int head_size, bool u8, bool hopper, const Overrides& o);
-/// The least row tiles of the f16/bf16/fp8 chunks (`u8`: a u8 cache, never) that run on the key-split Hopper kernel
-/// (KernelChoice::wg_split): 2 (17-64 rows: D >= 128, D = 64 when the call's longest key range
-/// `max_keys` <= kSplitShortKeys, or PAGEDATTN_WG_SPLIT=2), 4 (33-64 rows), or 0 where it is off or the
-/// Hopper kernel is (`key_tile` = hopper_key_tile() == 0).
+/// What a cache holds, for the rules that tell its kinds apart: 16-bit elements (f16, bf16), u8 or fp8 codes.
+enum class KvKind { f16, u8, fp8 };
+/// The least row tiles of the chunks that run on the key-split Hopper kernel (KernelChoice::wg_split):
+/// 2 (17-64 rows), 4 (33-64 rows), or 0 where it is off (u8 caches; fp8 at D = 256 past
+/// kSplitShortKeys keys) or the Hopper kernel is (`key_tile` = hopper_key_tile() == 0). f16/bf16: 2 at
+/// D >= 128 and at D = 64 while the call's longest key range `max_keys` <= kSplitShortKeys, else 4. fp8: 2
+/// at D = 64 (the same key rule, else 4), 4 at D = 128, 4 at D = 256 up to kSplitShortKeys keys.
+/// PAGEDATTN_WG_SPLIT=1 / 2: 4 / 2 wherever the kernel may run (not u8).
 constexpr int64_t kSplitShortKeys = 16384;
-int hopper_split(int head_size, bool u8, int key_tile, int64_t max_keys, const Overrides& o);
+int hopper_split(int head_size, KvKind kv, int key_tile, int64_t max_keys, const Overrides& o);
 /// 128-row chunks (planner::kMaxRowsWide) where the 8-row-tile variant fits the device
 /// (`wide_fits`); `key_tile` = hopper_key_tile().
 bool wide_chunks(int head_size, int key_tile, bool wide_fits, const Overrides& o);

@@ -241,8 +241,8 @@ class CudaPlan final : public detail::PlanImpl {
 #ifdef PAGEDATTN_HAS_SM90A
     hopper = cc_major == 9 && cc_minor == 0;
 #endif
-    // (fp8 takes u8's rules for 128-row chunks, one-byte codes converted into f16 tiles, and f16's for
-    // the key-split kernel, where it converts them in place)
+    // (fp8 takes u8's rules for 128-row chunks, one-byte codes converted into f16 tiles, and its own for
+    // the key-split kernel, where it converts them in place: tuning::hopper_split)
     const bool bytes = kv_ == kKvU8 || kv_ == kKvF8;
     // (a padded head size runs on fwd_kernel only; so does deterministic mode: one variant for every
     // chunk, docs/design.md "Invariant rows")
@@ -255,7 +255,8 @@ class CudaPlan final : public detail::PlanImpl {
       const int64_t keys = int64_t{past[s]} + (p.prefix_only ? 0 : sb[s + 1] - sb[s]);
       max_keys = std::max(max_keys, p.sliding_window > 0 ? std::min<int64_t>(keys, p.sliding_window) : keys);
     }
-    choice_.wg_split = tuning::hopper_split(D_, kv_ == kKvU8, choice_.wg, max_keys, env);  // fp8: f16's rules
+    const tuning::KvKind kind = kv_ == kKvU8 ? tuning::KvKind::u8 : kv_ == kKvF8 ? tuning::KvKind::fp8 : tuning::KvKind::f16;
+    choice_.wg_split = tuning::hopper_split(D_, kind, choice_.wg, max_keys, env);
     in.ctas_per_sm = fwd_kernel_info(D_, kv_, 1, choice_).ctas_per_sm();
     for (int k = 0; k < 4; ++k) {  // row-tile classes on the Hopper kernel: their own occupancy (planner.h)
       const FwdKernelInfo info = fwd_kernel_info(D_, kv_, 1 << k, choice_);

@@ -80,10 +80,12 @@ TEST(Cuda, HopperFp8Random) {
   run_suite("prefill-mma-fp8", cfg, base_seed() + 6600000, 30);
 }
 
-// fp8 chunks of 17-64 rows on the key-split Hopper kernel ("wgs<keys>f8": codes converted in place in
-// f16's ring, the scales as on fwd_kernel), per query dtype: the kernel is launched (33-64 and 17-32 rows
-// at each head size), then chains and trees in the row bands where every chunk takes it (G = 4 with T
-// 9-16, G = 8 with T 3-8, G = 16 with T 3-4), mixed few-query cases and long contexts (many partitions).
+// fp8 chunks on the key-split Hopper kernel ("wgs<keys>f8": codes converted in place in f16's ring, the
+// scales as on fwd_kernel), per query dtype, where tuning::hopper_split sends them: 17-64 rows at D = 64
+// (33-64 past 16k keys), 33-64 rows at D = 128, and at D = 256 up to 16k keys. The plans launch it (and
+// fwd_kernel where the rule says so), then chains and trees in the row bands where every chunk of these
+// cases takes it (G = 4 with T 9-16, G = 8 with T 5-8, G = 16 with T 3-4; few-query contexts stay under
+// 16k keys), 17-32-row chunks at D = 64, mixed few-query cases, and long contexts at D = 64 and 128.
 TEST(Cuda, Fp8SplitRandom) {
   REQUIRE_GPU();
   if (const char* why = no_wgmma()) GTEST_SKIP() << why;
@@ -92,28 +94,38 @@ TEST(Cuda, Fp8SplitRandom) {
   one.group_sizes = {8};
   for (int d : {64, 128, 256}) {
     one.head_sizes = {d};
-    const char* variant = "wgs*f8";
-    expect_launched(one, 5, 8, base_seed() + 6700000 + d, 256, variant);  // 40-64 rows
-    expect_launched(one, 3, 4, base_seed() + 6710000 + d, 256, variant);  // 24-32 rows (D = 64: <= 16k keys)
+    expect_launched(one, 5, 8, base_seed() + 6700000 + d, 256, d == 256 ? "wgs32f8" : "wgs64f8");  // 40-64 rows
   }
-  const int bands[3][3] = {{4, 9, 16}, {8, 3, 8}, {16, 3, 4}};
+  one.head_sizes = {64};
+  expect_launched(one, 3, 4, base_seed() + 6710064, 256, "wgs64f8");  // 24-32 rows at D = 64
+  for (int d : {128, 256}) {  // ... at D = 128 and 256 on fwd_kernel's 2 row tiles (4 warps, no variant name)
+    one.head_sizes = {d};
+    expect_launched(one, 3, 4, base_seed() + 6710000 + d, 128, "");
+  }
+  CaseConfig far = fp8(long_context_config(17000, 17000, 40000), DType::f16);  // D = 256 past 16k keys
+  far.head_sizes = {256};
+  far.group_sizes = {8};
+  expect_launched(far, 5, 8, base_seed() + 6720000, 128, "");  // (4 row tiles: 4 warps)
+  const int bands[4][4] = {{4, 9, 16, 0}, {8, 5, 8, 0}, {16, 3, 4, 0}, {8, 3, 4, 64}};
   for (DType q : {DType::f16, DType::bf16}) {
     const bool f16 = q == DType::f16;
     const uint64_t seed = base_seed() + (f16 ? 6800000 : 6900000);
     CaseConfig cfg = fp8(few_query_config(), q);
-    for (int b = 0; b < 3; ++b) {
+    for (int b = 0; b < 4; ++b) {
       CaseConfig band = cfg;
       band.group_sizes = {bands[b][0]};
       band.min_tokens = bands[b][1];
       band.max_tokens = bands[b][2];
-      const std::string name = std::string("fp8-wgs-g") + std::to_string(bands[b][0]) + (f16 ? " q=f16" : " q=bf16");
-      run_suite(name.c_str(), band, seed + 1000 * b, 60);
+      if (bands[b][3] != 0) band.head_sizes = {bands[b][3]};
+      const std::string name = std::string("fp8-wgs-g") + std::to_string(bands[b][0]) +
+                               (bands[b][3] != 0 ? "-17-32-d64" : "") + (f16 ? " q=f16" : " q=bf16");
+      run_suite(name.c_str(), band, seed + 1000 * b, bands[b][3] != 0 ? 30 : 60);
     }
     run_suite(f16 ? "fp8-wgs-mixed q=f16" : "fp8-wgs-mixed q=bf16", cfg, seed + 5000, 40);
     CaseConfig lng = fp8(long_context_config(4000, 20000, 40000), q);
-    lng.head_sizes = {128, 256};
+    lng.head_sizes = {64, 128};
     lng.group_sizes = {8};
-    lng.min_tokens = 3;
+    lng.min_tokens = 5;
     lng.max_tokens = 8;
     run_suite(f16 ? "fp8-wgs-long q=f16" : "fp8-wgs-long q=bf16", lng, seed + 6000, 12);
   }

@@ -335,15 +335,7 @@ inline const char* no_wgmma() {
 }
 
 // One sequence of `min_tokens`..`max_tokens` tokens from `cfg`: some launch of its plan runs `threads`
-// threads per CTA on the kernel variant `variant` (PlanInfo::Launch; nullptr: any variant; one '*' in it
-// stands for any text, e.g. "wgs*f8": the key-split kernel's fp8 form at any key tile).
-inline bool variant_matches(const std::string& v, const std::string& pattern) {
-  const std::size_t star = pattern.find('*');
-  if (star == std::string::npos) return v == pattern;
-  const std::string head = pattern.substr(0, star), tail = pattern.substr(star + 1);
-  return v.size() >= head.size() + tail.size() && v.compare(0, head.size(), head) == 0 &&
-         v.compare(v.size() - tail.size(), tail.size(), tail) == 0;
-}
+// threads per CTA on the kernel variant `variant` (PlanInfo::Launch; nullptr: any variant).
 inline void expect_launched(CaseConfig cfg, int min_tokens, int max_tokens, uint64_t seed, int threads,
                             const char* variant = nullptr) {
   cfg.min_seqs = cfg.max_seqs = 1;
@@ -353,7 +345,7 @@ inline void expect_launched(CaseConfig cfg, int min_tokens, int max_tokens, uint
   std::string seen;
   bool found = false;
   for (const PlanInfo::Launch& l : info.launches) {
-    found = found || (l.threads == threads && (variant == nullptr || variant_matches(l.variant, variant)));
+    found = found || (l.threads == threads && (variant == nullptr || l.variant == variant));
     seen += " [rt=" + std::to_string(l.row_tiles) + " threads=" + std::to_string(l.threads) + " '" + l.variant + "']";
   }
   EXPECT_TRUE(found) << "no launch of " << threads << " threads" << (variant ? std::string(" on '") + variant + "'" : "")

@@ -80,17 +80,6 @@ __device__ __forceinline__ void mma_rs_tb(float (&d)[N / 2], const uint32_t (&a)
 #else
 #define PAGEDATTN_IF_WGMMA(...)
 #endif
-#define PAGEDATTN_WG_MMA_SS_16(T, TS) \
-template <> \
-__device__ __forceinline__ void mma_ss<T, 16>(float (&d)[8], uint64_t a, uint64_t b, int accumulate) { \
-    PAGEDATTN_IF_WGMMA(asm volatile( \
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n" \
-        "wgmma.mma_async.sync.aligned.m64n16k16.f32." TS "." TS " {%0,%1,%2,%3,%4,%5,%6,%7}, %8, %9, p, 1, 1, 0, 0;\n}\n" \
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]) \
-        : "l"(a), "l"(b), "r"(accumulate));) \
-}
-PAGEDATTN_WG_MMA_SS_16(__half, "f16")
-PAGEDATTN_WG_MMA_SS_16(__nv_bfloat16, "bf16")
 #define PAGEDATTN_WG_MMA_SS_32(T, TS) \
 template <> \
 __device__ __forceinline__ void mma_ss<T, 32>(float (&d)[16], uint64_t a, uint64_t b, int accumulate) { \

@@ -28,12 +28,8 @@ namespace cuda {
 // one: bench/NOTES.md, run s12e); their (m, l, O) are combined in shared memory at the end.
 template <int D, int KV, int KEYS = 64, bool SPLIT = false>
 struct WgTraits {
-  // (fp8 on SPLIT: also half those key tiles, 32 at D = 128 and 16 at D = 256, for a deeper ring)
-  static constexpr bool kHalfTile = SPLIT && KV == kKvF8 && ((D == 128 && KEYS == 32) || (D == 256 && KEYS == 16));
-  static_assert((D <= 128 && (KEYS == 64 || KEYS == 128)) || (D == 256 && KEYS == 32) || kHalfTile,
-                "head size / key tile");
-  static_assert(KV == kKvF16 || KV == kKvBF16 || ((KV == kKvU8 || KV == kKvF8) && KEYS == (D == 256 ? 32 : 64)) ||
-                    kHalfTile,
+  static_assert((D <= 128 && (KEYS == 64 || KEYS == 128)) || (D == 256 && KEYS == 32), "head size / key tile");
+  static_assert(KV == kKvF16 || KV == kKvBF16 || ((KV == kKvU8 || KV == kKvF8) && KEYS == (D == 256 ? 32 : 64)),
                 "cache type");
   // SPLIT: two warpgroups, f16/bf16 and fp8. u8 on it (three conversion buffers per ring, 32-key tiles
   // at D = 128; commit 7aba6f4) ran level with fwd_kernel at 64 rows (run c4): its codes converted in
