@@ -70,12 +70,8 @@ struct FwdTraits {
   // 32k 0.98x, 8k 1.04x slower: 2 tiles per 128-key partition instead of 4). f16/bf16 at D = 256 keep
   // 16 (32-key halves would not fit three stages in half an SM's shared memory).
   // D = 192 takes D = 256's slices (at 32 keys its one-warp groups' rings would hold 2 halves, not 3).
-#ifndef PAGEDATTN_F8_SLICE16
-#define PAGEDATTN_F8_SLICE16 0
-#endif
-  static constexpr bool kSlice32 = kU8 || (kF8 && !PAGEDATTN_F8_SLICE16);
   static constexpr int kKPW = MT == 2 ? 32 : RT >= 4 ? (D > 128 ? 32 : 64)
-                            : (D > 128 ? (kSlice32 && RT == 2 && WKV == 0 ? 32 : 16) : 32);
+                            : (D > 128 ? (kBytes && RT == 2 && WKV == 0 ? 32 : 16) : 32);
   static constexpr int kTileKV = kWKV * kKPW;             // keys per iteration of the CTA
   static constexpr bool kOneCta = kWarps == 8;           // the 8-warp variants: one CTA per SM
   static constexpr int kMinCtas = kOneCta ? 1 : 2;        // __launch_bounds__ occupancy hint

@@ -141,14 +141,11 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT>::kThreads, 1)
   auto tile_of = [&](int it) { return SPLIT ? 2 * it + wgi : it; };
   const int kv_lo = window_lo(P, past, w.t0);
 
-  // One-byte codes: where chunk c (16 codes) of key row r of ring tile `it` is staged: row-major in the
-  // staging slot, or (kInPlace) at the row's f16 chunk 2c in the tile's MMA layout.
-  auto code_k = [&](int it, int r, int c) {
-    return Tr::kInPlace ? k_tile(it) + sw128_offset(r, 2 * c, kKeys) : slot_base(it % kStages) + r * D + c * 16;
-  };
-  auto code_v = [&](int it, int r, int c) {
-    return Tr::kInPlace ? v_tile(it) + sw128_offset(r, 2 * c, kKeys)
-                        : slot_base(it % kStages) + kKeys * D + r * D + c * 16;
+  // One-byte codes: where chunk c (16 codes) of key row r of the tile in ring slot `sb` is staged (K; V
+  // + kCodeV): row-major in the staging slot, or (kInPlace) at the row's f16 chunk 2c in the MMA layout.
+  constexpr uint32_t kCodeV = Tr::kInPlace ? Tr::kTileBytes : kKeys * D;
+  auto code_at = [&](uint32_t sb, int r, int c) {
+    return Tr::kInPlace ? sb + sw128_offset(r, 2 * c, kKeys) : sb + r * D + c * 16;
   };
   // K and V of ring tile `it` -> ring slot it % kStages; rows outside [kv_lo, kv_end) are zero-filled
   // (and their blocks never looked up: see load_half). A thread keeps one 16-byte column chunk and takes
@@ -164,13 +161,14 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT>::kThreads, 1)
       constexpr int kIters = kKeys / kRowStep;
       const int c = ctid % kC16, r0 = ctid / kC16;
       const int js = w.kv_begin + tile_of(it) * kKeys;
+      const uint32_t sb = slot_base(it % kStages);
 #pragma unroll
       for (int i = 0; i < kIters; ++i) {
         const int r = r0 + i * kRowStep;
         const bool ok = js + r < w.kv_end && js + r >= kv_lo;
         const int64_t off = ok ? cache_row(table, js + r, hk, P.Hk, P.block_size_log2) * D + c * 16 : 0;
-        cp_async_16_u32(code_k(it, r, c), static_cast<const uint8_t*>(P.k_cache) + off, ok ? 16 : 0);
-        cp_async_16_u32(code_v(it, r, c), static_cast<const uint8_t*>(P.v_cache) + off, ok ? 16 : 0);
+        cp_async_16_u32(code_at(sb, r, c), static_cast<const uint8_t*>(P.k_cache) + off, ok ? 16 : 0);
+        cp_async_16_u32(code_at(sb, r, c) + kCodeV, static_cast<const uint8_t*>(P.v_cache) + off, ok ? 16 : 0);
       }
       // u8 parameters: 4 arrays x (kKeys / 8) chunks of 8 tokens (a chunk stays in one cache block)
       constexpr int kPerArray = kKeys / 8;
@@ -180,7 +178,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT>::kThreads, 1)
         const bool ok = j < w.kv_end && j + 7 >= kv_lo;
         const uint16_t* ps = a == 0 ? P.k_scale : a == 1 ? P.k_min : a == 2 ? P.v_scale : P.v_min;
         const int64_t off8 = ok ? cache_row(table, j, hk, P.Hk, P.block_size_log2) : 0;
-        cp_async_16_u32(slot_base(it % kStages) + kParOff + a * kKeys * 2 + cc * 16, ps + off8, ok ? 16 : 0);
+        cp_async_16_u32(sb + kParOff + a * kKeys * 2 + cc * 16, ps + off8, ok ? 16 : 0);
       }
     } else if (it < n_tiles) {
       constexpr int kRowStep = Tr::kCopyThreads / Tr::kChunks;
@@ -214,12 +212,12 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT>::kThreads, 1)
     constexpr int kIters = kKeys / kRowStep;
     static_assert(kIters * kRowStep == kKeys && Tr::kCopyThreads % kC16 == 0, "code chunk split");
     const int c = ctid % kC16, r0 = ctid / kC16;
-    const uint32_t kb = k_tile(it), vb = v_tile(it);
+    const uint32_t sb = slot_base(it % kStages), kb = k_tile(it), vb = v_tile(it);
 #pragma unroll
     for (int i = 0; i < kIters; ++i) {
       const int r = r0 + i * kRowStep;
-      const uint4 kx = *reinterpret_cast<const uint4*>(smem_ptr(code_k(it, r, c)));
-      const uint4 vx = *reinterpret_cast<const uint4*>(smem_ptr(code_v(it, r, c)));
+      const uint4 kx = *reinterpret_cast<const uint4*>(smem_ptr(code_at(sb, r, c)));
+      const uint4 vx = *reinterpret_cast<const uint4*>(smem_ptr(code_at(sb, r, c) + kCodeV));
       const uint2 k0 = cvt4(kx.x, true), k1 = cvt4(kx.y, true), k2 = cvt4(kx.z, true), k3 = cvt4(kx.w, true);
       const uint2 v0 = cvt4(vx.x, false), v1 = cvt4(vx.y, false), v2 = cvt4(vx.z, false), v3 = cvt4(vx.w, false);
       *reinterpret_cast<uint4*>(smem_ptr(kb + sw128_offset(r, 2 * c, kKeys))) = make_uint4(k0.x, k0.y, k1.x, k1.y);
