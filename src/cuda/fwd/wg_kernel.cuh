@@ -141,13 +141,13 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT>::kThreads, 1)
   auto tile_of = [&](int it) { return SPLIT ? 2 * it + wgi : it; };
   const int kv_lo = window_lo(P, past, w.t0);
 
-  // One-byte codes: where chunk c (16 codes) of key row r of the tile in ring slot `sb` is staged:
+  // One-byte codes: where chunk c (16 codes) of key row r of ring tile `it` (ring slot `sb`) is staged:
   // row-major in the staging slot (K, then V), or (kInPlace) at the row's f16 chunk 2c in the MMA layout.
-  auto code_k = [&](uint32_t sb, int r, int c) {
-    return Tr::kInPlace ? sb + sw128_offset(r, 2 * c, kKeys) : sb + r * D + c * 16;
+  auto code_k = [&](int it, uint32_t sb, int r, int c) {
+    return Tr::kInPlace ? k_tile(it) + sw128_offset(r, 2 * c, kKeys) : sb + r * D + c * 16;
   };
-  auto code_v = [&](uint32_t sb, int r, int c) {
-    return Tr::kInPlace ? sb + Tr::kTileBytes + sw128_offset(r, 2 * c, kKeys) : sb + kKeys * D + r * D + c * 16;
+  auto code_v = [&](int it, uint32_t sb, int r, int c) {
+    return Tr::kInPlace ? v_tile(it) + sw128_offset(r, 2 * c, kKeys) : sb + kKeys * D + r * D + c * 16;
   };
   // K and V of ring tile `it` -> ring slot it % kStages; rows outside [kv_lo, kv_end) are zero-filled
   // (and their blocks never looked up: see load_half). A thread keeps one 16-byte column chunk and takes
@@ -169,8 +169,8 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT>::kThreads, 1)
         const int r = r0 + i * kRowStep;
         const bool ok = js + r < w.kv_end && js + r >= kv_lo;
         const int64_t off = ok ? cache_row(table, js + r, hk, P.Hk, P.block_size_log2) * D + c * 16 : 0;
-        cp_async_16_u32(code_k(sb, r, c), static_cast<const uint8_t*>(P.k_cache) + off, ok ? 16 : 0);
-        cp_async_16_u32(code_v(sb, r, c), static_cast<const uint8_t*>(P.v_cache) + off, ok ? 16 : 0);
+        cp_async_16_u32(code_k(it, sb, r, c), static_cast<const uint8_t*>(P.k_cache) + off, ok ? 16 : 0);
+        cp_async_16_u32(code_v(it, sb, r, c), static_cast<const uint8_t*>(P.v_cache) + off, ok ? 16 : 0);
       }
       // u8 parameters: 4 arrays x (kKeys / 8) chunks of 8 tokens (a chunk stays in one cache block)
       constexpr int kPerArray = kKeys / 8;
@@ -239,8 +239,8 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT>::kThreads, 1)
 #pragma unroll
     for (int i = 0; i < kIters; ++i) {
       const int r = r0 + i * kRowStep;
-      const uint4 kx = *reinterpret_cast<const uint4*>(smem_ptr(code_k(sb, r, c)));
-      const uint4 vx = *reinterpret_cast<const uint4*>(smem_ptr(code_v(sb, r, c)));
+      const uint4 kx = *reinterpret_cast<const uint4*>(smem_ptr(code_k(it, sb, r, c)));
+      const uint4 vx = *reinterpret_cast<const uint4*>(smem_ptr(code_v(it, sb, r, c)));
       const uint2 k0 = cvt4(kx.x, true), k1 = cvt4(kx.y, true), k2 = cvt4(kx.z, true), k3 = cvt4(kx.w, true);
       const uint2 v0 = cvt4(vx.x, false), v1 = cvt4(vx.y, false), v2 = cvt4(vx.z, false), v3 = cvt4(vx.w, false);
       *reinterpret_cast<uint4*>(smem_ptr(kb + sw128_offset(r, 2 * c, kKeys))) = make_uint4(k0.x, k0.y, k1.x, k1.y);
