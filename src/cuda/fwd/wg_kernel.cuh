@@ -149,6 +149,31 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT>::kThreads, 1)
   auto code_v = [&](int it, uint32_t sb, int r, int c) {
     return Tr::kInPlace ? v_tile(it) + sw128_offset(r, 2 * c, kKeys) : sb + kKeys * D + r * D + c * 16;
   };
+  // A tile wholly valid whose 32-key groups each lie in one cache block (a 32-key tile inside one block,
+  // or block_size >= 32 and the tile on the 32-key grid, as partitions start): its copies take one table
+  // lookup per group and constant row offsets instead of a lookup, 64-bit offset and zero-fill test per
+  // 16-byte copy.
+  auto whole = [&](int js) {
+    const int lbs = P.block_size_log2;
+    return js >= kv_lo && js + kKeys <= w.kv_end &&
+           (kKeys == 32 ? (js >> lbs) == ((js + 31) >> lbs) : lbs >= 5 && (js & 31) == 0);
+  };
+  // The copies of a whole tile starting at key js: K and V rows r0 + i * kStep (r0 < kStep), 16 bytes
+  // from element `col` of each (kc / vc: the caches, of the element type), to dst_k(r) / dst_v(r).
+  auto copy_whole = [&](auto step, const auto* kc, const auto* vc, int js, int r0, int col, auto dst_k, auto dst_v) {
+    constexpr int kStep = decltype(step)::value;
+    static_assert(32 % kStep == 0 && kKeys % 32 == 0, "a thread's rows of a 32-key group");
+#pragma unroll
+    for (int g = 0; g < kKeys / 32; ++g) {
+      const int64_t off = (cache_row(table, js + 32 * g, hk, P.Hk, P.block_size_log2) + r0) * D + col;
+#pragma unroll
+      for (int m = 0; m < 32 / kStep; ++m) {
+        const int r = 32 * g + r0 + m * kStep;
+        cp_async_16_full(dst_k(r), kc + off + m * kStep * D);
+        cp_async_16_full(dst_v(r), vc + off + m * kStep * D);
+      }
+    }
+  };
   // K and V of ring tile `it` -> ring slot it % kStages; rows outside [kv_lo, kv_end) are zero-filled
   // (and their blocks never looked up: see load_half). A thread keeps one 16-byte column chunk and takes
   // every (kCopyThreads / kChunks)-th row.
@@ -164,13 +189,25 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT>::kThreads, 1)
       const int c = ctid % kC16, r0 = ctid / kC16;
       const int js = w.kv_begin + tile_of(it) * kKeys;
       const uint32_t sb = slot_base(it % kStages);
+      const uint8_t* kc = static_cast<const uint8_t*>(P.k_cache);
+      const uint8_t* vc = static_cast<const uint8_t*>(P.v_cache);
+      bool done = false;
+      if constexpr (kRowStep <= 32) {  // (u8 at D = 64 on 256 threads: one copy per thread and tile)
+        if (whole(js)) {
+          copy_whole(std::integral_constant<int, kRowStep>{}, kc, vc, js, r0, c * 16,
+                     [&](int r) { return code_k(it, sb, r, c); }, [&](int r) { return code_v(it, sb, r, c); });
+          done = true;
+        }
+      }
+      if (!done) {
 #pragma unroll
-      for (int i = 0; i < kIters; ++i) {
-        const int r = r0 + i * kRowStep;
-        const bool ok = js + r < w.kv_end && js + r >= kv_lo;
-        const int64_t off = ok ? cache_row(table, js + r, hk, P.Hk, P.block_size_log2) * D + c * 16 : 0;
-        cp_async_16_u32(code_k(it, sb, r, c), static_cast<const uint8_t*>(P.k_cache) + off, ok ? 16 : 0);
-        cp_async_16_u32(code_v(it, sb, r, c), static_cast<const uint8_t*>(P.v_cache) + off, ok ? 16 : 0);
+        for (int i = 0; i < kIters; ++i) {
+          const int r = r0 + i * kRowStep;
+          const bool ok = js + r < w.kv_end && js + r >= kv_lo;
+          const int64_t off = ok ? cache_row(table, js + r, hk, P.Hk, P.block_size_log2) * D + c * 16 : 0;
+          cp_async_16_u32(code_k(it, sb, r, c), kc + off, ok ? 16 : 0);
+          cp_async_16_u32(code_v(it, sb, r, c), vc + off, ok ? 16 : 0);
+        }
       }
       // u8 parameters: 4 arrays x (kKeys / 8) chunks of 8 tokens (a chunk stays in one cache block)
       constexpr int kPerArray = kKeys / 8;
@@ -189,26 +226,14 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT>::kThreads, 1)
       const int ch = ctid % Tr::kChunks, r0 = ctid / Tr::kChunks;
       const int js = w.kv_begin + tile_of(it) * kKeys;
       const uint32_t kb = k_tile(it), vb = v_tile(it);
-      // A tile wholly valid and in one cache block: one table lookup and constant row offsets, not a
-      // lookup, 64-bit offset and zero-fill test per copy. Only for 32-key tiles (D = 256), whose tiles
-      // fit the usual blocks: there it measured 0.84-0.85x on bf16 prefill and 0.84-0.98x on 17-256-row
-      // verifies; at D = 64/128 (64/128-key tiles) with 32-token blocks it never applies, and its test
-      // alone cost up to 1.056x (medians 1.009-1.030 above 16 rows, prefill 1.024x; run f8s4).
-      if constexpr (kKeys <= 32) {
-        const int lbs = P.block_size_log2;
-        if (js >= kv_lo && js + kKeys <= w.kv_end && (js >> lbs) == ((js + kKeys - 1) >> lbs)) {
-          const int64_t off = (cache_row(table, js, hk, P.Hk, lbs) + r0) * D + ch * 8;
-          const T* ks = static_cast<const T*>(P.k_cache) + off;
-          const T* vs = static_cast<const T*>(P.v_cache) + off;
-#pragma unroll
-          for (int i = 0; i < kIters; ++i) {
-            const uint32_t so = sw128_offset(r0 + i * kRowStep, ch, kKeys);
-            cp_async_16_full(kb + so, ks + i * kRowStep * D);
-            cp_async_16_full(vb + so, vs + i * kRowStep * D);
-          }
-          cp_async_commit();
-          return;
-        }
+      const T* kc = static_cast<const T*>(P.k_cache);
+      const T* vc = static_cast<const T*>(P.v_cache);
+      if (whole(js)) {
+        copy_whole(std::integral_constant<int, kRowStep>{}, kc, vc, js, r0, ch * 8,
+                   [&](int r) { return kb + sw128_offset(r, ch, kKeys); },
+                   [&](int r) { return vb + sw128_offset(r, ch, kKeys); });
+        cp_async_commit();
+        return;
       }
 #pragma unroll
       for (int i = 0; i < kIters; ++i) {
@@ -216,8 +241,8 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT>::kThreads, 1)
         const bool ok = js + r < w.kv_end && js + r >= kv_lo;
         const int64_t off = ok ? cache_row(table, js + r, hk, P.Hk, P.block_size_log2) * D + ch * 8 : 0;
         const uint32_t so = sw128_offset(r, ch, kKeys);
-        cp_async_16_u32(kb + so, static_cast<const T*>(P.k_cache) + off, ok ? 16 : 0);
-        cp_async_16_u32(vb + so, static_cast<const T*>(P.v_cache) + off, ok ? 16 : 0);
+        cp_async_16_u32(kb + so, kc + off, ok ? 16 : 0);
+        cp_async_16_u32(vb + so, vc + off, ok ? 16 : 0);
       }
     }
     cp_async_commit();
