@@ -324,6 +324,11 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT>::kThreads, 1)
                      ? P.qq_bias + P.qq_bias_begins[w.seq] + static_cast<int64_t>(t) * w.t_seq
                      : nullptr;
   }
+  // row_m is a reference, not the running max, as in fwd_kernel: it moves (and O, l are rescaled) only
+  // when a tile's max passes it by more than P.stale_log2, so P = 2^(s - row_m) <= 2^stale_log2 and the
+  // warp vote below skips the O rescale (D/2 multiplies per thread per tile) on most tiles of a long
+  // context. u8: the exact running max (its E moves every tile, and O with it).
+  const float stale = kU8 ? 0.0f : P.stale_log2;
   // row_c: u8 value offset term, sum_j p_j (vmin_j + 128 vscale_j) (as fwd_kernel)
   float row_m[2] = {-INFINITY, -INFINITY}, row_l[2] = {0.0f, 0.0f}, row_c[2] = {0.0f, 0.0f};
   float v_exp = 0.0f;  // u8: E of u8_value_exp, set per tile (the reference is row_m - v_exp)
@@ -449,8 +454,10 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT>::kThreads, 1)
     for (int hf = 0; hf < 2; ++hf) {
       mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 1));
       mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 2));
-      const float m_new = fmaxf(row_m[hf], mx[hf]);
-      alpha[hf] = m_new != -INFINITY ? fast_exp2(row_m[hf] - m_new + de) : 1.0f;
+      // the reference moves only when the tile's max passes it by more than `stale` (see row_m)
+      const float m_old = row_m[hf];
+      const float m_new = mx[hf] > m_old + stale ? mx[hf] : m_old;
+      alpha[hf] = (m_new != m_old || de != 0.0f) && m_old != -INFINITY ? fast_exp2(m_old - m_new + de) : 1.0f;
       row_m[hf] = m_new;
       // no visible key yet: every score is -inf -> 0 (u8: p = 2^(s - (m - E)), see u8_value_exp)
       m_sub[hf] = (m_new != -INFINITY ? m_new : 0.0f) - v_exp;
@@ -468,12 +475,14 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT>::kThreads, 1)
     wg::wait<0>();
     wg::fence_regs(o);
     wg::fence_regs(pa);
+    if (!__all_sync(0xffffffffu, alpha[0] == 1.0f && alpha[1] == 1.0f)) {  // the warp's 16 rows
 #pragma unroll
-    for (int n = 0; n < kN3; ++n) {
-      o[4 * n + 0] *= alpha[0];
-      o[4 * n + 1] *= alpha[0];
-      o[4 * n + 2] *= alpha[1];
-      o[4 * n + 3] *= alpha[1];
+      for (int n = 0; n < kN3; ++n) {
+        o[4 * n + 0] *= alpha[0];
+        o[4 * n + 1] *= alpha[0];
+        o[4 * n + 2] *= alpha[1];
+        o[4 * n + 3] *= alpha[1];
+      }
     }
 
     if constexpr (kU8) {  // P' = f16(p * vscale) feeds the MMA on the centred codes; c += p (vmin + 128 vscale)
