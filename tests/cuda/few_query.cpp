@@ -46,6 +46,25 @@ TEST(Cuda, RisingScores) {
   run_suite("rising-scores", cfg, base_seed() + 3500000, 48);
 }
 
+// The same on the Hopper kernel (wg_kernel), whose reference is as stale (f16/bf16/fp8; u8 takes the
+// exact max there): 40-64-row chunks on its key-split form, 128-row chunks on the two-warpgroup form.
+TEST(Cuda, RisingScoresHopper) {
+  REQUIRE_GPU();
+  if (const char* why = no_wgmma()) GTEST_SKIP() << why;
+  EnvGuard on("PAGEDATTN_WGMMA", ""), split("PAGEDATTN_WG_SPLIT", "");
+  CaseConfig cfg = long_context_config(500, 3000, 12000);
+  cfg.kv_precisions = {KVPrecision::f16, KVPrecision::bf16, KVPrecision::fp8, KVPrecision::u8};
+  cfg.p_alibi = 1.0;
+  cfg.max_alibi_slope = 4.0;
+  cfg.group_sizes = {8};
+  cfg.min_tokens = 5;
+  cfg.max_tokens = 8;
+  run_suite("rising-scores-wgs", cfg, base_seed() + 3510000, 40);
+  cfg.group_sizes = {16};
+  cfg.min_tokens = cfg.max_tokens = 8;
+  run_suite("rising-scores-wg128", cfg, base_seed() + 3520000, 40);
+}
+
 TEST(Cuda, DecodeOnlyLongContext) {
   REQUIRE_GPU();
   CaseConfig cfg = long_context_config(4000, 20000, 40000);
