@@ -327,8 +327,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT>::kThreads, 1)
   // row_m is a reference, not the running max, as in fwd_kernel: it moves (and O, l are rescaled) only
   // when a tile's max passes it by more than P.stale_log2, so P = 2^(s - row_m) <= 2^stale_log2 and the
   // warp vote below skips the O rescale (D/2 multiplies per thread per tile) on most tiles of a long
-  // context. u8: the exact running max (its E moves every tile, and O with it).
-  const float stale = kU8 ? 0.0f : P.stale_log2;
+  // context. u8: the running max (its E moves with each tile's scales, and O with it).
   // row_c: u8 value offset term, sum_j p_j (vmin_j + 128 vscale_j) (as fwd_kernel)
   float row_m[2] = {-INFINITY, -INFINITY}, row_l[2] = {0.0f, 0.0f}, row_c[2] = {0.0f, 0.0f};
   float v_exp = 0.0f;  // u8: E of u8_value_exp, set per tile (the reference is row_m - v_exp)
@@ -454,10 +453,14 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT>::kThreads, 1)
     for (int hf = 0; hf < 2; ++hf) {
       mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 1));
       mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 2));
-      // the reference moves only when the tile's max passes it by more than `stale` (see row_m)
+      // u8: the running max; else the reference moves only when the tile's max passes it by more than
+      // stale_log2 (see row_m)
       const float m_old = row_m[hf];
-      const float m_new = mx[hf] > m_old + stale ? mx[hf] : m_old;
-      alpha[hf] = (m_new != m_old || de != 0.0f) && m_old != -INFINITY ? fast_exp2(m_old - m_new + de) : 1.0f;
+      const float m_new = kU8 ? fmaxf(m_old, mx[hf]) : mx[hf] > m_old + P.stale_log2 ? mx[hf] : m_old;
+      if constexpr (kU8)
+        alpha[hf] = m_new != -INFINITY ? fast_exp2(m_old - m_new + de) : 1.0f;
+      else
+        alpha[hf] = m_new != m_old && m_old != -INFINITY ? fast_exp2(m_old - m_new) : 1.0f;
       row_m[hf] = m_new;
       // no visible key yet: every score is -inf -> 0 (u8: p = 2^(s - (m - E)), see u8_value_exp)
       m_sub[hf] = (m_new != -INFINITY ? m_new : 0.0f) - v_exp;
@@ -475,7 +478,8 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT>::kThreads, 1)
     wg::wait<0>();
     wg::fence_regs(o);
     wg::fence_regs(pa);
-    if (!__all_sync(0xffffffffu, alpha[0] == 1.0f && alpha[1] == 1.0f)) {  // the warp's 16 rows
+    // (u8: E moves on most tiles, so O is rescaled on most: the vote cost 2-3% at D = 64, run wt1)
+    if (kU8 || !__all_sync(0xffffffffu, alpha[0] == 1.0f && alpha[1] == 1.0f)) {  // the warp's 16 rows
 #pragma unroll
       for (int n = 0; n < kN3; ++n) {
         o[4 * n + 0] *= alpha[0];
