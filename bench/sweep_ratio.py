@@ -21,7 +21,7 @@ def load(path):
     for r in j["rows"]:
         key = (r["kv"], r["head_size"], r["group"], r.get("seqs", 1), r["context"], r["T"], bool(r.get("tree")))
         rows[key] = (r["us"], r["rows_per_kv_head"])
-    return j.get("commit", "?"), rows
+    return rows
 
 
 def classes(a, b):
@@ -46,10 +46,10 @@ def main():
     if len(sys.argv) not in (3, 4):
         sys.exit(__doc__)
     # (labels from the file names: a call's builds all carry the call's commit)
-    c_new, new = os.path.basename(sys.argv[1]), load(sys.argv[1])[1]
-    c_ref, ref = os.path.basename(sys.argv[2]), load(sys.argv[2])[1]
+    c_new, new = os.path.basename(sys.argv[1]), load(sys.argv[1])
+    c_ref, ref = os.path.basename(sys.argv[2]), load(sys.argv[2])
     if len(sys.argv) == 4:
-        _, again = load(sys.argv[3])
+        again = load(sys.argv[3])
         summary("noise: %s / %s, same call" % (os.path.basename(sys.argv[3]), c_new), new, again)
     summary("%s (new) / %s (ref), same call, by KV, D and rows per kv head (chains and trees):" % (c_new, c_ref), ref, new)
     print("every row: (kv, D, G, seqs, context, T, tree) new_us ref_us new/ref")
