@@ -53,17 +53,17 @@ TEST(Tuning, HopperKeyTile) {
   const Overrides none;
   EXPECT_EQ(hopper_key_tile(128, false, false, none), 0);  // not an sm_90 device of an sm_90a build
   EXPECT_EQ(hopper_key_tile(64, false, true, none), 64);
-  EXPECT_EQ(hopper_key_tile(128, false, true, none), 128);
+  EXPECT_EQ(hopper_key_tile(128, false, true, none), 64);  // 64-key tiles on the per-slot mbarrier ring
   EXPECT_EQ(hopper_key_tile(256, false, true, none), 32);
   EXPECT_EQ(hopper_key_tile(128, true, true, none), 64);  // u8: 64-key tiles
   EXPECT_EQ(hopper_key_tile(256, true, true, none), 32);
   Overrides o;
   o.wgmma_u8 = false;
   EXPECT_EQ(hopper_key_tile(128, true, true, o), 0);
-  EXPECT_EQ(hopper_key_tile(128, false, true, o), 128);
-  o = Overrides{};
-  o.wgmma = 64;
   EXPECT_EQ(hopper_key_tile(128, false, true, o), 64);
+  o = Overrides{};
+  o.wgmma = 128;
+  EXPECT_EQ(hopper_key_tile(128, false, true, o), 128);
   EXPECT_EQ(hopper_key_tile(256, false, true, o), 32);  // the tile choice applies at D <= 128 only
   EXPECT_EQ(hopper_key_tile(128, true, true, o), 64);
   EXPECT_EQ(hopper_key_tile(128, false, false, o), 0);  // an override does not turn it on

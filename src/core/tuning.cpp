@@ -35,13 +35,15 @@ Overrides read_overrides() {
 }
 
 // The Hopper kernel (wg_kernel, wgmma) for the 8-row-tile chunks: sm_90 devices, builds with sm_90a
-// code. Key tiles: 128 at D = 128 (1.02-1.04x over 64 on bf16 prefill from zero, H200 run s4dev5), 64
-// at D = 64 (not measured with 128), 32 at D = 256 (shared memory). u8 caches on it too (codes
+// code. Key tiles: 64 at D = 64 and 128, 32 at D = 256 (shared memory). At D = 128, 128-key tiles (3 ring
+// slots) were 1.02-1.04x faster than 64 on bf16 prefill (run s4dev5) until the 64-key ring (5 slots)
+// took per-slot mbarriers and warpgroup turns (WgTraits::kMbar): then 64 keys ran bf16 prefill 1.045x /
+// 1.002x faster at 8k / 32k (run mb2) and 65-256-row verifies 0.873-1.006x the time (median 0.941, mb1). u8 caches on it too (codes
 // converted to f16 in shared memory, 64-key tiles): a 1024-token chunk at 32k 2099.7 vs 3779.9 us on
 // mma.sync, the mixed batch 959.7 vs 1455.1 us (H200, run s5a).
 int hopper_key_tile(int head_size, bool u8, bool hopper, const Overrides& o) {
   if (!hopper || (u8 && !o.wgmma_u8)) return 0;
-  int tile = head_size == 256 ? 32 : head_size == 128 && !u8 ? 128 : 64;
+  int tile = head_size == 256 ? 32 : 64;
   if (o.wgmma == 0) tile = 0;
   else if (o.wgmma > 0 && head_size <= 128 && !u8) tile = o.wgmma;
   return tile;

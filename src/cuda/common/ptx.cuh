@@ -70,6 +70,10 @@ __device__ __forceinline__ void mma_16816<__nv_bfloat16>(float (&d)[4], const ui
 __device__ __forceinline__ void named_barrier(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
+// Arrives at named barrier `id` without waiting (the other side waits with named_barrier).
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
 
 // Programmatic dependent launch (sm_90+): wait for the preceding grid's memory; let the next grid start.
 __device__ __forceinline__ void pdl_wait() {

@@ -51,6 +51,38 @@ __device__ __forceinline__ void fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 #endif
 }
+// Shared-memory mbarriers (the 128-row kernel's ring: one "full" and one "empty" barrier per slot).
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+#if PAGEDATTN_WGMMA_ARCH
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+#endif
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+#if PAGEDATTN_WGMMA_ARCH
+  asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+#endif
+}
+// Arrives (counted in the barrier's expected arrivals) once every cp.async this thread issued before it
+// has landed; the thread does not wait.
+__device__ __forceinline__ void mbar_arrive_on_copies(uint32_t bar) {
+#if PAGEDATTN_WGMMA_ARCH
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+#endif
+}
+// Returns once the phase of parity `parity` has completed.
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+#if PAGEDATTN_WGMMA_ARCH
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "WAIT_%=:\n"
+      "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT_%=;\n"
+      "}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+#endif
+}
 // Keeps the compiler from moving accesses of an accumulator across wgmma issue / wait.
 template <int N>
 __device__ __forceinline__ void fence_regs(float (&d)[N]) {

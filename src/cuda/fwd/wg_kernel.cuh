@@ -4,7 +4,8 @@
 // sm_90a (u8 caches too: codes converted to f16 in shared memory, below). Two warpgroups of 64 rows
 // share each key tile (32, 64 or 128 keys):
 //   K and V tiles are gathered through the block table by cp.async into shared memory in the 128-byte
-//   swizzled layout (a kStages-deep ring, one commit group per tile);
+//   swizzled layout (a kStages-deep ring, one commit group per tile; f16/bf16 on 5-slot rings: per-slot
+//   mbarriers instead, and the warpgroups take turns at the tensor cores, WgTraits::kMbar);
 //   S = Q K^T: wgmma m64n64k16 with Q and K both read from shared memory (no ldmatrix traffic);
 //   masks, ALiBi and the online softmax on the S accumulators in registers;
 //   O += P V: wgmma m64nDk16 with P from registers (the S accumulator layout is the A fragment
@@ -69,10 +70,24 @@ struct WgTraits {
                                               : (kStageBytes > 48 * 1024 ? 3 : 5);
   static_assert(kStages >= 3, "pipeline depth");
   static constexpr int kRingBytes = kConvBytes + kStages * kStageBytes;
+  // 128-row f16/bf16 chunks on rings of >= 5 slots: per-slot mbarriers instead of a CTA barrier per tile
+  // (each slot a "full" barrier, completed when every thread's copies of its tile have landed, and an
+  // "empty" one, completed when every warp's MMAs reading it have), so the two warpgroups run apart and
+  // take turns at the tensor cores (see the loop). Against the CTA barrier, same call (run mb1,
+  // bench/NOTES.md): 65-256-row verifies D = 64 0.979x, D = 128 (64-key tiles) 0.942x, D = 256 0.990x the
+  // time (medians); without the turns 1.010x-1.032x slower (runs mb1, mb2). (u8/fp8 convert their own
+  // copies before the barrier, so they keep it.)
+  static constexpr bool kMbar = !SPLIT && !kBytes && kStages >= 5;
+  static constexpr int kBarBytes = kMbar ? 2 * kStages * 8 : 0;
+  // CTAs per SM the registers are bounded for: two at D = 64 with 64-key tiles (f16/bf16 128-row chunks,
+  // ~100 KB of shared memory each; 143 -> 128 registers, 4 bytes spilled): bf16 prefill 1.26x / 1.31x
+  // faster at 8k / 32k, 65-256-row verifies median 0.935x the time (0.80-0.83x at 128k; run mb2). At 8k
+  // their 2-tile CTAs were slower: planner::kMinSharedPartition.
+  static constexpr int kMinCtas = D == 64 && KEYS == 64 && kMbar ? 2 : 1;
   // SPLIT: the second warpgroup's O, m and l for the combine, in the first ring once it is drained
   static_assert(!SPLIT || kRingBytes >= kRows * (D + 2) * 4, "combine buffer");
   // + slack to align the base to 1024
-  static constexpr int kSmem = 1024 + kQBytes + kRings * kRingBytes + kQsumBytes;
+  static constexpr int kSmem = 1024 + kQBytes + kRings * kRingBytes + kQsumBytes + kBarBytes;
   static_assert(kSmem <= 227 * 1024, "shared memory");
 };
 
@@ -94,7 +109,7 @@ __device__ __forceinline__ void store_io2(void* base, int64_t i, int io, float a
 }
 
 template <int D, int KV, int KEYS, bool SPLIT = false>
-__global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT>::kThreads, 1)
+__global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT>::kThreads, WgTraits<D, KV, KEYS, SPLIT>::kMinCtas)
     wg_kernel(const __grid_constant__ FwdParams P, const int item_offset) {
 #if PAGEDATTN_WGMMA_ARCH
   using Tr = WgTraits<D, KV, KEYS, SPLIT>;
@@ -124,6 +139,10 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT>::kThreads, 1)
   };
   auto v_tile = [&](int t) { return k_tile(t) + Tr::kTileBytes; };
   auto smem_ptr = [&](uint32_t addr) { return smem_raw + (addr - raw_u32); };
+  // kMbar: ring tile t's slot barriers (after Q, the ring and the u8 query sums)
+  const uint32_t bar_base = base + Tr::kQBytes + Tr::kRings * Tr::kRingBytes + Tr::kQsumBytes;
+  auto full_bar = [&](int t) { return bar_base + 8u * static_cast<uint32_t>(t % kStages); };
+  auto empty_bar = [&](int t) { return bar_base + 8u * static_cast<uint32_t>(kStages + t % kStages); };
   constexpr int kC16 = D / 16;                    // u8: 16-byte code chunks per row
   constexpr int kParOff = 2 * kKeys * D;          // u8: parameters in a staging slot: [4][kKeys] f16
 
@@ -220,6 +239,8 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT>::kThreads, 1)
         cp_async_16_u32(sb + kParOff + a * kKeys * 2 + cc * 16, ps + off8, ok ? 16 : 0);
       }
     } else if (it < n_tiles) {
+      // kMbar: the slot's previous tile (it - kStages) released by every warp
+      if (Tr::kMbar && it >= kStages) wg::mbar_wait(empty_bar(it), (it / kStages - 1) & 1);
       constexpr int kRowStep = Tr::kCopyThreads / Tr::kChunks;
       constexpr int kIters = kKeys / kRowStep;
       static_assert(Tr::kCopyThreads % Tr::kChunks == 0 && kIters * kRowStep == kKeys, "tile copy split");
@@ -232,20 +253,23 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT>::kThreads, 1)
         copy_whole(std::integral_constant<int, kRowStep>{}, kc, vc, js, r0, ch * 8,
                    [&](int r) { return kb + sw128_offset(r, ch, kKeys); },
                    [&](int r) { return vb + sw128_offset(r, ch, kKeys); });
-        cp_async_commit();
+      } else {
+#pragma unroll
+        for (int i = 0; i < kIters; ++i) {
+          const int r = r0 + i * kRowStep;
+          const bool ok = js + r < w.kv_end && js + r >= kv_lo;
+          const int64_t off = ok ? cache_row(table, js + r, hk, P.Hk, P.block_size_log2) * D + ch * 8 : 0;
+          const uint32_t so = sw128_offset(r, ch, kKeys);
+          cp_async_16_u32(kb + so, kc + off, ok ? 16 : 0);
+          cp_async_16_u32(vb + so, vc + off, ok ? 16 : 0);
+        }
+      }
+      if constexpr (Tr::kMbar) {
+        wg::mbar_arrive_on_copies(full_bar(it));
         return;
       }
-#pragma unroll
-      for (int i = 0; i < kIters; ++i) {
-        const int r = r0 + i * kRowStep;
-        const bool ok = js + r < w.kv_end && js + r >= kv_lo;
-        const int64_t off = ok ? cache_row(table, js + r, hk, P.Hk, P.block_size_log2) * D + ch * 8 : 0;
-        const uint32_t so = sw128_offset(r, ch, kKeys);
-        cp_async_16_u32(kb + so, kc + off, ok ? 16 : 0);
-        cp_async_16_u32(vb + so, vc + off, ok ? 16 : 0);
-      }
     }
-    cp_async_commit();
+    if constexpr (!Tr::kMbar) cp_async_commit();
   };
   // u8 and fp8: the codes this thread loaded for tile `it` -> f16 in the tile's MMA-layout buffer. u8:
   // keys biased by 1024 (exact; folded against sum(q), as in fwd_kernel), values centred (b - 128,
@@ -278,6 +302,13 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT>::kThreads, 1)
 #pragma unroll
     for (int s = 0; s < kStages - 2; ++s) issue(s);
   };
+  if constexpr (Tr::kMbar) {
+    if (tid < kStages) {
+      wg::mbar_init(full_bar(tid), Tr::kThreads);
+      wg::mbar_init(empty_bar(tid), Tr::kThreads);
+    }
+    __syncthreads();
+  }
   if (early) prologue();
   pdl_wait();
   fused_write_in<D, KV>(P, w, table, hk, warp, Tr::kThreads / 32, lane);
@@ -296,7 +327,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT>::kThreads, 1)
         *reinterpret_cast<uint4*>(smem_raw + (q_base - raw_u32) + sw128_offset(r, ch, Tr::kRows)) = v;
       },
       NoOp{}, kU8 ? qsum : nullptr);
-  if constexpr (SPLIT) {  // Q (and qsum) -> both warpgroups, whose loops meet no CTA-wide barrier
+  if constexpr (SPLIT || Tr::kMbar) {  // Q (and qsum) -> both warpgroups, whose loops meet no CTA-wide barrier
     wg::fence_proxy_async();
     __syncthreads();
   } else if constexpr (kU8) {
@@ -352,24 +383,35 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT>::kThreads, 1)
   uint32_t pa[kKeys / 16][4];  // P of the previous tile: A fragments of its PV MMAs (k-step = 16 keys)
 #pragma unroll
   for (int kk = 0; kk < kKeys / 16; ++kk) pa[kk][0] = pa[kk][1] = pa[kk][2] = pa[kk][3] = 0u;
+  // kMbar: the warpgroups take turns issuing their MMAs (FlashAttention-3's ping-pong): warpgroup w waits
+  // at named barrier 1 + w, issues S of tile it and P V of tile it - 1, and lets the other one go, so one
+  // warpgroup's softmax runs under the other's MMAs. Warpgroup 0 goes first.
+  constexpr bool kTurns = Tr::kMbar;
+  if (kTurns && wgi == 1 && n_tiles > 0) named_barrier_arrive(1, 256);
   for (int it = 0; it < n_tiles; ++it) {
     const int js = w.kv_begin + tile_of(it) * kKeys;
-    cp_async_wait<kStages - 3>();
-    // u8: into buffer it % 3, last read by tile it - 3's PV MMA, which every thread completed before
-    // the previous iteration's barrier (a warp's wait covers its own part of a warpgroup MMA only: a
-    // two-buffer version for one warpgroup, overwriting the buffer of tile it - 2 here, failed its tests
-    // in run c2)
-    if constexpr (kBytes) convert(it);
-    wg::fence_proxy_async();  // this thread's copies / conversions (and Q stores) -> visible to the tensor cores
-    // every thread's (SPLIT: the warpgroup's); and the slot refilled below is no longer read
-    if constexpr (SPLIT) named_barrier(1 + wgi, 128);
-    else __syncthreads();
-    issue(it + kStages - 2);
+    if constexpr (Tr::kMbar) {
+      wg::mbar_wait(full_bar(it), (it / kStages) & 1);  // every thread's copies of tile it have landed
+      wg::fence_proxy_async();
+    } else {
+      cp_async_wait<kStages - 3>();
+      // u8: into buffer it % 3, last read by tile it - 3's PV MMA, which every thread completed before
+      // the previous iteration's barrier (a warp's wait covers its own part of a warpgroup MMA only: a
+      // two-buffer version for one warpgroup, overwriting the buffer of tile it - 2 here, failed its
+      // tests in run c2)
+      if constexpr (kBytes) convert(it);
+      wg::fence_proxy_async();  // this thread's copies / conversions (and Q stores) -> visible to the tensor cores
+      // every thread's (SPLIT: the warpgroup's); and the slot refilled below is no longer read
+      if constexpr (SPLIT) named_barrier(1 + wgi, 128);
+      else __syncthreads();
+      issue(it + kStages - 2);
+    }
 
     // ---- S = Q K^T (64 x 64 per warpgroup), then O += P V of the previous tile ----
     float s[kN1 * 4];
 #pragma unroll
     for (int i = 0; i < kN1 * 4; ++i) s[i] = 0.0f;
+    if (kTurns) named_barrier(1 + wgi, 256);
     wg::fence();
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
@@ -380,8 +422,10 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT>::kThreads, 1)
     wg::commit();
     if (it > 0) {
       pv(pa, it - 1);
+      if (kTurns) named_barrier_arrive(2 - wgi, 256);  // the other warpgroup's turn
       wg::wait<1>();  // S done; the PV MMA may still run
     } else {
+      if (kTurns) named_barrier_arrive(2 - wgi, 256);
       wg::wait<0>();
     }
     wg::fence_regs(s);
@@ -513,9 +557,18 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT>::kThreads, 1)
       pa[n / 2][(n % 2) * 2 + 0] = pack2<T>(s[4 * n + 0], s[4 * n + 1]);
       pa[n / 2][(n % 2) * 2 + 1] = pack2<T>(s[4 * n + 2], s[4 * n + 3]);
     }
+    if constexpr (Tr::kMbar) {
+      // this warp's MMAs of tile it - 1 are complete (waited above): once every warp's are, its slot
+      // takes tile it + kStages - 2 (its refill waits for that; issued here, after the MMAs and the
+      // softmax, so that a warpgroup ahead does not wait for the other's softmax)
+      if (it > 0) wg::mbar_arrive(empty_bar(it - 1));
+      issue(it + kStages - 2);
+    }
   }
   if (n_tiles > 0) {
+    if (kTurns) named_barrier(1 + wgi, 256);
     pv(pa, n_tiles - 1);
+    if (kTurns && wgi == 0) named_barrier_arrive(2, 256);
     wg::wait<0>();
     wg::fence_regs(o);
   }
