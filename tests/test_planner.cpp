@@ -16,9 +16,7 @@
 //     each with its first partition's absolute index (part0);
 //   - ctas == items * Hk; without forcing/determinism the partition is the smallest candidate (a
 //     multiple of kBlockKV from kMinPartition up) that fits one wave (ctas <= num_sms * ctas_per_sm, or
-//     the least wg_ctas_per_sm of the chunks' row-tile classes when every chunk's is nonzero; where that is
-//     2 and its partition would be below kMinSharedPartition, num_sms) whenever one-partition-per-chunk
-//     fits, and one partition per chunk otherwise;
+//     the least wg_ctas_per_sm of the chunks' row-tile classes when every chunk's is nonzero) whenever one-partition-per-chunk fits, and one partition per chunk otherwise;
 //   - deterministic mode gives a sequence the same partition boundaries alone or in any batch, chunks
 //     of deterministic_rows(G) rows (one key-group layout for all), key ranges from a partition start, and a
 //     partial slot and a merge for every chunk;
@@ -337,9 +335,8 @@ void check_plan(const Inputs& in, const Plan& plan) {
       const int k = rows <= 16 ? 0 : rows <= 32 ? 1 : rows <= 64 ? 2 : 3;
       wg = std::min(wg, in.wg_ctas_per_sm[k]);
     }
-    const bool wg_only = !chunks.empty() && wg > 0 && wg != INT_MAX;
-    const int per_sm = wg_only ? wg : std::max(1, in.ctas_per_sm);
-    int64_t target = static_cast<int64_t>(in.num_sms) * per_sm;
+    const int per_sm = !chunks.empty() && wg > 0 && wg != INT_MAX ? wg : std::max(1, in.ctas_per_sm);
+    const int64_t target = static_cast<int64_t>(in.num_sms) * per_sm;
     int max_hi = 0;
     for (const auto& kv : chunks) max_hi = std::max(max_hi, kv.second.items.back().kv_end);
     auto ctas_at = [&](int part) {
@@ -348,13 +345,6 @@ void check_plan(const Inputs& in, const Plan& plan) {
         n += parts_needed(kv.second.items.front().kv_begin, kv.second.items.back().kv_end, part);
       return n * Hk;
     };
-    // two Hopper CTAs per SM: one per SM instead where that wave's partition would be below
-    // kMinSharedPartition keys
-    if (wg_only && per_sm > 1) {
-      int p = pl::kMinPartition;
-      while (p < max_hi && ctas_at(p) > target) p += pl::kBlockKV;
-      if (p < max_hi && p < pl::kMinSharedPartition) target = in.num_sms;
-    }
     if (one_part_ctas <= target) {
       EXPECT_LE(plan.ctas, target) << "more than one wave although one partition per chunk would fit";
       for (int part = pl::kMinPartition; part < P && part < max_hi; part += pl::kBlockKV)

@@ -49,6 +49,29 @@ TEST(Tuning, OverridesParsed) {
   EXPECT_EQ(parse({{"PAGEDATTN_WG_SPLIT", "2"}}).wg_split, 2);
 }
 
+TEST(Tuning, HopperShared) {
+  const Overrides none;
+  using K = KvKind;
+  EXPECT_FALSE(hopper_shared(64, K::f16, 64, 8192, 4, 132, none));  // one 8k verify: one CTA per SM
+  EXPECT_TRUE(hopper_shared(64, K::f16, 64, 32768, 4, 132, none));   // past 16k keys
+  EXPECT_TRUE(hopper_shared(64, K::f16, 64, 8192, 512, 132, none));  // an 8k prefill's chunks fill the SMs
+  EXPECT_FALSE(hopper_shared(64, K::f16, 64, kSplitShortKeys, 131, 132, none));
+  EXPECT_FALSE(hopper_shared(128, K::f16, 64, 32768, 512, 132, none));  // D = 64 only
+  EXPECT_FALSE(hopper_shared(64, K::u8, 64, 32768, 512, 132, none));    // 16-bit caches only
+  EXPECT_FALSE(hopper_shared(64, K::fp8, 64, 32768, 512, 132, none));
+  EXPECT_FALSE(hopper_shared(64, K::f16, 128, 32768, 512, 132, none));  // 64-key tiles only
+  EXPECT_FALSE(hopper_shared(64, K::f16, 0, 32768, 512, 132, none));    // Hopper kernel off
+  Overrides o;
+  o.wg_shared = 1;
+  EXPECT_TRUE(hopper_shared(64, K::f16, 64, 1024, 1, 132, o));
+  EXPECT_FALSE(hopper_shared(64, K::u8, 64, 1024, 1, 132, o));
+  o.wg_shared = 0;
+  EXPECT_FALSE(hopper_shared(64, K::f16, 64, 131072, 512, 132, o));
+  EXPECT_EQ(parse_overrides([](const char* n) { return std::string(n) == "PAGEDATTN_WG_SHARED" ? "0" : nullptr; }).wg_shared, 0);
+  EXPECT_EQ(parse_overrides([](const char* n) { return std::string(n) == "PAGEDATTN_WG_SHARED" ? "1" : nullptr; }).wg_shared, 1);
+  EXPECT_EQ(parse_overrides([](const char*) -> const char* { return nullptr; }).wg_shared, -1);
+}
+
 TEST(Tuning, HopperKeyTile) {
   const Overrides none;
   EXPECT_EQ(hopper_key_tile(128, false, false, none), 0);  // not an sm_90 device of an sm_90a build

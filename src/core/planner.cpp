@@ -76,7 +76,6 @@ Plan make_plan(const Inputs& in) {
 
   // --- partition size: the smallest (multiple of kBlockKV, >= kMinPartition) that keeps one wave --
   int per_sm = std::max(1, in.ctas_per_sm);
-  bool wg_only = false;
   {
     int wg = INT_MAX;  // every chunk on the Hopper kernel: its occupancy (Inputs::wg_ctas_per_sm)
     for (const Chunk& c : chunks) {
@@ -84,8 +83,7 @@ Plan make_plan(const Inputs& in) {
       wg = in.wg_ctas_per_sm[k] > 0 ? std::min(wg, in.wg_ctas_per_sm[k]) : 0;
       if (wg == 0) break;
     }
-    wg_only = !chunks.empty() && wg > 0 && wg != INT_MAX;
-    if (wg_only) per_sm = wg;
+    if (!chunks.empty() && wg > 0 && wg != INT_MAX) per_sm = wg;
   }
   const int64_t target = static_cast<int64_t>(in.num_sms) * per_sm;
   int part;
@@ -96,16 +94,10 @@ Plan make_plan(const Inputs& in) {
   } else {
     int max_hi = kBlockKV;
     for (const Chunk& c : chunks) max_hi = std::max(max_hi, c.hi);
-    auto smallest = [&](int64_t wave) {
-      int p = kMinPartition;
-      while (p < max_hi && count_parts(chunks, p) * in.num_kv_heads > wave) p += kBlockKV;
-      p = std::min(p, (max_hi + kBlockKV - 1) / kBlockKV * kBlockKV);
-      return std::max(p, kBlockKV);
-    };
-    part = smallest(target);
-    // The Hopper kernel at two CTAs per SM: below kMinSharedPartition keys a CTA has too few tiles to
-    // pay for its fixed cost, and one CTA per SM is faster (Inputs::wg_ctas_per_sm)
-    if (wg_only && per_sm > 1 && part < kMinSharedPartition) part = smallest(in.num_sms);
+    part = kMinPartition;
+    while (part < max_hi && count_parts(chunks, part) * in.num_kv_heads > target) part += kBlockKV;
+    part = std::min(part, (max_hi + kBlockKV - 1) / kBlockKV * kBlockKV);
+    part = std::max(part, kBlockKV);
   }
   plan.partition_tokens = part;
   plan.chunk_rows = max_rows;

@@ -27,10 +27,6 @@ constexpr int kMaxRowsWide = 128;  // with wide prefill tiles (Inputs::max_rows;
 // (FwdParams::write_all).
 constexpr int kBlockKV = 64;    // keys per pipeline tile
 constexpr int kMinPartition = 128;  // 8k, one sequence, Hk=4: 256 CTAs of 128 keys, not 128 of 256
-// The least partition of chunks on a Hopper kernel variant with two CTAs per SM (D = 64, 128 rows; else
-// the partition of one CTA per SM): 8k, Hk = 4, 128-row chunks on 128-key partitions (256 CTAs of 2
-// tiles) were 1.10-1.16x slower than on 256-key ones (run mb2, bench/NOTES.md).
-constexpr int kMinSharedPartition = 256;
 // Inputs::deterministic: the partition size of one query row, from the keys it sees (`keys`: from its
 // window start, or 0, to its causal limit) and the call's constants: the least multiple of
 // kDeterministicStep keys whose partitions of all kv heads fit one wave of `wave_ctas` CTAs (num_sms x

@@ -23,6 +23,7 @@ Overrides parse_overrides(const std::function<const char*(const char*)>& getenv)
   o.wgmma_u8 = !is("PAGEDATTN_WGMMA_U8", "0");
   o.wgmma = is("PAGEDATTN_WGMMA", "0") ? 0 : is("PAGEDATTN_WGMMA", "64") ? 64 : is("PAGEDATTN_WGMMA", "128") ? 128 : -1;
   o.wg_split = is("PAGEDATTN_WG_SPLIT", "0") ? 0 : is("PAGEDATTN_WG_SPLIT", "1") ? 1 : is("PAGEDATTN_WG_SPLIT", "2") ? 2 : -1;
+  o.wg_shared = is("PAGEDATTN_WG_SHARED", "0") ? 0 : is("PAGEDATTN_WG_SHARED", "1") ? 1 : -1;
   if (const char* e = getenv("PAGEDATTN_WIDE_PREFILL"); e != nullptr && *e != '\0') o.wide_prefill = is("PAGEDATTN_WIDE_PREFILL", "1");
   const int split = number("PAGEDATTN_MERGE_SPLIT"), batch = number("PAGEDATTN_MERGE_BATCH");
   o.merge_split = split == 1 || split == 2 || split == 4 ? split : 0;
@@ -79,6 +80,16 @@ int hopper_split(int head_size, KvKind kv, int key_tile, int64_t max_keys, const
     return head_size == 128 || short_keys ? 4 : 0;
   }
   return head_size >= 128 || short_keys ? 2 : 4;
+}
+
+// Two CTAs per SM (registers bounded to 128) for D = 64's 128-row f16/bf16 chunks, against one (run mb2,
+// same call): bf16 prefill 1.26x / 1.31x faster at 8k / 32k tokens, 65-256-row verifies 0.80-0.83x the
+// time at 128k and 0.88-0.94x at 32k, but 128-row verifies at 8k (one sequence, Hk = 4: 4 chunk CTAs)
+// 1.10-1.16x slower, and as slow with partitions of 4 tiles instead of 2 (run mb3): one CTA per SM there.
+bool hopper_shared(int head_size, KvKind kv, int key_tile, int64_t max_keys, int64_t wide_ctas, int num_sms,
+                   const Overrides& o) {
+  if (head_size != 64 || key_tile != 64 || kv != KvKind::f16 || o.wg_shared == 0) return false;
+  return o.wg_shared == 1 || max_keys > kSplitShortKeys || wide_ctas >= num_sms;
 }
 
 // 128-row chunks for prefill: the default at D <= 128, where on 8-warp mma.sync CTAs they measured

@@ -22,6 +22,7 @@ struct Overrides {
   int wgmma = -1;             // PAGEDATTN_WGMMA=0/64/128: the Hopper kernel off, or its key tile; -1 unset
   int wg_split = -1;          // PAGEDATTN_WG_SPLIT=0/1/2: the key-split kernel off / on for 33-64-row chunks /
                               // for 17-64 at every head size; -1 unset (17-64 at D = 256, else 33-64)
+  int wg_shared = -1;         // PAGEDATTN_WG_SHARED=0/1: D = 64 128-row chunks on one / two CTAs per SM; -1 unset
   int wide_prefill = -1;      // PAGEDATTN_WIDE_PREFILL=0/1: 128-row chunks off/on; -1 unset
   int merge_split = 0;        // PAGEDATTN_MERGE_SPLIT=1/2/4; 0 unset
   int merge_batch = 0;        // PAGEDATTN_MERGE_BATCH=1/4/8; 0 unset
@@ -45,6 +46,12 @@ enum class KvKind { f16, u8, fp8 };
 /// PAGEDATTN_WG_SPLIT=1 / 2: 4 / 2 wherever the kernel may run (not u8).
 constexpr int64_t kSplitShortKeys = 16384;
 int hopper_split(int head_size, KvKind kv, int key_tile, int64_t max_keys, const Overrides& o);
+/// 128-row f16/bf16 chunks at D = 64 on the Hopper kernel's two-CTA-per-SM form (KernelChoice::wg_shared):
+/// where the call's longest key range `max_keys` passes kSplitShortKeys, or its 128-row chunks alone
+/// (`wide_ctas`: chunks of more than 64 rows, 128 rows each, times the kv heads) fill `num_sms` CTAs (64-key
+/// tiles only). PAGEDATTN_WG_SHARED=0 / 1: never / wherever it may run.
+bool hopper_shared(int head_size, KvKind kv, int key_tile, int64_t max_keys, int64_t wide_ctas, int num_sms,
+                   const Overrides& o);
 /// 128-row chunks (planner::kMaxRowsWide) where the 8-row-tile variant fits the device
 /// (`wide_fits`); `key_tile` = hopper_key_tile().
 bool wide_chunks(int head_size, int key_tile, bool wide_fits, const Overrides& o);

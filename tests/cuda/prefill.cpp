@@ -117,6 +117,13 @@ TEST(Cuda, HopperPrefillRandom) {
     check_suite((std::string("prefill-wg") + keys).c_str(), tiles);
     check_suite((std::string("prefill-wg") + keys + "-long").c_str(), tiles_long);
   }
+  {  // D = 64 on two CTAs per SM (tuning::hopper_shared: past 16k keys or with many chunks) wherever it may run
+    EnvGuard keys("PAGEDATTN_WGMMA", ""), shared("PAGEDATTN_WG_SHARED", "1");
+    f16.head_sizes = {64};
+    expect_launched(f16, 200, 300, base_seed() + 1900000, 256, "wg64x2");
+    check_suite("prefill-wg64x2", tiles);
+    check_suite("prefill-wg64x2-long", tiles_long);
+  }
 }
 
 // 64-row prefill chunks at every head size (PAGEDATTN_WIDE_PREFILL=0; the default at D = 256, and the

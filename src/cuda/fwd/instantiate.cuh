@@ -51,22 +51,22 @@ struct FwdVariant {
 
 // The Hopper kernel (wg_kernel), sm_90a builds: 128-row chunks (u8 caches too: the default;
 // PAGEDATTN_WGMMA_U8=0 off), and f16/bf16/fp8 chunks of 17-64 rows on its key-split form (SPLIT).
-template <int D, int KV, int KEYS, bool SPLIT = false>
+template <int D, int KV, int KEYS, bool SPLIT = false, bool SHARED = false>
 struct WgVariant {
-  using Tr = WgTraits<D, KV, KEYS, SPLIT>;
+  using Tr = WgTraits<D, KV, KEYS, SPLIT, SHARED>;
   static constexpr std::size_t kSmem = Tr::kSmem;
   static cudaError_t prepare() {
-    return cudaFuncSetAttribute(wg_kernel<D, KV, KEYS, SPLIT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    return cudaFuncSetAttribute(wg_kernel<D, KV, KEYS, SPLIT, SHARED>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 static_cast<int>(kSmem));
   }
   static void launch(const FwdParams& P, int item_offset, int num_items, cudaStream_t stream, bool pdl) {
-    launch_ex(wg_kernel<D, KV, KEYS, SPLIT>, dim3(num_items, P.Hk), dim3(Tr::kThreads), kSmem, stream, pdl, P,
+    launch_ex(wg_kernel<D, KV, KEYS, SPLIT, SHARED>, dim3(num_items, P.Hk), dim3(Tr::kThreads), kSmem, stream, pdl, P,
               item_offset);
   }
   static int ctas_per_sm() {
     if (prepare() != cudaSuccess) return 1;
     int n = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, wg_kernel<D, KV, KEYS, SPLIT>, Tr::kThreads, kSmem) !=
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, wg_kernel<D, KV, KEYS, SPLIT, SHARED>, Tr::kThreads, kSmem) !=
         cudaSuccess)
       n = 1;
     return n;
@@ -76,7 +76,7 @@ struct WgVariant {
     constexpr bool kU8 = KV == kKvU8, kF8 = KV == kKvF8;
     const char* name = SPLIT ? (KEYS == 32 ? (kF8 ? "wgs32f8" : "wgs32") : (kF8 ? "wgs64f8" : "wgs64"))
                              : (KEYS == 32 ? (kU8 ? "wg32u8" : kF8 ? "wg32f8" : "wg32")
-                                           : KEYS == 64 ? (kU8 ? "wg64u8" : kF8 ? "wg64f8" : "wg64") : "wg128");
+                                           : KEYS == 64 ? (kU8 ? "wg64u8" : kF8 ? "wg64f8" : SHARED ? "wg64x2" : "wg64") : "wg128");
     return FwdKernelInfo{&launch, &Base::launch_write, &Base::launch_scores, &ctas_per_sm, &prepare, kSmem,
                          Tr::kThreads, name};
   }
@@ -112,6 +112,9 @@ FwdKernelInfo fwd_kernel_info_kind(int rt, const KernelChoice& c) {
       if (c.wg != 0 && rt == 8) {
         if constexpr (D == 256)  // the Hopper kernel takes 32-key tiles at D = 256
           return WgVariant<D, KV, 32>::info();
+        else if constexpr (D == 64)  // (two CTAs per SM: KernelChoice::wg_shared)
+          return c.wg == 128 ? WgVariant<D, KV, 128>::info()
+                 : c.wg_shared ? WgVariant<D, KV, 64, false, true>::info() : WgVariant<D, KV, 64>::info();
         else
           return c.wg == 128 ? WgVariant<D, KV, 128>::info() : WgVariant<D, KV, 64>::info();
       }

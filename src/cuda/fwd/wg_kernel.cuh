@@ -27,7 +27,7 @@ namespace cuda {
 // MMA shape is 64 rows whatever T*G is, so 33-64 rows cost the same tensor work). Each warpgroup fills its own ring with its own copies and meets only its own threads
 // at a named barrier, so an SM runs two independent streams (a CTA-wide barrier per tile would make it
 // one: bench/NOTES.md, run s12e); their (m, l, O) are combined in shared memory at the end.
-template <int D, int KV, int KEYS = 64, bool SPLIT = false>
+template <int D, int KV, int KEYS = 64, bool SPLIT = false, bool SHARED = false>
 struct WgTraits {
   static_assert((D <= 128 && (KEYS == 64 || KEYS == 128)) || (D == 256 && KEYS == 32), "head size / key tile");
   static_assert(KV == kKvF16 || KV == kKvBF16 || ((KV == kKvU8 || KV == kKvF8) && KEYS == (D == 256 ? 32 : 64)),
@@ -79,11 +79,10 @@ struct WgTraits {
   // copies before the barrier, so they keep it.)
   static constexpr bool kMbar = !SPLIT && !kBytes && kStages >= 5;
   static constexpr int kBarBytes = kMbar ? 2 * kStages * 8 : 0;
-  // CTAs per SM the registers are bounded for: two at D = 64 with 64-key tiles (f16/bf16 128-row chunks,
-  // ~100 KB of shared memory each; 143 -> 128 registers, 4 bytes spilled): bf16 prefill 1.26x / 1.31x
-  // faster at 8k / 32k, 65-256-row verifies median 0.935x the time (0.80-0.83x at 128k; run mb2). At 8k
-  // their 2-tile CTAs were slower: planner::kMinSharedPartition.
-  static constexpr int kMinCtas = D == 64 && KEYS == 64 && kMbar ? 2 : 1;
+  // SHARED: registers bounded for two CTAs per SM (D = 64, 64-key f16/bf16 tiles: ~100 KB of shared memory
+  // each; 143 -> 128 registers, 4 bytes spilled), where tuning::hopper_shared takes it
+  static_assert(!SHARED || (D == 64 && KEYS == 64 && kMbar), "two CTAs per SM: D = 64, 64-key f16/bf16 tiles");
+  static constexpr int kMinCtas = SHARED ? 2 : 1;
   // SPLIT: the second warpgroup's O, m and l for the combine, in the first ring once it is drained
   static_assert(!SPLIT || kRingBytes >= kRows * (D + 2) * 4, "combine buffer");
   // + slack to align the base to 1024
@@ -108,11 +107,12 @@ __device__ __forceinline__ void store_io2(void* base, int64_t i, int io, float a
   }
 }
 
-template <int D, int KV, int KEYS, bool SPLIT = false>
-__global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT>::kThreads, WgTraits<D, KV, KEYS, SPLIT>::kMinCtas)
+template <int D, int KV, int KEYS, bool SPLIT = false, bool SHARED = false>
+__global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads,
+                                  WgTraits<D, KV, KEYS, SPLIT, SHARED>::kMinCtas)
     wg_kernel(const __grid_constant__ FwdParams P, const int item_offset) {
 #if PAGEDATTN_WGMMA_ARCH
-  using Tr = WgTraits<D, KV, KEYS, SPLIT>;
+  using Tr = WgTraits<D, KV, KEYS, SPLIT, SHARED>;
   using T = typename Tr::T;
   constexpr int kKeys = Tr::kKeys;
   constexpr int kStages = Tr::kStages;
