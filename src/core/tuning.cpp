@@ -86,6 +86,8 @@ int hopper_split(int head_size, KvKind kv, int key_tile, int64_t max_keys, const
 // same call): bf16 prefill 1.26x / 1.31x faster at 8k / 32k tokens, 65-256-row verifies 0.80-0.83x the
 // time at 128k and 0.88-0.94x at 32k, but 128-row verifies at 8k (one sequence, Hk = 4: 4 chunk CTAs)
 // 1.10-1.16x slower, and as slow with partitions of 4 tiles instead of 2 (run mb3): one CTA per SM there.
+// The rule against one CTA everywhere (run mb4): 65-256-row median 0.934x (0.835-1.003), prefill 1.26x /
+// 1.31x faster at 8k / 32k.
 bool hopper_shared(int head_size, KvKind kv, int key_tile, int64_t max_keys, int64_t wide_ctas, int num_sms,
                    const Overrides& o) {
   if (head_size != 64 || key_tile != 64 || kv != KvKind::f16 || o.wg_shared == 0) return false;
