@@ -572,7 +572,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
     wg::wait<0>();
     wg::fence_regs(o);
   }
-  cp_async_wait<0>();
+  cp_async_wait<0>();  // (kMbar commits no groups: every tile it issued was waited for on its full barrier)
   pdl_launch_dependents();  // after every cache write (see fwd_kernel)
 
 #pragma unroll
