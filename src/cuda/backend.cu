@@ -250,18 +250,16 @@ class CudaPlan final : public detail::PlanImpl {
     choice_.wg = choice_.pad || opt.deterministic || !has_hopper_kernels(D_) ? 0
                                                                            : tuning::hopper_key_tile(D_, bytes, hopper, env);
     choice_.invariant = opt.deterministic;
-    int64_t max_keys = 0;  // the longest key range of the call (a window caps it)
+    int64_t max_keys = 0;   // the longest key range of the call (a window caps it)
+    int64_t wide_ctas = 0;  // chunks of more than 64 rows, as 128-row chunks, times the kv heads
     for (int s = 0; s < num_seqs; ++s) {
       const int64_t keys = int64_t{past[s]} + (p.prefix_only ? 0 : sb[s + 1] - sb[s]);
       max_keys = std::max(max_keys, p.sliding_window > 0 ? std::min<int64_t>(keys, p.sliding_window) : keys);
-    }
-    const tuning::KvKind kind = kv_ == kKvU8 ? tuning::KvKind::u8 : kv_ == kKvF8 ? tuning::KvKind::fp8 : tuning::KvKind::f16;
-    choice_.wg_split = tuning::hopper_split(D_, kind, choice_.wg, max_keys, env);
-    int64_t wide_ctas = 0;  // chunks of more than 64 rows, as 128-row chunks, times the kv heads
-    for (int s = 0; s < num_seqs; ++s) {
       const int64_t rows = int64_t{sb[s + 1] - sb[s]} * G_;
       if (rows > 64) wide_ctas += (rows + 127) / 128 * Hk_;
     }
+    const tuning::KvKind kind = kv_ == kKvU8 ? tuning::KvKind::u8 : kv_ == kKvF8 ? tuning::KvKind::fp8 : tuning::KvKind::f16;
+    choice_.wg_split = tuning::hopper_split(D_, kind, choice_.wg, max_keys, env);
     choice_.wg_shared = tuning::hopper_shared(D_, kind, choice_.wg, max_keys, wide_ctas, in.num_sms, env);
     in.ctas_per_sm = fwd_kernel_info(D_, kv_, 1, choice_).ctas_per_sm();
     for (int k = 0; k < 4; ++k) {  // row-tile classes on the Hopper kernel: their own occupancy (planner.h)

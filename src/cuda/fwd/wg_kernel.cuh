@@ -424,7 +424,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
       pv(pa, it - 1);
       if (kTurns) named_barrier_arrive(2 - wgi, 256);  // the other warpgroup's turn
       wg::wait<1>();  // S done; the PV MMA may still run
-    } else {
+    } else {  // (the arrive in each branch: one shared after the branch made ptxas serialise the wgmmas, C7514)
       if (kTurns) named_barrier_arrive(2 - wgi, 256);
       wg::wait<0>();
     }
