@@ -69,12 +69,14 @@ int hopper_key_tile(int head_size, bool u8, bool hopper, const Overrides& o) {
 //   slower at 32k/128k, 1.03-1.14x at 8k, 1.66-1.79x on the batch (T = 4): never. The kernel's loop is
 //   bound by its per-tile instructions (Nsight, f8s2: 4.8-5.7 cycles per issued instruction, 2 warps per
 //   scheduler), and an fp8 tile carries half an f16 tile's bytes for more instructions (the conversion).
-// u8 stays on fwd_kernel. PAGEDATTN_WG_SPLIT=1 / 2: 33-64 / 17-64 rows at every head size (fp8 too).
+// u8 (codes converted in place, as fp8's): 33-64 rows at every head size (to be measured).
+// PAGEDATTN_WG_SPLIT=1 / 2: 33-64 / 17-64 rows at every head size and cache type.
 int hopper_split(int head_size, KvKind kv, int key_tile, int64_t max_keys, const Overrides& o) {
-  if (key_tile == 0 || kv == KvKind::u8 || o.wg_split == 0) return 0;
+  if (key_tile == 0 || o.wg_split == 0) return 0;
   if (o.wg_split == 1) return 4;
   if (o.wg_split == 2) return 2;
   const bool short_keys = max_keys <= kSplitShortKeys;
+  if (kv == KvKind::u8) return 4;
   if (kv == KvKind::fp8) {
     if (head_size == 64) return short_keys ? 2 : 4;
     return head_size == 128 || short_keys ? 4 : 0;

@@ -114,3 +114,57 @@ TEST(Cuda, HopperU8Random) {
   cfg.group_sizes = {1, 3, 4, 8, 16};
   run_hopper_byte_suites(cfg, "u8", "u8", base_seed() + 2500000);
 }
+
+// u8 chunks on the key-split Hopper kernel ("wgs<keys>u8": codes converted in place in f16's ring, the
+// per-key parameters in arrays of their own, E and the zero-point sum as on the 128-row kernel), where
+// tuning::hopper_split sends them (33-64 rows at every head size), and 17-32-row chunks on it under
+// PAGEDATTN_WG_SPLIT=2. The plans launch it; then chains and trees in the row bands where every chunk of
+// these cases takes it (G = 4 with T 9-16, G = 8 with T 5-8, G = 16 with T 3-4), mixed few-query cases
+// and long contexts (many partitions, their merge), per query dtype; u8 tolerances.
+TEST(Cuda, U8SplitRandom) {
+  REQUIRE_GPU();
+  if (const char* why = no_wgmma()) GTEST_SKIP() << why;
+  EnvGuard on("PAGEDATTN_WGMMA", ""), split("PAGEDATTN_WG_SPLIT", ""), bytes("PAGEDATTN_WGMMA_U8", "");
+  CaseConfig one = few_query_config();
+  one.kv_precisions = {KVPrecision::u8};
+  one.group_sizes = {8};
+  for (int d : {64, 128, 256}) {
+    one.head_sizes = {d};
+    expect_launched(one, 5, 8, base_seed() + 5300000 + d, 256, d == 256 ? "wgs32u8" : "wgs64u8");  // 40-64 rows
+  }
+  const int bands[3][3] = {{4, 9, 16}, {8, 5, 8}, {16, 3, 4}};
+  for (DType q : {DType::f32, DType::f16, DType::bf16}) {
+    const uint64_t seed = base_seed() + 5400000 + 100000 * static_cast<int>(q);
+    CaseConfig cfg = few_query_config();
+    cfg.kv_precisions = {KVPrecision::u8};
+    cfg.query_dtypes = {q};
+    const std::string qn = q == DType::f32 ? " q=f32" : q == DType::f16 ? " q=f16" : " q=bf16";
+    for (int b = 0; b < 3; ++b) {
+      CaseConfig band = cfg;
+      band.group_sizes = {bands[b][0]};
+      band.min_tokens = bands[b][1];
+      band.max_tokens = bands[b][2];
+      run_suite(("u8-wgs-g" + std::to_string(bands[b][0]) + qn).c_str(), band, seed + 1000 * b, 40);
+    }
+    run_suite(("u8-wgs-mixed" + qn).c_str(), cfg, seed + 5000, 30);
+    CaseConfig lng = long_context_config(4000, 20000, 40000);
+    lng.kv_precisions = {KVPrecision::u8};
+    lng.query_dtypes = {q};
+    lng.group_sizes = {8};
+    lng.min_tokens = 5;
+    lng.max_tokens = 8;
+    run_suite(("u8-wgs-long" + qn).c_str(), lng, seed + 6000, 10);
+  }
+  // 17-32 rows (G = 8, T 3-4) on it when forced
+  EnvGuard two("PAGEDATTN_WG_SPLIT", "2");
+  for (int d : {64, 128, 256}) {
+    one.head_sizes = {d};
+    expect_launched(one, 3, 4, base_seed() + 5310000 + d, 256, d == 256 ? "wgs32u8" : "wgs64u8");
+  }
+  CaseConfig b32 = few_query_config();
+  b32.kv_precisions = {KVPrecision::u8};
+  b32.group_sizes = {8};
+  b32.min_tokens = 3;
+  b32.max_tokens = 4;
+  run_suite("u8-wgs-17-32", b32, base_seed() + 5500000, 40);
+}

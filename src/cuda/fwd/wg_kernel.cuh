@@ -32,20 +32,19 @@ struct WgTraits {
   static_assert((D <= 128 && (KEYS == 64 || KEYS == 128)) || (D == 256 && KEYS == 32), "head size / key tile");
   static_assert(KV == kKvF16 || KV == kKvBF16 || ((KV == kKvU8 || KV == kKvF8) && KEYS == (D == 256 ? 32 : 64)),
                 "cache type");
-  // SPLIT: two warpgroups, f16/bf16 and fp8. u8 on it (three conversion buffers per ring, 32-key tiles
-  // at D = 128; commit 7aba6f4) ran level with fwd_kernel at 64 rows (run c4): its codes converted in
-  // shared memory bound it, as they bound the one-warpgroup kernel's u8 path (2.4-3x fwd_kernel's time
-  // at T = 1, run mr1; that kernel, wgq, was removed after c7eeed8).
-  static_assert(!SPLIT || KV == kKvF16 || KV == kKvBF16 || KV == kKvF8, "the key-split variant: f16/bf16, fp8");
+  // SPLIT: two warpgroups, every cache type. (u8 on it with three conversion buffers per ring and
+  // 32-key tiles at D = 128, commit 7aba6f4, ran level with fwd_kernel at 64 rows, run c4; it now
+  // converts in place, below.)
   using T = typename KvTraits<KV>::mma_t;
   static constexpr bool kU8 = KV == kKvU8;     // affine codes: per-key parameters (as fwd_kernel)
   static constexpr bool kF8 = KV == kKvF8;     // e4m3 codes: the kv head's scales fold into S and O
   static constexpr bool kBytes = kU8 || kF8;   // one-byte codes: staged, then converted to f16 tiles
-  // fp8 on SPLIT: converted in place. The codes of 16-byte chunk c of a row land where the row's f16
-  // chunk 2c goes, and the thread that copied them converts them into chunks 2c and 2c + 1 (no other
+  // u8 and fp8 on SPLIT: converted in place. The codes of 16-byte chunk c of a row land where the row's
+  // f16 chunk 2c goes, and the thread that copied them converts them into chunks 2c and 2c + 1 (no other
   // thread's codes are there), so the ring is f16's: same slots, depth and refill rule, no conversion
-  // buffers (each ring's three would not fit two rings at D = 256).
-  static constexpr bool kInPlace = kF8 && SPLIT;
+  // buffers (each ring's three would not fit two rings at D = 256). u8's per-key parameters go to arrays
+  // of their own after the query sums (kParSlot per ring slot), so each slot stays 1024-byte aligned.
+  static constexpr bool kInPlace = kBytes && SPLIT;
   static constexpr int kRows = SPLIT ? 64 : 128;
   static constexpr int kThreads = 256;
   static constexpr int kRings = SPLIT ? 2 : 1;                 // rings of copy stages (one per stream)
@@ -58,14 +57,17 @@ struct WgTraits {
   // instead): a ring of staging slots (K and V codes, row-major, then u8's 4 parameter arrays), converted
   // by the threads that loaded them into three (K, V) f16 buffers in the MMA layout (one converted, one
   // read by the PV MMA in flight, one still read by a lagging warpgroup), and (u8) the rows' query sums;
-  // fp8 on SPLIT: f16's ring, converted in place (above).
-  static constexpr int kStageBytes = kU8 ? 2 * kKeys * D + 4 * kKeys * 2
-                                     : kF8 && !kInPlace ? 2 * kKeys * D : 2 * kTileBytes;
+  // u8 and fp8 on SPLIT: f16's ring, converted in place (above).
+  static constexpr int kStageBytes = kInPlace ? 2 * kTileBytes
+                                     : kU8 ? 2 * kKeys * D + 4 * kKeys * 2 : kF8 ? 2 * kKeys * D : 2 * kTileBytes;
+  static constexpr int kParSlot = kU8 && kInPlace ? 4 * kKeys * 2 : 0;  // u8 in place: a slot's parameters
+  static constexpr int kParOff = kInPlace ? 0 : 2 * kKeys * D;           // ... else in its staging slot
   static constexpr int kConvBytes = kBytes && !kInPlace ? 3 * 2 * kTileBytes : 0;
   static constexpr int kQsumBytes = kU8 ? kRows * 4 : 0;
   // ring depth (tiles ahead = kStages - 2): 2 warpgroups 3 or 5 (measured), 1 warpgroup what fits, <= 6
   // (D = 64: two CTAs per SM); SPLIT: what fits each ring, <= 6
-  static constexpr int kFit = ((227 * 1024 - 1024 - kQBytes - kQsumBytes) / kRings - kConvBytes) / kStageBytes;
+  static constexpr int kFit =
+      ((227 * 1024 - 1024 - kQBytes - kQsumBytes) / kRings - kConvBytes) / (kStageBytes + kParSlot);
   static constexpr int kStages = kBytes || SPLIT ? (kFit > 6 ? 6 : kFit)
                                               : (kStageBytes > 48 * 1024 ? 3 : 5);
   static_assert(kStages >= 3, "pipeline depth");
@@ -86,7 +88,8 @@ struct WgTraits {
   // SPLIT: the second warpgroup's O, m and l for the combine, in the first ring once it is drained
   static_assert(!SPLIT || kRingBytes >= kRows * (D + 2) * 4, "combine buffer");
   // + slack to align the base to 1024
-  static constexpr int kSmem = 1024 + kQBytes + kRings * kRingBytes + kQsumBytes + kBarBytes;
+  static constexpr int kParBytes = kRings * kStages * kParSlot;
+  static constexpr int kSmem = 1024 + kQBytes + kRings * kRingBytes + kQsumBytes + kParBytes + kBarBytes;
   static_assert(kSmem <= 227 * 1024, "shared memory");
 };
 
@@ -139,12 +142,17 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
   };
   auto v_tile = [&](int t) { return k_tile(t) + Tr::kTileBytes; };
   auto smem_ptr = [&](uint32_t addr) { return smem_raw + (addr - raw_u32); };
-  // kMbar: ring tile t's slot barriers (after Q, the ring and the u8 query sums)
-  const uint32_t bar_base = base + Tr::kQBytes + Tr::kRings * Tr::kRingBytes + Tr::kQsumBytes;
+  // u8: the parameters of ring slot `stage` ([4][kKeys] f16): in the staging slot, or (in place) after
+  // the query sums
+  const uint32_t par_base = base + Tr::kQBytes + Tr::kRings * Tr::kRingBytes + Tr::kQsumBytes;
+  auto par_addr = [&](int stage) {
+    return Tr::kInPlace ? par_base + (ring * kStages + stage) * Tr::kParSlot : slot_base(stage) + Tr::kParOff;
+  };
+  // kMbar: ring tile t's slot barriers (after Q, the ring, the u8 query sums and parameters)
+  const uint32_t bar_base = par_base + Tr::kParBytes;
   auto full_bar = [&](int t) { return bar_base + 8u * static_cast<uint32_t>(t % kStages); };
   auto empty_bar = [&](int t) { return bar_base + 8u * static_cast<uint32_t>(kStages + t % kStages); };
-  constexpr int kC16 = D / 16;                    // u8: 16-byte code chunks per row
-  constexpr int kParOff = 2 * kKeys * D;          // u8: parameters in a staging slot: [4][kKeys] f16
+  constexpr int kC16 = D / 16;                    // one-byte codes: 16-byte chunks per row
 
   const int hk = blockIdx.y;
 
@@ -236,7 +244,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
         const bool ok = j < w.kv_end && j + 7 >= kv_lo;
         const uint16_t* ps = a == 0 ? P.k_scale : a == 1 ? P.k_min : a == 2 ? P.v_scale : P.v_min;
         const int64_t off8 = ok ? cache_row(table, j, hk, P.Hk, P.block_size_log2) : 0;
-        cp_async_16_u32(sb + kParOff + a * kKeys * 2 + cc * 16, ps + off8, ok ? 16 : 0);
+        cp_async_16_u32(par_addr(it % kStages) + a * kKeys * 2 + cc * 16, ps + off8, ok ? 16 : 0);
       }
     } else if (it < n_tiles) {
       // kMbar: the slot's previous tile (it - kStages) released by every warp
@@ -429,7 +437,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
       wg::wait<0>();
     }
     wg::fence_regs(s);
-    const uint16_t* par = reinterpret_cast<const uint16_t*>(smem_ptr(slot_base(it % kStages) + kParOff));
+    const uint16_t* par = reinterpret_cast<const uint16_t*>(smem_ptr(par_addr(it % kStages)));
     if constexpr (kU8) {  // s_j = kscale_j * q . (code_j + 1024) + (kmin_j - 1024 kscale_j) * sum(q)
 #pragma unroll
       for (int n = 0; n < kN1; ++n) {
