@@ -39,11 +39,12 @@ int hopper_key_tile(int head_size, bool u8, bool hopper, const Overrides& o);
 /// What a cache holds, for the rules that tell its kinds apart: 16-bit elements (f16, bf16), u8 or fp8 codes.
 enum class KvKind { f16, u8, fp8 };
 /// The least row tiles of the chunks that run on the key-split Hopper kernel (KernelChoice::wg_split):
-/// 2 (17-64 rows), 4 (33-64 rows), or 0 where it is off (u8 caches; fp8 at D = 256 past
-/// kSplitShortKeys keys) or the Hopper kernel is (`key_tile` = hopper_key_tile() == 0). f16/bf16: 2 at
-/// D >= 128 and at D = 64 while the call's longest key range `max_keys` <= kSplitShortKeys, else 4. fp8: 2
-/// at D = 64 (the same key rule, else 4), 4 at D = 128, 4 at D = 256 up to kSplitShortKeys keys.
-/// PAGEDATTN_WG_SPLIT=1 / 2: 4 / 2 wherever the kernel may run (not u8).
+/// 2 (17-64 rows), 4 (33-64 rows), or 0 where it is off (u8 at D = 256, and at D = 128 past
+/// kSplitShortKeys keys; fp8 at D = 256 past kSplitShortKeys keys) or the Hopper kernel is (`key_tile` =
+/// hopper_key_tile() == 0). f16/bf16: 2 at D >= 128 and at D = 64 while the call's longest key range
+/// `max_keys` <= kSplitShortKeys, else 4. fp8: 2 at D = 64 (the same key rule, else 4), 4 at D = 128, 4 at
+/// D = 256 up to kSplitShortKeys keys. u8: 4 at D = 64, 4 at D = 128 up to kSplitShortKeys keys.
+/// PAGEDATTN_WG_SPLIT=1 / 2: 4 / 2 wherever the kernel may run (every cache type).
 constexpr int64_t kSplitShortKeys = 16384;
 int hopper_split(int head_size, KvKind kv, int key_tile, int64_t max_keys, const Overrides& o);
 /// 128-row f16/bf16 chunks at D = 64 on the Hopper kernel's two-CTA-per-SM form (KernelChoice::wg_shared):

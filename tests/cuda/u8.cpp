@@ -116,11 +116,12 @@ TEST(Cuda, HopperU8Random) {
 }
 
 // u8 chunks on the key-split Hopper kernel ("wgs<keys>u8": codes converted in place in f16's ring, the
-// per-key parameters in arrays of their own, E and the zero-point sum as on the 128-row kernel), where
-// tuning::hopper_split sends them (33-64 rows at every head size), and 17-32-row chunks on it under
-// PAGEDATTN_WG_SPLIT=2. The plans launch it; then chains and trees in the row bands where every chunk of
-// these cases takes it (G = 4 with T 9-16, G = 8 with T 5-8, G = 16 with T 3-4), mixed few-query cases
-// and long contexts (many partitions, their merge), per query dtype; u8 tolerances.
+// per-key parameters in arrays of their own, E and the zero-point sum as on the 128-row kernel). The
+// plans follow tuning::hopper_split (33-64 rows at D = 64, at D = 128 up to 16k keys, fwd_kernel
+// elsewhere); then, with the kernel forced (PAGEDATTN_WG_SPLIT=1: 33-64 rows at every head size and
+// length), chains and trees in the row bands where every chunk of these cases takes it (G = 4 with T
+// 9-16, G = 8 with T 5-8, G = 16 with T 3-4), mixed few-query cases and long contexts (many partitions,
+// their merge), per query dtype; and 17-32-row chunks (PAGEDATTN_WG_SPLIT=2). u8 tolerances.
 TEST(Cuda, U8SplitRandom) {
   REQUIRE_GPU();
   if (const char* why = no_wgmma()) GTEST_SKIP() << why;
@@ -128,10 +129,22 @@ TEST(Cuda, U8SplitRandom) {
   CaseConfig one = few_query_config();
   one.kv_precisions = {KVPrecision::u8};
   one.group_sizes = {8};
-  for (int d : {64, 128, 256}) {
+  for (int d : {64, 128}) {
     one.head_sizes = {d};
-    expect_launched(one, 5, 8, base_seed() + 5300000 + d, 256, d == 256 ? "wgs32u8" : "wgs64u8");  // 40-64 rows
+    expect_launched(one, 5, 8, base_seed() + 5300000 + d, 256, "wgs64u8");  // 40-64 rows
   }
+  one.head_sizes = {256};
+  expect_launched(one, 5, 8, base_seed() + 5300256, 128, "");  // fwd_kernel's 4 row tiles (4 warps)
+  CaseConfig far = long_context_config(17000, 17000, 40000);   // D = 128 past 16k keys: fwd_kernel
+  far.kv_precisions = {KVPrecision::u8};
+  far.head_sizes = {128};
+  far.group_sizes = {8};
+  expect_launched(far, 5, 8, base_seed() + 5300300, 128, "");
+  far.head_sizes = {64};
+  expect_launched(far, 5, 8, base_seed() + 5300301, 256, "wgs64u8");
+  EnvGuard all("PAGEDATTN_WG_SPLIT", "1");
+  one.head_sizes = {256};
+  expect_launched(one, 5, 8, base_seed() + 5300257, 256, "wgs32u8");
   const int bands[3][3] = {{4, 9, 16}, {8, 5, 8}, {16, 3, 4}};
   for (DType q : {DType::f32, DType::f16, DType::bf16}) {
     const uint64_t seed = base_seed() + 5400000 + 100000 * static_cast<int>(q);
