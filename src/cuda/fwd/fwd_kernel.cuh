@@ -627,7 +627,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
             sum[hf] += pe;
             if constexpr (kU8) {
               // NOTE: masked keys may carry NaN parameters (unwritten slots): never multiply them
-              p[e] = pe != 0.0f ? __half2float(__float2half_rn(pe * (e % 2 ? vscale.y : vscale.x))) : 0.0f;
+              p[e] = pe != 0.0f ? pe * (e % 2 ? vscale.y : vscale.x) : 0.0f;  // (rounded to f16 by the pack below)
               cz[hf] += pe != 0.0f ? pe * (e % 2 ? vbias.y : vbias.x) : 0.0f;
             } else {
               p[e] = pe;
