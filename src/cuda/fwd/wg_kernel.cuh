@@ -81,12 +81,6 @@ struct WgTraits {
   // copies before the barrier, so they keep it.)
   static constexpr bool kMbar = !SPLIT && !kBytes && kStages >= 5;
   static constexpr int kBarBytes = kMbar ? 2 * kStages * 8 : 0;
-  // One-byte codes on rings of >= 4 slots: each thread converts its codes of tile it + 1 while the MMAs of
-  // tile it run (issued, not yet waited for), instead of tile it's before them, when no MMA is in flight.
-  // Its copies then have one iteration less to land (tile it + 1 went out kStages - 3 iterations before),
-  // so not on 3-slot rings (the key-split kernel at D = 128 and 256), where it would wait for copies
-  // issued in the same iteration.
-  static constexpr bool kAhead = kBytes && kStages >= 4;
   // SHARED: registers bounded for two CTAs per SM (D = 64, 64-key f16/bf16 tiles: ~100 KB of shared memory
   // each; 143 -> 128 registers, 4 bytes spilled), where tuning::hopper_shared takes it
   static_assert(!SHARED || (D == 64 && KEYS == 64 && kMbar), "two CTAs per SM: D = 64, 64-key f16/bf16 tiles");
@@ -348,18 +342,6 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
     __syncthreads();
   }
   const int row0 = SPLIT ? 0 : 64 * wgi;  // the warpgroup's first row
-  // kAhead: ring tile 0 converted here, tile it + 1 in iteration it (the barrier at the top of iteration
-  // it + 1 publishes it); its buffer (u8/fp8 128-row: it + 1 mod 3, last read by tile it - 2's PV MMA,
-  // which every thread waited for in iteration it - 1; in place: its own slot) is free once every thread
-  // has passed the barrier of iteration it.
-  auto convert_ahead = [&](int t) {
-    if (t < n_tiles) {
-      cp_async_wait<kStages - 3>();  // (groups: tiles up to t + kStages - 3 committed)
-      convert(t);
-      wg::fence_proxy_async();  // this thread's conversions -> visible to the tensor cores
-    }
-  };
-  if constexpr (Tr::kAhead) convert_ahead(0);
 
   // The thread's two rows: row0 + 16 * (warp % 4) + lane / 4 (+ 8).
   int row_qpos[2], row_lo[2];
@@ -425,7 +407,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
       // the previous iteration's barrier (a warp's wait covers its own part of a warpgroup MMA only: a
       // two-buffer version for one warpgroup, overwriting the buffer of tile it - 2 here, failed its
       // tests in run c2)
-      if constexpr (kBytes && !Tr::kAhead) convert(it);
+      if constexpr (kBytes) convert(it);
       wg::fence_proxy_async();  // this thread's copies / conversions (and Q stores) -> visible to the tensor cores
       // every thread's (SPLIT: the warpgroup's); and the slot refilled below is no longer read
       if constexpr (SPLIT) named_barrier(1 + wgi, 128);
@@ -449,11 +431,9 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
     if (it > 0) {
       pv(pa, it - 1);
       if (kTurns) named_barrier_arrive(2 - wgi, 256);  // the other warpgroup's turn
-      if constexpr (Tr::kAhead) convert_ahead(it + 1);  // under this tile's MMAs
       wg::wait<1>();  // S done; the PV MMA may still run
     } else {  // (the arrive in each branch: one shared after the branch made ptxas serialise the wgmmas, C7514)
       if (kTurns) named_barrier_arrive(2 - wgi, 256);
-      if constexpr (Tr::kAhead) convert_ahead(it + 1);
       wg::wait<0>();
     }
     wg::fence_regs(s);
