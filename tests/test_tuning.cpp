@@ -72,6 +72,21 @@ TEST(Tuning, HopperShared) {
   EXPECT_EQ(parse_overrides([](const char*) -> const char* { return nullptr; }).wg_shared, -1);
 }
 
+TEST(Tuning, HopperSplitShared) {  // the key-split kernel's two-CTA form (D = 64, f16/bf16)
+  using K = KvKind;
+  const Overrides none;
+  EXPECT_FALSE(hopper_split_shared(64, K::f16, 4, 131072, none));  // off by default
+  Overrides o;
+  o.wgs_shared = 1;
+  EXPECT_TRUE(hopper_split_shared(64, K::f16, 2, 1024, o));
+  EXPECT_FALSE(hopper_split_shared(64, K::f16, 0, 1024, o));  // no chunk on the key-split kernel
+  EXPECT_FALSE(hopper_split_shared(128, K::f16, 2, 1024, o));
+  EXPECT_FALSE(hopper_split_shared(64, K::u8, 4, 1024, o));
+  EXPECT_FALSE(hopper_split_shared(64, K::fp8, 4, 1024, o));
+  EXPECT_EQ(parse_overrides([](const char* n) { return std::string(n) == "PAGEDATTN_WGS_SHARED" ? "1" : nullptr; }).wgs_shared, 1);
+  EXPECT_EQ(parse_overrides([](const char* n) { return std::string(n) == "PAGEDATTN_WGS_SHARED" ? "0" : nullptr; }).wgs_shared, 0);
+}
+
 TEST(Tuning, HopperKeyTile) {
   const Overrides none;
   EXPECT_EQ(hopper_key_tile(128, false, false, none), 0);  // not an sm_90 device of an sm_90a build

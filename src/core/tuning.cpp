@@ -24,6 +24,7 @@ Overrides parse_overrides(const std::function<const char*(const char*)>& getenv)
   o.wgmma = is("PAGEDATTN_WGMMA", "0") ? 0 : is("PAGEDATTN_WGMMA", "64") ? 64 : is("PAGEDATTN_WGMMA", "128") ? 128 : -1;
   o.wg_split = is("PAGEDATTN_WG_SPLIT", "0") ? 0 : is("PAGEDATTN_WG_SPLIT", "1") ? 1 : is("PAGEDATTN_WG_SPLIT", "2") ? 2 : -1;
   o.wg_shared = is("PAGEDATTN_WG_SHARED", "0") ? 0 : is("PAGEDATTN_WG_SHARED", "1") ? 1 : -1;
+  o.wgs_shared = is("PAGEDATTN_WGS_SHARED", "0") ? 0 : is("PAGEDATTN_WGS_SHARED", "1") ? 1 : -1;
   if (const char* e = getenv("PAGEDATTN_WIDE_PREFILL"); e != nullptr && *e != '\0') o.wide_prefill = is("PAGEDATTN_WIDE_PREFILL", "1");
   const int split = number("PAGEDATTN_MERGE_SPLIT"), batch = number("PAGEDATTN_MERGE_BATCH");
   o.merge_split = split == 1 || split == 2 || split == 4 ? split : 0;
@@ -100,6 +101,13 @@ bool hopper_shared(int head_size, KvKind kv, int key_tile, int64_t max_keys, int
                    const Overrides& o) {
   if (head_size != 64 || key_tile != 64 || kv != KvKind::f16 || o.wg_shared == 0) return false;
   return o.wg_shared == 1 || max_keys > kSplitShortKeys || wide_ctas >= num_sms;
+}
+
+// Not measured yet: off unless PAGEDATTN_WGS_SHARED=1.
+bool hopper_split_shared(int head_size, KvKind kv, int split, int64_t max_keys, const Overrides& o) {
+  (void)max_keys;
+  if (head_size != 64 || split == 0 || kv != KvKind::f16 || o.wgs_shared == 0) return false;
+  return o.wgs_shared == 1;
 }
 
 // 128-row chunks for prefill: the default at D <= 128, where on 8-warp mma.sync CTAs they measured

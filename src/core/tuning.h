@@ -23,6 +23,7 @@ struct Overrides {
   int wg_split = -1;          // PAGEDATTN_WG_SPLIT=0/1/2: the key-split kernel off / on for 33-64-row chunks /
                               // for 17-64 at every head size; -1 unset (17-64 at D = 256, else 33-64)
   int wg_shared = -1;         // PAGEDATTN_WG_SHARED=0/1: D = 64 128-row chunks on one / two CTAs per SM; -1 unset
+  int wgs_shared = -1;        // PAGEDATTN_WGS_SHARED=0/1: D = 64 key-split chunks on one / two CTAs per SM; -1 unset
   int wide_prefill = -1;      // PAGEDATTN_WIDE_PREFILL=0/1: 128-row chunks off/on; -1 unset
   int merge_split = 0;        // PAGEDATTN_MERGE_SPLIT=1/2/4; 0 unset
   int merge_batch = 0;        // PAGEDATTN_MERGE_BATCH=1/4/8; 0 unset
@@ -53,6 +54,10 @@ int hopper_split(int head_size, KvKind kv, int key_tile, int64_t max_keys, const
 /// tiles only). PAGEDATTN_WG_SHARED=0 / 1: never / wherever it may run.
 bool hopper_shared(int head_size, KvKind kv, int key_tile, int64_t max_keys, int64_t wide_ctas, int num_sms,
                    const Overrides& o);
+/// f16/bf16 chunks on the key-split Hopper kernel at D = 64 (hopper_split() != 0) on its two-CTA-per-SM
+/// form (KernelChoice::wgs_shared: 3 slots per ring, registers bounded to 128). PAGEDATTN_WGS_SHARED=0 / 1:
+/// never / wherever it may run.
+bool hopper_split_shared(int head_size, KvKind kv, int split, int64_t max_keys, const Overrides& o);
 /// 128-row chunks (planner::kMaxRowsWide) where the 8-row-tile variant fits the device
 /// (`wide_fits`); `key_tile` = hopper_key_tile().
 bool wide_chunks(int head_size, int key_tile, bool wide_fits, const Overrides& o);

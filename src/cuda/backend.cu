@@ -261,6 +261,7 @@ class CudaPlan final : public detail::PlanImpl {
     const tuning::KvKind kind = kv_ == kKvU8 ? tuning::KvKind::u8 : kv_ == kKvF8 ? tuning::KvKind::fp8 : tuning::KvKind::f16;
     choice_.wg_split = tuning::hopper_split(D_, kind, choice_.wg, max_keys, env);
     choice_.wg_shared = tuning::hopper_shared(D_, kind, choice_.wg, max_keys, wide_ctas, in.num_sms, env);
+    choice_.wgs_shared = tuning::hopper_split_shared(D_, kind, choice_.wg_split, max_keys, env);
     in.ctas_per_sm = fwd_kernel_info(D_, kv_, 1, choice_).ctas_per_sm();
     for (int k = 0; k < 4; ++k) {  // row-tile classes on the Hopper kernel: their own occupancy (planner.h)
       const FwdKernelInfo info = fwd_kernel_info(D_, kv_, 1 << k, choice_);

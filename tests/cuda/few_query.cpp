@@ -139,3 +139,35 @@ TEST(Cuda, FewQuerySplitRandom) {
   d64_long.min_past = d64_long.max_past = 17000;
   expect_launched(d64_long, 3, 4, base_seed() + 3100005, 128, "");
 }
+
+// The key-split kernel's two-CTA-per-SM form at D = 64 ("wgs64x2": 3 slots per ring, registers bounded to
+// 128; KernelChoice::wgs_shared), forced on: the plans launch it for 17-64-row chunks, then chains and
+// trees in the bands where every chunk takes it, mixed few-query cases and long contexts, f16/bf16 caches.
+TEST(Cuda, FewQuerySplitTwoCtasRandom) {
+  REQUIRE_GPU();
+  if (const char* why = no_wgmma()) GTEST_SKIP() << why;
+  EnvGuard on("PAGEDATTN_WGMMA", ""), split("PAGEDATTN_WG_SPLIT", ""), two("PAGEDATTN_WGS_SHARED", "1");
+  CaseConfig cfg = few_query_config();
+  cfg.kv_precisions = {KVPrecision::f16, KVPrecision::bf16};
+  cfg.head_sizes = {64};
+  CaseConfig one = cfg;
+  one.group_sizes = {8};
+  expect_launched(one, 5, 8, base_seed() + 3300000, 256, "wgs64x2");  // 40-64 rows
+  expect_launched(one, 3, 4, base_seed() + 3300001, 256, "wgs64x2");  // 24-32 rows (up to 16k keys)
+  const int bands[3][3] = {{4, 9, 16}, {8, 5, 8}, {16, 3, 4}};
+  for (int b = 0; b < 3; ++b) {
+    CaseConfig band = cfg;
+    band.group_sizes = {bands[b][0]};
+    band.min_tokens = bands[b][1];
+    band.max_tokens = bands[b][2];
+    run_suite(("few-query-wgs64x2-g" + std::to_string(bands[b][0])).c_str(), band, base_seed() + 3310000 + 1000 * b, 60);
+  }
+  run_suite("few-query-wgs64x2-mixed", cfg, base_seed() + 3350000, 40);
+  CaseConfig lng = long_context_config(4000, 20000, 40000);
+  lng.kv_precisions = cfg.kv_precisions;
+  lng.head_sizes = {64};
+  lng.group_sizes = {8};
+  lng.min_tokens = 5;
+  lng.max_tokens = 8;
+  run_suite("few-query-wgs64x2-long", lng, base_seed() + 3360000, 16);
+}

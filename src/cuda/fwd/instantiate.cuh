@@ -75,7 +75,7 @@ struct WgVariant {
     using Base = FwdVariant<D, KV, 8>;  // the same write-in and scores kernels
     constexpr bool kU8 = KV == kKvU8, kF8 = KV == kKvF8;
     const char* name = SPLIT ? (KEYS == 32 ? (kU8 ? "wgs32u8" : kF8 ? "wgs32f8" : "wgs32")
-                                           : (kU8 ? "wgs64u8" : kF8 ? "wgs64f8" : "wgs64"))
+                                           : (kU8 ? "wgs64u8" : kF8 ? "wgs64f8" : SHARED ? "wgs64x2" : "wgs64"))
                              : (KEYS == 32 ? (kU8 ? "wg32u8" : kF8 ? "wg32f8" : "wg32")
                                            : KEYS == 64 ? (kU8 ? "wg64u8" : kF8 ? "wg64f8" : SHARED ? "wg64x2" : "wg64") : "wg128");
     return FwdKernelInfo{&launch, &Base::launch_write, &Base::launch_scores, &ctas_per_sm, &prepare, kSmem,
@@ -106,7 +106,12 @@ FwdKernelInfo fwd_kernel_info_kind(int rt, const KernelChoice& c) {
   if constexpr (kHopperWidth) {
     constexpr int kKeys = D == 256 ? 32 : 64;  // the key-split variant's key tile, and u8's
     // chunks of wg_split..4 row tiles on the key-split Hopper kernel (KernelChoice::wg_split)
-    if (c.wg != 0 && c.wg_split != 0 && rt >= c.wg_split && rt <= 4) return WgVariant<D, KV, kKeys, true>::info();
+    if (c.wg != 0 && c.wg_split != 0 && rt >= c.wg_split && rt <= 4) {
+      if constexpr (D == 64 && k16) {  // (two CTAs per SM: KernelChoice::wgs_shared)
+        if (c.wgs_shared) return WgVariant<D, KV, kKeys, true, true>::info();
+      }
+      return WgVariant<D, KV, kKeys, true>::info();
+    }
     if constexpr (k16) {
       if (c.wg != 0 && rt == 8) {
         if constexpr (D == 256)  // the Hopper kernel takes 32-key tiles at D = 256

@@ -31,8 +31,9 @@ struct KernelChoice {
   bool mt2 = false;        // two row tiles per warp in the 8-row-tile variant (fwd_kernel's MT = 2; D <= 128)
   int wg = 0;              // 8-row-tile chunks on the Hopper kernel (wg_kernel): its key tile at D <= 128
                            // (64 or 128; any nonzero value means 32 at D = 256, and 64 / 32 for u8), 0 = off
-  int wg_split = 0;        // f16/bf16/fp8 chunks of wg_split..4 row tiles on the key-split Hopper kernel (0: none)
-  bool wg_shared = false;  // D = 64 f16/bf16 128-row chunks on the Hopper kernel's two-CTA-per-SM form
+  int wg_split = 0;        // chunks of wg_split..4 row tiles on the key-split Hopper kernel (0: none)
+  bool wg_shared = false;   // D = 64 f16/bf16 128-row chunks on the Hopper kernel's two-CTA-per-SM form
+  bool wgs_shared = false;  // ... and their key-split chunks (wgs64x2)
   bool pad = false;        // the call's head size is below the kernel's (FwdParams::Dk < D): fwd_kernel's
                            // PAD variants, no Hopper kernel
   bool invariant = false;  // Options::deterministic: 2-row-tile chunks on fwd_kernel's WKV = 4 layout (the

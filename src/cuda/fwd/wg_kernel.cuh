@@ -65,9 +65,10 @@ struct WgTraits {
   static constexpr int kConvBytes = kBytes && !kInPlace ? 3 * 2 * kTileBytes : 0;
   static constexpr int kQsumBytes = kU8 ? kRows * 4 : 0;
   // ring depth (tiles ahead = kStages - 2): 2 warpgroups 3 or 5 (measured), 1 warpgroup what fits, <= 6
-  // (D = 64: two CTAs per SM); SPLIT: what fits each ring, <= 6
+  // (D = 64: two CTAs per SM); SPLIT: what fits each ring, <= 6 (SHARED: half the SM's shared memory)
+  static constexpr int kBudget = SHARED ? 113 * 1024 : 227 * 1024;
   static constexpr int kFit =
-      ((227 * 1024 - 1024 - kQBytes - kQsumBytes) / kRings - kConvBytes) / (kStageBytes + kParSlot);
+      ((kBudget - 1024 - kQBytes - kQsumBytes) / kRings - kConvBytes) / (kStageBytes + kParSlot);
   static constexpr int kStages = kBytes || SPLIT ? (kFit > 6 ? 6 : kFit)
                                               : (kStageBytes > 48 * 1024 ? 3 : 5);
   static_assert(kStages >= 3, "pipeline depth");
@@ -82,8 +83,11 @@ struct WgTraits {
   static constexpr bool kMbar = !SPLIT && !kBytes && kStages >= 5;
   static constexpr int kBarBytes = kMbar ? 2 * kStages * 8 : 0;
   // SHARED: registers bounded for two CTAs per SM (D = 64, 64-key f16/bf16 tiles: ~100 KB of shared memory
-  // each; 143 -> 128 registers, 4 bytes spilled), where tuning::hopper_shared takes it
-  static_assert(!SHARED || (D == 64 && KEYS == 64 && kMbar), "two CTAs per SM: D = 64, 64-key f16/bf16 tiles");
+  // each; 143 -> 128 registers, 4 bytes spilled), where tuning::hopper_shared takes it; SPLIT too (wgs64x2:
+  // 3 slots per ring, ~108 KB), where tuning::hopper_split_shared does
+  static_assert(!SHARED || (D == 64 && KEYS == 64 && !kBytes && (kMbar || SPLIT)),
+                "two CTAs per SM: D = 64, 64-key f16/bf16 tiles");
+  static_assert(!SHARED || !SPLIT || kStages >= 3, "two CTAs per SM: ring depth");
   static constexpr int kMinCtas = SHARED ? 2 : 1;
   // SPLIT: the second warpgroup's O, m and l for the combine, in the first ring once it is drained
   static_assert(!SPLIT || kRingBytes >= kRows * (D + 2) * 4, "combine buffer");
