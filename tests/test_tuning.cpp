@@ -75,14 +75,21 @@ TEST(Tuning, HopperShared) {
 TEST(Tuning, HopperSplitShared) {  // the key-split kernel's two-CTA form (D = 64, f16/bf16)
   using K = KvKind;
   const Overrides none;
-  EXPECT_FALSE(hopper_split_shared(64, K::f16, 4, 131072, none));  // off by default
+  const int64_t long_keys = kSplitShortKeys + 1;
+  EXPECT_TRUE(hopper_split_shared(64, K::f16, 4, long_keys, 4, 132, none));    // one sequence past 16k keys
+  EXPECT_TRUE(hopper_split_shared(64, K::f16, 4, long_keys, 33, 132, none));   // up to a quarter of the SMs
+  EXPECT_FALSE(hopper_split_shared(64, K::f16, 4, long_keys, 34, 132, none));  // batches: one CTA
+  EXPECT_FALSE(hopper_split_shared(64, K::f16, 2, kSplitShortKeys, 4, 132, none));  // 8k: one CTA (run x2s1)
+  EXPECT_FALSE(hopper_split_shared(128, K::f16, 4, long_keys, 4, 132, none));
   Overrides o;
   o.wgs_shared = 1;
-  EXPECT_TRUE(hopper_split_shared(64, K::f16, 2, 1024, o));
-  EXPECT_FALSE(hopper_split_shared(64, K::f16, 0, 1024, o));  // no chunk on the key-split kernel
-  EXPECT_FALSE(hopper_split_shared(128, K::f16, 2, 1024, o));
-  EXPECT_FALSE(hopper_split_shared(64, K::u8, 4, 1024, o));
-  EXPECT_FALSE(hopper_split_shared(64, K::fp8, 4, 1024, o));
+  EXPECT_TRUE(hopper_split_shared(64, K::f16, 2, 1024, 128, 132, o));
+  EXPECT_FALSE(hopper_split_shared(64, K::f16, 0, 1024, 4, 132, o));  // no chunk on the key-split kernel
+  EXPECT_FALSE(hopper_split_shared(128, K::f16, 2, 1024, 4, 132, o));
+  EXPECT_FALSE(hopper_split_shared(64, K::u8, 4, 1024, 4, 132, o));
+  EXPECT_FALSE(hopper_split_shared(64, K::fp8, 4, 1024, 4, 132, o));
+  o.wgs_shared = 0;
+  EXPECT_FALSE(hopper_split_shared(64, K::f16, 4, long_keys, 4, 132, o));
   EXPECT_EQ(parse_overrides([](const char* n) { return std::string(n) == "PAGEDATTN_WGS_SHARED" ? "1" : nullptr; }).wgs_shared, 1);
   EXPECT_EQ(parse_overrides([](const char* n) { return std::string(n) == "PAGEDATTN_WGS_SHARED" ? "0" : nullptr; }).wgs_shared, 0);
 }

@@ -103,11 +103,15 @@ bool hopper_shared(int head_size, KvKind kv, int key_tile, int64_t max_keys, int
   return o.wg_shared == 1 || max_keys > kSplitShortKeys || wide_ctas >= num_sms;
 }
 
-// Not measured yet: off unless PAGEDATTN_WGS_SHARED=1.
-bool hopper_split_shared(int head_size, KvKind kv, int split, int64_t max_keys, const Overrides& o) {
-  (void)max_keys;
+// The key-split kernel at D = 64 on two CTAs per SM (3 slots per ring, 128 registers) against one (6 slots),
+// same call (run x2s1, f16, Hk = 4): one sequence, 33-64 rows 0.89-0.92x the time at 32k and 128k (T/T1 at
+// 128k 1.23-1.26 -> 1.11-1.13), but 1.06-1.11x slower at 8k, and the 32 x 8k batch 1.46x (T = 4) / 2.07x
+// (T = 8) slower. So past 16k keys, for calls of few such chunks (a quarter of the SMs: one sequence's were
+// measured, batches of long contexts were not).
+bool hopper_split_shared(int head_size, KvKind kv, int split, int64_t max_keys, int64_t split_ctas, int num_sms,
+                         const Overrides& o) {
   if (head_size != 64 || split == 0 || kv != KvKind::f16 || o.wgs_shared == 0) return false;
-  return o.wgs_shared == 1;
+  return o.wgs_shared == 1 || (max_keys > kSplitShortKeys && 4 * split_ctas <= num_sms);
 }
 
 // 128-row chunks for prefill: the default at D <= 128, where on 8-warp mma.sync CTAs they measured

@@ -54,10 +54,13 @@ int hopper_split(int head_size, KvKind kv, int key_tile, int64_t max_keys, const
 /// tiles only). PAGEDATTN_WG_SHARED=0 / 1: never / wherever it may run.
 bool hopper_shared(int head_size, KvKind kv, int key_tile, int64_t max_keys, int64_t wide_ctas, int num_sms,
                    const Overrides& o);
-/// f16/bf16 chunks on the key-split Hopper kernel at D = 64 (hopper_split() != 0) on its two-CTA-per-SM
-/// form (KernelChoice::wgs_shared: 3 slots per ring, registers bounded to 128). PAGEDATTN_WGS_SHARED=0 / 1:
-/// never / wherever it may run.
-bool hopper_split_shared(int head_size, KvKind kv, int split, int64_t max_keys, const Overrides& o);
+/// f16/bf16 chunks on the key-split Hopper kernel at D = 64 (`split` = hopper_split() != 0) on its
+/// two-CTA-per-SM form (KernelChoice::wgs_shared: 3 slots per ring, registers bounded to 128): where the
+/// call's longest key range `max_keys` passes kSplitShortKeys and its chunks of 17-64 rows times the kv
+/// heads (`split_ctas`) are at most a quarter of `num_sms`. PAGEDATTN_WGS_SHARED=0 / 1: never / wherever it
+/// may run.
+bool hopper_split_shared(int head_size, KvKind kv, int split, int64_t max_keys, int64_t split_ctas, int num_sms,
+                         const Overrides& o);
 /// 128-row chunks (planner::kMaxRowsWide) where the 8-row-tile variant fits the device
 /// (`wide_fits`); `key_tile` = hopper_key_tile().
 bool wide_chunks(int head_size, int key_tile, bool wide_fits, const Overrides& o);

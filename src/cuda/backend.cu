@@ -252,16 +252,18 @@ class CudaPlan final : public detail::PlanImpl {
     choice_.invariant = opt.deterministic;
     int64_t max_keys = 0;   // the longest key range of the call (a window caps it)
     int64_t wide_ctas = 0;  // chunks of more than 64 rows, as 128-row chunks, times the kv heads
+    int64_t split_ctas = 0;  // sequences of 17-64 rows (one chunk each) times the kv heads
     for (int s = 0; s < num_seqs; ++s) {
       const int64_t keys = int64_t{past[s]} + (p.prefix_only ? 0 : sb[s + 1] - sb[s]);
       max_keys = std::max(max_keys, p.sliding_window > 0 ? std::min<int64_t>(keys, p.sliding_window) : keys);
       const int64_t rows = int64_t{sb[s + 1] - sb[s]} * G_;
       if (rows > 64) wide_ctas += (rows + 127) / 128 * Hk_;
+      if (rows > 16 && rows <= 64) split_ctas += Hk_;
     }
     const tuning::KvKind kind = kv_ == kKvU8 ? tuning::KvKind::u8 : kv_ == kKvF8 ? tuning::KvKind::fp8 : tuning::KvKind::f16;
     choice_.wg_split = tuning::hopper_split(D_, kind, choice_.wg, max_keys, env);
     choice_.wg_shared = tuning::hopper_shared(D_, kind, choice_.wg, max_keys, wide_ctas, in.num_sms, env);
-    choice_.wgs_shared = tuning::hopper_split_shared(D_, kind, choice_.wg_split, max_keys, env);
+    choice_.wgs_shared = tuning::hopper_split_shared(D_, kind, choice_.wg_split, max_keys, split_ctas, in.num_sms, env);
     in.ctas_per_sm = fwd_kernel_info(D_, kv_, 1, choice_).ctas_per_sm();
     for (int k = 0; k < 4; ++k) {  // row-tile classes on the Hopper kernel: their own occupancy (planner.h)
       const FwdKernelInfo info = fwd_kernel_info(D_, kv_, 1 << k, choice_);

@@ -141,17 +141,25 @@ TEST(Cuda, FewQuerySplitRandom) {
 }
 
 // The key-split kernel's two-CTA-per-SM form at D = 64 ("wgs64x2": 3 slots per ring, registers bounded to
-// 128; KernelChoice::wgs_shared), forced on: the plans launch it for 17-64-row chunks, then chains and
-// trees in the bands where every chunk takes it, mixed few-query cases and long contexts, f16/bf16 caches.
+// 128; KernelChoice::wgs_shared): the rule (tuning::hopper_split_shared: past 16k keys, few chunks), then
+// forced on: the plans launch it for 17-64-row chunks, then chains and trees in the bands where every
+// chunk takes it, mixed few-query cases and long contexts, f16/bf16 caches.
 TEST(Cuda, FewQuerySplitTwoCtasRandom) {
   REQUIRE_GPU();
   if (const char* why = no_wgmma()) GTEST_SKIP() << why;
-  EnvGuard on("PAGEDATTN_WGMMA", ""), split("PAGEDATTN_WG_SPLIT", ""), two("PAGEDATTN_WGS_SHARED", "1");
+  EnvGuard on("PAGEDATTN_WGMMA", ""), split("PAGEDATTN_WG_SPLIT", ""), rule("PAGEDATTN_WGS_SHARED", "");
   CaseConfig cfg = few_query_config();
   cfg.kv_precisions = {KVPrecision::f16, KVPrecision::bf16};
   cfg.head_sizes = {64};
   CaseConfig one = cfg;
   one.group_sizes = {8};
+  expect_launched(one, 5, 8, base_seed() + 3300002, 256, "wgs64");  // few-query contexts: one CTA per SM
+  CaseConfig far = long_context_config(17000, 17000, 40000);
+  far.kv_precisions = cfg.kv_precisions;
+  far.head_sizes = {64};
+  far.group_sizes = {8};
+  expect_launched(far, 5, 8, base_seed() + 3300003, 256, "wgs64x2");  // one sequence past 16k keys
+  EnvGuard two("PAGEDATTN_WGS_SHARED", "1");
   expect_launched(one, 5, 8, base_seed() + 3300000, 256, "wgs64x2");  // 40-64 rows
   expect_launched(one, 3, 4, base_seed() + 3300001, 256, "wgs64x2");  // 24-32 rows (up to 16k keys)
   const int bands[3][3] = {{4, 9, 16}, {8, 5, 8}, {16, 3, 4}};
