@@ -77,8 +77,8 @@ TEST(Tuning, HopperSplitShared) {  // the key-split kernel's two-CTA form (D = 6
   const Overrides none;
   const int64_t long_keys = kSplitShortKeys + 1;
   EXPECT_TRUE(hopper_split_shared(64, K::f16, 4, long_keys, 4, 132, none));    // one sequence past 16k keys
-  EXPECT_TRUE(hopper_split_shared(64, K::f16, 4, long_keys, 33, 132, none));   // up to a quarter of the SMs
-  EXPECT_FALSE(hopper_split_shared(64, K::f16, 4, long_keys, 34, 132, none));  // batches: one CTA
+  EXPECT_TRUE(hopper_split_shared(64, K::f16, 4, long_keys, 66, 132, none));   // up to half the SMs (run x2s2)
+  EXPECT_FALSE(hopper_split_shared(64, K::f16, 4, long_keys, 67, 132, none));  // larger batches: one CTA
   EXPECT_FALSE(hopper_split_shared(64, K::f16, 2, kSplitShortKeys, 4, 132, none));  // 8k: one CTA (run x2s1)
   EXPECT_FALSE(hopper_split_shared(128, K::f16, 4, long_keys, 4, 132, none));
   Overrides o;

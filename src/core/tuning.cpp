@@ -104,14 +104,15 @@ bool hopper_shared(int head_size, KvKind kv, int key_tile, int64_t max_keys, int
 }
 
 // The key-split kernel at D = 64 on two CTAs per SM (3 slots per ring, 128 registers) against one (6 slots),
-// same call (run x2s1, f16, Hk = 4): one sequence, 33-64 rows 0.89-0.92x the time at 32k and 128k (T/T1 at
-// 128k 1.23-1.26 -> 1.11-1.13), but 1.06-1.11x slower at 8k, and the 32 x 8k batch 1.46x (T = 4) / 2.07x
-// (T = 8) slower. So past 16k keys, for calls of few such chunks (a quarter of the SMs: one sequence's were
-// measured, batches of long contexts were not).
+// same call (f16, Hk = 4, H = 32; 33-64 rows): one sequence 0.89-0.92x the time at 32k and 128k (T/T1 at
+// 128k 1.23-1.26 -> 1.11-1.13), but 1.06-1.11x slower at 8k and the 32 x 8k batch 1.46x (T = 4) / 2.07x
+// (T = 8) slower (run x2s1); batches at 32k, T = 8: 8 sequences 0.911x, 16 sequences 0.903x (run x2s2). So
+// past 16k keys while the call's such chunks times the kv heads are at most half the SMs (16 x 4 = 64 on
+// 132 was measured; 32 x 4 at 8k is the slow batch).
 bool hopper_split_shared(int head_size, KvKind kv, int split, int64_t max_keys, int64_t split_ctas, int num_sms,
                          const Overrides& o) {
   if (head_size != 64 || split == 0 || kv != KvKind::f16 || o.wgs_shared == 0) return false;
-  return o.wgs_shared == 1 || (max_keys > kSplitShortKeys && 4 * split_ctas <= num_sms);
+  return o.wgs_shared == 1 || (max_keys > kSplitShortKeys && 2 * split_ctas <= num_sms);
 }
 
 // 128-row chunks for prefill: the default at D <= 128, where on 8-warp mma.sync CTAs they measured

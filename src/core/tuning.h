@@ -57,7 +57,7 @@ bool hopper_shared(int head_size, KvKind kv, int key_tile, int64_t max_keys, int
 /// f16/bf16 chunks on the key-split Hopper kernel at D = 64 (`split` = hopper_split() != 0) on its
 /// two-CTA-per-SM form (KernelChoice::wgs_shared: 3 slots per ring, registers bounded to 128): where the
 /// call's longest key range `max_keys` passes kSplitShortKeys and its chunks of 17-64 rows times the kv
-/// heads (`split_ctas`) are at most a quarter of `num_sms`. PAGEDATTN_WGS_SHARED=0 / 1: never / wherever it
+/// heads (`split_ctas`) are at most half of `num_sms`. PAGEDATTN_WGS_SHARED=0 / 1: never / wherever it
 /// may run.
 bool hopper_split_shared(int head_size, KvKind kv, int split, int64_t max_keys, int64_t split_ctas, int num_sms,
                          const Overrides& o);

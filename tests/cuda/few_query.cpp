@@ -137,6 +137,7 @@ TEST(Cuda, FewQuerySplitRandom) {
   CaseConfig d64_long = b32_long;
   d64_long.head_sizes = {64};
   d64_long.min_past = d64_long.max_past = 17000;
+  d64_long.p_window = 0.0;  // (a window under 16k keys would make the call a short one)
   expect_launched(d64_long, 3, 4, base_seed() + 3100005, 128, "");
 }
 
@@ -156,6 +157,7 @@ TEST(Cuda, FewQuerySplitTwoCtasRandom) {
   expect_launched(one, 5, 8, base_seed() + 3300002, 256, "wgs64");  // few-query contexts: one CTA per SM
   CaseConfig far = long_context_config(17000, 17000, 40000);
   far.kv_precisions = cfg.kv_precisions;
+  far.p_window = 0.0;  // (a window under 16k keys would make the call a short one)
   far.head_sizes = {64};
   far.group_sizes = {8};
   expect_launched(far, 5, 8, base_seed() + 3300003, 256, "wgs64x2");  // one sequence past 16k keys
