@@ -121,42 +121,45 @@ TEST(Tuning, HopperSplit) {  // the least row tiles on the key-split kernel; 0: 
   const Overrides none;
   const int64_t short_keys = kSplitShortKeys, long_keys = kSplitShortKeys + 1;
   const KvKind f16 = KvKind::f16, u8 = KvKind::u8, fp8 = KvKind::fp8;
-  EXPECT_EQ(hopper_split(128, f16, 128, long_keys, none), 2);  // D = 128: 17-64 rows at any context
-  EXPECT_EQ(hopper_split(128, f16, 128, short_keys, none), 2);
-  EXPECT_EQ(hopper_split(64, f16, 64, short_keys, none), 2);   // D = 64: 17-64 rows up to 16k keys,
-  EXPECT_EQ(hopper_split(64, f16, 64, long_keys, none), 4);    // 33-64 beyond (run d5)
-  EXPECT_EQ(hopper_split(256, f16, 32, long_keys, none), 2);   // D = 256: 17-64 rows (run d2)
+  EXPECT_EQ(hopper_split(128, f16, 128, long_keys, false, none), 2);  // D = 128: 17-64 rows at any context
+  EXPECT_EQ(hopper_split(128, f16, 128, short_keys, false, none), 2);
+  EXPECT_EQ(hopper_split(64, f16, 64, short_keys, false, none), 2);   // D = 64: 17-64 rows up to 16k keys,
+  EXPECT_EQ(hopper_split(64, f16, 64, long_keys, false, none), 4);    // 33-64 beyond (run d5)
+  EXPECT_EQ(hopper_split(64, f16, 64, long_keys, true, none), 2);     // ... 17-64 on the two-CTA form (x2s4)
+  EXPECT_EQ(hopper_split(128, f16, 64, long_keys, true, none), 2);
+  EXPECT_EQ(hopper_split(64, fp8, 64, long_keys, true, none), 4);     // (f16/bf16 only)
+  EXPECT_EQ(hopper_split(256, f16, 32, long_keys, false, none), 2);   // D = 256: 17-64 rows (run d2)
   // u8 (run u8s1): 33-64 rows at D = 64, at D = 128 up to 16k keys, never at D = 256
-  EXPECT_EQ(hopper_split(64, u8, 64, long_keys, none), 4);
-  EXPECT_EQ(hopper_split(128, u8, 64, short_keys, none), 4);
-  EXPECT_EQ(hopper_split(128, u8, 64, long_keys, none), 0);
-  EXPECT_EQ(hopper_split(256, u8, 32, short_keys, none), 0);
-  EXPECT_EQ(hopper_split(128, f16, 0, short_keys, none), 0);   // the Hopper kernel off
+  EXPECT_EQ(hopper_split(64, u8, 64, long_keys, false, none), 4);
+  EXPECT_EQ(hopper_split(128, u8, 64, short_keys, false, none), 4);
+  EXPECT_EQ(hopper_split(128, u8, 64, long_keys, false, none), 0);
+  EXPECT_EQ(hopper_split(256, u8, 32, short_keys, false, none), 0);
+  EXPECT_EQ(hopper_split(128, f16, 0, short_keys, false, none), 0);   // the Hopper kernel off
   // fp8 (runs f8s1, f8s2): D = 64 as f16; D = 128 33-64 rows; D = 256 33-64 rows up to 16k keys
-  EXPECT_EQ(hopper_split(64, fp8, 64, short_keys, none), 2);
-  EXPECT_EQ(hopper_split(64, fp8, 64, long_keys, none), 4);
-  EXPECT_EQ(hopper_split(128, fp8, 64, short_keys, none), 4);
-  EXPECT_EQ(hopper_split(128, fp8, 64, long_keys, none), 4);
-  EXPECT_EQ(hopper_split(256, fp8, 32, short_keys, none), 4);
-  EXPECT_EQ(hopper_split(256, fp8, 32, long_keys, none), 0);
-  EXPECT_EQ(hopper_split(128, fp8, 0, short_keys, none), 0);
+  EXPECT_EQ(hopper_split(64, fp8, 64, short_keys, false, none), 2);
+  EXPECT_EQ(hopper_split(64, fp8, 64, long_keys, false, none), 4);
+  EXPECT_EQ(hopper_split(128, fp8, 64, short_keys, false, none), 4);
+  EXPECT_EQ(hopper_split(128, fp8, 64, long_keys, false, none), 4);
+  EXPECT_EQ(hopper_split(256, fp8, 32, short_keys, false, none), 4);
+  EXPECT_EQ(hopper_split(256, fp8, 32, long_keys, false, none), 0);
+  EXPECT_EQ(hopper_split(128, fp8, 0, short_keys, false, none), 0);
   Overrides on;
   on.wg_split = 1;
-  EXPECT_EQ(hopper_split(64, f16, 64, short_keys, on), 4);
-  EXPECT_EQ(hopper_split(256, f16, 32, short_keys, on), 4);    // 33-64 rows only, D = 256 included
-  EXPECT_EQ(hopper_split(256, fp8, 32, long_keys, on), 4);
-  EXPECT_EQ(hopper_split(128, u8, 64, short_keys, on), 4);
-  EXPECT_EQ(hopper_split(256, f16, 0, short_keys, on), 0);     // an override does not turn it on
+  EXPECT_EQ(hopper_split(64, f16, 64, short_keys, false, on), 4);
+  EXPECT_EQ(hopper_split(256, f16, 32, short_keys, false, on), 4);    // 33-64 rows only, D = 256 included
+  EXPECT_EQ(hopper_split(256, fp8, 32, long_keys, false, on), 4);
+  EXPECT_EQ(hopper_split(128, u8, 64, short_keys, false, on), 4);
+  EXPECT_EQ(hopper_split(256, f16, 0, short_keys, false, on), 0);     // an override does not turn it on
   Overrides wider;
   wider.wg_split = 2;                                            // 17-64 rows
-  EXPECT_EQ(hopper_split(64, f16, 64, long_keys, wider), 2);
-  EXPECT_EQ(hopper_split(128, f16, 128, long_keys, wider), 2);
-  EXPECT_EQ(hopper_split(128, fp8, 64, long_keys, wider), 2);
-  EXPECT_EQ(hopper_split(256, u8, 32, long_keys, wider), 2);
+  EXPECT_EQ(hopper_split(64, f16, 64, long_keys, false, wider), 2);
+  EXPECT_EQ(hopper_split(128, f16, 128, long_keys, false, wider), 2);
+  EXPECT_EQ(hopper_split(128, fp8, 64, long_keys, false, wider), 2);
+  EXPECT_EQ(hopper_split(256, u8, 32, long_keys, false, wider), 2);
   Overrides off;
   off.wg_split = 0;
-  EXPECT_EQ(hopper_split(128, f16, 128, short_keys, off), 0);
-  EXPECT_EQ(hopper_split(128, fp8, 64, short_keys, off), 0);
+  EXPECT_EQ(hopper_split(128, f16, 128, short_keys, false, off), 0);
+  EXPECT_EQ(hopper_split(128, fp8, 64, short_keys, false, off), 0);
 }
 
 TEST(Tuning, WideChunks) {

@@ -78,7 +78,10 @@ int hopper_key_tile(int head_size, bool u8, bool hopper, const Overrides& o) {
 // - 17-32 rows: level at 8k at best (0.90-1.16x), 1.4-2.3x slower at 32k/128k: never.
 // As fp8's, its loop is bound by the per-tile instructions (the conversion and the per-key parameters).
 // PAGEDATTN_WG_SPLIT=1 / 2: 33-64 / 17-64 rows at every head size and cache type.
-int hopper_split(int head_size, KvKind kv, int key_tile, int64_t max_keys, const Overrides& o) {
+// f16/bf16 D = 64 past 16k keys on the two-CTA form (wgs64x2, hopper_split_shared): 17-32 rows 0.87-0.97x
+// fwd_kernel's time at 32k and 0.90-0.91x at 128k (T/T1 at 128k 1.11-1.17 -> 1.01-1.05; run x2s4, one
+// sequence, Hk = 4, G 1-16), so 17-64 rows there.
+int hopper_split(int head_size, KvKind kv, int key_tile, int64_t max_keys, bool two_ctas, const Overrides& o) {
   if (key_tile == 0 || o.wg_split == 0) return 0;
   if (o.wg_split == 1) return 4;
   if (o.wg_split == 2) return 2;
@@ -88,7 +91,7 @@ int hopper_split(int head_size, KvKind kv, int key_tile, int64_t max_keys, const
     if (head_size == 64) return short_keys ? 2 : 4;
     return head_size == 128 || short_keys ? 4 : 0;
   }
-  return head_size >= 128 || short_keys ? 2 : 4;
+  return head_size >= 128 || short_keys || (head_size == 64 && two_ctas) ? 2 : 4;
 }
 
 // Two CTAs per SM (registers bounded to 128) for D = 64's 128-row f16/bf16 chunks, against one (run mb2,

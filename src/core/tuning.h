@@ -47,7 +47,9 @@ enum class KvKind { f16, u8, fp8 };
 /// D = 256 up to kSplitShortKeys keys. u8: 4 at D = 64, 4 at D = 128 up to kSplitShortKeys keys.
 /// PAGEDATTN_WG_SPLIT=1 / 2: 4 / 2 wherever the kernel may run (every cache type).
 constexpr int64_t kSplitShortKeys = 16384;
-int hopper_split(int head_size, KvKind kv, int key_tile, int64_t max_keys, const Overrides& o);
+/// `two_ctas`: the call's D = 64 f16/bf16 key-split chunks run on its two-CTA form (hopper_split_shared()),
+/// which takes 17-64 rows at any length.
+int hopper_split(int head_size, KvKind kv, int key_tile, int64_t max_keys, bool two_ctas, const Overrides& o);
 /// 128-row f16/bf16 chunks at D = 64 on the Hopper kernel's two-CTA-per-SM form (KernelChoice::wg_shared):
 /// where the call's longest key range `max_keys` passes kSplitShortKeys, or its 128-row chunks alone
 /// (`wide_ctas`: chunks of more than 64 rows, 128 rows each, times the kv heads) fill `num_sms` CTAs (64-key

@@ -261,9 +261,11 @@ class CudaPlan final : public detail::PlanImpl {
       if (rows > 16 && rows <= 64) split_ctas += Hk_;
     }
     const tuning::KvKind kind = kv_ == kKvU8 ? tuning::KvKind::u8 : kv_ == kKvF8 ? tuning::KvKind::fp8 : tuning::KvKind::f16;
-    choice_.wg_split = tuning::hopper_split(D_, kind, choice_.wg, max_keys, env);
+    // (the key-split kernel's two-CTA form, where it runs, also takes D = 64's 17-32-row chunks past 16k keys)
+    choice_.wgs_shared = tuning::hopper_split_shared(D_, kind, tuning::hopper_split(D_, kind, choice_.wg, max_keys, false, env),
+                                                     max_keys, split_ctas, in.num_sms, env);
+    choice_.wg_split = tuning::hopper_split(D_, kind, choice_.wg, max_keys, choice_.wgs_shared, env);
     choice_.wg_shared = tuning::hopper_shared(D_, kind, choice_.wg, max_keys, wide_ctas, in.num_sms, env);
-    choice_.wgs_shared = tuning::hopper_split_shared(D_, kind, choice_.wg_split, max_keys, split_ctas, in.num_sms, env);
     in.ctas_per_sm = fwd_kernel_info(D_, kv_, 1, choice_).ctas_per_sm();
     for (int k = 0; k < 4; ++k) {  // row-tile classes on the Hopper kernel: their own occupancy (planner.h)
       const FwdKernelInfo info = fwd_kernel_info(D_, kv_, 1 << k, choice_);

@@ -126,7 +126,8 @@ TEST(Cuda, FewQuerySplitRandom) {
   b32.max_tokens = 4;
   run_suite("few-query-wgs-17-32", b32, base_seed() + 3250000, 60);
   // ... over long contexts (many partitions) at D = 128, where they take it at every length; at D = 64
-  // past 16k keys they stay on fwd_kernel (2 row tiles: 4 warps, no variant name)
+  // past 16k keys they stay on fwd_kernel (2 row tiles: 4 warps, no variant name) unless the kernel's
+  // two-CTA form takes them (FewQuerySplitTwoCtasRandom; off here)
   CaseConfig b32_long = long_context_config(4000, 30000, 60000);
   b32_long.kv_precisions = cfg.kv_precisions;
   b32_long.head_sizes = {128};
@@ -138,11 +139,13 @@ TEST(Cuda, FewQuerySplitRandom) {
   d64_long.head_sizes = {64};
   d64_long.min_past = d64_long.max_past = 17000;
   d64_long.p_window = 0.0;  // (a window under 16k keys would make the call a short one)
+  EnvGuard one_cta("PAGEDATTN_WGS_SHARED", "0");
   expect_launched(d64_long, 3, 4, base_seed() + 3100005, 128, "");
 }
 
 // The key-split kernel's two-CTA-per-SM form at D = 64 ("wgs64x2": 3 slots per ring, registers bounded to
-// 128; KernelChoice::wgs_shared): the rule (tuning::hopper_split_shared: past 16k keys, few chunks), then
+// 128; KernelChoice::wgs_shared): the rule (tuning::hopper_split_shared: past 16k keys, few chunks; there
+// it takes 17-32-row chunks too), then
 // forced on: the plans launch it for 17-64-row chunks, then chains and trees in the bands where every
 // chunk takes it, mixed few-query cases and long contexts, f16/bf16 caches.
 TEST(Cuda, FewQuerySplitTwoCtasRandom) {
@@ -161,6 +164,7 @@ TEST(Cuda, FewQuerySplitTwoCtasRandom) {
   far.head_sizes = {64};
   far.group_sizes = {8};
   expect_launched(far, 5, 8, base_seed() + 3300003, 256, "wgs64x2");  // one sequence past 16k keys
+  expect_launched(far, 3, 4, base_seed() + 3300004, 256, "wgs64x2");  // ... 24-32 rows too (hopper_split)
   EnvGuard two("PAGEDATTN_WGS_SHARED", "1");
   expect_launched(one, 5, 8, base_seed() + 3300000, 256, "wgs64x2");  // 40-64 rows
   expect_launched(one, 3, 4, base_seed() + 3300001, 256, "wgs64x2");  // 24-32 rows (up to 16k keys)
