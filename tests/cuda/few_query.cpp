@@ -95,15 +95,7 @@ TEST(Cuda, FewQuerySplitRandom) {
   // Every chunk of 33-64 rows (T * G in that range for each sequence), so every case runs on the kernel:
   // G = 4 with T 9-16, G = 8 with T 5-8, G = 16 with T 3-4 (trees, window, ALiBi, sinks, scores as the
   // few-query cases draw them).
-  const int bands[3][3] = {{4, 9, 16}, {8, 5, 8}, {16, 3, 4}};
-  for (int b = 0; b < 3; ++b) {
-    CaseConfig band = cfg;
-    band.group_sizes = {bands[b][0]};
-    band.min_tokens = bands[b][1];
-    band.max_tokens = bands[b][2];
-    const std::string name = "few-query-wgs-g" + std::to_string(bands[b][0]);
-    run_suite(name.c_str(), band, base_seed() + 3100000 + 1000 * b, 110);
-  }
+  run_row_bands_33_64("few-query-wgs", cfg, base_seed() + 3100000, 110);
   // the mixed few-query cases (chunks of every size, some on it) and long contexts
   run_suite("few-query-wgs-mixed", cfg, base_seed() + 3150000, 80);
   CaseConfig lng = long_context_config(4000, 20000, 40000);
@@ -168,14 +160,7 @@ TEST(Cuda, FewQuerySplitTwoCtasRandom) {
   EnvGuard two("PAGEDATTN_WGS_SHARED", "1");
   expect_launched(one, 5, 8, base_seed() + 3300000, 256, "wgs64x2");  // 40-64 rows
   expect_launched(one, 3, 4, base_seed() + 3300001, 256, "wgs64x2");  // 24-32 rows (up to 16k keys)
-  const int bands[3][3] = {{4, 9, 16}, {8, 5, 8}, {16, 3, 4}};
-  for (int b = 0; b < 3; ++b) {
-    CaseConfig band = cfg;
-    band.group_sizes = {bands[b][0]};
-    band.min_tokens = bands[b][1];
-    band.max_tokens = bands[b][2];
-    run_suite(("few-query-wgs64x2-g" + std::to_string(bands[b][0])).c_str(), band, base_seed() + 3310000 + 1000 * b, 60);
-  }
+  run_row_bands_33_64("few-query-wgs64x2", cfg, base_seed() + 3310000, 60);
   run_suite("few-query-wgs64x2-mixed", cfg, base_seed() + 3350000, 40);
   CaseConfig lng = long_context_config(4000, 20000, 40000);
   lng.kv_precisions = cfg.kv_precisions;

@@ -107,21 +107,18 @@ TEST(Cuda, Fp8SplitRandom) {
   far.head_sizes = {256};
   far.group_sizes = {8};
   expect_launched(far, 5, 8, base_seed() + 6720000, 128, "");  // (4 row tiles: 4 warps)
-  const int bands[4][4] = {{4, 9, 16, 0}, {8, 5, 8, 0}, {16, 3, 4, 0}, {8, 3, 4, 64}};
   for (DType q : {DType::f16, DType::bf16}) {
     const bool f16 = q == DType::f16;
     const uint64_t seed = base_seed() + (f16 ? 6800000 : 6900000);
     CaseConfig cfg = fp8(few_query_config(), q);
-    for (int b = 0; b < 4; ++b) {
-      CaseConfig band = cfg;
-      band.group_sizes = {bands[b][0]};
-      band.min_tokens = bands[b][1];
-      band.max_tokens = bands[b][2];
-      if (bands[b][3] != 0) band.head_sizes = {bands[b][3]};
-      const std::string name = std::string("fp8-wgs-g") + std::to_string(bands[b][0]) +
-                               (bands[b][3] != 0 ? "-17-32-d64" : "") + (f16 ? " q=f16" : " q=bf16");
-      run_suite(name.c_str(), band, seed + 1000 * b, bands[b][3] != 0 ? 30 : 60);
-    }
+    const std::string qn = f16 ? " q=f16" : " q=bf16";
+    run_row_bands_33_64("fp8-wgs", cfg, seed, 60, qn);
+    CaseConfig b32 = cfg;  // 17-32 rows at D = 64 (G = 8, T 3-4)
+    b32.group_sizes = {8};
+    b32.min_tokens = 3;
+    b32.max_tokens = 4;
+    b32.head_sizes = {64};
+    run_suite(("fp8-wgs-g8-17-32-d64" + qn).c_str(), b32, seed + 3000, 30);
     run_suite(f16 ? "fp8-wgs-mixed q=f16" : "fp8-wgs-mixed q=bf16", cfg, seed + 5000, 40);
     CaseConfig lng = fp8(long_context_config(4000, 20000, 40000), q);
     lng.head_sizes = {64, 128};

@@ -239,6 +239,21 @@ inline void run_suite(const char* name, const CaseConfig& cfg, uint64_t seed0, i
   check_suite(name, make_suite(name, cfg, seed0, n), opt);
 }
 
+// The row bands where every chunk of the few-query cases has 33-64 rows (T * G in that range for each
+// sequence): G = 4 with T 9-16, G = 8 with T 5-8, G = 16 with T 3-4; `n` cases each, suites named
+// `prefix` + "-g<G>" + `suffix`, seeds seed0 + 1000 * band.
+inline void run_row_bands_33_64(const std::string& prefix, const CaseConfig& cfg, uint64_t seed0, int n,
+                                const std::string& suffix = "") {
+  const int bands[3][3] = {{4, 9, 16}, {8, 5, 8}, {16, 3, 4}};
+  for (int b = 0; b < 3; ++b) {
+    CaseConfig band = cfg;
+    band.group_sizes = {bands[b][0]};
+    band.min_tokens = bands[b][1];
+    band.max_tokens = bands[b][2];
+    run_suite((prefix + "-g" + std::to_string(bands[b][0]) + suffix).c_str(), band, seed0 + 1000 * b, n);
+  }
+}
+
 inline CaseConfig few_query_config() {
   CaseConfig cfg;
   cfg.min_seqs = 1;

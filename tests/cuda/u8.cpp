@@ -146,20 +146,13 @@ TEST(Cuda, U8SplitRandom) {
   EnvGuard all("PAGEDATTN_WG_SPLIT", "1");
   one.head_sizes = {256};
   expect_launched(one, 5, 8, base_seed() + 5300257, 256, "wgs32u8");
-  const int bands[3][3] = {{4, 9, 16}, {8, 5, 8}, {16, 3, 4}};
   for (DType q : {DType::f32, DType::f16, DType::bf16}) {
     const uint64_t seed = base_seed() + 5400000 + 100000 * static_cast<int>(q);
     CaseConfig cfg = few_query_config();
     cfg.kv_precisions = {KVPrecision::u8};
     cfg.query_dtypes = {q};
     const std::string qn = q == DType::f32 ? " q=f32" : q == DType::f16 ? " q=f16" : " q=bf16";
-    for (int b = 0; b < 3; ++b) {
-      CaseConfig band = cfg;
-      band.group_sizes = {bands[b][0]};
-      band.min_tokens = bands[b][1];
-      band.max_tokens = bands[b][2];
-      run_suite(("u8-wgs-g" + std::to_string(bands[b][0]) + qn).c_str(), band, seed + 1000 * b, 40);
-    }
+    run_row_bands_33_64("u8-wgs", cfg, seed, 40, qn);
     run_suite(("u8-wgs-mixed" + qn).c_str(), cfg, seed + 5000, 30);
     CaseConfig lng = long_context_config(4000, 20000, 40000);
     lng.kv_precisions = {KVPrecision::u8};

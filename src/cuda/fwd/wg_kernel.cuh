@@ -87,7 +87,6 @@ struct WgTraits {
   // 3 slots per ring, ~108 KB), where tuning::hopper_split_shared does
   static_assert(!SHARED || (D == 64 && KEYS == 64 && !kBytes && (kMbar || SPLIT)),
                 "two CTAs per SM: D = 64, 64-key f16/bf16 tiles");
-  static_assert(!SHARED || !SPLIT || kStages >= 3, "two CTAs per SM: ring depth");
   static constexpr int kMinCtas = SHARED ? 2 : 1;
   // SPLIT: the second warpgroup's O, m and l for the combine, in the first ring once it is drained
   static_assert(!SPLIT || kRingBytes >= kRows * (D + 2) * 4, "combine buffer");
