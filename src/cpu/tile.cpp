@@ -34,9 +34,10 @@
 namespace pagedattn {
 namespace cpu {
 
-// The 256 e4m3 values (NaN codes NaN), for the generic levels' fp8 rows: the branches of
-// num::e4m3_bits_to_f32 kept that loop scalar, 12x u8's time on an AVX2 CPU (8k T = 1: 79.7 vs 6.5 ms
-// per 2 layers, bench/NOTES.md); the AVX-512 level converts by shifts into f16 bits instead.
+// The 256 e4m3 values (NaN codes NaN), for the baseline level's fp8 rows (and any D not a multiple of 8):
+// the branches of num::e4m3_bits_to_f32 kept that loop scalar, 12x u8's time on an AVX2 CPU (8k T = 1:
+// 79.7 vs 6.5 ms per 2 layers, bench/NOTES.md); the AVX2 and AVX-512 levels convert by shifts into f16
+// bits instead.
 struct E4m3Table {
   float v[256];
   E4m3Table() {
@@ -337,6 +338,29 @@ static void accumulate_avx512_or_v4(float* o, const float* p, int ld_p, int rows
 }
 #endif
 
+#if defined(PA_CPU_AVX512)
+// The v3 level's fp8 rows, 8 elements per step by the AVX-512 level's shifts into f16 bits (vcvtph2ps is
+// F16C, which every AVX2 CPU has): the same values as the table (times 2^8 exact, then one rounding by
+// the scale), without its scalar lookups (bench/NOTES.md, "fp8 rows on the cpu backend's AVX2 level").
+__attribute__((target("arch=x86-64-v3"))) static void load_row_fp8_v3(float* dst, const uint8_t* src, int D,
+                                                                       float scale) {
+  const __m256 v256 = _mm256_set1_ps(256.0f), vs = _mm256_set1_ps(scale), vnan = _mm256_set1_ps(NAN);
+  const __m128i m7f = _mm_set1_epi16(0x7f), m80 = _mm_set1_epi16(0x80);
+  for (int d = 0; d < D; d += 8) {
+    const __m128i c = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(src + d)));
+    const __m128i mag = _mm_and_si128(c, m7f);
+    const __m128i h = _mm_or_si128(_mm_slli_epi16(mag, 7), _mm_slli_epi16(_mm_and_si128(c, m80), 8));
+    const __m256 v = _mm256_mul_ps(_mm256_mul_ps(_mm256_cvtph_ps(h), v256), vs);
+    const __m256 is_nan = _mm256_castsi256_ps(_mm256_cvtepi16_epi32(_mm_cmpeq_epi16(mag, m7f)));
+    _mm256_storeu_ps(dst + d, _mm256_blendv_ps(v, vnan, is_nan));
+  }
+}
+static void load_row_fp8_or_v3(float* dst, const void* src, RowType t, int D, float scale, float min) {
+  if (t == RowType::fp8 && D % 8 == 0) return load_row_fp8_v3(dst, static_cast<const uint8_t*>(src), D, scale);
+  load_row_v3(dst, src, t, D, scale, min);
+}
+#endif
+
 // The dispatch table: the highest level the CPU has, or PAGEDATTN_CPU_ISA=baseline|avx2|avx512 to
 // cap it (the tests run every level the machine has this way).
 struct Table {
@@ -368,7 +392,7 @@ static const Table& table() {
       return Table{load_row_avx512_or_v4, scores_avx512_or_v4, accumulate_avx512_or_v4, exp2_sum_v4, scale_row_v4,
                    "avx512"};
     if (want != "baseline" && has_v3())
-      return Table{load_row_v3, scores_v3, accumulate_v3, exp2_sum_v3, scale_row_v3, "avx2"};
+      return Table{load_row_fp8_or_v3, scores_v3, accumulate_v3, exp2_sum_v3, scale_row_v3, "avx2"};
 #endif
     return Table{load_row_base, scores_base, accumulate_base, exp2_sum_base, scale_row_base, "baseline"};
   }();

@@ -29,6 +29,14 @@ __device__ __forceinline__ uint64_t desc_sw128(uint32_t smem_addr, uint32_t lbo,
          (static_cast<uint64_t>((sbo & 0x3FFFFu) >> 4) << 32) | (1ull << 62);
 }
 
+// The descriptor of the operand `bytes` further on, from `d`: only the address field (bits 0-13, the
+// address / 16) moves, on the low word; shared-memory addresses stay below 2^18, so it never carries
+// into the leading offset. Built once per tile (or once, for Q) and stepped by constants, the MMAs'
+// descriptors cost one add each instead of the masks and shifts of desc_sw128.
+__device__ __forceinline__ uint64_t desc_plus(uint64_t d, uint32_t bytes) {
+  return (d & 0xFFFFFFFF00000000ull) | static_cast<uint32_t>(static_cast<uint32_t>(d) + (bytes >> 4));
+}
+
 __device__ __forceinline__ void fence() {
 #if PAGEDATTN_WGMMA_ARCH
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");

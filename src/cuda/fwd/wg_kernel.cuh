@@ -132,18 +132,22 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
   constexpr bool kU8 = Tr::kU8;
   constexpr bool kBytes = Tr::kBytes;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int wgi = warp / 4;  // warpgroup: rows 64 * wgi .. (SPLIT: key tiles wgi, wgi + 2, ..)
+  // warpgroup: rows 64 * wgi .. (SPLIT: key tiles wgi, wgi + 2, ..); read through a shuffle so that the
+  // compiler knows it warp-uniform and keeps what derives from it (ring and operand addresses, the MMA
+  // descriptors) in uniform registers
+  const int wgi = __shfl_sync(0xffffffffu, warp / 4, 0);
   // SPLIT: each warpgroup's ring, copies and barriers are its own; ctid: the thread within its ring
   const int ring = SPLIT ? wgi : 0;
   const int ctid = SPLIT ? tid % 128 : tid;
   const uint32_t ring_base = base + Tr::kQBytes + ring * Tr::kRingBytes;
   // ring slot `stage`: f16/bf16 K and V tiles (MMA layout); u8 codes and parameters (staging)
   auto slot_base = [&](int stage) { return ring_base + Tr::kConvBytes + stage * Tr::kStageBytes; };
-  // K and V of (the ring's) tile `t` in the MMA layout: its ring slot, or (u8) its converted buffer
-  auto k_tile = [&](int t) {
-    return kBytes && !Tr::kInPlace ? ring_base + (t % 3) * 2 * Tr::kTileBytes : slot_base(t % kStages);
+  // K and V of (the ring's) tile `t`, in ring slot `sl` (t % kStages: callers count slots, not divide), in
+  // the MMA layout: the slot, or (u8) the tile's converted buffer
+  auto k_tile = [&](int t, int sl) {
+    return kBytes && !Tr::kInPlace ? ring_base + (t % 3) * 2 * Tr::kTileBytes : slot_base(sl);
   };
-  auto v_tile = [&](int t) { return k_tile(t) + Tr::kTileBytes; };
+  auto v_tile = [&](int t, int sl) { return k_tile(t, sl) + Tr::kTileBytes; };
   auto smem_ptr = [&](uint32_t addr) { return smem_raw + (addr - raw_u32); };
   // u8: the parameters of ring slot `stage` ([4][kKeys] f16): in the staging slot, or (in place) after
   // the query sums
@@ -151,10 +155,10 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
   auto par_addr = [&](int stage) {
     return Tr::kInPlace ? par_base + (ring * kStages + stage) * Tr::kParSlot : slot_base(stage) + Tr::kParOff;
   };
-  // kMbar: ring tile t's slot barriers (after Q, the ring, the u8 query sums and parameters)
+  // kMbar: ring slot sl's barriers (after Q, the ring, the u8 query sums and parameters)
   const uint32_t bar_base = par_base + Tr::kParBytes;
-  auto full_bar = [&](int t) { return bar_base + 8u * static_cast<uint32_t>(t % kStages); };
-  auto empty_bar = [&](int t) { return bar_base + 8u * static_cast<uint32_t>(kStages + t % kStages); };
+  auto full_bar = [&](int sl) { return bar_base + 8u * static_cast<uint32_t>(sl); };
+  auto empty_bar = [&](int sl) { return bar_base + 8u * static_cast<uint32_t>(kStages + sl); };
   constexpr int kC16 = D / 16;                    // one-byte codes: 16-byte chunks per row
 
   const int hk = blockIdx.y;
@@ -171,13 +175,14 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
   auto tile_of = [&](int it) { return SPLIT ? 2 * it + wgi : it; };
   const int kv_lo = window_lo(P, past, w.t0);
 
-  // One-byte codes: where chunk c (16 codes) of key row r of ring tile `it` (ring slot `sb`) is staged:
-  // row-major in the staging slot (K, then V), or (kInPlace) at the row's f16 chunk 2c in the MMA layout.
-  auto code_k = [&](int it, uint32_t sb, int r, int c) {
-    return Tr::kInPlace ? k_tile(it) + sw128_offset(r, 2 * c, kKeys) : sb + r * D + c * 16;
+  // One-byte codes: where chunk c (16 codes) of key row r of the tile in ring slot `sb` is staged:
+  // row-major in the staging slot (K, then V), or (kInPlace: the slot is the tile's K and V) at the row's
+  // f16 chunk 2c in the MMA layout.
+  auto code_k = [&](uint32_t sb, int r, int c) {
+    return Tr::kInPlace ? sb + sw128_offset(r, 2 * c, kKeys) : sb + r * D + c * 16;
   };
-  auto code_v = [&](int it, uint32_t sb, int r, int c) {
-    return Tr::kInPlace ? v_tile(it) + sw128_offset(r, 2 * c, kKeys) : sb + kKeys * D + r * D + c * 16;
+  auto code_v = [&](uint32_t sb, int r, int c) {
+    return Tr::kInPlace ? sb + Tr::kTileBytes + sw128_offset(r, 2 * c, kKeys) : sb + kKeys * D + r * D + c * 16;
   };
   // A tile wholly valid whose 32-key groups each lie in one cache block (a 32-key tile inside one block,
   // or block_size >= 32 and the tile on the 32-key grid, as partitions start): its copies take one table
@@ -204,10 +209,11 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
       }
     }
   };
-  // K and V of ring tile `it` -> ring slot it % kStages; rows outside [kv_lo, kv_end) are zero-filled
+  // K and V of ring tile `it` -> ring slot sl (it % kStages); rows outside [kv_lo, kv_end) are zero-filled
   // (and their blocks never looked up: see load_half). A thread keeps one 16-byte column chunk and takes
-  // every (kCopyThreads / kChunks)-th row.
-  auto issue = [&](int it) {
+  // every (kCopyThreads / kChunks)-th row. kMbar: the slot's previous tile is released in the phase of
+  // parity `ph` of its empty barrier.
+  auto issue = [&](int it, int sl, uint32_t ph) {
     if constexpr (kBytes) {
       if (it >= n_tiles) {
         cp_async_commit();
@@ -218,14 +224,14 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
       constexpr int kIters = kKeys / kRowStep;
       const int c = ctid % kC16, r0 = ctid / kC16;
       const int js = w.kv_begin + tile_of(it) * kKeys;
-      const uint32_t sb = slot_base(it % kStages);
+      const uint32_t sb = slot_base(sl);
       const uint8_t* kc = static_cast<const uint8_t*>(P.k_cache);
       const uint8_t* vc = static_cast<const uint8_t*>(P.v_cache);
       bool done = false;
       if constexpr (kRowStep <= 32) {  // (u8 at D = 64 on 256 threads: one copy per thread and tile)
         if (whole(js)) {
           copy_whole(std::integral_constant<int, kRowStep>{}, kc, vc, js, r0, c * 16,
-                     [&](int r) { return code_k(it, sb, r, c); }, [&](int r) { return code_v(it, sb, r, c); });
+                     [&](int r) { return code_k(sb, r, c); }, [&](int r) { return code_v(sb, r, c); });
           done = true;
         }
       }
@@ -235,8 +241,8 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
           const int r = r0 + i * kRowStep;
           const bool ok = js + r < w.kv_end && js + r >= kv_lo;
           const int64_t off = ok ? cache_row(table, js + r, hk, P.Hk, P.block_size_log2) * D + c * 16 : 0;
-          cp_async_16_u32(code_k(it, sb, r, c), kc + off, ok ? 16 : 0);
-          cp_async_16_u32(code_v(it, sb, r, c), vc + off, ok ? 16 : 0);
+          cp_async_16_u32(code_k(sb, r, c), kc + off, ok ? 16 : 0);
+          cp_async_16_u32(code_v(sb, r, c), vc + off, ok ? 16 : 0);
         }
       }
       // u8 parameters: 4 arrays x (kKeys / 8) chunks of 8 tokens (a chunk stays in one cache block)
@@ -247,17 +253,17 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
         const bool ok = j < w.kv_end && j + 7 >= kv_lo;
         const uint16_t* ps = a == 0 ? P.k_scale : a == 1 ? P.k_min : a == 2 ? P.v_scale : P.v_min;
         const int64_t off8 = ok ? cache_row(table, j, hk, P.Hk, P.block_size_log2) : 0;
-        cp_async_16_u32(par_addr(it % kStages) + a * kKeys * 2 + cc * 16, ps + off8, ok ? 16 : 0);
+        cp_async_16_u32(par_addr(sl) + a * kKeys * 2 + cc * 16, ps + off8, ok ? 16 : 0);
       }
     } else if (it < n_tiles) {
       // kMbar: the slot's previous tile (it - kStages) released by every warp
-      if (Tr::kMbar && it >= kStages) wg::mbar_wait(empty_bar(it), (it / kStages - 1) & 1);
+      if (Tr::kMbar && it >= kStages) wg::mbar_wait(empty_bar(sl), ph);
       constexpr int kRowStep = Tr::kCopyThreads / Tr::kChunks;
       constexpr int kIters = kKeys / kRowStep;
       static_assert(Tr::kCopyThreads % Tr::kChunks == 0 && kIters * kRowStep == kKeys, "tile copy split");
       const int ch = ctid % Tr::kChunks, r0 = ctid / Tr::kChunks;
       const int js = w.kv_begin + tile_of(it) * kKeys;
-      const uint32_t kb = k_tile(it), vb = v_tile(it);
+      const uint32_t kb = k_tile(it, sl), vb = v_tile(it, sl);
       const T* kc = static_cast<const T*>(P.k_cache);
       const T* vc = static_cast<const T*>(P.v_cache);
       if (whole(js)) {
@@ -276,7 +282,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
         }
       }
       if constexpr (Tr::kMbar) {
-        wg::mbar_arrive_on_copies(full_bar(it));
+        wg::mbar_arrive_on_copies(full_bar(sl));
         return;
       }
     }
@@ -290,17 +296,17 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
     if (key) return make_uint2(u8x2_biased(x, kSelB01), u8x2_biased(x, kSelB23));
     return make_uint2(u8x2_to_half2(x, kSelB01), u8x2_to_half2(x, kSelB23));
   };
-  auto convert = [&](int it) {
+  auto convert = [&](int it, int sl) {
     constexpr int kRowStep = Tr::kCopyThreads / kC16;
     constexpr int kIters = kKeys / kRowStep;
     static_assert(kIters * kRowStep == kKeys && Tr::kCopyThreads % kC16 == 0, "code chunk split");
     const int c = ctid % kC16, r0 = ctid / kC16;
-    const uint32_t sb = slot_base(it % kStages), kb = k_tile(it), vb = v_tile(it);
+    const uint32_t sb = slot_base(sl), kb = k_tile(it, sl), vb = v_tile(it, sl);
 #pragma unroll
     for (int i = 0; i < kIters; ++i) {
       const int r = r0 + i * kRowStep;
-      const uint4 kx = *reinterpret_cast<const uint4*>(smem_ptr(code_k(it, sb, r, c)));
-      const uint4 vx = *reinterpret_cast<const uint4*>(smem_ptr(code_v(it, sb, r, c)));
+      const uint4 kx = *reinterpret_cast<const uint4*>(smem_ptr(code_k(sb, r, c)));
+      const uint4 vx = *reinterpret_cast<const uint4*>(smem_ptr(code_v(sb, r, c)));
       const uint2 k0 = cvt4(kx.x, true), k1 = cvt4(kx.y, true), k2 = cvt4(kx.z, true), k3 = cvt4(kx.w, true);
       const uint2 v0 = cvt4(vx.x, false), v1 = cvt4(vx.y, false), v2 = cvt4(vx.z, false), v3 = cvt4(vx.w, false);
       *reinterpret_cast<uint4*>(smem_ptr(kb + sw128_offset(r, 2 * c, kKeys))) = make_uint4(k0.x, k0.y, k1.x, k1.y);
@@ -311,7 +317,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
   };
   auto prologue = [&]() {  // tiles 0 .. kStages - 3 (see the pipeline below)
 #pragma unroll
-    for (int s = 0; s < kStages - 2; ++s) issue(s);
+    for (int s = 0; s < kStages - 2; ++s) issue(s, s, 0u);
   };
   if constexpr (Tr::kMbar) {
     if (tid < kStages) {
@@ -345,6 +351,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
     __syncthreads();
   }
   const int row0 = SPLIT ? 0 : 64 * wgi;  // the warpgroup's first row
+  const uint64_t qd = wg::desc_sw128(q_base + row0 * 128, 16, 1024);  // its Q rows (S's A operand)
 
   // The thread's two rows: row0 + 16 * (warp % 4) + lane / 4 (+ 8).
   int row_qpos[2], row_lo[2];
@@ -377,13 +384,13 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
 #pragma unroll
   for (int i = 0; i < kN3 * 4; ++i) o[i] = 0.0f;
 
-  // O += P V of tile `t` (64 x D per warpgroup); V N-major: its 64-column blocks kKeys * 128 bytes
-  // apart. Issued and committed, not waited for.
-  auto pv = [&](const uint32_t (&p)[kKeys / 16][4], int t) {
+  // O += P V of tile `t` (ring slot sl: 64 x D per warpgroup); V N-major: its 64-column blocks kKeys * 128
+  // bytes apart. Issued and committed, not waited for.
+  auto pv = [&](const uint32_t (&p)[kKeys / 16][4], int t, int sl) {
+    const uint64_t vd = wg::desc_sw128(v_tile(t, sl), kKeys * 128, 1024);
     wg::fence();
 #pragma unroll
-    for (int kk = 0; kk < kKeys / 16; ++kk)
-      wg::mma_rs_tb<T, D>(o, p[kk], wg::desc_sw128(v_tile(t) + kk * 16 * 128, kKeys * 128, 1024), 1);
+    for (int kk = 0; kk < kKeys / 16; ++kk) wg::mma_rs_tb<T, D>(o, p[kk], wg::desc_plus(vd, kk * 16 * 128), 1);
     wg::commit();
   };
 
@@ -399,10 +406,18 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
   // warpgroup's softmax runs under the other's MMAs. Warpgroup 0 goes first.
   constexpr bool kTurns = Tr::kMbar;
   if (kTurns && wgi == 1 && n_tiles > 0) named_barrier_arrive(1, 256);
+  // Ring slots counted, not divided (it % kStages): tile it's slot sl and its round's parity ph; the
+  // previous tile's slot, and the slot refilled this iteration (tile it + kStages - 2) with the parity its
+  // empty barrier completes in for the tile it held (tile it - 2).
+  int sl = 0;
+  uint32_t ph = 0u;
   for (int it = 0; it < n_tiles; ++it) {
     const int js = w.kv_begin + tile_of(it) * kKeys;
+    const int sl_prev = sl == 0 ? kStages - 1 : sl - 1;
+    const int sl_fill = sl >= 2 ? sl - 2 : sl + kStages - 2;
+    const uint32_t ph_fill = sl >= 2 ? ph : ph ^ 1u;
     if constexpr (Tr::kMbar) {
-      wg::mbar_wait(full_bar(it), (it / kStages) & 1);  // every thread's copies of tile it have landed
+      wg::mbar_wait(full_bar(sl), ph);  // every thread's copies of tile it have landed
       wg::fence_proxy_async();
     } else {
       cp_async_wait<kStages - 3>();
@@ -410,29 +425,28 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
       // the previous iteration's barrier (a warp's wait covers its own part of a warpgroup MMA only: a
       // two-buffer version for one warpgroup, overwriting the buffer of tile it - 2 here, failed its
       // tests in run c2)
-      if constexpr (kBytes) convert(it);
+      if constexpr (kBytes) convert(it, sl);
       wg::fence_proxy_async();  // this thread's copies / conversions (and Q stores) -> visible to the tensor cores
       // every thread's (SPLIT: the warpgroup's); and the slot refilled below is no longer read
       if constexpr (SPLIT) named_barrier(1 + wgi, 128);
       else __syncthreads();
-      issue(it + kStages - 2);
+      issue(it + kStages - 2, sl_fill, ph_fill);
     }
 
     // ---- S = Q K^T (64 x 64 per warpgroup), then O += P V of the previous tile ----
     float s[kN1 * 4];
 #pragma unroll
     for (int i = 0; i < kN1 * 4; ++i) s[i] = 0.0f;
+    const uint64_t kd = wg::desc_sw128(k_tile(it, sl), 16, 1024);
     if (kTurns) named_barrier(1 + wgi, 256);
     wg::fence();
 #pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks) {
-      const uint32_t qa = q_base + (ks / 4) * (Tr::kRows * 128) + row0 * 128 + (ks % 4) * 32;
-      const uint32_t kb = k_tile(it) + (ks / 4) * (kKeys * 128) + (ks % 4) * 32;
-      wg::mma_ss<T, kKeys>(s, wg::desc_sw128(qa, 16, 1024), wg::desc_sw128(kb, 16, 1024), ks > 0);
-    }
+    for (int ks = 0; ks < D / 16; ++ks)  // k-step ks: 16 columns, in 64-column block ks / 4
+      wg::mma_ss<T, kKeys>(s, wg::desc_plus(qd, (ks / 4) * (Tr::kRows * 128) + (ks % 4) * 32),
+                           wg::desc_plus(kd, (ks / 4) * (kKeys * 128) + (ks % 4) * 32), ks > 0);
     wg::commit();
     if (it > 0) {
-      pv(pa, it - 1);
+      pv(pa, it - 1, sl_prev);
       if (kTurns) named_barrier_arrive(2 - wgi, 256);  // the other warpgroup's turn
       wg::wait<1>();  // S done; the PV MMA may still run
     } else {  // (the arrive in each branch: one shared after the branch made ptxas serialise the wgmmas, C7514)
@@ -440,7 +454,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
       wg::wait<0>();
     }
     wg::fence_regs(s);
-    const uint16_t* par = reinterpret_cast<const uint16_t*>(smem_ptr(par_addr(it % kStages)));
+    const uint16_t* par = reinterpret_cast<const uint16_t*>(smem_ptr(par_addr(sl)));
     if constexpr (kU8) {  // s_j = kscale_j * q . (code_j + 1024) + (kmin_j - 1024 kscale_j) * sum(q)
 #pragma unroll
       for (int n = 0; n < kN1; ++n) {
@@ -458,15 +472,15 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
     const bool interior = js + kKeys <= w.kv_end && js + kKeys <= past + w.t0 + 1 &&
                           (P.sliding_window == 0 || js >= past + w.t0 + w.nt - P.sliding_window) &&
                           (P.qq_bias == nullptr || js + kKeys <= past);
-    // scores in log2 units; masked: -inf. Interior tiles without ALiBi (most of a prefill): one FMUL.
-    float mx[2] = {-INFINITY, -INFINITY};
-    if (interior && !alibi) {
-#pragma unroll
-      for (int i = 0; i < kN1 * 4; ++i) {
-        s[i] = row_valid[(i % 4) / 2] ? s[i] * s_log2 : -INFINITY;
-        mx[(i % 4) / 2] = fmaxf(mx[(i % 4) / 2], s[i]);
-      }
-    } else {
+    // Masks, then p = 2^(s * s_mul - m_sub) below. Without ALiBi (and s_log2 > 0) S stays unscaled and the
+    // softmax scale rides in the exp2's FFMA (s_mul = s_log2): a masked score is -inf and an interior tile
+    // is left as it is; the row maxima, taken on S, are scaled after, the same values since rounding is
+    // monotonic. With ALiBi (or a scale of 0, or a negative fp8 key scale), s is the score in log2 units
+    // and s_mul 1. Padding rows (r >= rows) of an interior tile stay unmasked: their queries are zero
+    // (stage_q), so their scores are finite, and no row reaches another before the stores, which skip them.
+    const bool raw = !alibi && s_log2 > 0.0f;
+    const float s_mul = raw ? s_log2 : 1.0f;
+    if (!interior || !raw) {
 #pragma unroll
       for (int n = 0; n < kN1; ++n) {
 #pragma unroll
@@ -475,13 +489,17 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
           const int j = js + n * 8 + 2 * (lane % 4) + (e % 2);
           const bool vis = row_valid[hf] && j < w.kv_end && j <= row_qpos[hf] && j >= row_lo[hf] &&
                            (row_qq[hf] == nullptr || j < past || row_qq[hf][j - past] != 0);
-          const float sv =
-              vis ? s[4 * n + e] * s_log2 + row_slope2[hf] * static_cast<float>(j - row_qpos[hf]) : -INFINITY;
-          s[4 * n + e] = sv;
-          mx[hf] = fmaxf(mx[hf], sv);
+          const float sv = raw ? s[4 * n + e]
+                               : s[4 * n + e] * s_log2 + row_slope2[hf] * static_cast<float>(j - row_qpos[hf]);
+          s[4 * n + e] = vis ? sv : -INFINITY;
         }
       }
     }
+    // row maxima and (below) sums in two chains per row: n-tiles n % 2 (half the dependent latency)
+    float mx4[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+#pragma unroll
+    for (int i = 0; i < kN1 * 4; ++i) mx4[(i % 4) / 2 + 2 * ((i / 4) % 2)] = fmaxf(mx4[(i % 4) / 2 + 2 * ((i / 4) % 2)], s[i]);
+    float mx[2] = {fmaxf(mx4[0], mx4[2]) * s_mul, fmaxf(mx4[1], mx4[3]) * s_mul};  // (-inf stays -inf: s_mul > 0)
     // u8: this tile's E (u8_value_exp) from its largest value scale (the quad holds every key of the
     // tile); O, l and c are rescaled every tile anyway, so E follows each tile: alpha takes 2^(E' - E)
     float de = 0.0f;
@@ -520,14 +538,14 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
       // no visible key yet: every score is -inf -> 0 (u8: p = 2^(s - (m - E)), see u8_value_exp)
       m_sub[hf] = (m_new != -INFINITY ? m_new : 0.0f) - v_exp;
     }
-    float sum[2] = {0.0f, 0.0f};
+    float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
     for (int i = 0; i < kN1 * 4; ++i) {  // P (f32) in place of S; exp2(-inf) = 0
-      s[i] = fast_exp2(s[i] - m_sub[(i % 4) / 2]);
-      sum[(i % 4) / 2] += s[i];
+      s[i] = fast_exp2(fmaf(s[i], s_mul, -m_sub[(i % 4) / 2]));
+      sum[(i % 4) / 2 + 2 * ((i / 4) % 2)] += s[i];
     }
 #pragma unroll
-    for (int hf = 0; hf < 2; ++hf) row_l[hf] = row_l[hf] * alpha[hf] + sum[hf];
+    for (int hf = 0; hf < 2; ++hf) row_l[hf] = row_l[hf] * alpha[hf] + (sum[hf] + sum[hf + 2]);
     // The previous tile's PV MMA reads pa and writes o asynchronously: both stay untouched (and pa
     // live, fenced) until it has completed.
     wg::wait<0>();
@@ -572,13 +590,17 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
       // this warp's MMAs of tile it - 1 are complete (waited above): once every warp's are, its slot
       // takes tile it + kStages - 2 (its refill waits for that; issued here, after the MMAs and the
       // softmax, so that a warpgroup ahead does not wait for the other's softmax)
-      if (it > 0) wg::mbar_arrive(empty_bar(it - 1));
-      issue(it + kStages - 2);
+      if (it > 0) wg::mbar_arrive(empty_bar(sl_prev));
+      issue(it + kStages - 2, sl_fill, ph_fill);
+    }
+    if (++sl == kStages) {
+      sl = 0;
+      ph ^= 1u;
     }
   }
   if (n_tiles > 0) {
     if (kTurns) named_barrier(1 + wgi, 256);
-    pv(pa, n_tiles - 1);
+    pv(pa, n_tiles - 1, sl == 0 ? kStages - 1 : sl - 1);
     if (kTurns && wgi == 0) named_barrier_arrive(2, 256);
     wg::wait<0>();
     wg::fence_regs(o);
