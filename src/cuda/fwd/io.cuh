@@ -184,12 +184,9 @@ __device__ __forceinline__ int window_lo(const FwdParams& P, int past, int t0) {
 }
 
 // Row index (in units of D elements of a [num_blocks, Hk, bs, D] cache) of key position `pos`.
-// (block_row: the same from the block id, already loaded)
-__device__ __forceinline__ int64_t block_row(int64_t blk, int pos, int hk, int Hk, int bs_log2) {
-  return ((blk * Hk + hk) << bs_log2) | (pos & ((1 << bs_log2) - 1));
-}
 __device__ __forceinline__ int64_t cache_row(const int32_t* table, int pos, int hk, int Hk, int bs_log2) {
-  return block_row(__ldg(table + (pos >> bs_log2)), pos, hk, Hk, bs_log2);
+  const int64_t blk = __ldg(table + (pos >> bs_log2));
+  return ((blk * Hk + hk) << bs_log2) | (pos & ((1 << bs_log2) - 1));
 }
 
 // 2^x with one MUFU op (|rel err| ~ 2^-22; -inf -> 0).

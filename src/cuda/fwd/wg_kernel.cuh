@@ -193,28 +193,14 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
     return js >= kv_lo && js + kKeys <= w.kv_end &&
            (kKeys == 32 ? (js >> lbs) == ((js + 31) >> lbs) : lbs >= 5 && (js & 31) == 0);
   };
-  // The block ids of a whole tile's 32-key groups (tile `it`), loaded an iteration before its copies are
-  // issued: the load held the issuing warp (2.8% of the stall samples at 128 rows, run prof1). Not in the
-  // two-CTA forms (SHARED): their 128 registers then spilled (24 bytes in wgs64x2).
-  constexpr bool kIdsAhead = !SHARED;
-  using Ids = int32_t[kKeys / 32];
-  auto load_ids = [&](int it, Ids& ids) {
-    const int js = w.kv_begin + tile_of(it) * kKeys;
-    if (it < n_tiles && whole(js)) {
-#pragma unroll
-      for (int g = 0; g < kKeys / 32; ++g) ids[g] = __ldg(table + ((js + 32 * g) >> P.block_size_log2));
-    }
-  };
-  // The copies of a whole tile starting at key js (its block ids from load_ids): K and V rows r0 + i * kStep
-  // (r0 < kStep), 16 bytes from element `col` of each (kc / vc: the caches, of the element type), to
-  // dst_k(r) / dst_v(r).
-  auto copy_whole = [&](auto step, const Ids& ids, const auto* kc, const auto* vc, int js, int r0, int col, auto dst_k,
-                        auto dst_v) {
+  // The copies of a whole tile starting at key js: K and V rows r0 + i * kStep (r0 < kStep), 16 bytes
+  // from element `col` of each (kc / vc: the caches, of the element type), to dst_k(r) / dst_v(r).
+  auto copy_whole = [&](auto step, const auto* kc, const auto* vc, int js, int r0, int col, auto dst_k, auto dst_v) {
     constexpr int kStep = decltype(step)::value;
     static_assert(32 % kStep == 0 && kKeys % 32 == 0, "a thread's rows of a 32-key group");
 #pragma unroll
     for (int g = 0; g < kKeys / 32; ++g) {
-      const int64_t off = (block_row(ids[g], js + 32 * g, hk, P.Hk, P.block_size_log2) + r0) * D + col;
+      const int64_t off = (cache_row(table, js + 32 * g, hk, P.Hk, P.block_size_log2) + r0) * D + col;
 #pragma unroll
       for (int m = 0; m < 32 / kStep; ++m) {
         const int r = 32 * g + r0 + m * kStep;
@@ -227,7 +213,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
   // (and their blocks never looked up: see load_half). A thread keeps one 16-byte column chunk and takes
   // every (kCopyThreads / kChunks)-th row. kMbar: the slot's previous tile is released in the phase of
   // parity `ph` of its empty barrier.
-  auto issue = [&](int it, int sl, uint32_t ph, const Ids& ids) {
+  auto issue = [&](int it, int sl, uint32_t ph) {
     if constexpr (kBytes) {
       if (it >= n_tiles) {
         cp_async_commit();
@@ -244,7 +230,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
       bool done = false;
       if constexpr (kRowStep <= 32) {  // (u8 at D = 64 on 256 threads: one copy per thread and tile)
         if (whole(js)) {
-          copy_whole(std::integral_constant<int, kRowStep>{}, ids, kc, vc, js, r0, c * 16,
+          copy_whole(std::integral_constant<int, kRowStep>{}, kc, vc, js, r0, c * 16,
                      [&](int r) { return code_k(sb, r, c); }, [&](int r) { return code_v(sb, r, c); });
           done = true;
         }
@@ -281,7 +267,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
       const T* kc = static_cast<const T*>(P.k_cache);
       const T* vc = static_cast<const T*>(P.v_cache);
       if (whole(js)) {
-        copy_whole(std::integral_constant<int, kRowStep>{}, ids, kc, vc, js, r0, ch * 8,
+        copy_whole(std::integral_constant<int, kRowStep>{}, kc, vc, js, r0, ch * 8,
                    [&](int r) { return kb + sw128_offset(r, ch, kKeys); },
                    [&](int r) { return vb + sw128_offset(r, ch, kKeys); });
       } else {
@@ -329,25 +315,9 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
       *reinterpret_cast<uint4*>(smem_ptr(vb + sw128_offset(r, 2 * c + 1, kKeys))) = make_uint4(v2.x, v2.y, v3.x, v3.y);
     }
   };
-  Ids ids = {};  // kIdsAhead: the block ids of the next tile to issue
   auto prologue = [&]() {  // tiles 0 .. kStages - 3 (see the pipeline below)
 #pragma unroll
-    for (int s = 0; s < kStages - 2; ++s) {
-      load_ids(s, ids);
-      issue(s, s, 0u, ids);
-    }
-    if (kIdsAhead) load_ids(kStages - 2, ids);
-  };
-  // iteration it's refill: tile it + kStages - 2 into slot sl (parity ph: see issue)
-  auto issue_next = [&](int it, int sl, uint32_t ph) {
-    if constexpr (kIdsAhead) {
-      issue(it + kStages - 2, sl, ph, ids);
-      load_ids(it + kStages - 1, ids);
-    } else {
-      Ids now = {};
-      load_ids(it + kStages - 2, now);
-      issue(it + kStages - 2, sl, ph, now);
-    }
+    for (int s = 0; s < kStages - 2; ++s) issue(s, s, 0u);
   };
   if constexpr (Tr::kMbar) {
     if (tid < kStages) {
@@ -460,7 +430,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
       // every thread's (SPLIT: the warpgroup's); and the slot refilled below is no longer read
       if constexpr (SPLIT) named_barrier(1 + wgi, 128);
       else __syncthreads();
-      issue_next(it, sl_fill, ph_fill);
+      issue(it + kStages - 2, sl_fill, ph_fill);
     }
 
     // ---- S = Q K^T (64 x 64 per warpgroup), then O += P V of the previous tile ----
@@ -621,7 +591,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
       // takes tile it + kStages - 2 (its refill waits for that; issued here, after the MMAs and the
       // softmax, so that a warpgroup ahead does not wait for the other's softmax)
       if (it > 0) wg::mbar_arrive(empty_bar(sl_prev));
-      issue_next(it, sl_fill, ph_fill);
+      issue(it + kStages - 2, sl_fill, ph_fill);
     }
     if (++sl == kStages) {
       sl = 0;
