@@ -69,7 +69,8 @@ struct WgTraits {
   static constexpr int kBudget = SHARED ? 113 * 1024 : 227 * 1024;
   static constexpr int kFit =
       ((kBudget - 1024 - kQBytes - kQsumBytes) / kRings - kConvBytes) / (kStageBytes + kParSlot);
-  static constexpr int kStages = SHARED && !SPLIT ? 5 : (kFit > 6 ? 6 : kFit);
+  static constexpr int kStages = kBytes || SPLIT ? (kFit > 6 ? 6 : kFit)
+                                              : (kStageBytes > 48 * 1024 ? 3 : 5);
   static_assert(kStages >= 3, "pipeline depth");
   static constexpr int kRingBytes = kConvBytes + kStages * kStageBytes;
   // 128-row f16/bf16 chunks on rings of >= 5 slots: per-slot mbarriers instead of a CTA barrier per tile
