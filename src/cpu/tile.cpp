@@ -356,7 +356,7 @@ __attribute__((target("arch=x86-64-v3"))) static void load_row_fp8_v3(float* dst
   }
 }
 // The v3 level's f16 rows, 8 elements per vcvtph2ps: GCC 12 leaves the generic _Float16 loop scalar (one
-// vcvtph2ps per element; f16 decodes took 2.5x bf16's time on this AVX2 VM, run cpu-f16v3).
+// vcvtph2ps per element; f16 decodes took 1.5x bf16's time on a 2-core AVX2 EPYC, run cpu-f16v3).
 __attribute__((target("arch=x86-64-v3"))) static void load_row_f16_v3(float* dst, const uint16_t* src, int D) {
   for (int d = 0; d < D; d += 8)
     _mm256_storeu_ps(dst + d, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + d))));

@@ -478,6 +478,8 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
     // monotonic. With ALiBi (or a scale of 0, or a negative fp8 key scale), s is the score in log2 units
     // and s_mul 1. Padding rows (r >= rows) of an interior tile stay unmasked: their queries are zero
     // (stage_q), so their scores are finite, and no row reaches another before the stores, which skip them.
+    // (Computed here rather than once before the loop: hoisted, ptxas scheduled 32 of the kernels
+    // differently, unmeasured.)
     const bool raw = !alibi && s_log2 > 0.0f;
     const float s_mul = raw ? s_log2 : 1.0f;
     if (!interior || !raw) {
@@ -498,7 +500,10 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
     // row maxima and (below) sums in two chains per row: n-tiles n % 2 (half the dependent latency)
     float mx4[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
 #pragma unroll
-    for (int i = 0; i < kN1 * 4; ++i) mx4[(i % 4) / 2 + 2 * ((i / 4) % 2)] = fmaxf(mx4[(i % 4) / 2 + 2 * ((i / 4) % 2)], s[i]);
+    for (int i = 0; i < kN1 * 4; ++i) {
+      const int c = (i % 4) / 2 + 2 * ((i / 4) % 2);  // row (i % 4) / 2, chain (i / 4) % 2
+      mx4[c] = fmaxf(mx4[c], s[i]);
+    }
     float mx[2] = {fmaxf(mx4[0], mx4[2]) * s_mul, fmaxf(mx4[1], mx4[3]) * s_mul};  // (-inf stays -inf: s_mul > 0)
     // u8: this tile's E (u8_value_exp) from its largest value scale (the quad holds every key of the
     // tile); O, l and c are rescaled every tile anyway, so E follows each tile: alpha takes 2^(E' - E)
@@ -542,7 +547,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
 #pragma unroll
     for (int i = 0; i < kN1 * 4; ++i) {  // P (f32) in place of S; exp2(-inf) = 0
       s[i] = fast_exp2(fmaf(s[i], s_mul, -m_sub[(i % 4) / 2]));
-      sum[(i % 4) / 2 + 2 * ((i / 4) % 2)] += s[i];
+      sum[(i % 4) / 2 + 2 * ((i / 4) % 2)] += s[i];  // (the chains of the maxima above)
     }
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) row_l[hf] = row_l[hf] * alpha[hf] + (sum[hf] + sum[hf + 2]);
