@@ -91,6 +91,21 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
       : "memory");
 #endif
 }
+// The warpgroup's register budget per thread (setmaxnreg: every thread of the warpgroup executes it; the
+// kernel's launch bounds fix the count at entry, and the budgets of all warpgroups together must fit the
+// register file).
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() {
+#if PAGEDATTN_WGMMA_ARCH
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+#endif
+}
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() {
+#if PAGEDATTN_WGMMA_ARCH
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+#endif
+}
 // Keeps the compiler from moving accesses of an accumulator across wgmma issue / wait.
 template <int N>
 __device__ __forceinline__ void fence_regs(float (&d)[N]) {

@@ -46,10 +46,19 @@ struct WgTraits {
   // of their own after the query sums (kParSlot per ring slot), so each slot stays 1024-byte aligned.
   static constexpr bool kInPlace = kBytes && SPLIT;
   static constexpr int kRows = SPLIT ? 64 : 128;
-  static constexpr int kThreads = 256;
-  static constexpr int kRings = SPLIT ? 2 : 1;                 // rings of copy stages (one per stream)
-  static constexpr int kCopyThreads = kThreads / kRings;       // threads that fill one ring
   static constexpr int kKeys = KEYS;   // keys per tile (D = 256: 32, so that Q and a 5-slot ring fit)
+  // The one-CTA 128-row f16/bf16 forms on rings of >= 5 slots (D = 64 / 128: 64-key tiles, D = 256: 32-key
+  // ones; a tile's K and V <= 48 KB): a third warpgroup, the producer, issues every copy of the ring; the
+  // two consumer warpgroups only wait for tiles and release them (kMbar below). The registers move to the
+  // consumers (setmaxnreg: 40 for the producer, 232 for each consumer thread).
+  static constexpr bool kProducer = !SPLIT && !kBytes && !SHARED && 4 * kKeys * D <= 48 * 1024;
+  static constexpr int kConsumerThreads = 256;                  // two warpgroups of 64 rows (or key tiles)
+  static constexpr int kThreads = kProducer ? 384 : 256;
+  static constexpr int kRings = SPLIT ? 2 : 1;                 // rings of copy stages (one per stream)
+  static constexpr int kCopyThreads = kProducer ? 128 : kThreads / kRings;  // threads that fill one ring
+  static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+  static_assert(!kProducer || 128 * kProducerRegs + kConsumerThreads * kConsumerRegs <= 64 * 1024 - 1024,
+                "register budgets: the entry count of 384 threads is 168");
   static constexpr int kChunks = D / 8;                      // 16-byte chunks per row
   static constexpr int kQBytes = kRows * D * 2;              // D/64 blocks of [kRows][128 bytes]
   static constexpr int kTileBytes = kKeys * D * 2;           // K (or V) of one tile: D/64 blocks of [64][128 bytes]
@@ -69,8 +78,8 @@ struct WgTraits {
   static constexpr int kBudget = SHARED ? 113 * 1024 : 227 * 1024;
   static constexpr int kFit =
       ((kBudget - 1024 - kQBytes - kQsumBytes) / kRings - kConvBytes) / (kStageBytes + kParSlot);
-  static constexpr int kStages = kBytes || SPLIT ? (kFit > 6 ? 6 : kFit)
-                                              : (kStageBytes > 48 * 1024 ? 3 : 5);
+  static constexpr int kStages = kBytes || SPLIT || kProducer ? (kFit > 6 ? 6 : kFit)
+                                                           : (kStageBytes > 48 * 1024 ? 3 : 5);
   static_assert(kStages >= 3, "pipeline depth");
   static constexpr int kRingBytes = kConvBytes + kStages * kStageBytes;
   // 128-row f16/bf16 chunks on rings of >= 5 slots: per-slot mbarriers instead of a CTA barrier per tile
@@ -136,9 +145,10 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
   // compiler knows it warp-uniform and keeps what derives from it (ring and operand addresses, the MMA
   // descriptors) in uniform registers
   const int wgi = __shfl_sync(0xffffffffu, warp / 4, 0);
-  // SPLIT: each warpgroup's ring, copies and barriers are its own; ctid: the thread within its ring
+  // SPLIT: each warpgroup's ring, copies and barriers are its own; ctid: the thread within its ring's
+  // copiers (kProducer: warpgroup 2, the producer)
   const int ring = SPLIT ? wgi : 0;
-  const int ctid = SPLIT ? tid % 128 : tid;
+  const int ctid = SPLIT || Tr::kProducer ? tid % 128 : tid;
   const uint32_t ring_base = base + Tr::kQBytes + ring * Tr::kRingBytes;
   // ring slot `stage`: f16/bf16 K and V tiles (MMA layout); u8 codes and parameters (staging)
   auto slot_base = [&](int stage) { return ring_base + Tr::kConvBytes + stage * Tr::kStageBytes; };
@@ -315,14 +325,22 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
       *reinterpret_cast<uint4*>(smem_ptr(vb + sw128_offset(r, 2 * c + 1, kKeys))) = make_uint4(v2.x, v2.y, v3.x, v3.y);
     }
   };
-  auto prologue = [&]() {  // tiles 0 .. kStages - 3 (see the pipeline below)
+  // tiles 0 .. kStages - 3 (see the pipeline below); kProducer: its warpgroup fills every slot
+  auto prologue = [&]() {
+    if constexpr (Tr::kProducer) {
+      if (wgi == 2) {
 #pragma unroll
-    for (int s = 0; s < kStages - 2; ++s) issue(s, s, 0u);
+        for (int s = 0; s < kStages; ++s) issue(s, s, 0u);
+      }
+    } else {
+#pragma unroll
+      for (int s = 0; s < kStages - 2; ++s) issue(s, s, 0u);
+    }
   };
   if constexpr (Tr::kMbar) {
     if (tid < kStages) {
-      wg::mbar_init(full_bar(tid), Tr::kThreads);
-      wg::mbar_init(empty_bar(tid), Tr::kThreads);
+      wg::mbar_init(full_bar(tid), Tr::kCopyThreads);
+      wg::mbar_init(empty_bar(tid), Tr::kConsumerThreads);
     }
     __syncthreads();
   }
@@ -349,6 +367,26 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
     __syncthreads();
   } else if constexpr (kU8) {
     __syncthreads();
+  }
+  if constexpr (Tr::kProducer) {
+    // The producer: tile it into slot it % kStages once every consumer thread has released the slot's
+    // previous tile (it - kStages, empty barrier); its copies complete the slot's full barrier. Tiles
+    // 0 .. kStages - 1 went out in the prologue.
+    if (wgi == 2) {
+      wg::setmaxnreg_dec<Tr::kProducerRegs>();
+      int sl = 0;
+      uint32_t ph = 1u;  // parity of tile it's round (it / kStages); its slot's previous tile: ph ^ 1
+      for (int it = kStages; it < n_tiles; ++it) {
+        issue(it, sl, ph ^ 1u);
+        if (++sl == kStages) {
+          sl = 0;
+          ph ^= 1u;
+        }
+      }
+      cp_async_wait<0>();
+      return;  // (no CTA-wide barrier follows; pdl_launch_dependents counts exited threads)
+    }
+    wg::setmaxnreg_inc<Tr::kConsumerRegs>();
   }
   const int row0 = SPLIT ? 0 : 64 * wgi;  // the warpgroup's first row
   const uint64_t qd = wg::desc_sw128(q_base + row0 * 128, 16, 1024);  // its Q rows (S's A operand)
@@ -596,7 +634,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
       // takes tile it + kStages - 2 (its refill waits for that; issued here, after the MMAs and the
       // softmax, so that a warpgroup ahead does not wait for the other's softmax)
       if (it > 0) wg::mbar_arrive(empty_bar(sl_prev));
-      issue(it + kStages - 2, sl_fill, ph_fill);
+      if constexpr (!Tr::kProducer) issue(it + kStages - 2, sl_fill, ph_fill);
     }
     if (++sl == kStages) {
       sl = 0;
