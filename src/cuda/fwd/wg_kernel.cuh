@@ -47,16 +47,17 @@ struct WgTraits {
   static constexpr bool kInPlace = kBytes && SPLIT;
   static constexpr int kRows = SPLIT ? 64 : 128;
   static constexpr int kKeys = KEYS;   // keys per tile (D = 256: 32, so that Q and a 5-slot ring fit)
-  // The one-CTA 128-row f16/bf16 forms on rings of >= 5 slots (D = 64 / 128: 64-key tiles, D = 256: 32-key
-  // ones; a tile's K and V <= 48 KB): a third warpgroup, the producer, issues every copy of the ring; the
-  // two consumer warpgroups only wait for tiles and release them (kMbar below). The registers move to the
-  // consumers (setmaxnreg: 40 for the producer, 232 for each consumer thread).
-  static constexpr bool kProducer = !SPLIT && !kBytes && !SHARED && 4 * kKeys * D <= 48 * 1024;
+  // The one-CTA 128-row forms (f16/bf16 on rings of >= 5 slots, a tile's K and V <= 48 KB: D = 64 / 128 on
+  // 64-key tiles, D = 256 on 32-key ones; u8 and fp8): a third warpgroup, the producer, issues every copy
+  // (and converts one-byte codes to f16 tiles); the two consumer warpgroups only wait for tiles and
+  // release them (kMbar below). The registers move to the consumers (setmaxnreg, below).
+  static constexpr bool kProducer = !SPLIT && !SHARED && (kBytes || 4 * kKeys * D <= 48 * 1024);
   static constexpr int kConsumerThreads = 256;                  // two warpgroups of 64 rows (or key tiles)
   static constexpr int kThreads = kProducer ? 384 : 256;
   static constexpr int kRings = SPLIT ? 2 : 1;                 // rings of copy stages (one per stream)
   static constexpr int kCopyThreads = kProducer ? 128 : kThreads / kRings;  // threads that fill one ring
-  static constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+  // (one-byte codes: the conversion needs more than 40 registers; 32 bytes spilled at D = 128 and 256)
+  static constexpr int kProducerRegs = kBytes ? 56 : 40, kConsumerRegs = kBytes ? 224 : 232;
   static_assert(!kProducer || 128 * kProducerRegs + kConsumerThreads * kConsumerRegs <= 64 * 1024 - 1024,
                 "register budgets: the entry count of 384 threads is 168");
   static constexpr int kChunks = D / 8;                      // 16-byte chunks per row
@@ -76,8 +77,10 @@ struct WgTraits {
   // ring depth (tiles ahead = kStages - 2): 2 warpgroups 3 or 5 (measured), 1 warpgroup what fits, <= 6
   // (D = 64: two CTAs per SM); SPLIT: what fits each ring, <= 6 (SHARED: half the SM's shared memory)
   static constexpr int kBudget = SHARED ? 113 * 1024 : 227 * 1024;
+  // kProducer: its barriers (<= 2 x 6) and (u8) the converted tiles' parameters (3 x [4][kKeys] f16)
+  static constexpr int kProducerExtra = kProducer ? 96 + (kU8 ? 3 * 4 * kKeys * 2 : 0) : 0;
   static constexpr int kFit =
-      ((kBudget - 1024 - kQBytes - kQsumBytes) / kRings - kConvBytes) / (kStageBytes + kParSlot);
+      ((kBudget - 1024 - kQBytes - kQsumBytes - kProducerExtra) / kRings - kConvBytes) / (kStageBytes + kParSlot);
   static constexpr int kStages = kBytes || SPLIT || kProducer ? (kFit > 6 ? 6 : kFit)
                                                            : (kStageBytes > 48 * 1024 ? 3 : 5);
   static_assert(kStages >= 3, "pipeline depth");
@@ -89,8 +92,11 @@ struct WgTraits {
   // bench/NOTES.md): 65-256-row verifies D = 64 0.979x, D = 128 (64-key tiles) 0.942x, D = 256 0.990x the
   // time (medians); without the turns 1.010x-1.032x slower (runs mb1, mb2). (u8/fp8 convert their own
   // copies before the barrier, so they keep it.)
-  static constexpr bool kMbar = !SPLIT && !kBytes && kStages >= 5;
-  static constexpr int kBarBytes = kMbar ? 2 * kStages * 8 : 0;
+  // kProducer: the consumers' slots are the ring's (f16/bf16) or the three converted tiles (u8, fp8: the
+  // staging slots are the producer's own, each thread converting the codes it copied)
+  static constexpr bool kMbar = !SPLIT && ((!kBytes && kStages >= 5) || kProducer);
+  static constexpr int kCSlots = kProducer && kBytes ? 3 : kStages;
+  static constexpr int kBarBytes = kMbar ? 2 * kCSlots * 8 : 0;
   // SHARED: registers bounded for two CTAs per SM (D = 64, 64-key f16/bf16 tiles: ~100 KB of shared memory
   // each; 143 -> 128 registers, 4 bytes spilled), where tuning::hopper_shared takes it; SPLIT too (wgs64x2:
   // 3 slots per ring, ~108 KB), where tuning::hopper_split_shared does
@@ -100,7 +106,7 @@ struct WgTraits {
   // SPLIT: the second warpgroup's O, m and l for the combine, in the first ring once it is drained
   static_assert(!SPLIT || kRingBytes >= kRows * (D + 2) * 4, "combine buffer");
   // + slack to align the base to 1024
-  static constexpr int kParBytes = kRings * kStages * kParSlot;
+  static constexpr int kParBytes = kProducer && kU8 ? 3 * 4 * kKeys * 2 : kRings * kStages * kParSlot;
   static constexpr int kSmem = 1024 + kQBytes + kRings * kRingBytes + kQsumBytes + kParBytes + kBarBytes;
   static_assert(kSmem <= 227 * 1024, "shared memory");
 };
@@ -168,7 +174,9 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
   // kMbar: ring slot sl's barriers (after Q, the ring, the u8 query sums and parameters)
   const uint32_t bar_base = par_base + Tr::kParBytes;
   auto full_bar = [&](int sl) { return bar_base + 8u * static_cast<uint32_t>(sl); };
-  auto empty_bar = [&](int sl) { return bar_base + 8u * static_cast<uint32_t>(kStages + sl); };
+  auto empty_bar = [&](int sl) { return bar_base + 8u * static_cast<uint32_t>(Tr::kCSlots + sl); };
+  // kProducer, u8: the parameters of converted tile buffer b (its staging slot's, moved by their copiers)
+  auto conv_par = [&](int b) { return par_base + static_cast<uint32_t>(b) * (4 * kKeys * 2); };
   constexpr int kC16 = D / 16;                    // one-byte codes: 16-byte chunks per row
 
   const int hk = blockIdx.y;
@@ -296,7 +304,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
         return;
       }
     }
-    if constexpr (!Tr::kMbar) cp_async_commit();
+    if constexpr (kBytes || !Tr::kMbar) cp_async_commit();
   };
   // u8 and fp8: the codes this thread loaded for tile `it` -> f16 in the tile's MMA-layout buffer. u8:
   // keys biased by 1024 (exact; folded against sum(q), as in fwd_kernel), values centred (b - 128,
@@ -324,13 +332,22 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
       *reinterpret_cast<uint4*>(smem_ptr(vb + sw128_offset(r, 2 * c, kKeys))) = make_uint4(v0.x, v0.y, v1.x, v1.y);
       *reinterpret_cast<uint4*>(smem_ptr(vb + sw128_offset(r, 2 * c + 1, kKeys))) = make_uint4(v2.x, v2.y, v3.x, v3.y);
     }
+    if constexpr (Tr::kProducer && kU8) {  // the 16 bytes of parameters this thread copied (see issue)
+      constexpr int kPerArray = kKeys / 8;
+      if (ctid < 4 * kPerArray) {
+        const uint32_t o = (ctid / kPerArray) * kKeys * 2 + (ctid % kPerArray) * 16;
+        *reinterpret_cast<uint4*>(smem_ptr(conv_par(it % 3) + o)) =
+            *reinterpret_cast<const uint4*>(smem_ptr(par_addr(sl) + o));
+      }
+    }
   };
-  // tiles 0 .. kStages - 3 (see the pipeline below); kProducer: its warpgroup fills every slot
+  // tiles 0 .. kStages - 3 (see the pipeline below); kProducer: its warpgroup fills every slot (one-byte
+  // codes: all but one, see the producer's loop)
   auto prologue = [&]() {
     if constexpr (Tr::kProducer) {
       if (wgi == 2) {
 #pragma unroll
-        for (int s = 0; s < kStages; ++s) issue(s, s, 0u);
+        for (int s = 0; s < (kBytes ? kStages - 1 : kStages); ++s) issue(s, s, 0u);
       }
     } else {
 #pragma unroll
@@ -338,7 +355,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
     }
   };
   if constexpr (Tr::kMbar) {
-    if (tid < kStages) {
+    if (tid < Tr::kCSlots) {
       wg::mbar_init(full_bar(tid), Tr::kCopyThreads);
       wg::mbar_init(empty_bar(tid), Tr::kConsumerThreads);
     }
@@ -347,7 +364,52 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
   if (early) prologue();
   pdl_wait();
   fused_write_in<D, KV>(P, w, table, hk, warp, Tr::kThreads / 32, lane);
-  if (!early) prologue();
+  if constexpr (Tr::kProducer) {
+    // The producer. f16/bf16: tile it into slot it % kStages once every consumer thread has released the
+    // slot's previous tile (it - kStages, its empty barrier); its copies complete the slot's full
+    // barrier. One-byte codes: tile it's codes into staging slot it % kStages, kStages - 1 tiles ahead of
+    // the conversion; each thread waits for its own copies of tile c, converts them (and moves u8's
+    // parameters it copied) into buffer c % 3 once the consumers have released tile c - 3 there, and
+    // arrives on that buffer's full barrier. The consumers stage Q meanwhile and meet at a barrier of
+    // their own.
+    if (wgi == 2) {
+      wg::setmaxnreg_dec<Tr::kProducerRegs>();
+      if (!early) prologue();
+      if constexpr (kBytes) {
+        int sl = 0, sl_in = kStages - 1, b = 0;  // tile c's staging slot, tile c + kStages - 1's, its buffer
+        uint32_t phb = 1u;  // parity of tile c's round in the buffers (c / 3); the previous tile's: phb ^ 1
+        for (int c = 0; c < n_tiles; ++c) {
+          issue(c + kStages - 1, sl_in, 0u);  // (a commit group, empty past the last tile)
+          cp_async_wait<kStages - 1>();       // this thread's copies of tile c have landed
+          if (c >= 3) wg::mbar_wait(empty_bar(b), phb ^ 1u);
+          convert(c, sl);
+          wg::fence_proxy_async();  // the converted tile -> visible to the consumers' wgmma
+          wg::mbar_arrive(full_bar(b));
+          sl = sl + 1 == kStages ? 0 : sl + 1;
+          sl_in = sl_in + 1 == kStages ? 0 : sl_in + 1;
+          if (++b == 3) {
+            b = 0;
+            phb ^= 1u;
+          }
+        }
+      } else {
+        int sl = 0;
+        uint32_t ph = 1u;  // parity of tile it's round (it / kStages); its slot's previous tile: ph ^ 1
+        for (int it = kStages; it < n_tiles; ++it) {
+          issue(it, sl, ph ^ 1u);
+          if (++sl == kStages) {
+            sl = 0;
+            ph ^= 1u;
+          }
+        }
+      }
+      cp_async_wait<0>();
+      return;  // (no CTA-wide barrier follows; pdl_launch_dependents counts exited threads)
+    }
+    wg::setmaxnreg_inc<Tr::kConsumerRegs>();
+  } else {
+    if (!early) prologue();
+  }
 
   const bool alibi = P.alibi != nullptr;
   // fp8: the kv head's key scale joins the softmax scale, its value scale multiplies O at the end
@@ -356,7 +418,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
   // Q rows -> shared memory (MMA type, swizzled); padding rows zero
   // u8: with each row's sum of its f16-rounded query (for the key bias and row minima)
   float* qsum = reinterpret_cast<float*>(smem_ptr(base + Tr::kQBytes + Tr::kRings * Tr::kRingBytes));
-  stage_q<T, Tr::kRows, D, Tr::kThreads>(
+  stage_q<T, Tr::kRows, D, Tr::kConsumerThreads>(
       P, w.tok0 + w.t0, hk, G, rows, tid,
       [&](int r, int ch, uint4 v) {
         *reinterpret_cast<uint4*>(smem_raw + (q_base - raw_u32) + sw128_offset(r, ch, Tr::kRows)) = v;
@@ -364,29 +426,10 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
       NoOp{}, kU8 ? qsum : nullptr);
   if constexpr (SPLIT || Tr::kMbar) {  // Q (and qsum) -> both warpgroups, whose loops meet no CTA-wide barrier
     wg::fence_proxy_async();
-    __syncthreads();
+    if constexpr (Tr::kProducer) named_barrier(3, Tr::kConsumerThreads);  // (the producer is on its way)
+    else __syncthreads();
   } else if constexpr (kU8) {
     __syncthreads();
-  }
-  if constexpr (Tr::kProducer) {
-    // The producer: tile it into slot it % kStages once every consumer thread has released the slot's
-    // previous tile (it - kStages, empty barrier); its copies complete the slot's full barrier. Tiles
-    // 0 .. kStages - 1 went out in the prologue.
-    if (wgi == 2) {
-      wg::setmaxnreg_dec<Tr::kProducerRegs>();
-      int sl = 0;
-      uint32_t ph = 1u;  // parity of tile it's round (it / kStages); its slot's previous tile: ph ^ 1
-      for (int it = kStages; it < n_tiles; ++it) {
-        issue(it, sl, ph ^ 1u);
-        if (++sl == kStages) {
-          sl = 0;
-          ph ^= 1u;
-        }
-      }
-      cp_async_wait<0>();
-      return;  // (no CTA-wide barrier follows; pdl_launch_dependents counts exited threads)
-    }
-    wg::setmaxnreg_inc<Tr::kConsumerRegs>();
   }
   const int row0 = SPLIT ? 0 : 64 * wgi;  // the warpgroup's first row
   const uint64_t qd = wg::desc_sw128(q_base + row0 * 128, 16, 1024);  // its Q rows (S's A operand)
@@ -451,7 +494,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
   uint32_t ph = 0u;
   for (int it = 0; it < n_tiles; ++it) {
     const int js = w.kv_begin + tile_of(it) * kKeys;
-    const int sl_prev = sl == 0 ? kStages - 1 : sl - 1;
+    const int sl_prev = sl == 0 ? Tr::kCSlots - 1 : sl - 1;
     const int sl_fill = sl >= 2 ? sl - 2 : sl + kStages - 2;
     const uint32_t ph_fill = sl >= 2 ? ph : ph ^ 1u;
     if constexpr (Tr::kMbar) {
@@ -492,7 +535,8 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
       wg::wait<0>();
     }
     wg::fence_regs(s);
-    const uint16_t* par = reinterpret_cast<const uint16_t*>(smem_ptr(par_addr(sl)));
+    const uint16_t* par =
+        reinterpret_cast<const uint16_t*>(smem_ptr(Tr::kProducer && kU8 ? conv_par(sl) : par_addr(sl)));
     if constexpr (kU8) {  // s_j = kscale_j * q . (code_j + 1024) + (kmin_j - 1024 kscale_j) * sum(q)
 #pragma unroll
       for (int n = 0; n < kN1; ++n) {
@@ -636,14 +680,14 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
       if (it > 0) wg::mbar_arrive(empty_bar(sl_prev));
       if constexpr (!Tr::kProducer) issue(it + kStages - 2, sl_fill, ph_fill);
     }
-    if (++sl == kStages) {
+    if (++sl == Tr::kCSlots) {
       sl = 0;
       ph ^= 1u;
     }
   }
   if (n_tiles > 0) {
     if (kTurns) named_barrier(1 + wgi, 256);
-    pv(pa, n_tiles - 1, sl == 0 ? kStages - 1 : sl - 1);
+    pv(pa, n_tiles - 1, sl == 0 ? Tr::kCSlots - 1 : sl - 1);
     if (kTurns && wgi == 0) named_barrier_arrive(2, 256);
     wg::wait<0>();
     wg::fence_regs(o);
