@@ -377,7 +377,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
       if (!early) prologue();
       if constexpr (kBytes) {
         int sl = 0, sl_in = kStages - 1, b = 0;  // tile c's staging slot, tile c + kStages - 1's, its buffer
-        uint32_t phb = 1u;  // parity of tile c's round in the buffers (c / 3); the previous tile's: phb ^ 1
+        uint32_t phb = 0u;  // parity of tile c's round in the buffers (c / 3); the previous tile's: phb ^ 1
         for (int c = 0; c < n_tiles; ++c) {
           issue(c + kStages - 1, sl_in, 0u);  // (a commit group, empty past the last tile)
           cp_async_wait<kStages - 1>();       // this thread's copies of tile c have landed
