@@ -4,8 +4,10 @@
 // sm_90a (u8 caches too: codes converted to f16 in shared memory, below). Two warpgroups of 64 rows
 // share each key tile (32, 64 or 128 keys):
 //   K and V tiles are gathered through the block table by cp.async into shared memory in the 128-byte
-//   swizzled layout (a kStages-deep ring, one commit group per tile; f16/bf16 on 5-slot rings: per-slot
-//   mbarriers instead, and the warpgroups take turns at the tensor cores, WgTraits::kMbar);
+//   swizzled layout: one-CTA 128-row forms by a third warpgroup, the producer, into a ring of per-slot
+//   mbarriers (WgTraits::kProducer, kMbar), the two consumer warpgroups taking turns at the tensor
+//   cores; other forms by the consumers themselves (a kStages-deep ring, one commit group per tile, or
+//   the mbarriers of the two-CTA form);
 //   S = Q K^T: wgmma m64n64k16 with Q and K both read from shared memory (no ldmatrix traffic);
 //   masks, ALiBi and the online softmax on the S accumulators in registers;
 //   O += P V: wgmma m64nDk16 with P from registers (the S accumulator layout is the A fragment
@@ -65,17 +67,18 @@ struct WgTraits {
   static constexpr int kTileBytes = kKeys * D * 2;           // K (or V) of one tile: D/64 blocks of [64][128 bytes]
   // f16/bf16: a ring of (K, V) tiles in the MMA layout. u8 and fp8 (PAGEDATTN_WGMMA_U8=0: mma.sync
   // instead): a ring of staging slots (K and V codes, row-major, then u8's 4 parameter arrays), converted
-  // by the threads that loaded them into three (K, V) f16 buffers in the MMA layout (one converted, one
-  // read by the PV MMA in flight, one still read by a lagging warpgroup), and (u8) the rows' query sums;
-  // u8 and fp8 on SPLIT: f16's ring, converted in place (above).
+  // by the producer threads that loaded them into three (K, V) f16 buffers in the MMA layout (one being
+  // converted, one read by the S MMA, one by the PV MMA in flight), and (u8) the rows' query sums; u8
+  // and fp8 on SPLIT: f16's ring, converted in place (above).
   static constexpr int kStageBytes = kInPlace ? 2 * kTileBytes
                                      : kU8 ? 2 * kKeys * D + 4 * kKeys * 2 : kF8 ? 2 * kKeys * D : 2 * kTileBytes;
   static constexpr int kParSlot = kU8 && kInPlace ? 4 * kKeys * 2 : 0;  // u8 in place: a slot's parameters
   static constexpr int kParOff = kInPlace ? 0 : 2 * kKeys * D;           // ... else in its staging slot
   static constexpr int kConvBytes = kBytes && !kInPlace ? 3 * 2 * kTileBytes : 0;
   static constexpr int kQsumBytes = kU8 ? kRows * 4 : 0;
-  // ring depth (tiles ahead = kStages - 2): 2 warpgroups 3 or 5 (measured), 1 warpgroup what fits, <= 6
-  // (D = 64: two CTAs per SM); SPLIT: what fits each ring, <= 6 (SHARED: half the SM's shared memory)
+  // ring depth (tiles ahead = kStages - 2): kProducer and one-byte codes what fits, <= 6 (f16/bf16: 6 at
+  // D = 64 / 128, 5 at D = 256; u8 6 / 5 / 3; fp8 6 / 6 / 4); the two-CTA form 5, 128-key tiles at D = 128 3;
+  // SPLIT: what fits each ring, <= 6 (SHARED: half the SM's shared memory)
   static constexpr int kBudget = SHARED ? 113 * 1024 : 227 * 1024;
   // kProducer: its barriers (<= 2 x 6) and (u8) the converted tiles' parameters (3 x [4][kKeys] f16)
   static constexpr int kProducerExtra = kProducer ? 96 + (kU8 ? 3 * 4 * kKeys * 2 : 0) : 0;
@@ -510,11 +513,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
       wg::fence_proxy_async();
     } else {
       cp_async_wait<kStages - 3>();
-      // u8: into buffer it % 3, last read by tile it - 3's PV MMA, which every thread completed before
-      // the previous iteration's barrier (a warp's wait covers its own part of a warpgroup MMA only: a
-      // two-buffer version for one warpgroup, overwriting the buffer of tile it - 2 here, failed its
-      // tests in run c2)
-      if constexpr (kBytes) convert(it, sl);
+      if constexpr (kBytes) convert(it, sl);  // (SPLIT: in place; the 128-row forms convert in the producer)
       wg::fence_proxy_async();  // this thread's copies / conversions (and Q stores) -> visible to the tensor cores
       // every thread's (SPLIT: the warpgroup's); and the slot refilled below is no longer read
       if constexpr (SPLIT) named_barrier(1 + wgi, 128);
