@@ -46,7 +46,9 @@ def parse(path, name_map=""):
                 name = subprocess.run(["sed", name_map], input=name, capture_output=True, text=True).stdout.strip()
             continue
         if name:
-            t = re.sub(r"/\*[0-9a-fx]+\*/", "", line).strip()
+            # addresses out; spaces collapsed (cuobjdump pads each line to the widest address of the whole
+            # cubin, so a unit whose code grew past a hex digit shifted every kernel's columns)
+            t = " ".join(re.sub(r"/\*[0-9a-fx]+\*/", "", line).split())
             if t: body.append(t)
     if name: funcs.setdefault(name, []).append(body)
     return funcs
