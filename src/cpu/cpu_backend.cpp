@@ -12,6 +12,7 @@
 // Options::cpu_reference (or PAGEDATTN_CPU_ORACLE=1) runs the oracle instead: the reference of the tests.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <sstream>
@@ -157,7 +158,11 @@ class CpuPlan final : public PlanImpl {
     const size_t dmax = static_cast<size_t>(std::max(D_, Dv_));
     scratch_stride_ = static_cast<size_t>(kMaxRows) * D_ + kTile * D_ + kTile * dmax + 2 * kMaxRows * kTile +
                       static_cast<size_t>(kMaxRows) * dmax + 3 * kMaxRows + kTile * dmax;
-    scratch_.assign(scratch_stride_ * threads_, 0.0f);
+    // each thread's scratch starts on a 4 KB boundary: from the vector's 16-byte alignment every 64-byte
+    // row access of the tile kernels could split two cache lines, by the heap's state (bf16 T = 8 at 8k:
+    // 28-30 ms aligned, 35-39 ms as it fell; bench/NOTES.md, "The cpu backend's scratch alignment")
+    scratch_stride_ = (scratch_stride_ + 1023) / 1024 * 1024;
+    scratch_.assign(scratch_stride_ * threads_ + 1024, 0.0f);
   }
 
   void run(const Params& p) override {
@@ -210,7 +215,8 @@ class CpuPlan final : public PlanImpl {
 #else
     const int t = 0;
 #endif
-    return scratch_.data() + scratch_stride_ * static_cast<size_t>(t);
+    const uintptr_t base = (reinterpret_cast<uintptr_t>(scratch_.data()) + 4095) & ~uintptr_t{4095};
+    return reinterpret_cast<float*>(base) + scratch_stride_ * static_cast<size_t>(t);
   }
 
   // Cache row (block, kv head, slot) of position pos of sequence s, as an element index of D-rows.
