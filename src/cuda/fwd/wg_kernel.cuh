@@ -93,8 +93,8 @@ struct WgTraits {
   // "empty" one, completed when every warp's MMAs reading it have), so the two warpgroups run apart and
   // take turns at the tensor cores (see the loop). Against the CTA barrier, same call (run mb1,
   // bench/NOTES.md): 65-256-row verifies D = 64 0.979x, D = 128 (64-key tiles) 0.942x, D = 256 0.990x the
-  // time (medians); without the turns 1.010x-1.032x slower (runs mb1, mb2). (u8/fp8 convert their own
-  // copies before the barrier, so they keep it.)
+  // time (medians); without the turns 1.010x-1.032x slower (runs mb1, mb2). (The key-split u8/fp8 forms
+  // convert their own copies before their warpgroup's barrier, so they keep it.)
   // kProducer: the consumers' slots are the ring's (f16/bf16) or the three converted tiles (u8, fp8: the
   // staging slots are the producer's own, each thread converting the codes it copied)
   static constexpr bool kMbar = !SPLIT && ((!kBytes && kStages >= 5) || kProducer);
@@ -249,7 +249,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
       const uint8_t* kc = static_cast<const uint8_t*>(P.k_cache);
       const uint8_t* vc = static_cast<const uint8_t*>(P.v_cache);
       bool done = false;
-      if constexpr (kRowStep <= 32) {  // (u8 at D = 64 on 256 threads: one copy per thread and tile)
+      if constexpr (kRowStep <= 32) {  // (128 copying threads in every byte-code form: always)
         if (whole(js)) {
           copy_whole(std::integral_constant<int, kRowStep>{}, kc, vc, js, r0, c * 16,
                      [&](int r) { return code_k(sb, r, c); }, [&](int r) { return code_v(sb, r, c); });
@@ -414,7 +414,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
           }
         }
       }
-      cp_async_wait<0>();
+      cp_async_wait_all();  // (f16/bf16 copies belong to no commit group: wait_group 0 would not wait)
       return;  // (no CTA-wide barrier follows; pdl_launch_dependents counts exited threads)
     }
     wg::setmaxnreg_inc<Tr::kConsumerRegs>();
