@@ -113,8 +113,14 @@ TEST(Cuda, HopperPrefillRandom) {
   const Suite tiles_long = make_suite("prefill-wg64/128-long", lng, base_seed() + 2000000, 12);
   for (const char* keys : {"64", "128"}) {
     EnvGuard guard("PAGEDATTN_WGMMA", keys);
-    // (wg64, and wg128 at D = 64, have a producer warpgroup: 384 threads; wg128 at D = 128 256)
-    expect_launched(f16, 200, 300, base_seed() + 1900000, keys[1] == '4' ? 384 : 0, (std::string("wg") + keys).c_str());
+    // each head size: wg64, and wg128 at D = 64, have a producer warpgroup (384 threads); wg128 at D = 128
+    // 256 (its 3-slot ring has no producer)
+    for (const int d : {64, 128}) {
+      CaseConfig one = f16;
+      one.head_sizes = {d};
+      expect_launched(one, 200, 300, base_seed() + 1900000, std::string(keys) == "64" || d == 64 ? 384 : 256,
+                      (std::string("wg") + keys).c_str());
+    }
     check_suite((std::string("prefill-wg") + keys).c_str(), tiles);
     check_suite((std::string("prefill-wg") + keys + "-long").c_str(), tiles_long);
   }

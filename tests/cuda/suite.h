@@ -350,7 +350,7 @@ inline const char* no_wgmma() {
 }
 
 // One sequence of `min_tokens`..`max_tokens` tokens from `cfg`: some launch of its plan runs `threads`
-// threads per CTA (0: any count) on the kernel variant `variant` (PlanInfo::Launch; nullptr: any variant).
+// threads per CTA on the kernel variant `variant` (PlanInfo::Launch; nullptr: any variant).
 inline void expect_launched(CaseConfig cfg, int min_tokens, int max_tokens, uint64_t seed, int threads,
                             const char* variant = nullptr) {
   cfg.min_seqs = cfg.max_seqs = 1;
@@ -360,10 +360,10 @@ inline void expect_launched(CaseConfig cfg, int min_tokens, int max_tokens, uint
   std::string seen;
   bool found = false;
   for (const PlanInfo::Launch& l : info.launches) {
-    found = found || ((threads == 0 || l.threads == threads) && (variant == nullptr || l.variant == variant));
+    found = found || (l.threads == threads && (variant == nullptr || l.variant == variant));
     seen += " [rt=" + std::to_string(l.row_tiles) + " threads=" + std::to_string(l.threads) + " '" + l.variant + "']";
   }
-  EXPECT_TRUE(found) << "no launch of " << (threads ? std::to_string(threads) : std::string("any number of")) << " threads" << (variant ? std::string(" on '") + variant + "'" : "")
+  EXPECT_TRUE(found) << "no launch of " << threads << " threads" << (variant ? std::string(" on '") + variant + "'" : "")
                      << "; launched:" << seen;
 }
 

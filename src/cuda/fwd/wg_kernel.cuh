@@ -80,8 +80,9 @@ struct WgTraits {
   // D = 64 / 128, 5 at D = 256; u8 6 / 5 / 3; fp8 6 / 6 / 4); the two-CTA form 5, 128-key tiles at D = 128 3;
   // SPLIT: what fits each ring, <= 6 (SHARED: half the SM's shared memory)
   static constexpr int kBudget = SHARED ? 113 * 1024 : 227 * 1024;
-  // kProducer: its barriers (<= 2 x 6) and (u8) the converted tiles' parameters (3 x [4][kKeys] f16)
-  static constexpr int kProducerExtra = kProducer ? 96 + (kU8 ? 3 * 4 * kKeys * 2 : 0) : 0;
+  // kProducer, u8: the converted tiles' parameters (3 x [4][kKeys] f16); with its barriers (<= 2 x 6)
+  static constexpr int kConvParBytes = kProducer && kU8 ? 3 * 4 * kKeys * 2 : 0;
+  static constexpr int kProducerExtra = kProducer ? 96 + kConvParBytes : 0;
   static constexpr int kFit =
       ((kBudget - 1024 - kQBytes - kQsumBytes - kProducerExtra) / kRings - kConvBytes) / (kStageBytes + kParSlot);
   static constexpr int kStages = kBytes || SPLIT || kProducer ? (kFit > 6 ? 6 : kFit)
@@ -109,7 +110,7 @@ struct WgTraits {
   // SPLIT: the second warpgroup's O, m and l for the combine, in the first ring once it is drained
   static_assert(!SPLIT || kRingBytes >= kRows * (D + 2) * 4, "combine buffer");
   // + slack to align the base to 1024
-  static constexpr int kParBytes = kProducer && kU8 ? 3 * 4 * kKeys * 2 : kRings * kStages * kParSlot;
+  static constexpr int kParBytes = kConvParBytes + kRings * kStages * kParSlot;  // (one of the two is 0)
   static constexpr int kSmem = 1024 + kQBytes + kRings * kRingBytes + kQsumBytes + kParBytes + kBarBytes;
   static_assert(kSmem <= 227 * 1024, "shared memory");
 };
