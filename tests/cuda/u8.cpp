@@ -131,7 +131,7 @@ TEST(Cuda, U8SplitRandom) {
   one.group_sizes = {8};
   for (int d : {64, 128}) {
     one.head_sizes = {d};
-    expect_launched(one, 5, 8, base_seed() + 5300000 + d, 256, "wgs64u8");  // 40-64 rows
+    expect_launched(one, 5, 8, base_seed() + 5300000 + d, 384, "wgs64u8");  // 40-64 rows
   }
   one.head_sizes = {256};
   expect_launched(one, 5, 8, base_seed() + 5300256, 128, "");  // fwd_kernel's 4 row tiles (4 warps)
@@ -142,10 +142,10 @@ TEST(Cuda, U8SplitRandom) {
   far.group_sizes = {8};
   expect_launched(far, 5, 8, base_seed() + 5300300, 128, "");
   far.head_sizes = {64};
-  expect_launched(far, 5, 8, base_seed() + 5300301, 256, "wgs64u8");
+  expect_launched(far, 5, 8, base_seed() + 5300301, 384, "wgs64u8");
   EnvGuard all("PAGEDATTN_WG_SPLIT", "1");
   one.head_sizes = {256};
-  expect_launched(one, 5, 8, base_seed() + 5300257, 256, "wgs32u8");
+  expect_launched(one, 5, 8, base_seed() + 5300257, 384, "wgs32u8");
   for (DType q : {DType::f32, DType::f16, DType::bf16}) {
     const uint64_t seed = base_seed() + 5400000 + 100000 * static_cast<int>(q);
     CaseConfig cfg = few_query_config();
@@ -166,7 +166,7 @@ TEST(Cuda, U8SplitRandom) {
   EnvGuard two("PAGEDATTN_WG_SPLIT", "2");
   for (int d : {64, 128, 256}) {
     one.head_sizes = {d};
-    expect_launched(one, 3, 4, base_seed() + 5310000 + d, 256, d == 256 ? "wgs32u8" : "wgs64u8");
+    expect_launched(one, 3, 4, base_seed() + 5310000 + d, 384, d == 256 ? "wgs32u8" : "wgs64u8");
   }
   CaseConfig b32 = few_query_config();
   b32.kv_precisions = {KVPrecision::u8};

@@ -26,9 +26,11 @@ namespace cuda {
 
 // Two warpgroups of 64 rows: 128-row chunks (prefill, long verifies) sharing each key tile, or (SPLIT,
 // wgs) chunks of 33-64 rows: one 64-row tile whose key tiles alternate between the two warpgroups (the
-// MMA shape is 64 rows whatever T*G is, so 33-64 rows cost the same tensor work). Each warpgroup fills its own ring with its own copies and meets only its own threads
-// at a named barrier, so an SM runs two independent streams (a CTA-wide barrier per tile would make it
-// one: bench/NOTES.md, run s12e); their (m, l, O) are combined in shared memory at the end.
+// MMA shape is 64 rows whatever T*G is, so 33-64 rows cost the same tensor work). Each warpgroup reads
+// its own ring, filled by its own copies (f16/bf16; it meets only its own threads at a named barrier) or
+// by two warps of a producer warpgroup that convert one-byte codes in place (mbarriers), so an SM runs
+// two independent streams (a CTA-wide barrier per tile would make it one: bench/NOTES.md, run s12e);
+// their (m, l, O) are combined in shared memory at the end.
 template <int D, int KV, int KEYS = 64, bool SPLIT = false, bool SHARED = false>
 struct WgTraits {
   static_assert((D <= 128 && (KEYS == 64 || KEYS == 128)) || (D == 256 && KEYS == 32), "head size / key tile");
@@ -53,13 +55,18 @@ struct WgTraits {
   // 64-key tiles, D = 256 on 32-key ones; u8 and fp8): a third warpgroup, the producer, issues every copy
   // (and converts one-byte codes to f16 tiles); the two consumer warpgroups only wait for tiles and
   // release them (kMbar below). The registers move to the consumers (setmaxnreg, below).
-  static constexpr bool kProducer = !SPLIT && !SHARED && (kBytes || 4 * kKeys * D <= 48 * 1024);
+  // SPLIT with one-byte codes: a producer too, two of its warps per ring, which copy the codes into the
+  // ring in place and convert them there (kInPlace), off the consumers' path.
+  static constexpr bool kProducer = !SHARED && (SPLIT ? kBytes : kBytes || 4 * kKeys * D <= 48 * 1024);
   static constexpr int kConsumerThreads = 256;                  // two warpgroups of 64 rows (or key tiles)
   static constexpr int kThreads = kProducer ? 384 : 256;
   static constexpr int kRings = SPLIT ? 2 : 1;                 // rings of copy stages (one per stream)
-  static constexpr int kCopyThreads = kProducer ? 128 : kThreads / kRings;  // threads that fill one ring
+  static constexpr int kCopyThreads = kProducer ? 128 / kRings : kThreads / kRings;  // threads that fill one ring
+  static constexpr int kReleaseThreads = kConsumerThreads / kRings;  // threads that read one ring's tiles
   // (one-byte codes: the conversion needs more than 40 registers; 32 bytes spilled at D = 128 and 256)
-  static constexpr int kProducerRegs = kBytes ? 56 : 40, kConsumerRegs = kBytes ? 224 : 232;
+  // (SPLIT: each producer thread converts twice the codes, in 64-thread rings; at 56, 4-12 bytes spilled)
+  static constexpr int kProducerRegs = SPLIT ? 72 : kBytes ? 56 : 40;
+  static constexpr int kConsumerRegs = SPLIT ? 216 : kBytes ? 224 : 232;
   static_assert(!kProducer || 128 * kProducerRegs + kConsumerThreads * kConsumerRegs <= 64 * 1024 - 1024,
                 "register budgets: the entry count of 384 threads is 168");
   static constexpr int kChunks = D / 8;                      // 16-byte chunks per row
@@ -81,8 +88,8 @@ struct WgTraits {
   // SPLIT: what fits each ring, <= 6 (SHARED: half the SM's shared memory)
   static constexpr int kBudget = SHARED ? 113 * 1024 : 227 * 1024;
   // kProducer, u8: the converted tiles' parameters (3 x [4][kKeys] f16); with its barriers (<= 2 x 6)
-  static constexpr int kConvParBytes = kProducer && kU8 ? 3 * 4 * kKeys * 2 : 0;
-  static constexpr int kProducerExtra = kProducer ? 96 + kConvParBytes : 0;
+  static constexpr int kConvParBytes = kProducer && kU8 && !kInPlace ? 3 * 4 * kKeys * 2 : 0;
+  static constexpr int kProducerExtra = kProducer ? kRings * 96 + kConvParBytes : 0;
   static constexpr int kFit =
       ((kBudget - 1024 - kQBytes - kQsumBytes - kProducerExtra) / kRings - kConvBytes) / (kStageBytes + kParSlot);
   static constexpr int kStages = kBytes || SPLIT || kProducer ? (kFit > 6 ? 6 : kFit)
@@ -94,13 +101,15 @@ struct WgTraits {
   // "empty" one, completed when every warp's MMAs reading it have), so the two warpgroups run apart and
   // take turns at the tensor cores (see the loop). Against the CTA barrier, same call (run mb1,
   // bench/NOTES.md): 65-256-row verifies D = 64 0.979x, D = 128 (64-key tiles) 0.942x, D = 256 0.990x the
-  // time (medians); without the turns 1.010x-1.032x slower (runs mb1, mb2). (The key-split u8/fp8 forms
-  // convert their own copies before their warpgroup's barrier, so they keep it.)
+  // time (medians); without the turns 1.010x-1.032x slower (runs mb1, mb2).
   // kProducer: the consumers' slots are the ring's (f16/bf16) or the three converted tiles (u8, fp8: the
   // staging slots are the producer's own, each thread converting the codes it copied)
-  static constexpr bool kMbar = !SPLIT && ((!kBytes && kStages >= 5) || kProducer);
-  static constexpr int kCSlots = kProducer && kBytes ? 3 : kStages;
-  static constexpr int kBarBytes = kMbar ? 2 * kCSlots * 8 : 0;
+  // (SPLIT with a producer: each ring's slots, full when its two producer warps have converted a tile,
+  // empty when its consumer warpgroup has read it)
+  static constexpr bool kMbar = kProducer || (!SPLIT && !kBytes && kStages >= 5);
+  static constexpr int kCSlots = kProducer && kBytes && !kInPlace ? 3 : kStages;
+  static constexpr int kBarBytes = kMbar ? 2 * kRings * kCSlots * 8 : 0;
+  static_assert(2 * kRings * kCSlots * 8 <= kRings * 96 || !kProducer, "barriers in kProducerExtra");
   // SHARED: registers bounded for two CTAs per SM (D = 64, 64-key f16/bf16 tiles: ~100 KB of shared memory
   // each; 143 -> 128 registers, 4 bytes spilled), where tuning::hopper_shared takes it; SPLIT too (wgs64x2:
   // 3 slots per ring, ~108 KB), where tuning::hopper_split_shared does
@@ -155,10 +164,10 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
   // compiler knows it warp-uniform and keeps what derives from it (ring and operand addresses, the MMA
   // descriptors) in uniform registers
   const int wgi = __shfl_sync(0xffffffffu, warp / 4, 0);
-  // SPLIT: each warpgroup's ring, copies and barriers are its own; ctid: the thread within its ring's
-  // copiers (kProducer: warpgroup 2, the producer)
-  const int ring = SPLIT ? wgi : 0;
-  const int ctid = SPLIT || Tr::kProducer ? tid % 128 : tid;
+  // SPLIT: each warpgroup's ring, copies and barriers are its own (with a producer: its warps 0-1 fill
+  // ring 0, warps 2-3 ring 1); ctid: the thread within its ring's copiers (kProducer: the producer's)
+  const int ring = !SPLIT ? 0 : Tr::kProducer && wgi == 2 ? __shfl_sync(0xffffffffu, warp % 4, 0) / 2 : wgi;
+  const int ctid = Tr::kProducer ? tid % Tr::kCopyThreads : SPLIT ? tid % 128 : tid;
   const uint32_t ring_base = base + Tr::kQBytes + ring * Tr::kRingBytes;
   // ring slot `stage`: f16/bf16 K and V tiles (MMA layout); u8 codes and parameters (staging)
   auto slot_base = [&](int stage) { return ring_base + Tr::kConvBytes + stage * Tr::kStageBytes; };
@@ -175,10 +184,13 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
   auto par_addr = [&](int stage) {
     return Tr::kInPlace ? par_base + (ring * kStages + stage) * Tr::kParSlot : slot_base(stage) + Tr::kParOff;
   };
-  // kMbar: ring slot sl's barriers (after Q, the ring, the u8 query sums and parameters)
+  // kMbar: ring slot sl's barriers (after Q, the ring, the u8 query sums and parameters): every ring's
+  // full barriers, then every ring's empty ones
   const uint32_t bar_base = par_base + Tr::kParBytes;
-  auto full_bar = [&](int sl) { return bar_base + 8u * static_cast<uint32_t>(sl); };
-  auto empty_bar = [&](int sl) { return bar_base + 8u * static_cast<uint32_t>(Tr::kCSlots + sl); };
+  auto full_bar = [&](int sl) { return bar_base + 8u * static_cast<uint32_t>(ring * Tr::kCSlots + sl); };
+  auto empty_bar = [&](int sl) {
+    return bar_base + 8u * static_cast<uint32_t>((Tr::kRings + ring) * Tr::kCSlots + sl);
+  };
   // kProducer, u8: the parameters of converted tile buffer b (its staging slot's, moved by their copiers)
   auto conv_par = [&](int b) { return par_base + static_cast<uint32_t>(b) * (4 * kKeys * 2); };
   constexpr int kC16 = D / 16;                    // one-byte codes: 16-byte chunks per row
@@ -193,8 +205,8 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
   const bool early = P.pdl_early_reads && w.kv_end <= past;  // see fwd_kernel
   const int n_all = (w.kv_end - w.kv_begin + kKeys - 1) / kKeys;
   // the ring's tiles: all, or (SPLIT) every second one from wgi; ring tile `it` is tile tile_of(it)
-  const int n_tiles = SPLIT ? (n_all - wgi + 1) / 2 : n_all;
-  auto tile_of = [&](int it) { return SPLIT ? 2 * it + wgi : it; };
+  const int n_tiles = SPLIT ? (n_all - ring + 1) / 2 : n_all;
+  auto tile_of = [&](int it) { return SPLIT ? 2 * it + ring : it; };
   const int kv_lo = window_lo(P, past, w.t0);
 
   // One-byte codes: where chunk c (16 codes) of key row r of the tile in ring slot `sb` is staged:
@@ -241,6 +253,8 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
         cp_async_commit();
         return;
       }
+      // SPLIT with a producer: the slot's previous tile (it - kStages) released by the ring's consumers
+      if (Tr::kProducer && SPLIT && it >= kStages) wg::mbar_wait(empty_bar(sl), ph);
       // codes: a thread keeps one 16-byte chunk column (and converts what it loaded, see `convert`)
       constexpr int kRowStep = Tr::kCopyThreads / kC16;
       constexpr int kIters = kKeys / kRowStep;
@@ -336,7 +350,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
       *reinterpret_cast<uint4*>(smem_ptr(vb + sw128_offset(r, 2 * c, kKeys))) = make_uint4(v0.x, v0.y, v1.x, v1.y);
       *reinterpret_cast<uint4*>(smem_ptr(vb + sw128_offset(r, 2 * c + 1, kKeys))) = make_uint4(v2.x, v2.y, v3.x, v3.y);
     }
-    if constexpr (Tr::kProducer && kU8) {  // the 16 bytes of parameters this thread copied (see issue)
+    if constexpr (Tr::kProducer && kU8 && !Tr::kInPlace) {  // the 16 bytes of parameters this thread copied
       constexpr int kPerArray = kKeys / 8;
       if (ctid < 4 * kPerArray) {
         const uint32_t o = (ctid / kPerArray) * kKeys * 2 + (ctid % kPerArray) * 16;
@@ -351,7 +365,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
     if constexpr (Tr::kProducer) {
       if (wgi == 2) {
 #pragma unroll
-        for (int s = 0; s < kStages - (kBytes ? 1 : 2); ++s) issue(s, s, 0u);
+        for (int s = 0; s < kStages - (kBytes && !SPLIT ? 1 : 2); ++s) issue(s, s, 0u);
       }
     } else {
 #pragma unroll
@@ -359,9 +373,9 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
     }
   };
   if constexpr (Tr::kMbar) {
-    if (tid < Tr::kCSlots) {
-      wg::mbar_init(full_bar(tid), Tr::kCopyThreads);
-      wg::mbar_init(empty_bar(tid), Tr::kConsumerThreads);
+    if (tid < Tr::kRings * Tr::kCSlots) {
+      wg::mbar_init(bar_base + 8u * tid, Tr::kCopyThreads);
+      wg::mbar_init(bar_base + 8u * (Tr::kRings * Tr::kCSlots + tid), Tr::kReleaseThreads);
     }
     __syncthreads();
   }
@@ -379,7 +393,24 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
     if (wgi == 2) {
       wg::setmaxnreg_dec<Tr::kProducerRegs>();
       if (!early) prologue();
-      if constexpr (kBytes) {
+      if constexpr (SPLIT) {
+        // One-byte codes on SPLIT, each ring's two warps: tile it converted in place once this thread's
+        // copies have landed (one commit group per tile, kStages - 2 tiles ahead), then tile
+        // it + kStages - 2 issued into the slot of tile it - 2 once the ring's consumers have released it
+        int sl = 0;
+        uint32_t ph = 0u;  // tile it's slot and its round's parity
+        for (int it = 0; it < n_tiles; ++it) {
+          cp_async_wait<kStages - 3>();
+          convert(it, sl);
+          wg::fence_proxy_async();  // the converted tile -> visible to the consumers' wgmma
+          wg::mbar_arrive(full_bar(sl));
+          issue(it + kStages - 2, sl >= 2 ? sl - 2 : sl + kStages - 2, sl >= 2 ? ph : ph ^ 1u);
+          if (++sl == kStages) {
+            sl = 0;
+            ph ^= 1u;
+          }
+        }
+      } else if constexpr (kBytes) {
         int sl = 0, sl_in = kStages - 1, b = 0;  // tile c's staging slot, tile c + kStages - 1's, its buffer
         uint32_t phb = 0u;  // parity of tile c's round in the buffers (c / 3); the previous tile's: phb ^ 1
         for (int c = 0; c < n_tiles; ++c) {
@@ -497,7 +528,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
   // kMbar: the warpgroups take turns issuing their MMAs (FlashAttention-3's ping-pong): warpgroup w waits
   // at named barrier 1 + w, issues S of tile it and P V of tile it - 1, and lets the other one go, so one
   // warpgroup's softmax runs under the other's MMAs. Warpgroup 0 goes first.
-  constexpr bool kTurns = Tr::kMbar;
+  constexpr bool kTurns = Tr::kMbar && !SPLIT;  // (SPLIT's warpgroups run different tile counts)
   if (kTurns && wgi == 1 && n_tiles > 0) named_barrier_arrive(1, 256);
   // Ring slots counted, not divided (it % kStages): tile it's slot sl and its round's parity ph; the
   // previous tile's slot, and the slot refilled this iteration (tile it + kStages - 2) with the parity its
@@ -544,7 +575,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
     }
     wg::fence_regs(s);
     const uint16_t* par =
-        reinterpret_cast<const uint16_t*>(smem_ptr(Tr::kProducer && kU8 ? conv_par(sl) : par_addr(sl)));
+        reinterpret_cast<const uint16_t*>(smem_ptr(Tr::kConvParBytes > 0 ? conv_par(sl) : par_addr(sl)));
     if constexpr (kU8) {  // s_j = kscale_j * q . (code_j + 1024) + (kmin_j - 1024 kscale_j) * sum(q)
 #pragma unroll
       for (int n = 0; n < kN1; ++n) {
@@ -725,8 +756,13 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
   if constexpr (SPLIT) {
     // The second warpgroup's (m, l, O) -> shared memory (the first ring, drained: every thread waited
     // for its copies above), folded into the first warpgroup's: m = max, l and O scaled by 2^(m_g - m).
+    // (with a producer, which has exited: the consumers' own barrier)
     float* cb = reinterpret_cast<float*>(smem_ptr(base + Tr::kQBytes));  // [kRows][D] O, then [kRows] (m, l)
-    __syncthreads();
+    auto consumers_sync = [&]() {
+      if constexpr (Tr::kProducer) named_barrier(4, Tr::kConsumerThreads);
+      else __syncthreads();
+    };
+    consumers_sync();
     if (wgi == 1) {
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
@@ -738,7 +774,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
         if (c0 == 0) *reinterpret_cast<float2*>(cb + Tr::kRows * D + 2 * r) = make_float2(row_m[hf], row_l[hf]);
       }
     }
-    __syncthreads();
+    consumers_sync();
     if (wgi == 1) return;
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
