@@ -129,11 +129,13 @@ TEST(Tuning, HopperSplit) {  // the least row tiles on the key-split kernel; 0: 
   EXPECT_EQ(hopper_split(128, f16, 64, long_keys, true, none), 2);
   EXPECT_EQ(hopper_split(64, fp8, 64, long_keys, true, none), 4);     // (f16/bf16 only)
   EXPECT_EQ(hopper_split(256, f16, 32, long_keys, false, none), 2);   // D = 256: 17-64 rows (run d2)
-  // u8 (run u8s1): 33-64 rows at D = 64, at D = 128 up to 16k keys, never at D = 256
+  // u8 (runs u8s1, wp1): 33-64 rows at D = 64 and 128, at D = 256 up to 32k keys
   EXPECT_EQ(hopper_split(64, u8, 64, long_keys, false, none), 4);
   EXPECT_EQ(hopper_split(128, u8, 64, short_keys, false, none), 4);
-  EXPECT_EQ(hopper_split(128, u8, 64, long_keys, false, none), 0);
-  EXPECT_EQ(hopper_split(256, u8, 32, short_keys, false, none), 0);
+  EXPECT_EQ(hopper_split(128, u8, 64, long_keys, false, none), 4);
+  EXPECT_EQ(hopper_split(256, u8, 32, short_keys, false, none), 4);
+  EXPECT_EQ(hopper_split(256, u8, 32, kSplitMidKeys, false, none), 4);
+  EXPECT_EQ(hopper_split(256, u8, 32, kSplitMidKeys + 1, false, none), 0);
   EXPECT_EQ(hopper_split(128, f16, 0, short_keys, false, none), 0);   // the Hopper kernel off
   // fp8 (runs f8s1, f8s2): D = 64 as f16; D = 128 33-64 rows; D = 256 33-64 rows up to 16k keys
   EXPECT_EQ(hopper_split(64, fp8, 64, short_keys, false, none), 2);

@@ -70,13 +70,13 @@ int hopper_key_tile(int head_size, bool u8, bool hopper, const Overrides& o) {
 //   slower at 32k/128k, 1.03-1.14x at 8k, 1.66-1.79x on the batch (T = 4): never. The kernel's loop is
 //   bound by its per-tile instructions (Nsight, f8s2: 4.8-5.7 cycles per issued instruction, 2 warps per
 //   scheduler), and an fp8 tile carries half an f16 tile's bytes for more instructions (the conversion).
-// u8 (codes converted in place as fp8's, the per-key parameters in arrays of their own; run u8s1, the
-// u8 sweep against PAGEDATTN_WG_SPLIT=0 in the same call):
-// - 33-64 rows: D = 64 0.69-0.89x at every context, 0.51x on the 32 x 8k batch (T = 8); D = 128
-//   0.68-0.86x at 8k and 0.93x on the batch, but 0.99-1.01x at 32k and 1.05-1.06x slower at 128k: up to
-//   16k keys; D = 256 0.83x at 8k but 1.11-1.33x slower at 32k/128k and 1.24x on the batch: never;
-// - 17-32 rows: level at 8k at best (0.90-1.16x), 1.4-2.3x slower at 32k/128k: never.
-// As fp8's, its loop is bound by the per-tile instructions (the conversion and the per-key parameters).
+// u8 (codes converted in place as fp8's, the per-key parameters in arrays of their own), on the
+// producer form (two producer warps per ring convert; run wp1, the u8 sweep with PAGEDATTN_WG_SPLIT=1
+// against the rule of run u8s1 in the same call):
+// - 33-64 rows: D = 128 0.76-0.80x fwd_kernel's time at 32k and 128k (taken at 8k already); D = 256
+//   0.79-0.80x at 8k, 0.93-0.94x at 32k and on the 32 x 8k batch (T = 8), 0.99-1.07x at 128k: up to 32k
+//   keys. (Before the producer, run u8s1: D = 128 1.05x slower at 128k, D = 256 1.11-1.33x at 32k/128k.)
+// - 17-32 rows (PAGEDATTN_WG_SPLIT=2, run wp1): 1.25-1.84x slower at 32k/128k, 0.93-1.09x at 8k: never.
 // PAGEDATTN_WG_SPLIT=1 / 2: 33-64 / 17-64 rows at every head size and cache type.
 // f16/bf16 D = 64 past 16k keys on the two-CTA form (wgs64x2, hopper_split_shared): 17-32 rows 0.87-0.97x
 // fwd_kernel's time at 32k and 0.90-0.91x at 128k (T/T1 at 128k 1.11-1.17 -> 1.01-1.05; run x2s4, one
@@ -86,7 +86,7 @@ int hopper_split(int head_size, KvKind kv, int key_tile, int64_t max_keys, bool 
   if (o.wg_split == 1) return 4;
   if (o.wg_split == 2) return 2;
   const bool short_keys = max_keys <= kSplitShortKeys;
-  if (kv == KvKind::u8) return head_size == 64 || (head_size == 128 && short_keys) ? 4 : 0;
+  if (kv == KvKind::u8) return head_size <= 128 || max_keys <= kSplitMidKeys ? 4 : 0;
   if (kv == KvKind::fp8) {
     if (head_size == 64) return short_keys ? 2 : 4;
     return head_size == 128 || short_keys ? 4 : 0;

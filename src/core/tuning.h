@@ -40,13 +40,13 @@ int hopper_key_tile(int head_size, bool u8, bool hopper, const Overrides& o);
 /// What a cache holds, for the rules that tell its kinds apart: 16-bit elements (f16, bf16), u8 or fp8 codes.
 enum class KvKind { f16, u8, fp8 };
 /// The least row tiles of the chunks that run on the key-split Hopper kernel (KernelChoice::wg_split):
-/// 2 (17-64 rows), 4 (33-64 rows), or 0 where it is off (u8 at D = 256, and at D = 128 past
-/// kSplitShortKeys keys; fp8 at D = 256 past kSplitShortKeys keys) or the Hopper kernel is (`key_tile` =
+/// 2 (17-64 rows), 4 (33-64 rows), or 0 where it is off (u8 at D = 256 past kSplitMidKeys keys; fp8 at
+/// D = 256 past kSplitShortKeys keys) or the Hopper kernel is (`key_tile` =
 /// hopper_key_tile() == 0). f16/bf16: 2 at D >= 128 and at D = 64 while the call's longest key range
 /// `max_keys` <= kSplitShortKeys, else 4. fp8: 2 at D = 64 (the same key rule, else 4), 4 at D = 128, 4 at
-/// D = 256 up to kSplitShortKeys keys. u8: 4 at D = 64, 4 at D = 128 up to kSplitShortKeys keys.
+/// D = 256 up to kSplitShortKeys keys. u8: 4 at D = 64 and 128, 4 at D = 256 up to kSplitMidKeys keys.
 /// PAGEDATTN_WG_SPLIT=1 / 2: 4 / 2 wherever the kernel may run (every cache type).
-constexpr int64_t kSplitShortKeys = 16384;
+constexpr int64_t kSplitShortKeys = 16384, kSplitMidKeys = 32768;
 /// `two_ctas`: the call's D = 64 f16/bf16 key-split chunks run on its two-CTA form (hopper_split_shared()),
 /// which takes 17-64 rows at any length.
 int hopper_split(int head_size, KvKind kv, int key_tile, int64_t max_keys, bool two_ctas, const Overrides& o);

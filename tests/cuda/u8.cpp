@@ -117,7 +117,7 @@ TEST(Cuda, HopperU8Random) {
 
 // u8 chunks on the key-split Hopper kernel ("wgs<keys>u8": codes converted in place in f16's ring, the
 // per-key parameters in arrays of their own, E and the zero-point sum as on the 128-row kernel). The
-// plans follow tuning::hopper_split (33-64 rows at D = 64, at D = 128 up to 16k keys, fwd_kernel
+// plans follow tuning::hopper_split (33-64 rows at D = 64 and 128, at D = 256 up to 32k keys, fwd_kernel
 // elsewhere); then, with the kernel forced (PAGEDATTN_WG_SPLIT=1: 33-64 rows at every head size and
 // length), chains and trees in the row bands where every chunk of these cases takes it (G = 4 with T
 // 9-16, G = 8 with T 5-8, G = 16 with T 3-4), mixed few-query cases and long contexts (many partitions,
@@ -129,20 +129,24 @@ TEST(Cuda, U8SplitRandom) {
   CaseConfig one = few_query_config();
   one.kv_precisions = {KVPrecision::u8};
   one.group_sizes = {8};
-  for (int d : {64, 128}) {
+  for (int d : {64, 128, 256}) {
     one.head_sizes = {d};
-    expect_launched(one, 5, 8, base_seed() + 5300000 + d, 384, "wgs64u8");  // 40-64 rows
+    expect_launched(one, 5, 8, base_seed() + 5300000 + d, 384, d == 256 ? "wgs32u8" : "wgs64u8");  // 40-64 rows
   }
-  one.head_sizes = {256};
-  expect_launched(one, 5, 8, base_seed() + 5300256, 128, "");  // fwd_kernel's 4 row tiles (4 warps)
-  CaseConfig far = long_context_config(17000, 17000, 40000);   // D = 128 past 16k keys: fwd_kernel
+  CaseConfig far = long_context_config(17000, 17000, 40000);   // past 16k keys: D = 64 and 128 still
   far.kv_precisions = {KVPrecision::u8};
   far.p_window = 0.0;  // (a window under 16k keys would make the call a short one)
-  far.head_sizes = {128};
   far.group_sizes = {8};
-  expect_launched(far, 5, 8, base_seed() + 5300300, 128, "");
-  far.head_sizes = {64};
-  expect_launched(far, 5, 8, base_seed() + 5300301, 384, "wgs64u8");
+  for (int d : {64, 128}) {
+    far.head_sizes = {d};
+    expect_launched(far, 5, 8, base_seed() + 5300300 + d, 384, "wgs64u8");
+  }
+  CaseConfig farther = long_context_config(33000, 33000, 40000);  // D = 256 past 32k keys: fwd_kernel
+  farther.kv_precisions = {KVPrecision::u8};
+  farther.p_window = 0.0;
+  farther.group_sizes = {8};
+  farther.head_sizes = {256};
+  expect_launched(farther, 5, 8, base_seed() + 5300302, 128, "");  // (fwd_kernel's 4 row tiles: 4 warps)
   EnvGuard all("PAGEDATTN_WG_SPLIT", "1");
   one.head_sizes = {256};
   expect_launched(one, 5, 8, base_seed() + 5300257, 384, "wgs32u8");
