@@ -157,13 +157,14 @@ fi
 if has sanitizer; then
   # SANITIZER_TOOLS (default memcheck): any of memcheck racecheck synccheck initcheck, each over the same
   # subset (SANITIZER_CASES cases per suite, default 12; racecheck is the slowest: give it fewer);
-  # logs run/sanitizer.log (memcheck) and run/sanitizer_<tool>.log
+  # logs run/sanitizer.log (memcheck) and run/sanitizer_<tool>.log; SANITIZER_ARGS: more options for every
+  # tool (synccheck tracks few mbarriers per CTA by default: "--num-cuda-barriers 64" for the producer forms)
   for tool in ${SANITIZER_TOOLS:-memcheck}; do
     log "compute-sanitizer $tool subset"
     slog=$run_dir/sanitizer.log
     [ "$tool" = memcheck ] || slog=$run_dir/sanitizer_$tool.log
     PAGEDATTN_GPU_CASES=${SANITIZER_CASES:-12} timeout "${SANITIZER_TIMEOUT:-300}" compute-sanitizer --tool "$tool" \
-      --error-exitcode 9 "$build/tests/test_cuda" \
+      ${SANITIZER_ARGS:-} --error-exitcode 9 "$build/tests/test_cuda" \
       --gtest_filter="${SANITIZER_FILTER:-Cuda.FewQueryRandom:Cuda.TileAndMixedRandom:Cuda.GraphReplayMatchesDirectRun:Cuda.PrefillTwoRowTilesPerWarpRandom:Cuda.HopperPrefillRandom:Cuda.FewQuerySplitRandom:Cuda.HopperU8Random}" \
       > "$slog" 2>&1
     echo "sanitizer $tool exit code: $?"
