@@ -94,7 +94,7 @@ TEST(Cuda, Fp8SplitRandom) {
   one.group_sizes = {8};
   for (int d : {64, 128, 256}) {
     one.head_sizes = {d};
-    expect_launched(one, 5, 8, base_seed() + 6700000 + d, 384, d == 64 ? "wgs64f8" : "wgs32f8");  // 40-64 rows
+    expect_launched(one, 5, 8, base_seed() + 6700000 + d, 384, d == 256 ? "wgs32f8" : "wgs64f8");  // 40-64 rows
   }
   one.head_sizes = {64};
   expect_launched(one, 3, 4, base_seed() + 6710064, 384, "wgs64f8");  // 24-32 rows at D = 64

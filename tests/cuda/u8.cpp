@@ -131,7 +131,7 @@ TEST(Cuda, U8SplitRandom) {
   one.group_sizes = {8};
   for (int d : {64, 128, 256}) {
     one.head_sizes = {d};
-    expect_launched(one, 5, 8, base_seed() + 5300000 + d, 384, d == 64 ? "wgs64u8" : "wgs32u8");  // 40-64 rows
+    expect_launched(one, 5, 8, base_seed() + 5300000 + d, 384, d == 256 ? "wgs32u8" : "wgs64u8");  // 40-64 rows
   }
   CaseConfig far = long_context_config(17000, 17000, 40000);   // past 16k keys: D = 64 and 128 still
   far.kv_precisions = {KVPrecision::u8};
@@ -139,7 +139,7 @@ TEST(Cuda, U8SplitRandom) {
   far.group_sizes = {8};
   for (int d : {64, 128}) {
     far.head_sizes = {d};
-    expect_launched(far, 5, 8, base_seed() + 5300300 + d, 384, d == 64 ? "wgs64u8" : "wgs32u8");
+    expect_launched(far, 5, 8, base_seed() + 5300300 + d, 384, "wgs64u8");
   }
   CaseConfig farther = long_context_config(33000, 33000, 40000);  // D = 256 past 32k keys: fwd_kernel
   farther.kv_precisions = {KVPrecision::u8};
@@ -170,7 +170,7 @@ TEST(Cuda, U8SplitRandom) {
   EnvGuard two("PAGEDATTN_WG_SPLIT", "2");
   for (int d : {64, 128, 256}) {
     one.head_sizes = {d};
-    expect_launched(one, 3, 4, base_seed() + 5310000 + d, 384, d == 64 ? "wgs64u8" : "wgs32u8");
+    expect_launched(one, 3, 4, base_seed() + 5310000 + d, 384, d == 256 ? "wgs32u8" : "wgs64u8");
   }
   CaseConfig b32 = few_query_config();
   b32.kv_precisions = {KVPrecision::u8};

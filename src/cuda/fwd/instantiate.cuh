@@ -110,7 +110,7 @@ FwdKernelInfo fwd_kernel_info_kind(int rt, const KernelChoice& c) {
       if constexpr (D == 64 && k16) {  // (two CTAs per SM: KernelChoice::wgs_shared)
         if (c.wgs_shared) return WgVariant<D, KV, kKeys, true, true>::info();
       }
-      return WgVariant<D, KV, k16 ? kKeys : wg_byte_keys(D, true), true>::info();  // (u8, fp8: 32 at D = 128)
+      return WgVariant<D, KV, kKeys, true>::info();
     }
     if constexpr (k16) {
       if (c.wg != 0 && rt == 8) {

@@ -31,16 +31,11 @@ namespace cuda {
 // by two warps of a producer warpgroup that convert one-byte codes in place (mbarriers), so an SM runs
 // two independent streams (a CTA-wide barrier per tile would make it one: bench/NOTES.md, run s12e);
 // their (m, l, O) are combined in shared memory at the end.
-// The key tile of one-byte codes: 32 keys at D = 256 (Q and a ring fit), and on SPLIT at D = 128, whose
-// in-place slots (the f16 tile) then hold 6 per ring, 4 tiles ahead instead of 1; else 64.
-constexpr int wg_byte_keys(int d, bool split) { return d == 256 || (d == 128 && split) ? 32 : 64; }
-
 template <int D, int KV, int KEYS = 64, bool SPLIT = false, bool SHARED = false>
 struct WgTraits {
-  static_assert((D <= 128 && (KEYS == 64 || KEYS == 128)) || (D >= 128 && KEYS == 32), "head size / key tile");
-  static_assert(KV == kKvF16 || KV == kKvBF16 || ((KV == kKvU8 || KV == kKvF8) && KEYS == wg_byte_keys(D, SPLIT)),
+  static_assert((D <= 128 && (KEYS == 64 || KEYS == 128)) || (D == 256 && KEYS == 32), "head size / key tile");
+  static_assert(KV == kKvF16 || KV == kKvBF16 || ((KV == kKvU8 || KV == kKvF8) && KEYS == (D == 256 ? 32 : 64)),
                 "cache type");
-  static_assert(KEYS != 32 || D == 256 || (KV != kKvF16 && KV != kKvBF16), "32-key tiles at D = 128: byte codes");
   // SPLIT: two warpgroups, every cache type. (u8 on it with three conversion buffers per ring and
   // 32-key tiles at D = 128, commit 7aba6f4, ran level with fwd_kernel at 64 rows, run c4; it now
   // converts in place, below.)
