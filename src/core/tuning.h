@@ -46,7 +46,9 @@ enum class KvKind { f16, u8, fp8 };
 /// `max_keys` <= kSplitShortKeys, else 4. fp8: 2 at D = 64 (the same key rule, else 4), 4 at D = 128, 4 at
 /// D = 256 up to kSplitShortKeys keys. u8: 4 at D = 64 and 128, 4 at D = 256 up to kSplitMidKeys keys.
 /// PAGEDATTN_WG_SPLIT=1 / 2: 4 / 2 wherever the kernel may run (every cache type).
-constexpr int64_t kSplitShortKeys = 16384, kSplitMidKeys = 32768;
+/// (kSplitMidKeys: 32k contexts with their verify's tokens, measured, pass 32768 keys; 128k measured
+/// slower; the boundary in between is not measured)
+constexpr int64_t kSplitShortKeys = 16384, kSplitMidKeys = 40960;
 /// `two_ctas`: the call's D = 64 f16/bf16 key-split chunks run on its two-CTA form (hopper_split_shared()),
 /// which takes 17-64 rows at any length.
 int hopper_split(int head_size, KvKind kv, int key_tile, int64_t max_keys, bool two_ctas, const Overrides& o);

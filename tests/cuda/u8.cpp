@@ -117,7 +117,7 @@ TEST(Cuda, HopperU8Random) {
 
 // u8 chunks on the key-split Hopper kernel ("wgs<keys>u8": codes converted in place in f16's ring, the
 // per-key parameters in arrays of their own, E and the zero-point sum as on the 128-row kernel). The
-// plans follow tuning::hopper_split (33-64 rows at D = 64 and 128, at D = 256 up to 32k keys, fwd_kernel
+// plans follow tuning::hopper_split (33-64 rows at D = 64 and 128, at D = 256 up to 40k keys, fwd_kernel
 // elsewhere); then, with the kernel forced (PAGEDATTN_WG_SPLIT=1: 33-64 rows at every head size and
 // length), chains and trees in the row bands where every chunk of these cases takes it (G = 4 with T
 // 9-16, G = 8 with T 5-8, G = 16 with T 3-4), mixed few-query cases and long contexts (many partitions,
@@ -141,7 +141,7 @@ TEST(Cuda, U8SplitRandom) {
     far.head_sizes = {d};
     expect_launched(far, 5, 8, base_seed() + 5300300 + d, 384, "wgs64u8");
   }
-  CaseConfig farther = long_context_config(33000, 33000, 40000);  // D = 256 past 32k keys: fwd_kernel
+  CaseConfig farther = long_context_config(41000, 41000, 48000);  // D = 256 past 40k keys: fwd_kernel
   farther.kv_precisions = {KVPrecision::u8};
   farther.p_window = 0.0;
   farther.group_sizes = {8};
