@@ -544,9 +544,9 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
       wg::mbar_wait(full_bar(sl), ph);  // every thread's copies of tile it have landed
       wg::fence_proxy_async();
     } else {
+      static_assert(!kBytes, "one-byte codes: converted by the producer (kProducer, so kMbar)");
       cp_async_wait<kStages - 3>();
-      if constexpr (kBytes) convert(it, sl);  // (SPLIT: in place; the 128-row forms convert in the producer)
-      wg::fence_proxy_async();  // this thread's copies / conversions (and Q stores) -> visible to the tensor cores
+      wg::fence_proxy_async();  // this thread's copies (and Q stores) -> visible to the tensor cores
       // every thread's (SPLIT: the warpgroup's); and the slot refilled below is no longer read
       if constexpr (SPLIT) named_barrier(1 + wgi, 128);
       else __syncthreads();
