@@ -4,10 +4,10 @@
 // sm_90a (u8 caches too: codes converted to f16 in shared memory, below). Two warpgroups of 64 rows
 // share each key tile (32, 64 or 128 keys):
 //   K and V tiles are gathered through the block table by cp.async into shared memory in the 128-byte
-//   swizzled layout: one-CTA 128-row forms by a third warpgroup, the producer, into a ring of per-slot
-//   mbarriers (WgTraits::kProducer, kMbar), the two consumer warpgroups taking turns at the tensor
-//   cores; other forms by the consumers themselves (a kStages-deep ring, one commit group per tile, or
-//   the mbarriers of the two-CTA form);
+//   swizzled layout: one-CTA 128-row forms and the key-split forms of one-byte codes by a third
+//   warpgroup, the producer, into rings of per-slot mbarriers (WgTraits::kProducer, kMbar; the 128-row
+//   consumers take turns at the tensor cores); other forms by the consumers themselves (a kStages-deep
+//   ring, one commit group per tile, or the mbarriers of the two-CTA form);
 //   S = Q K^T: wgmma m64n64k16 with Q and K both read from shared memory (no ldmatrix traffic);
 //   masks, ALiBi and the online softmax on the S accumulators in registers;
 //   O += P V: wgmma m64nDk16 with P from registers (the S accumulator layout is the A fragment
@@ -87,7 +87,8 @@ struct WgTraits {
   // D = 64 / 128, 5 at D = 256; u8 6 / 5 / 3; fp8 6 / 6 / 4); the two-CTA form 5, 128-key tiles at D = 128 3;
   // SPLIT: what fits each ring, <= 6 (SHARED: half the SM's shared memory)
   static constexpr int kBudget = SHARED ? 113 * 1024 : 227 * 1024;
-  // kProducer, u8: the converted tiles' parameters (3 x [4][kKeys] f16); with its barriers (<= 2 x 6)
+  // kProducer, u8 (128 rows): the converted tiles' parameters (3 x [4][kKeys] f16); with its barriers
+  // (<= 2 x 6 per ring)
   static constexpr int kConvParBytes = kProducer && kU8 && !kInPlace ? 3 * 4 * kKeys * 2 : 0;
   static constexpr int kProducerExtra = kProducer ? kRings * 96 + kConvParBytes : 0;
   static constexpr int kFit =
@@ -264,7 +265,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
       const uint8_t* kc = static_cast<const uint8_t*>(P.k_cache);
       const uint8_t* vc = static_cast<const uint8_t*>(P.v_cache);
       bool done = false;
-      if constexpr (kRowStep <= 32) {  // (128 copying threads in every byte-code form: always)
+      if constexpr (kRowStep <= 32) {  // (64 or 128 copying threads in every byte-code form: always)
         if (whole(js)) {
           copy_whole(std::integral_constant<int, kRowStep>{}, kc, vc, js, r0, c * 16,
                      [&](int r) { return code_k(sb, r, c); }, [&](int r) { return code_v(sb, r, c); });
@@ -359,8 +360,8 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
       }
     }
   };
-  // tiles 0 .. kStages - 3 (see the pipeline below); kProducer: by its warpgroup (one-byte codes: tiles
-  // 0 .. kStages - 2, see the producer's loop)
+  // tiles 0 .. kStages - 3 (see the pipeline below); kProducer: by its warpgroup (one-byte codes on 128
+  // rows: tiles 0 .. kStages - 2, see the producer's loop)
   auto prologue = [&]() {
     if constexpr (Tr::kProducer) {
       if (wgi == 2) {
@@ -388,8 +389,8 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
     // barrier. One-byte codes: tile it's codes into staging slot it % kStages, kStages - 1 tiles ahead of
     // the conversion; each thread waits for its own copies of tile c, converts them (and moves u8's
     // parameters it copied) into buffer c % 3 once the consumers have released tile c - 3 there, and
-    // arrives on that buffer's full barrier. The consumers stage Q meanwhile and meet at a barrier of
-    // their own.
+    // arrives on that buffer's full barrier. SPLIT (one-byte codes): each ring's two warps, in place (see
+    // their loop). The consumers stage Q meanwhile and meet at a barrier of their own.
     if (wgi == 2) {
       wg::setmaxnreg_dec<Tr::kProducerRegs>();
       if (!early) prologue();
@@ -755,8 +756,9 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
   }
   if constexpr (SPLIT) {
     // The second warpgroup's (m, l, O) -> shared memory (the first ring, drained: every thread waited
-    // for its copies above), folded into the first warpgroup's: m = max, l and O scaled by 2^(m_g - m).
-    // (with a producer, which has exited: the consumers' own barrier)
+    // for its copies above, or with a producer warpgroup 0 waited on every tile of ring 0 and nothing
+    // more is copied into it), folded into the first warpgroup's: m = max, l and O scaled by
+    // 2^(m_g - m). (With a producer, which may have exited: the consumers' own barrier.)
     float* cb = reinterpret_cast<float*>(smem_ptr(base + Tr::kQBytes));  // [kRows][D] O, then [kRows] (m, l)
     auto consumers_sync = [&]() {
       if constexpr (Tr::kProducer) named_barrier(4, Tr::kConsumerThreads);
