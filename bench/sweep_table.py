@@ -8,12 +8,16 @@ FlashInfer, and f16 128k rows under 90% of the read ceiling. Then the draft-tree
 tree's nodes; FlashInfer's paged prefill with the tree as a custom mask, run_peers.py --flashinfer-trees),
 joined by (D, G, context, T, tree); T/T1 against the chain of T = 1 of each.
 
-    python3 bench/sweep_table.py SWEEP_JSON FI_DIR [FI_DIR ...] [--kv f16]
+    python3 bench/sweep_table.py SWEEP_JSON[.gz] [FI_DIR ...] [--kv f16]
 
 FI_DIRs: sweep_peers.sh's output directories (e.g. a chain run and a tree run); per key the fastest row of all.
+Without them, the pagedattn columns alone. Last, per KV precision and band of rows per kv head, the T/T1
+range of the rows of one sequence (chains and trees) at 32k and 128k and how many miss the target (f16 and
+fp8 1.10, u8 1.20).
 """
 import argparse
 import glob
+import gzip
 import json
 import os
 import re
@@ -22,10 +26,10 @@ import re
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("sweep")
-    ap.add_argument("fi_dir", nargs="+")
+    ap.add_argument("fi_dir", nargs="*")
     ap.add_argument("--kv", default="f16,u8")
     a = ap.parse_args()
-    sw = json.load(open(a.sweep))
+    sw = json.load(gzip.open(a.sweep) if a.sweep.endswith(".gz") else open(a.sweep))
     pa = {}
     for r in sw["rows"]:
         if r["seqs"] == 1:
@@ -56,7 +60,7 @@ def main():
         ratio = "%8.3f" % (r["us"] / f[0]) if f and kv == "f16" else "%8s" % "-"
         print("%-4s %4d %3d %7d %3d %5d %10.1f %6.2f %s %s  %s" % (kv, D, G, ctx, T, rows, r["us"], r["t_over_t1"], cells,
                                                               ratio, f[1] if f else "not run"))
-        if rows <= 128 and ctx >= 32768 and r["t_over_t1"] > (1.10 if kv == "f16" else 1.20):
+        if rows <= 128 and ctx >= 32768 and r["t_over_t1"] > TARGET[kv]:
             misses["t_over_t1"].append(key)
         if kv == "f16" and f and r["us"] > f[0]:
             misses["slower"].append(key)
@@ -66,8 +70,12 @@ def main():
     print("\nchain rows: %d; misses: T/T1 (<= 128 rows, 32k/128k) %d, f16 slower than FlashInfer %d, f16 128k under "
           "90%% of the ceiling %d" % (total, len(misses["t_over_t1"]), len(misses["slower"]), len(misses["ceiling"])))
     trees = [k for k in sorted(pa) if k[4] and k[0] in a.kv.split(",")]
-    if not trees:
-        return
+    if trees:
+        print_trees(pa, fi, trees)
+    print_bands(pa, a.kv.split(","))
+
+
+def print_trees(pa, fi, trees):
     print("\ndraft trees (node i's parent (i - 1) / 2; T = nodes, rows = T * G; T/T1 against each one's chain T = 1)")
     print("%-4s %4s %3s %7s %3s %5s %10s %6s %10s %6s %8s  %s" % ("kv", "D", "G", "context", "T", "rows", "pagedattn",
                                                              "T/T1", "flashinfer", "T/T1", "pa/fi", "fi system"))
@@ -88,6 +96,26 @@ def main():
     print("\ntree rows: %d; f16 with a FlashInfer row %d, slower than FlashInfer %d"
           % (len(trees), joined, len(slower)))
 
+
+def print_bands(pa, kvs):
+    """The T/T1 target by band of rows per kv head: one sequence, 32k and 128k, chains and trees."""
+    bands = [(1, 16), (17, 32), (33, 64), (65, 128)]
+    print("\nT/T1 at 32k and 128k, one sequence, chains and trees, by rows per kv head (target: f16 and fp8 "
+          "<= 1.10, u8 <= 1.20)")
+    for kv in kvs:
+        picked = [r for k, r in pa.items() if k[0] == kv and k[3] >= 32768 and k[5] * k[2] <= 128]
+        if not picked:
+            continue
+        miss = sum(1 for r in picked if r["t_over_t1"] > TARGET[kv])
+        print("%s: %d rows, %d miss" % (kv, len(picked), miss))
+        for lo, hi in bands:
+            v = [r["t_over_t1"] for r in picked if lo <= r["T"] * r["group"] <= hi]
+            if v:
+                print("  rows %3d-%3d: %3d rows, T/T1 %.2f-%.2f, %d miss" % (lo, hi, len(v), min(v), max(v),
+                                                                           sum(1 for x in v if x > TARGET[kv])))
+
+
+TARGET = {"f16": 1.10, "bf16": 1.10, "fp8": 1.10, "u8": 1.20}
 
 if __name__ == "__main__":
     main()
