@@ -158,7 +158,8 @@ if has sanitizer; then
   # SANITIZER_TOOLS (default memcheck): any of memcheck racecheck synccheck initcheck, each over the same
   # subset (SANITIZER_CASES cases per suite, default 12; racecheck is the slowest: give it fewer);
   # logs run/sanitizer.log (memcheck) and run/sanitizer_<tool>.log; SANITIZER_ARGS: more options for every
-  # tool (synccheck tracks too few raw mbarriers per CTA for the key-split producer forms: "--num-cuda-barriers 1024", run wp3)
+  # tool (synccheck tracks too few raw mbarriers per CTA for the key-split producer forms:
+  # "--num-cuda-barriers 1024", run wp3)
   for tool in ${SANITIZER_TOOLS:-memcheck}; do
     log "compute-sanitizer $tool subset"
     slog=$run_dir/sanitizer.log

@@ -75,7 +75,8 @@ int hopper_key_tile(int head_size, bool u8, bool hopper, const Overrides& o) {
 // against the rule of run u8s1 in the same call):
 // - 33-64 rows: D = 128 0.76-0.80x fwd_kernel's time at 32k and 128k (taken at 8k already); D = 256
 //   0.79-0.80x at 8k, 0.93-0.94x at 32k and on the 32 x 8k batch (T = 8), 0.99-1.07x at 128k: up to
-//   kSplitMidKeys (40k) keys. (Before the producer, run u8s1: D = 128 1.05x slower at 128k, D = 256 1.11-1.33x at 32k/128k.)
+//   kSplitMidKeys (40k) keys. (Before the producer, run u8s1: D = 128 1.05x slower at 128k, D = 256
+//   1.11-1.33x at 32k/128k.)
 // - 17-32 rows (PAGEDATTN_WG_SPLIT=2, run wp1): 1.25-1.84x slower at 32k/128k, 0.93-1.09x at 8k: never.
 // PAGEDATTN_WG_SPLIT=1 / 2: 33-64 / 17-64 rows at every head size and cache type.
 // f16/bf16 D = 64 past 16k keys on the two-CTA form (wgs64x2, hopper_split_shared): 17-32 rows 0.87-0.97x
