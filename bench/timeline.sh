@@ -5,6 +5,8 @@
 #   TIMELINE_FLAGS adds CUDA flags (an experiment's -D macro); BUILD_SUFFIX names the build tree (and the
 #   logs); TIMELINE_SRC builds another source tree, e.g. TIMELINE_SRC=.abref/85510c2 BUILD_SUFFIX=-ref
 #   (bench/prepare_abref.sh; the phases of two commits side by side).
+#   TIMELINE_SCENARIO=batch times the 32 x 8k batch (tokens -> --batch-tokens; contexts ignored);
+#   TIMELINE_ARGS adds bench flags (e.g. --deterministic).
 #   The device tool returns files of limited size: timeline.txt is the summary; the raw logs stay there.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -24,10 +26,14 @@ ctxs=${1:-1024,8192} toks=${2:-1,8} kvs=${3:-f16}
 for ctx in ${ctxs//,/ }; do
   for t in ${toks//,/ }; do
     for kv in ${kvs//,/ }; do
-      log=$run_dir/timeline${BUILD_SUFFIX:-}_${ctx}_T${t}_${kv}.log
-      timeout 120 "$b/pagedattn" bench --backend cuda --scenario seed --context "$ctx" --tokens "$t" --kv "$kv" \
+      scen=${TIMELINE_SCENARIO:-seed}
+      tag=$scen${TIMELINE_ARGS:+$(echo "$TIMELINE_ARGS" | tr -dc 'a-z0-9')}
+      log=$run_dir/timeline${BUILD_SUFFIX:-}_${tag}_${ctx}_T${t}_${kv}.log
+      if [ "$scen" = batch ]; then shape=(--scenario batch --batch-tokens "$t"); else shape=(--scenario "$scen" --context "$ctx" --tokens "$t"); fi
+      # shellcheck disable=SC2086
+      timeout 120 "$b/pagedattn" bench --backend cuda "${shape[@]}" --kv "$kv" ${TIMELINE_ARGS:-} \
         --layers 1 --warmup 2 --repeats 3 > "$log" 2>&1
-      echo "== context $ctx T=$t kv=$kv ($(grep -E "^(f16|u8) " "$log" | awk '{print $5 " us per layer, timeline build"}'); SM clock $mhz MHz)"
+      echo "== $scen ${TIMELINE_ARGS:-} context $ctx T=$t kv=$kv ($(grep -E "^(f16|u8|fp8) " "$log" | awk '{print $5 " us per layer, timeline build"}'); SM clock $mhz MHz)"
       python3 "$root/bench/timeline.py" "$log" "$mhz"
     done
   done
