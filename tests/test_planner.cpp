@@ -76,7 +76,7 @@ std::string describe(const Inputs& in) {
 std::string describe(const WorkItem& w) {
   std::ostringstream os;
   os << "{seq " << w.seq << " t0 " << w.t0 << " nt " << w.nt << " kv [" << w.kv_begin << "," << w.kv_end
-     << ") slot " << w.slot << " parts " << w.num_parts << " row_tiles " << w.row_tiles << "}";
+     << ") slot " << w.slot << " parts " << w.num_parts << " row_tiles " << w.row_tiles << " part " << w.part << "}";
   return os.str();
 }
 
@@ -136,8 +136,106 @@ std::map<std::pair<int, int>, ChunkView> chunks_of(const Plan& plan) {
 // Partitions a chunk [lo, hi) needs when cut at absolute multiples of `part`.
 int64_t parts_needed(int lo, int hi, int part) { return ceil_div(hi, part) - lo / part; }
 
+// The one-wave target: num_sms x the attention kernel's occupancy (when every chunk runs on the Hopper
+// kernel, the least occupancy of their classes: Inputs::wg_ctas_per_sm).
+int64_t wave_target(const Inputs& in, const std::map<std::pair<int, int>, ChunkView>& chunks) {
+  int wg = INT_MAX;
+  for (const auto& kv : chunks) {
+    const int rows = kv.second.nt * in.group;
+    const int k = rows <= 16 ? 0 : rows <= 32 ? 1 : rows <= 64 ? 2 : 3;
+    wg = std::min(wg, in.wg_ctas_per_sm[k]);
+  }
+  const int per_sm = !chunks.empty() && wg > 0 && wg != INT_MAX ? wg : std::max(1, in.ctas_per_sm);
+  return static_cast<int64_t>(in.num_sms) * per_sm;
+}
+
+// A plan's items with each run of partitions (WorkItem::part, deterministic mode) as one item per
+// partition: what the kernel computes, partial by partial.
+std::vector<WorkItem> per_partition(const Plan& plan) {
+  std::vector<WorkItem> out;
+  for (const WorkItem& w : plan.items) {
+    if (w.part == 0) {
+      out.push_back(w);
+      continue;
+    }
+    for (int b = w.kv_begin, n = 0; b < w.kv_end; b += w.part, ++n) {
+      WorkItem v = w;
+      v.kv_begin = b;
+      v.kv_end = std::min(w.kv_end, b + w.part);
+      v.slot = w.slot + n;
+      v.part = 0;
+      out.push_back(v);
+    }
+  }
+  return out;
+}
+
 // --- the rules ---------------------------------------------------------------------------------------
+void check_flat_plan(const Inputs& in, const Plan& plan);
+
+// A plan's items in the order the kernels take them; items that run several partitions (deterministic
+// mode, WorkItem::part) then stand for one item per partition in check_flat_plan's rules.
 void check_plan(const Inputs& in, const Plan& plan) {
+  const int Hk = in.num_kv_heads;
+  EXPECT_EQ(plan.ctas, static_cast<int64_t>(plan.items.size()) * Hk);
+  // order: row tiles ascending, then longest key range first
+  for (size_t i = 1; i < plan.items.size(); ++i) {
+    const WorkItem &a = plan.items[i - 1], &b = plan.items[i];
+    EXPECT_TRUE(a.row_tiles < b.row_tiles ||
+                (a.row_tiles == b.row_tiles && a.kv_end - a.kv_begin >= b.kv_end - b.kv_begin))
+        << "items " << i - 1 << " and " << i << " out of order: " << describe(a) << " then " << describe(b);
+  }
+  Plan flat = plan;
+  flat.items = per_partition(plan);
+  std::map<std::pair<int, int>, int> runs;  // (seq, t0) -> the chunk's longest run of partitions
+  std::map<std::pair<int, int>, int> shortest;
+  for (const WorkItem& w : plan.items) {
+    SCOPED_TRACE(describe(w));
+    const int n = w.part == 0 ? 1 : static_cast<int>(ceil_div(w.kv_end - w.kv_begin, w.part));
+    if (w.part != 0) {
+      EXPECT_TRUE(in.deterministic && in.forced_partition <= 0) << "a run of partitions outside deterministic mode";
+      EXPECT_LE(w.nt * in.group, pl::kMaxSpanRows) << "a run of partitions in a chunk of more rows than the flush takes";
+      EXPECT_EQ(w.part % pl::kDeterministicStep, 0);
+      EXPECT_EQ(w.kv_begin % w.part, 0) << "a run starts inside a partition";
+      EXPECT_GT(n, 1) << "a run of one partition has part != 0";
+    }
+    EXPECT_LE(n, plan.span) << "a run longer than Plan::span";
+    const auto key = std::make_pair(w.seq, w.t0);
+    runs[key] = std::max(runs[key], n);
+    shortest[key] = shortest.count(key) ? std::min(shortest[key], n) : n;
+  }
+  for (const auto& kv : runs) EXPECT_LE(kv.second - shortest[kv.first], 1) << "runs of a chunk not balanced";
+  std::stable_sort(flat.items.begin(), flat.items.end(), [](const WorkItem& a, const WorkItem& b) {
+    if (a.row_tiles != b.row_tiles) return a.row_tiles < b.row_tiles;
+    return (a.kv_end - a.kv_begin) > (b.kv_end - b.kv_begin);
+  });
+  flat.ctas = static_cast<int64_t>(flat.items.size()) * Hk;
+  // the span: the least that fits one wave (1 outside deterministic mode, or when one partition per item fits)
+  const auto chunks = chunks_of(flat);
+  auto ctas_at = [&](int span) {
+    int64_t n = 0;
+    for (const auto& kv : chunks) {
+      const int np = static_cast<int>(kv.second.items.size());
+      n += kv.second.nt * in.group <= pl::kMaxSpanRows ? ceil_div(np, span) : np;
+    }
+    return n * Hk;
+  };
+  EXPECT_GE(plan.span, 1);
+  if (!in.deterministic || in.forced_partition > 0) {
+    EXPECT_EQ(plan.span, 1);
+  } else {
+    const int64_t target = wave_target(in, chunks);
+    EXPECT_EQ(ctas_at(plan.span), plan.ctas) << "items are not the chunks' balanced runs of Plan::span";
+    if (plan.span > 1) {
+      EXPECT_GT(ctas_at(plan.span - 1), target) << "span " << plan.span - 1 << " would fit one wave";
+      EXPECT_TRUE(ctas_at(plan.span) <= target || ctas_at(plan.span) == ctas_at(plan.span + 1))
+          << "span " << plan.span << " neither fits one wave nor is the longest run";
+    }
+  }
+  check_flat_plan(in, flat);
+}
+
+void check_flat_plan(const Inputs& in, const Plan& plan) {
   const int G = in.group, Hk = in.num_kv_heads, P = plan.partition_tokens;
   const int num_seqs = static_cast<int>(in.past_lens.size());
   // deterministic mode: chunks of deterministic_rows(G) rows, so every chunk has the same row tiles
@@ -198,15 +296,6 @@ void check_plan(const Inputs& in, const Plan& plan) {
     max_rt = std::max(max_rt, w.row_tiles);
   }
   EXPECT_EQ(plan.max_row_tiles, max_rt);
-  EXPECT_EQ(plan.ctas, static_cast<int64_t>(plan.items.size()) * Hk);
-
-  // order: row tiles ascending, then longest key range first
-  for (size_t i = 1; i < plan.items.size(); ++i) {
-    const WorkItem &a = plan.items[i - 1], &b = plan.items[i];
-    EXPECT_TRUE(a.row_tiles < b.row_tiles ||
-                (a.row_tiles == b.row_tiles && a.kv_end - a.kv_begin >= b.kv_end - b.kv_begin))
-        << "items " << i - 1 << " and " << i << " out of order: " << describe(a) << " then " << describe(b);
-  }
 
   // chunks
   const auto chunks = chunks_of(plan);
@@ -328,15 +417,7 @@ void check_plan(const Inputs& in, const Plan& plan) {
 
   // one wave, with the smallest partition that gives it
   if (in.forced_partition <= 0 && !in.deterministic) {
-    // every chunk on the Hopper kernel (Inputs::wg_ctas_per_sm): the least occupancy of their classes
-    int wg = INT_MAX;
-    for (const auto& kv : chunks) {
-      const int rows = kv.second.nt * in.group;
-      const int k = rows <= 16 ? 0 : rows <= 32 ? 1 : rows <= 64 ? 2 : 3;
-      wg = std::min(wg, in.wg_ctas_per_sm[k]);
-    }
-    const int per_sm = !chunks.empty() && wg > 0 && wg != INT_MAX ? wg : std::max(1, in.ctas_per_sm);
-    const int64_t target = static_cast<int64_t>(in.num_sms) * per_sm;
+    const int64_t target = wave_target(in, chunks);
     int max_hi = 0;
     for (const auto& kv : chunks) max_hi = std::max(max_hi, kv.second.items.back().kv_end);
     auto ctas_at = [&](int part) {
@@ -388,6 +469,7 @@ TEST(Planner, RandomBatchesNarrowChunks) {
 
 // Deterministic and forced modes, drawn on their own so each case exercises them.
 TEST(Planner, RandomForcedAndDeterministic) {
+  int runs = 0;  // deterministic plans with runs of partitions (Plan::span > 1)
   for (int i = 0; i < 600; ++i) {
     const uint64_t seed = base_seed() + 1000000 + static_cast<uint64_t>(i);
     std::mt19937_64 rng(seed);
@@ -395,9 +477,13 @@ TEST(Planner, RandomForcedAndDeterministic) {
     in.deterministic = (i % 2) == 0;
     in.forced_partition = (i % 3) == 0 ? 0 : std::uniform_int_distribution<int>(1, 3000)(rng);
     SCOPED_TRACE("case seed " + std::to_string(seed) + ": " + describe(in));
-    check_plan(in, pl::make_plan(in));
+    const Plan plan = pl::make_plan(in);
+    check_plan(in, plan);
+    runs += plan.span > 1;
     if (HasFailure()) return;
   }
+  std::printf("deterministic plans with runs of partitions: %d of 100\n", runs);
+  EXPECT_GT(runs, 0) << "no case exercised runs of partitions";
 }
 
 // Deterministic mode: a sequence's partition boundaries do not depend on the rest of the batch (so its
@@ -414,7 +500,7 @@ TEST(Planner, DeterministicBoundariesIndependentOfBatch) {
     SCOPED_TRACE("case seed " + std::to_string(seed) + ": " + describe(batch));
     const Plan bp = pl::make_plan(batch);
     std::vector<std::vector<Cut>> batched(batch.past_lens.size());
-    for (const WorkItem& w : bp.items) batched[w.seq].emplace_back(w.t0, w.nt, w.kv_begin, w.kv_end, w.num_parts);
+    for (const WorkItem& w : per_partition(bp)) batched[w.seq].emplace_back(w.t0, w.nt, w.kv_begin, w.kv_end, w.num_parts);
     for (size_t s = 0; s < batch.past_lens.size(); ++s) {
       Inputs alone = batch;
       alone.past_lens = {batch.past_lens[s]};
@@ -422,7 +508,7 @@ TEST(Planner, DeterministicBoundariesIndependentOfBatch) {
       if (!batch.positions.empty()) alone.positions = {batch.positions[s]};
       const Plan ap = pl::make_plan(alone);
       std::vector<Cut> cuts;
-      for (const WorkItem& w : ap.items) cuts.emplace_back(w.t0, w.nt, w.kv_begin, w.kv_end, w.num_parts);
+      for (const WorkItem& w : per_partition(ap)) cuts.emplace_back(w.t0, w.nt, w.kv_begin, w.kv_end, w.num_parts);
       std::sort(cuts.begin(), cuts.end());
       std::sort(batched[s].begin(), batched[s].end());
       EXPECT_EQ(cuts, batched[s]) << "seq " << s << " (past " << batch.past_lens[s] << ", T " << batch.tokens[s]
@@ -457,11 +543,11 @@ TEST(Planner, DeterministicDecodeItemsArePrefixesOfTheVerifys) {
       d.past_lens = {v.past_lens[0] + t};
       d.tokens = {1};
       const Plan dp = pl::make_plan(d);
-      std::vector<WorkItem> vi, di = dp.items;
+      std::vector<WorkItem> vi, di = per_partition(dp);
       // (the verify's chunk may also start partitions before token t's window: no key of them is the
       // token's, and the merge skips a partition whose max is -inf)
       const int lo_t = v.sliding_window > 0 ? std::max(0, d.past_lens[0] - v.sliding_window + 1) : 0;
-      for (const WorkItem& w : vp.items)
+      for (const WorkItem& w : per_partition(vp))
         if (w.t0 <= t && t < w.t0 + w.nt && w.kv_begin <= d.past_lens[0] && w.kv_end > lo_t) vi.push_back(w);
       auto by_begin = [](const WorkItem& a, const WorkItem& b) { return a.kv_begin < b.kv_begin; };
       std::sort(vi.begin(), vi.end(), by_begin);
@@ -476,6 +562,37 @@ TEST(Planner, DeterministicDecodeItemsArePrefixesOfTheVerifys) {
       }
     }
     if (HasFailure()) return;
+  }
+}
+
+// Deterministic mode on a batch whose partitions overfill a wave: the 32 x 8k batch (G = 8, Hk = 4, 132
+// SMs x 2 CTAs) has 32 partitions of 256 keys per sequence and kv head, 4096 CTAs of one partition; in
+// runs of 16 partitions it is 256 CTAs, and a lone sequence keeps one partition per CTA.
+TEST(Planner, DeterministicRunsOfPartitionsForBatches) {
+  Inputs in;
+  in.group = 8;
+  in.num_kv_heads = 4;
+  in.num_sms = 132;
+  in.ctas_per_sm = 2;
+  in.deterministic = true;
+  for (const int T : {1, 4, 8}) {
+    in.past_lens.assign(32, 8192 - T);
+    in.tokens.assign(32, T);
+    const Plan p = pl::make_plan(in);
+    SCOPED_TRACE("T = " + std::to_string(T) + ": " + p.describe());
+    check_plan(in, p);
+    EXPECT_EQ(p.partition_tokens, 256);
+    if (T * in.group <= pl::kMaxSpanRows) {
+      EXPECT_EQ(p.span, 16);
+      EXPECT_EQ(p.ctas, 256);
+    } else {  // 64 rows: two chunks of 32 rows per sequence, each run over all 32 partitions
+      EXPECT_EQ(p.span, 32);
+      EXPECT_EQ(p.ctas, 32 * 2 * 4);
+    }
+    Inputs alone = in;
+    alone.past_lens = {8192 - T};
+    alone.tokens = {T};
+    EXPECT_EQ(pl::make_plan(alone).span, 1) << "a lone sequence's partitions fit one wave";
   }
 }
 

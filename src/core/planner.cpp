@@ -108,6 +108,23 @@ Plan make_plan(const Inputs& in) {
     if (in.deterministic) c.lo = c.lo / c.part * c.part;
   }
 
+  // --- deterministic: partitions per CTA (WorkItem::part), by the call's CTA count -----------------
+  auto parts_of = [](const Chunk& c) { return static_cast<int>((int64_t{c.hi} + c.part - 1) / c.part) - c.lo / c.part; };
+  auto spans = [&](const Chunk& c) { return in.deterministic && c.nt * in.group <= kMaxSpanRows; };
+  int span = 1;
+  if (in.deterministic && in.forced_partition == 0) {
+    int max_parts = 1;
+    for (const Chunk& c : chunks)
+      if (spans(c)) max_parts = std::max(max_parts, parts_of(c));
+    auto ctas_at = [&](int s) {
+      int64_t n = 0;
+      for (const Chunk& c : chunks) n += spans(c) ? (parts_of(c) + s - 1) / s : parts_of(c);
+      return n * in.num_kv_heads;
+    };
+    while (span < max_parts && ctas_at(span) > target) ++span;
+  }
+  plan.span = span;
+
   // --- work items and partial slots ---------------------------------------------------------------
   int slot = 0;
   for (const Chunk& c : chunks) {
@@ -116,18 +133,22 @@ Plan make_plan(const Inputs& in) {
     const int nparts = p1 - p0;
     const int rows = c.nt * in.group;
     const int rt = 1 << row_tile_class(rows);  // kernel variants: row tiles
-    for (int p = p0; p < p1; ++p) {
+    const int nitems = spans(c) ? (nparts + span - 1) / span : nparts;
+    for (int i = 0, p = p0; i < nitems; ++i) {
+      const int q = p0 + static_cast<int>(int64_t{nparts} * (i + 1) / nitems);  // balanced runs [p, q)
       WorkItem w;
       w.seq = c.seq;
       w.t0 = c.t0;
       w.nt = c.nt;
       w.kv_begin = std::max(c.lo, p * part);
-      w.kv_end = static_cast<int32_t>(std::min<int64_t>(c.hi, (int64_t{p} + 1) * part));
+      w.kv_end = static_cast<int32_t>(std::min<int64_t>(c.hi, int64_t{q} * part));
       w.num_parts = nparts;
       w.slot = nparts > 1 || in.deterministic ? slot + (p - p0) : -1;
       w.row_tiles = rt;
+      w.part = q - p > 1 ? part : 0;
       w.past = w.tok0 = w.t_seq = w.table = 0;
       plan.items.push_back(w);
+      p = q;
     }
     if (nparts > 1 || in.deterministic) {
       plan.merges.push_back(MergeItem{c.seq, c.t0, c.nt, slot, nparts, p0, part});
@@ -149,7 +170,9 @@ std::string Plan::describe() const {
   std::ostringstream os;
   int counts[9] = {0, 0, 0, 0, 0, 0, 0, 0, 0};  // index: row tiles
   for (const WorkItem& w : items) counts[w.row_tiles]++;
-  os << "partition_tokens=" << partition_tokens << " items=" << items.size() << " ctas=" << ctas
+  os << "partition_tokens=" << partition_tokens << " items=" << items.size() << " ctas=" << ctas;
+  if (span > 1) os << " span=" << span;
+  os
      << " (row tiles 1/2/4/8: " << counts[1] << "/" << counts[2] << "/" << counts[4] << "/" << counts[8] << ")"
      << " merges=" << merges.size() << " partial_slots=" << num_slots;
   return os.str();

@@ -51,6 +51,13 @@ constexpr int deterministic_rows(int group, int max_rows) {
   return group > 32 ? 64 : group > 16 ? 32 : max_rows < 32 ? 16 : 32;
 }
 
+// Inputs::deterministic: the partitions a CTA runs in turn (WorkItem::part). A lone sequence's
+// partitions fit one wave (deterministic_partition), a batch's may not: the 32 x 8k batch has 4096
+// CTAs of 256 keys at Hk = 4, whose fixed cost per CTA made the mode 1.19x (f16) / 1.64x (u8) the
+// default at T = 1 (run inv6). Plan::span is the least run length whose items fit one wave (num_sms x
+// ctas_per_sm CTAs), for chunks of at most kMaxSpanRows rows (the variants with fwd_kernel's partition
+// flush); a chunk's items take balanced runs. A lone sequence keeps one partition per item.
+constexpr int kMaxSpanRows = 32;
 struct WorkItem {
   int32_t seq;        // sequence index
   int32_t t0, nt;     // first new token of the chunk (within its sequence) and token count
@@ -61,6 +68,10 @@ struct WorkItem {
                       // every row goes through the merge); kv head h uses slot + h * num_parts
   int32_t num_parts;  // partitions of this chunk
   int32_t row_tiles;  // kernel variant: 16-row MMA tiles, 1, 2, 4 or 8 (>= ceil(nt * G / 16))
+  int32_t part;       // 0: the item is one partition. Else (deterministic mode, a call with more
+                      // partitions than a wave of CTAs: deterministic_span) the keys per partition of a
+                      // run of consecutive partitions: the CTA leaves partition i's partial in slot
+                      // slot + i, as a CTA of its own would, so the arithmetic does not change
   // Filled by the backend from the call's metadata (so the kernel needs one dependent load, not four):
   int32_t past;       // past_lens[seq]
   int32_t tok0;       // subsequence_begins[seq]
@@ -115,6 +126,7 @@ struct Plan {
   int chunk_rows = kMaxRows;               // = Inputs::max_rows, or deterministic_rows (the chunking rule:
                                            // T > chunk_rows / G; deterministic mode also cuts at size changes)
   int max_row_tiles = 1;
+  int span = 1;                            // deterministic: most partitions per item (WorkItem::part)
   int64_t ctas = 0;                        // attention CTAs (items x kv heads)
   std::vector<WorkItem> items;             // sorted by row_tiles, then longest key range first
   std::vector<MergeItem> merges;

@@ -41,15 +41,36 @@ CaseConfig invariant_config(int i) {
   return cfg;
 }
 
+// Batches that overfill a wave (runs of partitions per CTA: planner::Plan::span): 12-16 sequences of
+// 4000-5000 keys over 2 or 4 kv heads are at least 12 x 15 x 2 = 360 partitions of 256 keys (an H200's
+// wave is 264 CTAs), so each sequence's partitions run in CTAs of several, whose number follows the
+// batch; alone, the same sequence runs one partition per CTA. Rows of up to 32 per kv head (runs take
+// chunks of <= 32 rows), every KV precision, head sizes 64 / 128 / 256.
+CaseConfig spans_config(int i) {
+  CaseConfig cfg = invariant_config(i);
+  cfg.min_seqs = 12;
+  cfg.max_seqs = 16;
+  cfg.min_past = 4000;
+  cfg.max_past = 5000;
+  cfg.max_tokens = 8;
+  cfg.group_sizes = {1, 2, 4};
+  cfg.kv_heads = {2, 4};
+  cfg.head_sizes = {64, 128, 256};
+  cfg.p_value_head_size = 0;
+  cfg.max_total_context = 1 << 30;
+  return cfg;
+}
+
 InvariantMismatch run_cases(const char* name, uint64_t seed0, int n, bool deterministic, double p_tree,
-                            bool expect_equal, int partition_tokens = 0, double p_window = 0.3) {
+                            bool expect_equal, int partition_tokens = 0, double p_window = 0.3,
+                            CaseConfig (*config)(int) = invariant_config) {
   Options opt{Backend::cuda};
   opt.deterministic = deterministic;
   opt.partition_tokens = partition_tokens;
   std::printf("[%s] base seed %llu, %d cases\n", name, static_cast<unsigned long long>(seed0), n);
   InvariantMismatch total;
   for (int i = 0; i < n; ++i) {
-    CaseConfig cfg = invariant_config(i);
+    CaseConfig cfg = config(i);
     cfg.p_tree = p_tree;
     cfg.p_window = p_window;
     if (p_tree > 0) cfg.min_seqs = 2;
@@ -82,6 +103,13 @@ TEST(Cuda, InvariantVerifyRowsEqualDecodes) {
 TEST(Cuda, InvariantWindowsOverManyPartitions) {
   REQUIRE_GPU();
   run_cases("invariant-many-parts", base_seed() + 4150000, case_count(80), true, 0.0, true, 64, 1.0);
+}
+
+// Runs of partitions (batches that overfill a wave): a sequence alone and its chain verify's decodes
+// run one partition per CTA, the batch several.
+TEST(Cuda, InvariantRunsOfPartitions) {
+  REQUIRE_GPU();
+  run_cases("invariant-runs", base_seed() + 4170000, case_count(12), true, 0.0, true, 0, 0.3, spans_config);
 }
 
 // Chains across a change of partition size. Deterministic mode sizes a token's partitions by the keys it

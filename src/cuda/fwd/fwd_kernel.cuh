@@ -179,9 +179,9 @@ __device__ __forceinline__ void value_step(float (&o)[MT][D / 8][4], const uint3
 // Row r's statistics, once, by one thread: the groups' common max M, the sum L at M, and for an output
 // row the sink (it joins the max, as in the merge: exp2(sink - M) alone could overflow for a large
 // sink) and 1 / denominator -> sm.u.r.row_st[r] = (M, L or the denominator, max with the sink, inv).
+// The groups' common max M of row r and the sum L at M (row_statistics; a partition's partial (M, L)).
 template <typename Tr, typename Smem>
-__device__ __forceinline__ void row_statistics(const FwdParams& P, const planner::WorkItem& w, Smem& sm, int r, int hk,
-                                               int G) {
+__device__ __forceinline__ float2 group_max_sum(const Smem& sm, int r) {
   float M = -INFINITY;
 #pragma unroll
   for (int g = 0; g < Tr::kWKV; ++g) M = fmaxf(M, sm.ml[g][r].x);
@@ -191,6 +191,15 @@ __device__ __forceinline__ void row_statistics(const FwdParams& P, const planner
     const float2 ml = sm.ml[g][r];
     L += ml.x == -INFINITY ? 0.0f : ml.y * fast_exp2(ml.x - M);
   }
+  return make_float2(M, L);
+}
+
+template <typename Tr, typename Smem>
+__device__ __forceinline__ void row_statistics(const FwdParams& P, const planner::WorkItem& w, Smem& sm, int r, int hk,
+                                               int G) {
+  const float2 ML = group_max_sum<Tr>(sm, r);
+  const float M = ML.x;
+  float L = ML.y;
   // L = 0: no visible key (a prefix_only row whose window starts past the shard): out 0, lse -inf
   float Ms = M, inv = L > 0.0f ? 1.0f / L : 0.0f;
   if (w.slot < 0 && P.sinks != nullptr) {
@@ -208,8 +217,8 @@ __device__ __forceinline__ void row_statistics(const FwdParams& P, const planner
 // written as whole rows, coalesced: normalised into `out` (and row_stats), or a partial for the merge.
 // One chunk per step (reading 4 chunks before storing any measured 1.04-1.13x slower, run s10b).
 template <typename Tr, int D, typename Smem>
-__device__ __forceinline__ void write_rows(const FwdParams& P, const planner::WorkItem& w, Smem& sm, int rows, int tid,
-                                           int hk, int G, int tok0) {
+__device__ __forceinline__ void write_rows(const FwdParams& P, const planner::WorkItem& w, int slot0, Smem& sm, int rows,
+                                           int tid, int hk, int G, int tok0) {
   for (int idx = tid; idx < rows * (D / 4); idx += Tr::kThreads) {
     const int r = idx / (D / 4), c = (idx % (D / 4)) * 4;
     const float4 st = sm.u.r.row_st[r];
@@ -224,14 +233,14 @@ __device__ __forceinline__ void write_rows(const FwdParams& P, const planner::Wo
     }
     const int h = hk * G + r % G;
     const int64_t token = tok0 + w.t0 + r / G;
-    if (w.slot < 0) {
+    if (slot0 < 0) {
       const float inv = st.w;
       if (c == 0) store_row_stats(P, token, h, st.z, st.y);
       if (c < P.Dv)  // (not a padding column)
         store_io4(P.out, token * P.H * P.Dv + static_cast<int64_t>(h) * P.Dv + c, P.io_dtype,
                   make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
     } else {
-      const int64_t slot = (w.slot + static_cast<int64_t>(hk) * w.num_parts) * P.slot_rows + r;
+      const int64_t slot = (slot0 + static_cast<int64_t>(hk) * w.num_parts) * P.slot_rows + r;
       *reinterpret_cast<float4*>(P.ws_o + slot * D + c) = acc;
       if (c == 0) *reinterpret_cast<float2*>(P.ws_ml + slot * 2) = make_float2(st.x, st.y);
     }
@@ -463,6 +472,96 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
   // multiplies the group's output at the end (P V runs on them too)
   const float s_log2 = Tr::kF8 ? P.scale_log2 * P.k_head_scale[hk * P.k_head_scale_stride] : P.scale_log2;
   const float v_head = Tr::kF8 ? P.v_head_scale[hk * P.v_head_scale_stride] : 1.0f;
+
+  // Options::deterministic's runs of partitions (WorkItem::part > 0; planner::Plan::span). After a
+  // partition's last tile the CTA leaves that partition's partial in its slot, with the arithmetic of
+  // the epilogue below (the groups' (m, l) through sm.ml; each group's output scaled to the rows'
+  // common max, summed in group order), so a partition's partial has the same bits whether its CTA
+  // runs it alone or in a run. The groups' outputs pass through the ring slot each group has just read
+  // (every other slot holds copies in flight), kFC columns at a time; then the next partition starts
+  // from empty state while its copies keep streaming. (WKV = 4: deterministic mode's variants.)
+  constexpr bool kFlush = WKV == 4;
+  constexpr int kHalfB = static_cast<int>(sizeof(typename Smem::Half));
+  constexpr int kFC = D % 64 == 0 && kRows * 68 * 4 <= kHalfB ? 64 : D % 32 == 0 && kRows * 36 * 4 <= kHalfB ? 32 : 16;
+  static_assert(!kFlush || kRows * (kFC + 4) * 4 <= kHalfB, "the partition flush's column block fits a ring slot");
+  const int flush_tiles = kFlush && w.part > 0 ? w.part / Tr::kTileKV : 0;
+  auto flush_partition = [&](int sf, int slot0) {
+    float fm[MT][2], fl[MT][2], fc[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        fm[mt][hf] = row_m[mt][hf] - vexp(mt, hf);
+        fl[mt][hf] = row_l[mt][hf];
+        fc[mt][hf] = row_c[mt][hf];
+#pragma unroll
+        for (int x = 1; x <= 2; x *= 2) {
+          fl[mt][hf] += __shfl_xor_sync(0xffffffffu, fl[mt][hf], x);
+          if constexpr (kU8) fc[mt][hf] += __shfl_xor_sync(0xffffffffu, fc[mt][hf], x);
+        }
+      }
+    __syncthreads();  // every group is done with the tile (slot sf), and the last flush with sm.ml
+    if (lane % 4 == 0) {
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt) {
+        const int r0 = (wq * MT + mt) * 16 + lane / 4;
+        sm.ml[wkv][r0] = make_float2(fm[mt][0], fl[mt][0]);
+        sm.ml[wkv][r0 + 8] = make_float2(fm[mt][1], fl[mt][1]);
+      }
+    }
+    __syncthreads();
+    float f[MT][2];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        const int r = (wq * MT + mt) * 16 + lane / 4 + 8 * hf;
+        float M = -INFINITY;
+#pragma unroll
+        for (int g = 0; g < Tr::kWKV; ++g) M = fmaxf(M, sm.ml[g][r].x);
+        f[mt][hf] = fm[mt][hf] == -INFINITY ? 0.0f : fast_exp2(fm[mt][hf] - M) * v_head;
+      }
+    constexpr int kLd = kFC + 4;
+    for (int cb = 0; cb < D / kFC; ++cb) {
+      float* mine = reinterpret_cast<float*>(&sm.u.s.ring[wkv][sf]);
+#pragma unroll
+      for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+          const int r = (wq * MT + mt) * 16 + lane / 4 + 8 * hf;
+          if (r >= rows) continue;
+          const float cz = kU8 ? fc[mt][hf] : 0.0f;
+#pragma unroll
+          for (int n = 0; n < kN3; ++n) {  // (every n unrolled, so that o stays in registers)
+            if (n / (kFC / 8) != cb) continue;  // the n-tiles of columns [cb kFC, (cb + 1) kFC)
+            const int c = o_col<kBytes>(n, lane) - cb * kFC;
+            mine[r * kLd + c] = (o[mt][n][2 * hf] + cz) * f[mt][hf];
+            mine[r * kLd + c + (kBytes ? 2 : 1)] = (o[mt][n][2 * hf + 1] + cz) * f[mt][hf];
+          }
+        }
+      __syncthreads();
+      for (int idx = tid; idx < rows * (kFC / 4); idx += kThreads) {
+        const int r = idx / (kFC / 4), c = (idx % (kFC / 4)) * 4;
+        float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+        for (int g = 0; g < Tr::kWKV; ++g) {
+          const float4 v = *reinterpret_cast<const float4*>(reinterpret_cast<const float*>(&sm.u.s.ring[g][sf]) + r * kLd + c);
+          acc.x += v.x;
+          acc.y += v.y;
+          acc.z += v.z;
+          acc.w += v.w;
+        }
+        const int64_t slot = (slot0 + static_cast<int64_t>(hk) * w.num_parts) * P.slot_rows + r;
+        *reinterpret_cast<float4*>(P.ws_o + slot * D + cb * kFC + c) = acc;
+      }
+      __syncthreads();
+    }
+    if (tid < rows) {
+      const int64_t slot = (slot0 + static_cast<int64_t>(hk) * w.num_parts) * P.slot_rows + tid;
+      *reinterpret_cast<float2*>(P.ws_ml + slot * 2) = group_max_sum<Tr>(sm, tid);
+    }
+  };
+
   for (int it = 0; it < n_tiles; ++it) {
     const int js = slice_begin(it);
     const bool active = js < w.kv_end;  // group-uniform
@@ -662,6 +761,22 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
       const auto& hb = sm.u.s.ring[wkv][(2 * it + 1) % kStages];
       value_step<D, MT, kK3, KV, T>(o, pa, hb, lane, k64);
     }
+    if constexpr (kFlush) {
+      if (flush_tiles > 0 && (it + 1) % flush_tiles == 0 && it + 1 < n_tiles) {
+        flush_partition((2 * it + 1) % kStages, w.slot + it / flush_tiles);
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+          for (int hf = 0; hf < 2; ++hf) {
+            row_m[mt][hf] = -INFINITY;
+            row_l[mt][hf] = row_c[mt][hf] = 0.0f;
+            vexp(mt, hf) = 0.0f;
+          }
+#pragma unroll
+          for (int n = 0; n < kN3; ++n) o[mt][n][0] = o[mt][n][1] = o[mt][n][2] = o[mt][n][3] = 0.0f;
+        }
+      }
+    }
   }
   cp_async_wait<0>();
 
@@ -719,7 +834,8 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
   }
   __syncthreads();
   tl.mark(7);
-  write_rows<Tr, D>(P, w, sm, rows, tid, hk, G, tok0);
+  write_rows<Tr, D>(P, w, w.slot < 0 ? -1 : w.slot + (kFlush && w.part > 0 ? (n_tiles - 1) / flush_tiles : 0), sm, rows,
+                    tid, hk, G, tok0);
   tl.mark(8);
   tl.print("fwd", 9);
 }

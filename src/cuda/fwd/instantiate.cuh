@@ -45,7 +45,7 @@ struct FwdVariant {
   }
   static FwdKernelInfo info() {
     return FwdKernelInfo{&launch, &launch_write, &launch_scores, &ctas_per_sm, &prepare, kSmem, Tr::kThreads,
-                         MT == 2 ? "mt2" : WKV ? (PAD ? "inv-pad" : "inv") : PAD ? "pad" : ""};
+                         MT == 2 ? "mt2" : WKV ? (RT == 1 ? (PAD ? "inv1-pad" : "inv1") : PAD ? "inv-pad" : "inv") : PAD ? "pad" : ""};
   }
 };
 
@@ -93,7 +93,11 @@ FwdKernelInfo fwd_kernel_info_kind(int rt, const KernelChoice& c) {
   constexpr bool kMt2Variants = D <= 128 && D != 112 && k16;  // (D = 112: 4 bytes spilled; 8 warps instead)
   // (the backend passes c.wg = 0 at widths without Hopper kernels)
   constexpr bool kHopperWidth = has_hopper_kernels(D);
-  if (c.invariant && rt == 2)  // Options::deterministic: 17-32-row chunks on the 1-row-tile key groups
+  // Options::deterministic: chunks of <= 16 rows on the 1-row-tile layout with the partition flush,
+  // 17-32-row chunks on its key groups with two row tiles each
+  if (c.invariant && rt == 1)
+    return c.pad ? FwdVariant<D, KV, 1, 1, true, 4>::info() : FwdVariant<D, KV, 1, 1, false, 4>::info();
+  if (c.invariant && rt == 2)
     return c.pad ? FwdVariant<D, KV, 2, 1, true, 4>::info() : FwdVariant<D, KV, 2, 1, false, 4>::info();
   if (c.pad) {  // a head size below D: fwd_kernel's padded variants only (docs/design.md, "Head sizes")
     switch (rt) {

@@ -23,7 +23,7 @@ struct FwdKernelInfo {
   int threads;                 // per CTA
   const char* variant;         // "", "wg<keys>" / "wgs<keys>" (wg_kernel: 128-row chunks, suffix "u8" / "f8" for u8 / fp8
                                // caches / key-split 33-64-row chunks), "mt2" (MT = 2), "pad" (a padded head size) or
-                               // "inv" / "inv-pad" (WKV = 4: Options::deterministic's 2-row-tile chunks)
+                               // "inv1" / "inv" (-pad) (WKV = 4: Options::deterministic's 1- and 2-row-tile chunks)
 };
 
 // Which kernel variants a plan uses besides the defaults (run-time switches, see backend.cu).
@@ -36,8 +36,8 @@ struct KernelChoice {
   bool wgs_shared = false;  // ... and their key-split chunks (wgs64x2)
   bool pad = false;        // the call's head size is below the kernel's (FwdParams::Dk < D): fwd_kernel's
                            // PAD variants, no Hopper kernel
-  bool invariant = false;  // Options::deterministic: 2-row-tile chunks on fwd_kernel's WKV = 4 layout (the
-                           // 1-row-tile variant's key groups), no Hopper kernel
+  bool invariant = false;  // Options::deterministic: 1- and 2-row-tile chunks on fwd_kernel's WKV = 4 layout
+                           // (the 1-row-tile variant's key groups, and the partition flush), no Hopper kernel
 };
 
 // The widths with Hopper kernels (wg_kernel: swizzled 64-column operand blocks); at 80, 96, 112 and 192

@@ -45,15 +45,16 @@ struct KvTraits<kKvF8> {
 // MT: row tiles per warp. MT = 2 (128-row prefill chunks at D <= 128, f16/bf16; 1.20x, run s4a): 4 warps of 32
 // rows, so each K/V fragment read from shared memory feeds two MMAs (the 8-warp layout reads every
 // fragment once per 16 rows: shared-memory bandwidth, not the tensor cores, bounds it).
-// WKV: key groups other than the default rule's (0). WKV = 4 at RT = 2 (Options::deterministic): 8 warps,
-// the 1-row-tile variant's 4 key groups and slices with two row tiles each, so a row's arithmetic (its
-// slices, their order, the group merge) is the same as in a chunk of <= 16 rows (docs/design.md,
-// "Invariant rows").
+// WKV: key groups other than the default rule's (0). WKV = 4 is Options::deterministic's layout: at RT = 2
+// 8 warps, the 1-row-tile variant's 4 key groups and slices with two row tiles each, so a row's
+// arithmetic (its slices, their order, the group merge) is the same as in a chunk of <= 16 rows
+// (docs/design.md, "Invariant rows"); at RT = 1 the 1-row-tile layout itself. Both carry fwd_kernel's
+// partition flush (WorkItem::part), which the default mode's variants do not compile.
 template <int D, int KV, int RT, int MT = 1, int WKV = 0>
 struct FwdTraits {
   static_assert(MT == 1 || (MT == 2 && RT == 8 && D <= 128 && (KV == kKvF16 || KV == kKvBF16)),
                 "MT = 2: 8 row tiles, D <= 128, f16/bf16 KV");
-  static_assert(WKV == 0 || (WKV == 4 && RT == 2 && MT == 1), "WKV = 4: 2 row tiles");
+  static_assert(WKV == 0 || (WKV == 4 && RT <= 2 && MT == 1), "WKV = 4: 1 or 2 row tiles");
   using T = typename KvTraits<KV>::mma_t;
   using C = typename KvTraits<KV>::cache_t;
   static constexpr bool kU8 = KV == kKvU8;  // affine codes: per-key parameters, folded around the MMAs
