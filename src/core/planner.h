@@ -74,16 +74,17 @@ struct WorkItem {
                       // every row goes through the merge); kv head h uses slot + h * num_parts
   int32_t num_parts;  // partitions of this chunk
   int32_t row_tiles;  // kernel variant: 16-row MMA tiles, 1, 2, 4 or 8 (>= ceil(nt * G / 16))
-  int32_t part0;      // absolute index of the chunk's first partition (kv range start / its partition size)
-  int32_t part;       // 0: the item is one partition. Else (deterministic mode, a call with more
-                      // partitions than a wave of CTAs: deterministic_span) the keys per partition of a
-                      // run of consecutive partitions: the CTA leaves partition i's partial in slot
-                      // slot + i, as a CTA of its own would, so the arithmetic does not change
   // Filled by the backend from the call's metadata (so the kernel needs one dependent load, not four):
   int32_t past;       // past_lens[seq]
   int32_t tok0;       // subsequence_begins[seq]
   int32_t t_seq;      // T of the sequence
   int32_t table;      // block_indices_begins[seq]
+  // The planner's again (after the backend's, so the default mode's kernels load the same offsets):
+  int32_t part0;      // absolute index of the chunk's first partition (kv range start / its partition size)
+  int32_t part;       // 0: the item is one partition. Else (deterministic mode, a call with more
+                      // partitions than a wave of CTAs: Plan::span) the keys per partition of a
+                      // run of consecutive partitions: the CTA leaves partition i's partial in slot
+                      // slot + i, as a CTA of its own would, so the arithmetic does not change
 };
 
 struct EmptyChunk {    // new tokens that see no key (prefix_only: an empty shard, or one wholly before

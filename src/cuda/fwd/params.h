@@ -73,8 +73,6 @@ struct FwdParams {
   int slot_rows;              // rows per partial slot (16 * the plan's widest row-tile variant)
   int chunk_rows;             // the planner's chunking rule: a sequence is cut into chunks iff T*G > it
                               // (deterministic mode also cuts at partition-size changes: write_all)
-  int merge_block;            // deterministic: partitions per fold block (planner::kFoldBlock), else 1
-  int merge_groups;           // the merge's partition groups (tuning::merge_groups of the plan's split)
   int write_all;              // 1: the write kernel writes every sequence's rows and no CTA writes in
                               // (deterministic mode cut a short sequence where its partition size changes)
   int pdl_early_reads;        // cache rows before past_len may be read before griddepcontrol.wait
@@ -84,6 +82,8 @@ struct FwdParams {
   // MMA's f16/bf16 operand). u8: 6; P * vscale * 2^E is rounded to f16, and the kernels choose E so
   // that the scales read back below 2^9 (u8_value_exp), so every product stays below 2^15.
   float stale_log2;
+  int merge_block;            // deterministic: partitions per fold block (planner::kFoldBlock), else 1
+  int merge_groups;           // the merge's partition groups (tuning::merge_groups of the plan's split)
 };
 
 }  // namespace cuda
