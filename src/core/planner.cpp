@@ -135,12 +135,7 @@ Plan make_plan(const Inputs& in) {
     const int rt = 1 << row_tile_class(rows);  // kernel variants: row tiles
     const int nitems = spans(c) ? (nparts + span - 1) / span : nparts;
     for (int i = 0, p = p0; i < nitems; ++i) {
-      int q = p0 + static_cast<int>(int64_t{nparts} * (i + 1) / nitems);  // balanced runs [p, q)
-      // runs of >= 2 fold blocks: cut at the nearest block boundary (cuts stay >= one block apart)
-      if (span >= 2 * kFoldBlock && i + 1 < nitems) {
-        const int snapped = (q + kFoldBlock / 2) / kFoldBlock * kFoldBlock;
-        if (snapped > p && snapped < p1) q = snapped;
-      }
+      const int q = p0 + static_cast<int>(int64_t{nparts} * (i + 1) / nitems);  // balanced runs [p, q)
       WorkItem w;
       w.seq = c.seq;
       w.t0 = c.t0;
@@ -151,7 +146,6 @@ Plan make_plan(const Inputs& in) {
       w.slot = nparts > 1 || in.deterministic ? slot + (p - p0) : -1;
       w.row_tiles = rt;
       w.part = q - p > 1 ? part : 0;
-      w.part0 = p0;
       w.past = w.tok0 = w.t_seq = w.table = 0;
       plan.items.push_back(w);
       p = q;

@@ -58,12 +58,6 @@ constexpr int deterministic_rows(int group, int max_rows) {
 // ctas_per_sm CTAs), for chunks of at most kMaxSpanRows rows (the variants with fwd_kernel's partition
 // flush); a chunk's items take balanced runs. A lone sequence keeps one partition per item.
 constexpr int kMaxSpanRows = 32;
-// Inputs::deterministic: the merge folds a row's partitions in blocks of kFoldBlock consecutive absolute
-// partitions (block j by merge group j % groups, each group's blocks in order), so a CTA whose run starts
-// a block can fold that block's partitions itself and leave one partial for them: the same operations
-// in the same order as the merge's (fwd_kernel's partition flush). Runs of at least 2 kFoldBlock
-// partitions are cut at block boundaries.
-constexpr int kFoldBlock = 8;
 struct WorkItem {
   int32_t seq;        // sequence index
   int32_t t0, nt;     // first new token of the chunk (within its sequence) and token count
@@ -80,7 +74,6 @@ struct WorkItem {
   int32_t t_seq;      // T of the sequence
   int32_t table;      // block_indices_begins[seq]
   // The planner's again (after the backend's, so the default mode's kernels load the same offsets):
-  int32_t part0;      // absolute index of the chunk's first partition (kv range start / its partition size)
   int32_t part;       // 0: the item is one partition. Else (deterministic mode, a call with more
                       // partitions than a wave of CTAs: Plan::span) the keys per partition of a
                       // run of consecutive partitions: the CTA leaves partition i's partial in slot
@@ -134,8 +127,7 @@ struct Plan {
   int chunk_rows = kMaxRows;               // = Inputs::max_rows, or deterministic_rows (the chunking rule:
                                            // T > chunk_rows / G; deterministic mode also cuts at size changes)
   int max_row_tiles = 1;
-  int span = 1;                            // deterministic: partitions per item (WorkItem::part), before
-                                           // cuts snap to fold blocks (then up to kFoldBlock more)
+  int span = 1;                            // deterministic: most partitions per item (WorkItem::part)
   int64_t ctas = 0;                        // attention CTAs (items x kv heads)
   std::vector<WorkItem> items;             // sorted by row_tiles, then longest key range first
   std::vector<MergeItem> merges;

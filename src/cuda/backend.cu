@@ -55,20 +55,12 @@ FwdKernelInfo fwd_kernel_info(int head_size, int kv, int row_tiles, const Kernel
 template <int D, int kSplit>
 void launch_merge_d(const FwdParams& P, int num_rows, int batch, cudaStream_t stream, bool pdl) {
   const dim3 grid(num_rows, kSplit), block(kMergeThreads);
-  if (P.merge_block > 1) {  // deterministic mode: fold blocks (merge_kernel's kBlocked)
-    if (batch == 8)
-      launch_ex(merge_kernel<D, kSplit, 8, true>, grid, block, 0, stream, pdl, P);
-    else if (batch == 4)
-      launch_ex(merge_kernel<D, kSplit, 4, true>, grid, block, 0, stream, pdl, P);
-    else
-      launch_ex(merge_kernel<D, kSplit, 1, true>, grid, block, 0, stream, pdl, P);
-  } else if (batch == 8) {
+  if (batch == 8)
     launch_ex(merge_kernel<D, kSplit, 8>, grid, block, 0, stream, pdl, P);
-  } else if (batch == 4) {
+  else if (batch == 4)
     launch_ex(merge_kernel<D, kSplit, 4>, grid, block, 0, stream, pdl, P);
-  } else {
+  else
     launch_ex(merge_kernel<D, kSplit, 1>, grid, block, 0, stream, pdl, P);
-  }
 }
 void launch_merge(const FwdParams& P, int head_size, int num_rows, int split, int batch, cudaStream_t stream,
                   bool pdl) {
@@ -258,7 +250,6 @@ class CudaPlan final : public detail::PlanImpl {
     choice_.wg = choice_.pad || opt.deterministic || !has_hopper_kernels(D_) ? 0
                                                                            : tuning::hopper_key_tile(D_, bytes, hopper, env);
     choice_.invariant = opt.deterministic;
-    deterministic_ = opt.deterministic;
     int64_t max_keys = 0;   // the longest key range of the call (a window caps it)
     int64_t wide_ctas = 0;  // chunks of more than 64 rows, as 128-row chunks, times the kv heads
     int64_t split_ctas = 0;  // sequences of 17-64 rows (one chunk each) times the kv heads
@@ -468,8 +459,6 @@ class CudaPlan final : public detail::PlanImpl {
     P.slot_rows = wl_.slot_rows;
     P.chunk_rows = wl_.chunk_rows;
     P.write_all = write_all_ ? 1 : 0;
-    P.merge_block = deterministic_ ? planner::kFoldBlock : 1;
-    P.merge_groups = tuning::merge_groups(D_, merge_split_);
     P.pdl_early_reads = pdl_ && early_reads_ ? 1 : 0;
     P.u8_exp_byte = 0x64u;
     P.stale_log2 = kv_ != kKvU8 ? 8.0f : 6.0f;  // FwdParams::stale_log2
@@ -565,7 +554,6 @@ class CudaPlan final : public detail::PlanImpl {
   KernelChoice choice_{true, 0, 0};
   bool separate_write_ = false;  // KV write-in as its own launch (some sequence has several chunks)
   bool write_all_ = false;       // ... of every sequence's rows (FwdParams::write_all)
-  bool deterministic_ = false;  // Options::deterministic (FwdParams::merge_block)
   int64_t wave_ctas_ = 0;        // PlanInfo::wave_ctas
   int num_seqs_ = 0, num_tokens_ = 0;
   std::vector<std::pair<int, int>> empty_rows_;  // (first token, tokens) of rows with no key (prefix_only)

@@ -474,24 +474,18 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
   const float v_head = Tr::kF8 ? P.v_head_scale[hk * P.v_head_scale_stride] : 1.0f;
 
   // Options::deterministic's runs of partitions (WorkItem::part > 0; planner::Plan::span). After a
-  // partition's last tile the CTA leaves that partition's partial with the arithmetic of the epilogue
-  // below (the groups' (m, l) through sm.ml; each group's output scaled to the rows' common max, summed
-  // in group order), so it has the same bits whether its CTA runs it alone or in a run. The groups'
-  // outputs pass through the ring slot each group has just read (every other slot holds copies in
-  // flight), in blocks of as many columns as the rows let fit (all D of 4 rows at D = 256; 16 rows take
-  // 4 blocks); then the next partition starts from empty state while its copies keep streaming.
-  // Fold blocks (planner::kFoldBlock): from a partition that starts a block (or the chunk) and is the
-  // first of its merge group in the chunk, the CTA folds the block's partitions into the first one's slot
-  // with the merge's operations (fold_state / fold_values), and marks the others' slots empty (m = -inf):
-  // the merge then reads one partial per block. (WKV = 4: deterministic mode's variants.)
+  // partition's last tile the CTA leaves that partition's partial in its slot, with the arithmetic of
+  // the epilogue below (the groups' (m, l) through sm.ml; each group's output scaled to the rows'
+  // common max, summed in group order), so a partition's partial has the same bits whether its CTA
+  // runs it alone or in a run. The groups' outputs pass through the ring slot each group has just read
+  // (every other slot holds copies in flight), in blocks of as many columns as the rows let fit (all D
+  // of 4 rows at D = 256: 4 barriers per flush; 16 rows take 4 blocks); then the next partition starts
+  // from empty state while its copies keep streaming. (WKV = 4: deterministic mode's variants.)
   constexpr bool kFlush = WKV == 4;
   constexpr int kHalfB = static_cast<int>(sizeof(typename Smem::Half));
   static_assert(!kFlush || kRows * (16 + 4) * 4 <= kHalfB, "the partition flush's 16-column block fits a ring slot");
   const int flush_tiles = kFlush && w.part > 0 ? w.part / Tr::kTileKV : 0;
-  // `i`: the item's partition; `fold_slot`: the slot its fold block's state lives in (-1: a plain partial),
-  // `fresh`: the partition starts that block's fold
-  auto flush_partition = [&](int sf, int i, int fold_slot, bool fresh) {
-    const int own = w.slot + i;
+  auto flush_partition = [&](int sf, int slot0) {
     float fm[MT][2], fl[MT][2], fc[MT][2];
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
@@ -527,31 +521,6 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
         for (int g = 0; g < Tr::kWKV; ++g) M = fmaxf(M, sm.ml[g][r].x);
         f[mt][hf] = fm[mt][hf] == -INFINITY ? 0.0f : fast_exp2(fm[mt][hf] - M) * v_head;
       }
-    auto ml_at = [&](int slot, int r) {
-      return reinterpret_cast<float2*>(P.ws_ml) + (slot + static_cast<int64_t>(hk) * w.num_parts) * P.slot_rows + r;
-    };
-    // row r's partition statistics; folding: the block's state takes them, and sm.ml[0][r] carries the
-    // fold's (rescale, weight) to the column sums (y < 0: no visible key, the state stays; x < 0: the
-    // state was empty, m = -inf, whose values the merge holds as 0 and this CTA has not written)
-    float2 part_ml = make_float2(-INFINITY, 0.0f);
-    if (tid < rows) part_ml = group_max_sum<Tr>(sm, tid);
-    if (fold_slot >= 0) {
-      float2 coef = make_float2(1.0f, -1.0f);
-      if (tid < rows) {
-        float2 st = fresh ? make_float2(-INFINITY, 0.0f) : *ml_at(fold_slot, tid);
-        bool rescaled;
-        float s, wgt;
-        const bool empty = st.x == -INFINITY;
-        if (fold_state(st.x, st.y, part_ml, rescaled, s, wgt)) coef = make_float2(empty ? -1.0f : rescaled ? s : 1.0f, wgt);
-        *ml_at(fold_slot, tid) = st;
-        if (!fresh) *ml_at(own, tid) = make_float2(-INFINITY, 0.0f);  // folded: the merge skips it
-      }
-      __syncthreads();  // every thread is done reading sm.ml
-      if (tid < rows) sm.ml[0][tid] = coef;
-    } else if (tid < rows) {
-      *ml_at(own, tid) = part_ml;
-    }
-    const int out_slot = fold_slot >= 0 ? fold_slot : own;
     // columns per block: the most (a divisor of D, whole 16-column units) whose rows fit a ring slot
     int cols = 16;
     for (int k = D / 16; k > 1; --k)
@@ -590,42 +559,15 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
           acc.z += v.z;
           acc.w += v.w;
         }
-        float4* dst = reinterpret_cast<float4*>(
-            P.ws_o + ((out_slot + static_cast<int64_t>(hk) * w.num_parts) * P.slot_rows + r) * D + cb * cols + c);
-        if (fold_slot >= 0) {
-          const float2 coef = sm.ml[0][r];
-          if (coef.y < 0.0f) continue;  // no visible key: the block's state stays
-          // (the same thread wrote this state in the block's earlier flushes: same rows, same columns)
-          const bool empty = coef.x < 0.0f;  // (then the fold rescales by 0: the merge's 0 * 0)
-          float4 st = empty ? make_float4(0.0f, 0.0f, 0.0f, 0.0f) : *dst;
-          const bool rescaled = coef.x != 1.0f;
-          const float s = empty ? 0.0f : coef.x;
-          fold_values(st.x, acc.x, rescaled, s, coef.y);
-          fold_values(st.y, acc.y, rescaled, s, coef.y);
-          fold_values(st.z, acc.z, rescaled, s, coef.y);
-          fold_values(st.w, acc.w, rescaled, s, coef.y);
-          acc = st;
-        }
-        *dst = acc;
+        const int64_t slot = (slot0 + static_cast<int64_t>(hk) * w.num_parts) * P.slot_rows + r;
+        *reinterpret_cast<float4*>(P.ws_o + slot * D + cb * cols + c) = acc;
       }
       __syncthreads();
     }
-  };
-  // the item's fold blocks: partition i of the item is absolute partition p_first + i
-  const int p_first = w.part > 0 ? w.kv_begin / w.part : 0;
-  int fold_slot = -1;
-  auto fold_of = [&](int i, bool& fresh) {  // the fold slot of partition i (updates fold_slot)
-    const int p = p_first + i, B = P.merge_block;
-    fresh = false;
-    if (B <= 1) return -1;
-    if (p % B == 0 || p == w.part0) {  // a block's (or the chunk's) first partition: a fold starts if no
-      // earlier block of the chunk has the same merge group (j - groups < the chunk's first block)
-      fresh = p / B - P.merge_groups < w.part0 / B;
-      fold_slot = fresh ? w.slot + i : -1;
-    } else if (i == 0) {
-      fold_slot = -1;  // the block started in another CTA
+    if (tid < rows) {
+      const int64_t slot = (slot0 + static_cast<int64_t>(hk) * w.num_parts) * P.slot_rows + tid;
+      *reinterpret_cast<float2*>(P.ws_ml + slot * 2) = group_max_sum<Tr>(sm, tid);
     }
-    return fold_slot;
   };
 
   for (int it = 0; it < n_tiles; ++it) {
@@ -828,11 +770,8 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
       value_step<D, MT, kK3, KV, T>(o, pa, hb, lane, k64);
     }
     if constexpr (kFlush) {
-      // (a run's last partition too, which may continue a fold block: one call site keeps the code once)
-      if (flush_tiles > 0 && ((it + 1) % flush_tiles == 0 || it + 1 == n_tiles)) {
-        bool fresh;
-        const int i = it / flush_tiles, fs = fold_of(i, fresh);
-        flush_partition((2 * it + 1) % kStages, i, fs, fresh);
+      if (flush_tiles > 0 && (it + 1) % flush_tiles == 0 && it + 1 < n_tiles) {
+        flush_partition((2 * it + 1) % kStages, w.slot + it / flush_tiles);
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
@@ -853,13 +792,6 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
   // NOTE: after the fused write-in and its __threadfence: the next run of the op may read those rows
   // before its griddepcontrol.wait (early reads). Keep the trigger after every cache write.
   pdl_launch_dependents();
-  if constexpr (kFlush) {
-    if (flush_tiles > 0) {  // a run: every partition flushed in the loop
-      tl.mark(8);
-      tl.print("fwd", 9);
-      return;
-    }
-  }
 
   // --- the quad's partial sums -> full row sums (u8: the reference m - E from here on) ------------
 #pragma unroll
@@ -910,7 +842,8 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
   }
   __syncthreads();
   tl.mark(7);
-  write_rows<Tr, D>(P, w, w.slot, sm, rows, tid, hk, G, tok0);
+  write_rows<Tr, D>(P, w, w.slot < 0 ? -1 : w.slot + (kFlush && w.part > 0 ? (n_tiles - 1) / flush_tiles : 0), sm, rows,
+                    tid, hk, G, tok0);
   tl.mark(8);
   tl.print("fwd", 9);
 }

@@ -15,29 +15,6 @@ __device__ __forceinline__ float lse_of(float m_log2, float den) {
   return den > 0.0f ? (m_log2 + log2f(den)) * 0.6931471805599453f : -INFINITY;
 }
 
-// One step of the merge's left fold of partials (m, l, O), log2 units: the state (M, den, acc) takes
-// partition (m, l). false: no visible key in it, the state stays. rescaled: the state's max moved, so
-// its den (done here) and acc (fold_values) are multiplied by s first; wgt: the partition's weight.
-// Explicit roundings (no contraction left to the compiler), so merge_kernel and fwd_kernel's partition
-// flush, which folds a block of partitions in the CTA, give the same bits.
-__device__ __forceinline__ bool fold_state(float& M, float& den, float2 ml, bool& rescaled, float& s, float& wgt) {
-  if (ml.x == -INFINITY) return false;
-  rescaled = ml.x > M;
-  s = 1.0f;
-  if (rescaled) {
-    s = fast_exp2(M - ml.x);  // 0 while M is -inf
-    den = __fmul_rn(den, s);
-    M = ml.x;
-  }
-  wgt = fast_exp2(ml.x - M);
-  den = __fmaf_rn(wgt, ml.y, den);
-  return true;
-}
-__device__ __forceinline__ void fold_values(float& acc, float v, bool rescaled, float s, float wgt) {
-  if (rescaled) acc = __fmul_rn(acc, s);
-  acc = __fmaf_rn(wgt, v, acc);
-}
-
 // Row (token, h)'s final statistics to row_stats (scores) and lse, where requested.
 __device__ __forceinline__ void store_row_stats(const FwdParams& P, int64_t token, int h, float m_log2, float den) {
   const int64_t i = token * P.H + h;

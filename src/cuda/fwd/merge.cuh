@@ -19,8 +19,7 @@ namespace cuda {
 // (kMergeThreads, merge_groups: core/tuning.h, beside the host rules that choose kSplit and kBatch.)
 using tuning::kMergeThreads;
 using tuning::merge_groups;
-// kBlocked (deterministic mode, FwdParams::merge_block > 1): groups fold blocks of consecutive partitions.
-template <int D, int kSplit, int kBatch, bool kBlocked = false>
+template <int D, int kSplit, int kBatch>
 __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_constant__ FwdParams P) {
   constexpr int kCols4 = D / 4 / kSplit;              // float4 chunks of the row per CTA
   constexpr int kGroupsM = merge_groups(D, kSplit);
@@ -45,18 +44,6 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_const
   float M = -INFINITY, den = 0.0f;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
   auto fold = [&](const float2 mlp, const float4 v) {
-    if constexpr (kBlocked) {
-      // explicit roundings (fold_state / fold_values, lse.cuh): fwd_kernel's partition flush folds a
-      // block's partitions with the same operations
-      bool r;
-      float s, wgt;
-      if (!fold_state(M, den, mlp, r, s, wgt)) return;  // no visible key in this partition
-      fold_values(acc.x, v.x, r, s, wgt);
-      fold_values(acc.y, v.y, r, s, wgt);
-      fold_values(acc.z, v.z, r, s, wgt);
-      fold_values(acc.w, v.w, r, s, wgt);
-      return;
-    }
     if (mlp.x == -INFINITY) return;  // no visible key in this partition
     if (mlp.x > M) {
       const float s = fast_exp2(M - mlp.x);  // 0 while M is -inf
@@ -81,51 +68,23 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_const
   // 1.5-3.4%, where no thread folds more than one partition: the planner picks kBatch. Every slot is
   // written for rows < rows, so the loads of partitions without a visible key read finite values that
   // fold() skips.
-  // (kBlocked) partitions p .. p + kBatch - 1 of the row (those < end), loaded together
-  auto fold_batch = [&](int p, int end) {
+  // group g folds the partitions p with (part0 + p) % kGroupsM == g (part0: MergeRow)
+  const int first = ((g - mr.part0) % kGroupsM + kGroupsM) % kGroupsM;
+  for (int p0 = first; grouped && p0 < mr.num_parts; p0 += kGroupsM * kBatch) {
     float2 mlb[kBatch];
     float4 vb[kBatch];
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) {
-      const int q = p + b;
+      const int p = p0 + b * kGroupsM;
       mlb[b] = make_float2(-INFINITY, 0.0f);
       vb[b] = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (q < end) {
-        mlb[b] = __ldcg(reinterpret_cast<const float2*>(ml + q * kMlStride));
-        vb[b] = __ldcg(reinterpret_cast<const float4*>(wo + q * kOStride));
+      if (p < mr.num_parts) {
+        mlb[b] = __ldcg(reinterpret_cast<const float2*>(ml + p * kMlStride));
+        vb[b] = __ldcg(reinterpret_cast<const float4*>(wo + p * kOStride));
       }
     }
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) fold(mlb[b], vb[b]);
-  };
-  if constexpr (!kBlocked) {
-    // group g folds the partitions p with (part0 + p) % kGroupsM == g (part0: MergeRow)
-    const int first = ((g - mr.part0) % kGroupsM + kGroupsM) % kGroupsM;
-    for (int p0 = first; grouped && p0 < mr.num_parts; p0 += kGroupsM * kBatch) {
-      float2 mlb[kBatch];
-      float4 vb[kBatch];
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
-        const int p = p0 + b * kGroupsM;
-        mlb[b] = make_float2(-INFINITY, 0.0f);
-        vb[b] = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (p < mr.num_parts) {
-          mlb[b] = __ldcg(reinterpret_cast<const float2*>(ml + p * kMlStride));
-          vb[b] = __ldcg(reinterpret_cast<const float4*>(wo + p * kOStride));
-        }
-      }
-#pragma unroll
-      for (int b = 0; b < kBatch; ++b) fold(mlb[b], vb[b]);
-    }
-  } else {
-    // deterministic mode: group g folds the blocks of merge_block absolute partitions j with
-    // j % kGroupsM == g, each block's partitions in order (planner::kFoldBlock)
-    const int B = P.merge_block, a0 = mr.part0, a1 = mr.part0 + mr.num_parts;
-    for (int j = a0 / B + ((g - (a0 / B) % kGroupsM) % kGroupsM + kGroupsM) % kGroupsM; grouped && j * B < a1;
-         j += kGroupsM) {
-      const int end = min((j + 1) * B, a1) - a0;
-      for (int p = max(j * B, a0) - a0; p < end; p += kBatch) fold_batch(p, end);
-    }
   }
   if (grouped) {
     if (c4 == 0) ml_s[g] = make_float2(M, den);

@@ -82,8 +82,6 @@ struct FwdParams {
   // MMA's f16/bf16 operand). u8: 6; P * vscale * 2^E is rounded to f16, and the kernels choose E so
   // that the scales read back below 2^9 (u8_value_exp), so every product stays below 2^15.
   float stale_log2;
-  int merge_block;            // deterministic: partitions per fold block (planner::kFoldBlock), else 1
-  int merge_groups;           // the merge's partition groups (tuning::merge_groups of the plan's split)
 };
 
 }  // namespace cuda
