@@ -53,8 +53,8 @@ constexpr int deterministic_rows(int group, int max_rows) {
 
 // Inputs::deterministic: the partitions a CTA runs in turn (WorkItem::part). A lone sequence's
 // partitions fit one wave (deterministic_partition), a batch's may not: the 32 x 8k batch has 4096
-// CTAs of 256 keys at Hk = 4, whose fixed cost per CTA made the mode 1.19x (f16) / 1.64x (u8) the
-// default at T = 1 (run inv6). Plan::span is the least run length whose items fit one wave (num_sms x
+// CTAs of 256 keys at Hk = 4 (the mode 1.19x (f16) / 1.64x (u8) the default at T = 1, run inv6; in
+// runs of 16, 1.21x / 1.44x, run ir1). Plan::span is the least run length whose items fit one wave (num_sms x
 // ctas_per_sm CTAs), for chunks of at most kMaxSpanRows rows (the variants with fwd_kernel's partition
 // flush); a chunk's items take balanced runs. A lone sequence keeps one partition per item.
 constexpr int kMaxSpanRows = 32;
