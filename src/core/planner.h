@@ -73,7 +73,8 @@ struct WorkItem {
   int32_t tok0;       // subsequence_begins[seq]
   int32_t t_seq;      // T of the sequence
   int32_t table;      // block_indices_begins[seq]
-  // The planner's again (after the backend's, so the default mode's kernels load the same offsets):
+  // The planner's again (last, so the other fields keep their offsets; the 52-byte item still changes
+  // the default kernels' code: the item stride and register assignment, bench/NOTES.md):
   int32_t part;       // 0: the item is one partition. Else (deterministic mode, a call with more
                       // partitions than a wave of CTAs: Plan::span) the keys per partition of a
                       // run of consecutive partitions: the CTA leaves partition i's partial in slot
