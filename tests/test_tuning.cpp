@@ -22,13 +22,14 @@ TEST(Tuning, OverridesDefaultWhenUnsetOrNotAValueTheyTake) {
   for (const Overrides& o : {parse({}), parse({{"PAGEDATTN_EARLY_READS", "1"}, {"PAGEDATTN_WGMMA", "32"},
                                               {"PAGEDATTN_MERGE_SPLIT", "3"}, {"PAGEDATTN_MERGE_BATCH", "2"},
                                               {"PAGEDATTN_WIDE_PREFILL", ""},
-                                              {"PAGEDATTN_WG_SPLIT", "64"}})}) {
+                                              {"PAGEDATTN_WG_SPLIT", "64"}, {"PAGEDATTN_MERGE_ROWWISE", "2"}})}) {
     EXPECT_TRUE(o.early_reads && o.stale_max && o.prefill_mt2 && o.wgmma_u8);
     EXPECT_EQ(o.wgmma, -1);
     EXPECT_EQ(o.wide_prefill, -1);
     EXPECT_EQ(o.merge_split, 0);
     EXPECT_EQ(o.merge_batch, 0);
     EXPECT_EQ(o.wg_split, -1);
+    EXPECT_EQ(o.merge_rowwise, -1);
   }
 }
 
@@ -47,6 +48,8 @@ TEST(Tuning, OverridesParsed) {
   EXPECT_EQ(parse({{"PAGEDATTN_WG_SPLIT", "0"}}).wg_split, 0);
   EXPECT_EQ(parse({{"PAGEDATTN_WG_SPLIT", "1"}}).wg_split, 1);
   EXPECT_EQ(parse({{"PAGEDATTN_WG_SPLIT", "2"}}).wg_split, 2);
+  EXPECT_EQ(parse({{"PAGEDATTN_MERGE_ROWWISE", "0"}}).merge_rowwise, 0);
+  EXPECT_EQ(parse({{"PAGEDATTN_MERGE_ROWWISE", "1"}}).merge_rowwise, 1);
 }
 
 TEST(Tuning, HopperShared) {
@@ -209,6 +212,22 @@ TEST(Tuning, MergeBatch) {
   Overrides o;
   o.merge_batch = 8;
   EXPECT_EQ(merge_batch(256, 1, 1, 100, 132, o), 8);
+}
+
+// Deterministic mode's merge: a CTA per row and column block up to one wave of them (4 per SM), a
+// thread per 4 columns past it.
+TEST(Tuning, MergeRowwise) {
+  const Overrides none;
+  EXPECT_FALSE(merge_rowwise(128, 4, 132, none));   // a lone 128k sequence at T = 8: 512 CTAs, one wave
+  EXPECT_FALSE(merge_rowwise(132, 4, 132, none));   // 528: exactly one wave
+  EXPECT_TRUE(merge_rowwise(133, 4, 132, none));
+  EXPECT_TRUE(merge_rowwise(512, 4, 132, none));    // the 32 x 8k batch at T = 1 (G = 4, D = 256)
+  EXPECT_FALSE(merge_rowwise(512, 1, 132, none));   // D = 64 (split 1): 512 CTAs
+  Overrides o;
+  o.merge_rowwise = 1;
+  EXPECT_TRUE(merge_rowwise(1, 1, 132, o));
+  o.merge_rowwise = 0;
+  EXPECT_FALSE(merge_rowwise(100000, 4, 132, o));
 }
 
 }  // namespace

@@ -370,7 +370,7 @@ class Plan:
     def info(self) -> dict:
         """The planner's decisions as a dict (C++ PlanInfo): backend, reference, threads, partition_tokens,
         wave_ctas, head_width, work_items, launches (cuda: [{row_tiles, ctas, threads, variant}]), merge_rows, merge_split,
-        merge_batch, separate_kv_write, pdl, early_reads, workspace_bytes."""
+        merge_batch, merge_rowwise, separate_kv_write, pdl, early_reads, workspace_bytes."""
         return self._native.info
 
     def run(self, *, query: Any = None, key: Any = None, value: Any = None, key_cache: Any = None,

@@ -29,6 +29,7 @@ Overrides parse_overrides(const std::function<const char*(const char*)>& getenv)
   const int split = number("PAGEDATTN_MERGE_SPLIT"), batch = number("PAGEDATTN_MERGE_BATCH");
   o.merge_split = split == 1 || split == 2 || split == 4 ? split : 0;
   o.merge_batch = batch == 1 || batch == 4 || batch == 8 ? batch : 0;
+  o.merge_rowwise = is("PAGEDATTN_MERGE_ROWWISE", "0") ? 0 : is("PAGEDATTN_MERGE_ROWWISE", "1") ? 1 : -1;
   return o;
 }
 
@@ -151,6 +152,18 @@ int merge_batch(int head_size, int split, int max_parts, int64_t merge_rows, int
   const int per_thread = (max_parts + groups - 1) / groups;
   const bool one_wave = merge_rows * split <= num_sms;
   return per_thread <= 1 ? 1 : per_thread <= 4 || !one_wave ? 4 : 8;
+}
+
+// Deterministic mode fixes the split (D / 64), so a call of many rows runs many merge CTAs of 512 threads,
+// four per SM, each waiting its loads and its serial combine in turn. Past one wave of them the thread-per-
+// columns kernel takes over: the 32 x 8k batch's merges (2048 / 8192 / 16384 CTAs at T = 1 / 4 / 8) took
+// 42 / 159 / 320 us (ncu, bench/results/2026-12-03-ncu-c0cffb9-h200), reading 18 / 70 / 141 MB. A call
+// of at most one wave keeps merge_kernel: its groups fold in parallel, where one thread would fold a
+// row's 32-64 partitions in series (a lone 128k row has 64).
+bool merge_rowwise(int64_t merge_rows, int split, int num_sms, const Overrides& o) {
+  if (o.merge_rowwise >= 0) return o.merge_rowwise == 1;
+  constexpr int kCtasPerSm = 2048 / kMergeThreads;  // threads per SM over the CTA's
+  return merge_rows * split > static_cast<int64_t>(num_sms) * kCtasPerSm;
 }
 
 }  // namespace tuning

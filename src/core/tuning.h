@@ -27,6 +27,8 @@ struct Overrides {
   int wide_prefill = -1;      // PAGEDATTN_WIDE_PREFILL=0/1: 128-row chunks off/on; -1 unset
   int merge_split = 0;        // PAGEDATTN_MERGE_SPLIT=1/2/4; 0 unset
   int merge_batch = 0;        // PAGEDATTN_MERGE_BATCH=1/4/8; 0 unset
+  int merge_rowwise = -1;     // PAGEDATTN_MERGE_ROWWISE=0/1: deterministic mode's merge by CTA per row / by
+                              // thread per 4 columns (the same bits); -1 unset
 };
 /// `getenv` returns a variable's value or nullptr (tests pass their own).
 Overrides parse_overrides(const std::function<const char*(const char*)>& getenv);
@@ -77,6 +79,9 @@ PA_HD constexpr int merge_groups(int head_size, int split) { return kMergeThread
 int merge_split(int head_size, int64_t merge_rows, int num_sms, const Overrides& o);
 /// Partition loads in flight per merge thread: 1, 4 or 8. `max_parts`: the most partitions of a row.
 int merge_batch(int head_size, int split, int max_parts, int64_t merge_rows, int num_sms, const Overrides& o);
+/// Deterministic mode: whether the merge runs one thread per 4 columns of a row (merge_rows_kernel)
+/// rather than a CTA per row and column block (merge_kernel, `split` blocks per row). Same bits either way.
+bool merge_rowwise(int64_t merge_rows, int split, int num_sms, const Overrides& o);
 
 }  // namespace tuning
 }  // namespace pagedattn

@@ -62,6 +62,25 @@ void launch_merge_d(const FwdParams& P, int num_rows, int batch, cudaStream_t st
   else
     launch_ex(merge_kernel<D, kSplit, 1>, grid, block, 0, stream, pdl, P);
 }
+// Deterministic mode's merge of many rows (tuning::merge_rowwise): one thread per 4 columns of a row.
+template <int D>
+void launch_merge_rows_d(const FwdParams& P, int num_rows, cudaStream_t stream, bool pdl) {
+  const int64_t threads = static_cast<int64_t>(num_rows) * (D / 4);
+  const dim3 grid(static_cast<unsigned>((threads + kMergeRowThreads - 1) / kMergeRowThreads)), block(kMergeRowThreads);
+  launch_ex(merge_rows_kernel<D>, grid, block, 0, stream, pdl, P, num_rows);
+}
+void launch_merge_rows(const FwdParams& P, int head_size, int num_rows, cudaStream_t stream, bool pdl) {
+  switch (head_size) {
+    case 64: launch_merge_rows_d<64>(P, num_rows, stream, pdl); break;
+    case 80: launch_merge_rows_d<80>(P, num_rows, stream, pdl); break;
+    case 96: launch_merge_rows_d<96>(P, num_rows, stream, pdl); break;
+    case 112: launch_merge_rows_d<112>(P, num_rows, stream, pdl); break;
+    case 128: launch_merge_rows_d<128>(P, num_rows, stream, pdl); break;
+    case 192: launch_merge_rows_d<192>(P, num_rows, stream, pdl); break;
+    case 256: launch_merge_rows_d<256>(P, num_rows, stream, pdl); break;
+    default: throw RuntimeError("merge: no row kernel for D=" + std::to_string(head_size));
+  }
+}
 void launch_merge(const FwdParams& P, int head_size, int num_rows, int split, int batch, cudaStream_t stream,
                   bool pdl) {
   switch (head_size * 8 + split) {
@@ -345,6 +364,7 @@ class CudaPlan final : public detail::PlanImpl {
     // merge thread folds, so it must not depend on the call)
     merge_split_ = opt.deterministic ? D_ / 64 : tuning::merge_split(D_, num_merge_rows_, in.num_sms, env);
     merge_batch_ = tuning::merge_batch(D_, merge_split_, max_parts, num_merge_rows_, in.num_sms, env);
+    merge_rowwise_ = opt.deterministic && tuning::merge_rowwise(num_merge_rows_, merge_split_, in.num_sms, env);
 
     // --- metadata to the device (read by run) ----------------------------------------------------
     // NOTE: copied into plan-owned vectors first: if the caller's buffers are pinned, cudaMemcpyAsync
@@ -482,7 +502,10 @@ class CudaPlan final : public detail::PlanImpl {
       PA_CUDA_CHECK(cudaGetLastError());
     }
     if (num_merge_rows_ > 0) {
-      launch_merge(P, D_, num_merge_rows_, merge_split_, merge_batch_, stream_, pdl_);
+      if (merge_rowwise_)
+        launch_merge_rows(P, D_, num_merge_rows_, stream_, pdl_);
+      else
+        launch_merge(P, D_, num_merge_rows_, merge_split_, merge_batch_, stream_, pdl_);
       PA_CUDA_CHECK(cudaGetLastError());
     }
     if (P.scores != nullptr && num_score_tiles_ > 0) {
@@ -506,7 +529,12 @@ class CudaPlan final : public detail::PlanImpl {
          << "KiB per_sm=" << fwd_kernel_info(D_, kv_, l.row_tiles, choice_).ctas_per_sm()
          << (l.variant.empty() ? std::string() : " " + l.variant) << "]";
     }
-    os << " merge_rows=" << pi.merge_rows << "x" << pi.merge_split << " merge_batch=" << pi.merge_batch
+    os << " merge_rows=" << pi.merge_rows;
+    if (pi.merge_rowwise)
+      os << " merge=rowwise";
+    else
+      os << "x" << pi.merge_split << " merge_batch=" << pi.merge_batch;
+    os
        << " kv_write=" << (pi.separate_kv_write ? "separate" : "fused")
        << " pdl=" << (pi.pdl ? (pi.early_reads ? "on+early-reads" : "on") : "off");
     os << " workspace=" << pi.workspace_bytes / 1024 << "KiB";
@@ -527,6 +555,7 @@ class CudaPlan final : public detail::PlanImpl {
     pi.merge_rows = num_merge_rows_;
     pi.merge_split = merge_split_;
     pi.merge_batch = merge_batch_;
+    pi.merge_rowwise = merge_rowwise_;
     pi.separate_kv_write = separate_write_;
     pi.pdl = pdl_;
     pi.early_reads = pdl_ && early_reads_;
@@ -564,6 +593,7 @@ class CudaPlan final : public detail::PlanImpl {
   int num_merge_rows_ = 0;
   int merge_split_ = 1;  // merge CTAs per row (column blocks)
   int merge_batch_ = 1;  // partition loads in flight per merge thread
+  bool merge_rowwise_ = false;  // deterministic mode, many rows: merge_rows_kernel (tuning::merge_rowwise)
   std::vector<std::vector<uint8_t>> host_;  // plan-owned copies of the host metadata (see upload)
   std::vector<MergeRow> merge_rows_;
   int num_score_tiles_ = 0;

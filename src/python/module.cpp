@@ -290,6 +290,7 @@ NB_MODULE(_C, m) {
         d["merge_rows"] = i.merge_rows;
         d["merge_split"] = i.merge_split;
         d["merge_batch"] = i.merge_batch;
+        d["merge_rowwise"] = i.merge_rowwise;
         d["separate_kv_write"] = i.separate_kv_write;
         d["pdl"] = i.pdl;
         d["early_reads"] = i.early_reads;

@@ -211,3 +211,64 @@ TEST(Cuda, InvariantModeMatchesTheOracle) {
   cfg.p_write = 0.9;
   run_suite("invariant-oracle", cfg, base_seed() + 4400000, 120, opt);
 }
+
+// Deterministic mode's two merge kernels (tuning::merge_rowwise: a CTA per row and column block for
+// calls of up to a wave of them, a thread per 4 columns past that) give the same bits: each case runs
+// with either forced, out and lse compared byte for byte. 64-key partitions put up to ~190 partitions
+// on a row (several per merge group, chunks starting mid-group: MergeRow::part0). The batch suites
+// above compare the two across calls too (a batch of many rows against its sequences alone).
+TEST(Cuda, InvariantMergeKernelsAgree) {
+  REQUIRE_GPU();
+  Options opt{Backend::cuda};
+  opt.deterministic = true;
+  opt.partition_tokens = 64;
+  const uint64_t seed0 = base_seed() + 4500000;
+  const int n = case_count(60);
+  std::printf("[invariant-merge-kernels] base seed %llu, %d cases\n", static_cast<unsigned long long>(seed0), n);
+  int rows = 0, differ = 0, lse_differ = 0;
+  for (int i = 0; i < n; ++i) {
+    CaseConfig cfg = invariant_config(i);
+    cfg.p_tree = 0.3;
+    cfg.p_lse = 0.5;
+    const Case c = make_random_case(seed0 + i, cfg);
+    Case by_cta = c, by_thread = c;
+    {
+      EnvGuard e("PAGEDATTN_MERGE_ROWWISE", "0");
+      run_cuda(by_cta, opt);
+    }
+    {
+      EnvGuard e("PAGEDATTN_MERGE_ROWWISE", "1");
+      if (i == 0) {
+        DeviceCase d(by_thread);
+        ASSERT_TRUE(plan(d.params(), opt).info().merge_rowwise) << "PAGEDATTN_MERGE_ROWWISE=1 did not take effect";
+      }
+      run_cuda(by_thread, opt);
+    }
+    const size_t o_row = by_cta.out.size() / static_cast<size_t>(c.num_tokens);
+    int case_rows = 0;
+    for (int t = 0; t < c.num_tokens; ++t)
+      case_rows += std::memcmp(by_cta.out.data() + t * o_row, by_thread.out.data() + t * o_row, o_row) != 0;
+    const bool lse_same = by_cta.lse.size() == by_thread.lse.size() &&
+                          std::memcmp(by_cta.lse.data(), by_thread.lse.data(), by_cta.lse.size() * sizeof(float)) == 0;
+    EXPECT_EQ(case_rows, 0) << "case " << c.describe() << ": rows differ between the merge kernels";
+    EXPECT_TRUE(lse_same) << "case " << c.describe() << ": lse differs between the merge kernels";
+    rows += c.num_tokens;
+    differ += case_rows;
+    lse_differ += !lse_same;
+  }
+  std::printf("[invariant-merge-kernels] %d tokens' rows: %d differ between the merge kernels; lse %d cases differ\n",
+              rows, differ, lse_differ);
+}
+
+// The thread-per-columns merge against the oracle (forced for every call, so small cases run it too).
+TEST(Cuda, InvariantRowwiseMergeMatchesTheOracle) {
+  REQUIRE_GPU();
+  EnvGuard e("PAGEDATTN_MERGE_ROWWISE", "1");
+  Options opt{Backend::cuda};
+  opt.deterministic = true;
+  CaseConfig cfg = invariant_config(7);  // up to 12000 keys
+  cfg.p_tree = 0.3;
+  cfg.p_scores = 0.3;
+  cfg.p_lse = 0.3;
+  run_suite("invariant-oracle-rowwise", cfg, base_seed() + 4600000, 60, opt);
+}

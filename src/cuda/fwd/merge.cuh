@@ -19,6 +19,50 @@ namespace cuda {
 // (kMergeThreads, merge_groups: core/tuning.h, beside the host rules that choose kSplit and kBatch.)
 using tuning::kMergeThreads;
 using tuning::merge_groups;
+
+// A running (m, l, O) over partitions, and the two steps of every merge: fold() takes one partition's
+// partial into a group's state (running max), combine() adds a finished group into the row's sum at the
+// row's final max Mt. Both merge kernels call these, with explicit roundings (no contraction left to the
+// compiler), so the two give the same bits for the same groups: deterministic mode picks either by the
+// call's size (merge_rows_kernel), never changing a row's result.
+struct MergeState {
+  float m = -INFINITY, den = 0.0f;
+  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+};
+__device__ __forceinline__ void merge_fold(MergeState& st, const float2 mlp, const float4 v) {
+  if (mlp.x == -INFINITY) return;  // no visible key in this partition
+  if (mlp.x > st.m) {
+    const float s = fast_exp2(st.m - mlp.x);  // 0 while m is -inf
+    st.den = __fmul_rn(st.den, s);
+    st.acc = make_float4(__fmul_rn(st.acc.x, s), __fmul_rn(st.acc.y, s), __fmul_rn(st.acc.z, s), __fmul_rn(st.acc.w, s));
+    st.m = mlp.x;
+  }
+  const float wgt = fast_exp2(mlp.x - st.m);
+  st.den = __fmaf_rn(wgt, mlp.y, st.den);
+  st.acc = make_float4(__fmaf_rn(wgt, v.x, st.acc.x), __fmaf_rn(wgt, v.y, st.acc.y), __fmaf_rn(wgt, v.z, st.acc.z),
+                       __fmaf_rn(wgt, v.w, st.acc.w));
+}
+// the row's sum starts at the sink's term: dt = 2^(sink - Mt) (0 without a sink), a = 0
+__device__ __forceinline__ void merge_combine(float& dt, float4& a, const float Mt, const float2 mi, const float4 v) {
+  if (mi.x == -INFINITY) return;
+  const float wgt = fast_exp2(mi.x - Mt);
+  dt = __fmaf_rn(wgt, mi.y, dt);
+  a = make_float4(__fmaf_rn(wgt, v.x, a.x), __fmaf_rn(wgt, v.y, a.y), __fmaf_rn(wgt, v.z, a.z), __fmaf_rn(wgt, v.w, a.w));
+}
+// The row's 4 columns from `col` normalised into out (and its statistics from the thread of column 0).
+__device__ __forceinline__ void merge_store(const FwdParams& P, const MergeRow& mr, int col, float Mt, float dt,
+                                            float4 a) {
+  const float inv = dt > 0.0f ? 1.0f / dt : 0.0f;  // 0: no partition saw a key (prefix_only windows)
+  if (col == 0) store_row_stats(P, mr.token, mr.head, Mt, dt);
+  const int64_t base = static_cast<int64_t>(mr.token) * P.H * P.Dv + static_cast<int64_t>(mr.head) * P.Dv + col;
+  if (col < P.Dv)  // (not a padding column)
+    store_io4(P.out, base, P.io_dtype, make_float4(__fmul_rn(a.x, inv), __fmul_rn(a.y, inv), __fmul_rn(a.z, inv),
+                                                   __fmul_rn(a.w, inv)));
+}
+__device__ __forceinline__ float merge_sink_log2(const FwdParams& P, const MergeRow& mr) {
+  return P.sinks != nullptr ? P.sinks[mr.head] * kLog2e : -INFINITY;
+}
+
 template <int D, int kSplit, int kBatch>
 __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_constant__ FwdParams P) {
   constexpr int kCols4 = D / 4 / kSplit;              // float4 chunks of the row per CTA
@@ -39,35 +83,16 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_const
   const int64_t kOStride = static_cast<int64_t>(P.slot_rows) * D;
   pdl_wait();
   tl.mark(1);
-  const float sink2 = P.sinks != nullptr ? P.sinks[mr.head] * kLog2e : -INFINITY;
+  const float sink2 = merge_sink_log2(P, mr);
 
-  float M = -INFINITY, den = 0.0f;
-  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-  auto fold = [&](const float2 mlp, const float4 v) {
-    if (mlp.x == -INFINITY) return;  // no visible key in this partition
-    if (mlp.x > M) {
-      const float s = fast_exp2(M - mlp.x);  // 0 while M is -inf
-      den *= s;
-      acc.x *= s;
-      acc.y *= s;
-      acc.z *= s;
-      acc.w *= s;
-      M = mlp.x;
-    }
-    const float wgt = fast_exp2(mlp.x - M);
-    den += wgt * mlp.y;
-    acc.x += wgt * v.x;
-    acc.y += wgt * v.y;
-    acc.z += wgt * v.z;
-    acc.w += wgt * v.w;
-  };
+  MergeState st;
   // A thread's loads of up to kBatch partitions go out together, then fold in partition order (the
   // same bits for every kBatch). A loop that loads and folds one partition at a time waits two L2 round
   // trips per partition: the O load is not hoisted above the branch on m (SASS, before run s9a). Batches of 4
   // measured 0.93-0.98x at 8k and 32k (run s9a), but their registers (32 -> 52) cost the 32 x 8k batch
   // 1.5-3.4%, where no thread folds more than one partition: the planner picks kBatch. Every slot is
   // written for rows < rows, so the loads of partitions without a visible key read finite values that
-  // fold() skips.
+  // merge_fold() skips.
   // group g folds the partitions p with (part0 + p) % kGroupsM == g (part0: MergeRow)
   const int first = ((g - mr.part0) % kGroupsM + kGroupsM) % kGroupsM;
   for (int p0 = first; grouped && p0 < mr.num_parts; p0 += kGroupsM * kBatch) {
@@ -84,11 +109,11 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_const
       }
     }
 #pragma unroll
-    for (int b = 0; b < kBatch; ++b) fold(mlb[b], vb[b]);
+    for (int b = 0; b < kBatch; ++b) merge_fold(st, mlb[b], vb[b]);
   }
   if (grouped) {
-    if (c4 == 0) ml_s[g] = make_float2(M, den);
-    acc_s[g][c4] = acc;
+    if (c4 == 0) ml_s[g] = make_float2(st.m, st.den);
+    acc_s[g][c4] = st.acc;
   }
   __syncthreads();
   tl.mark(2);
@@ -100,25 +125,76 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_const
     float dt = sink2 == -INFINITY ? 0.0f : exp2f(sink2 - Mt);
     float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll
-    for (int i = 0; i < kGroupsM; ++i) {
-      const float2 mi = ml_s[i];
-      if (mi.x == -INFINITY) continue;
-      const float wgt = fast_exp2(mi.x - Mt);
-      const float4 v = acc_s[i][c4];
-      dt += wgt * mi.y;
-      a.x += wgt * v.x;
-      a.y += wgt * v.y;
-      a.z += wgt * v.z;
-      a.w += wgt * v.w;
-    }
-    const float inv = dt > 0.0f ? 1.0f / dt : 0.0f;  // 0: no partition saw a key (prefix_only windows)
-    if (col == 0) store_row_stats(P, mr.token, mr.head, Mt, dt);
-    const int64_t base = static_cast<int64_t>(mr.token) * P.H * P.Dv + static_cast<int64_t>(mr.head) * P.Dv + col;
-    if (col < P.Dv)  // (not a padding column)
-      store_io4(P.out, base, P.io_dtype, make_float4(a.x * inv, a.y * inv, a.z * inv, a.w * inv));
+    for (int i = 0; i < kGroupsM; ++i) merge_combine(dt, a, Mt, ml_s[i], acc_s[i][c4]);
+    merge_store(P, mr, col, Mt, dt, a);
   }
   tl.mark(3);
   tl.print("merge", 4);
+}
+
+// Deterministic mode's merge for calls of many rows: the arithmetic of merge_kernel<D, D / 64, *> (its
+// groups of partitions, each folded in partition order, then combined in group order at the row's max),
+// in one thread per 4 columns of a row, so the CTAs are few and every thread's loads are in flight
+// together. merge_kernel spends a CTA of 512 threads per row and column block, its groups' combine
+// serial in 16 of them: past one wave of those CTAs each waits its latency in turn (the 32 x 8k batch in
+// deterministic mode: 2048 / 8192 / 16384 merge CTAs at T = 1 / 4 / 8 took 42 / 159 / 320 us for 18 /
+// 70 / 141 MB of partials, ncu, bench/results/2026-12-03-ncu-c0cffb9-h200). The row's max comes
+// first (a pass over its partitions' m: max is exact in any order), then groups of kGroupBatch are
+// folded with their loads issued together and combined in order. tuning::merge_rowwise picks it.
+constexpr int kMergeRowThreads = 128;
+template <int D>
+__global__ void __launch_bounds__(kMergeRowThreads) merge_rows_kernel(const __grid_constant__ FwdParams P,
+                                                                      int num_rows) {
+  constexpr int kCols4 = D / 4;
+  constexpr int kGroupsM = merge_groups(D, D / 64 > 0 ? D / 64 : 1);  // merge_kernel's with split D / 64
+  constexpr int kGroupBatch = 8;
+  const int idx = static_cast<int>(blockIdx.x) * kMergeRowThreads + static_cast<int>(threadIdx.x);
+  const int r = idx / kCols4, col = (idx % kCols4) * 4;
+  const bool live = r < num_rows;
+  const MergeRow mr = P.merge_rows[live ? r : num_rows - 1];  // plan data: before the wait
+  const float* ml = P.ws_ml + (static_cast<int64_t>(mr.slot) * P.slot_rows + mr.row) * 2;
+  const float* wo = P.ws_o + (static_cast<int64_t>(mr.slot) * P.slot_rows + mr.row) * D + col;
+  const int64_t kMlStride = static_cast<int64_t>(P.slot_rows) * 2;
+  const int64_t kOStride = static_cast<int64_t>(P.slot_rows) * D;
+  pdl_wait();
+  if (!live) {
+    pdl_launch_dependents();
+    return;
+  }
+  const float sink2 = merge_sink_log2(P, mr);
+  float Mt = sink2;
+#pragma unroll 8
+  for (int p = 0; p < mr.num_parts; ++p) Mt = fmaxf(Mt, __ldcg(reinterpret_cast<const float2*>(ml + p * kMlStride)).x);
+  float dt = sink2 == -INFINITY ? 0.0f : exp2f(sink2 - Mt);
+  float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
+  // group g holds the partitions p = first(g) + j kGroupsM, first(g) = (g - part0) mod kGroupsM
+  const int shift = ((mr.part0 % kGroupsM) + kGroupsM) % kGroupsM;
+  const int rounds = (mr.num_parts + kGroupsM - 1) / kGroupsM;
+  for (int g0 = 0; g0 < kGroupsM; g0 += kGroupBatch) {
+    MergeState st[kGroupBatch];
+    for (int j = 0; j < rounds; ++j) {
+      float2 mlb[kGroupBatch];
+      float4 vb[kGroupBatch];
+#pragma unroll
+      for (int b = 0; b < kGroupBatch; ++b) {
+        const int g = g0 + b;
+        const int p = (g - shift + kGroupsM) % kGroupsM + j * kGroupsM;
+        mlb[b] = make_float2(-INFINITY, 0.0f);
+        vb[b] = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (g < kGroupsM && p < mr.num_parts) {
+          mlb[b] = __ldcg(reinterpret_cast<const float2*>(ml + p * kMlStride));
+          vb[b] = __ldcg(reinterpret_cast<const float4*>(wo + p * kOStride));
+        }
+      }
+#pragma unroll
+      for (int b = 0; b < kGroupBatch; ++b) merge_fold(st[b], mlb[b], vb[b]);
+    }
+#pragma unroll
+    for (int b = 0; b < kGroupBatch; ++b)
+      if (g0 + b < kGroupsM) merge_combine(dt, a, Mt, make_float2(st[b].m, st[b].den), st[b].acc);
+  }
+  pdl_launch_dependents();
+  merge_store(P, mr, col, Mt, dt, a);
 }
 
 }  // namespace cuda
