@@ -478,12 +478,14 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
   // the epilogue below (the groups' (m, l) through sm.ml; each group's output scaled to the rows'
   // common max, summed in group order), so a partition's partial has the same bits whether its CTA
   // runs it alone or in a run. The groups' outputs pass through the ring slot each group has just read
-  // (every other slot holds copies in flight), in blocks of as many columns as the rows let fit (all D
-  // of 4 rows at D = 256: 4 barriers per flush; 16 rows take 4 blocks); then the next partition starts
-  // from empty state while its copies keep streaming. (WKV = 4: deterministic mode's variants.)
+  // (every other slot holds copies in flight), kFC columns at a time; then the next partition starts
+  // from empty state while its copies keep streaming. (WKV = 4: deterministic mode's variants.) Blocks
+  // sized at run time by the chunk's rows (1d670e3, never timed alone) came with the 32 x 8k batch's
+  // T = 8 at 5.8-6.2x the default in runs ir2 and mr, against 3.8x on this code in run ir1: restored.
   constexpr bool kFlush = WKV == 4;
   constexpr int kHalfB = static_cast<int>(sizeof(typename Smem::Half));
-  static_assert(!kFlush || kRows * (16 + 4) * 4 <= kHalfB, "the partition flush's 16-column block fits a ring slot");
+  constexpr int kFC = D % 64 == 0 && kRows * 68 * 4 <= kHalfB ? 64 : D % 32 == 0 && kRows * 36 * 4 <= kHalfB ? 32 : 16;
+  static_assert(!kFlush || kRows * (kFC + 4) * 4 <= kHalfB, "the partition flush's column block fits a ring slot");
   const int flush_tiles = kFlush && w.part > 0 ? w.part / Tr::kTileKV : 0;
   auto flush_partition = [&](int sf, int slot0) {
     float fm[MT][2], fl[MT][2], fc[MT][2];
@@ -521,15 +523,8 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
         for (int g = 0; g < Tr::kWKV; ++g) M = fmaxf(M, sm.ml[g][r].x);
         f[mt][hf] = fm[mt][hf] == -INFINITY ? 0.0f : fast_exp2(fm[mt][hf] - M) * v_head;
       }
-    // columns per block: the most (a divisor of D, whole 16-column units) whose rows fit a ring slot
-    int cols = 16;
-    for (int k = D / 16; k > 1; --k)
-      if ((D / 16) % k == 0 && rows * (16 * k + 4) * 4 <= kHalfB) {
-        cols = 16 * k;
-        break;
-      }
-    const int ld = cols + 4, units = cols / 16;
-    for (int cb = 0; cb < D / cols; ++cb) {
+    constexpr int kLd = kFC + 4;
+    for (int cb = 0; cb < D / kFC; ++cb) {
       float* mine = reinterpret_cast<float*>(&sm.u.s.ring[wkv][sf]);
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
@@ -540,27 +535,26 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
           const float cz = kU8 ? fc[mt][hf] : 0.0f;
 #pragma unroll
           for (int n = 0; n < kN3; ++n) {  // (every n unrolled, so that o stays in registers)
-            // the n-tiles of columns [cb cols, (cb + 1) cols): n-tile n lies in 16-column unit n / 2
-            if ((n / 2) / units != cb) continue;
-            const int c = o_col<kBytes>(n, lane) - cb * cols;
-            mine[r * ld + c] = (o[mt][n][2 * hf] + cz) * f[mt][hf];
-            mine[r * ld + c + (kBytes ? 2 : 1)] = (o[mt][n][2 * hf + 1] + cz) * f[mt][hf];
+            if (n / (kFC / 8) != cb) continue;  // the n-tiles of columns [cb kFC, (cb + 1) kFC)
+            const int c = o_col<kBytes>(n, lane) - cb * kFC;
+            mine[r * kLd + c] = (o[mt][n][2 * hf] + cz) * f[mt][hf];
+            mine[r * kLd + c + (kBytes ? 2 : 1)] = (o[mt][n][2 * hf + 1] + cz) * f[mt][hf];
           }
         }
       __syncthreads();
-      for (int idx = tid; idx < rows * (cols / 4); idx += kThreads) {
-        const int r = idx / (cols / 4), c = (idx % (cols / 4)) * 4;
+      for (int idx = tid; idx < rows * (kFC / 4); idx += kThreads) {
+        const int r = idx / (kFC / 4), c = (idx % (kFC / 4)) * 4;
         float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
         for (int g = 0; g < Tr::kWKV; ++g) {
-          const float4 v = *reinterpret_cast<const float4*>(reinterpret_cast<const float*>(&sm.u.s.ring[g][sf]) + r * ld + c);
+          const float4 v = *reinterpret_cast<const float4*>(reinterpret_cast<const float*>(&sm.u.s.ring[g][sf]) + r * kLd + c);
           acc.x += v.x;
           acc.y += v.y;
           acc.z += v.z;
           acc.w += v.w;
         }
         const int64_t slot = (slot0 + static_cast<int64_t>(hk) * w.num_parts) * P.slot_rows + r;
-        *reinterpret_cast<float4*>(P.ws_o + slot * D + cb * cols + c) = acc;
+        *reinterpret_cast<float4*>(P.ws_o + slot * D + cb * kFC + c) = acc;
       }
       __syncthreads();
     }
