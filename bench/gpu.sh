@@ -45,6 +45,13 @@ pack() {
     mv "$f.cut" "$f"
     tar czf "$tgz" -C "$OUT" run 2>/dev/null
   done
+  # The device tool returns at most 8 files from $OUT: a run folder of many logs left results.tgz out
+  # by count (run abd). On the device the folder moves out of $OUT once packed (to GPU_SH_RUN_OUT,
+  # default /tmp/gpu-sh-run), so results.tgz, device.txt and bench.log come back; GPU_SH_KEEP_RUN=1
+  # keeps it in place (and so does a local run, OUT=gpu-out).
+  if [ "${GPU_SH_KEEP_RUN:-0}" != 1 ] && [ "$OUT" != "$root/gpu-out" ] && [ -s "$tgz" ]; then
+    rm -rf "${GPU_SH_RUN_OUT:-/tmp/gpu-sh-run}" && mv "$run_dir" "${GPU_SH_RUN_OUT:-/tmp/gpu-sh-run}"
+  fi
 }
 trap pack EXIT
 

@@ -6,7 +6,9 @@
 #   logs); TIMELINE_SRC builds another source tree, e.g. TIMELINE_SRC=.abref/85510c2 BUILD_SUFFIX=-ref
 #   (bench/prepare_abref.sh; the phases of two commits side by side).
 #   TIMELINE_SCENARIO=batch times the 32 x 8k batch (tokens -> --batch-tokens; contexts ignored);
-#   TIMELINE_ARGS adds bench flags (e.g. --deterministic).
+#   TIMELINE_ARGS adds bench flags (e.g. --deterministic). The batch's merge phase is not timed right:
+#   each CTA prints from the device, and thousands of merge CTAs printing spread the merge over 5-18 ms
+#   per layer and the calls past their limit (run abd); bench/kernel_times.sh times the two kernels.
 #   The device tool returns files of limited size: timeline.txt is the summary; the raw logs stay there.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
