@@ -481,7 +481,9 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
   // (every other slot holds copies in flight), kFC columns at a time; then the next partition starts
   // from empty state while its copies keep streaming. (WKV = 4: deterministic mode's variants.) Blocks
   // sized at run time by the chunk's rows (1d670e3, never timed alone) came with the 32 x 8k batch's
-  // T = 8 at 5.8-6.2x the default in runs ir2 and mr, against 3.8x on this code in run ir1: restored.
+  // T = 8 at 5.8-6.2x the default in runs ir2 and mr, against 3.8x on this code in run ir1 (across
+  // runs: at 32 rows both take 16-column blocks at D = 256, this code's block loop and predicates are
+  // compile-time); restored until a same-run A/B says otherwise (bench/NOTES.md).
   constexpr bool kFlush = WKV == 4;
   constexpr int kHalfB = static_cast<int>(sizeof(typename Smem::Half));
   constexpr int kFC = D % 64 == 0 && kRows * 68 * 4 <= kHalfB ? 64 : D % 32 == 0 && kRows * 36 * 4 <= kHalfB ? 32 : 16;
