@@ -214,12 +214,12 @@ TEST(Tuning, MergeBatch) {
   EXPECT_EQ(merge_batch(256, 1, 1, 100, 132, o), 8);
 }
 
-// Deterministic mode's merge: a CTA per row and column block up to one wave of them (4 per SM), a
-// thread per 4 columns past it.
+// Deterministic mode's merge: a CTA per row and column block up to 4 of them per SM, a thread per 4
+// columns past that.
 TEST(Tuning, MergeRowwise) {
   const Overrides none;
-  EXPECT_FALSE(merge_rowwise(128, 4, 132, none));   // a lone 128k sequence at T = 8: 512 CTAs, one wave
-  EXPECT_FALSE(merge_rowwise(132, 4, 132, none));   // 528: exactly one wave
+  EXPECT_FALSE(merge_rowwise(128, 4, 132, none));   // a lone sequence at T = 8 (G = 4, D = 256): 512 CTAs
+  EXPECT_FALSE(merge_rowwise(132, 4, 132, none));   // 528: 4 per SM
   EXPECT_TRUE(merge_rowwise(133, 4, 132, none));
   EXPECT_TRUE(merge_rowwise(512, 4, 132, none));    // the 32 x 8k batch at T = 1 (G = 4, D = 256)
   EXPECT_FALSE(merge_rowwise(512, 1, 132, none));   // D = 64 (split 1): 512 CTAs

@@ -154,15 +154,17 @@ int merge_batch(int head_size, int split, int max_parts, int64_t merge_rows, int
   return per_thread <= 1 ? 1 : per_thread <= 4 || !one_wave ? 4 : 8;
 }
 
-// Deterministic mode fixes the split (D / 64), so a call of many rows runs many merge CTAs of 512 threads,
-// four per SM, each waiting its loads and its serial combine in turn. Past one wave of them the thread-per-
-// columns kernel takes over: the 32 x 8k batch's merges (2048 / 8192 / 16384 CTAs at T = 1 / 4 / 8) took
-// 42 / 159 / 320 us (ncu, bench/results/2026-12-03-ncu-c0cffb9-h200), reading 18 / 70 / 141 MB. A call
-// of at most one wave keeps merge_kernel: its groups fold in parallel, where one thread would fold a
-// row's 32-64 partitions in series (a lone 128k row has 64).
+// Deterministic mode fixes the split (D / 64), so a call of many rows runs many merge CTAs of 512 threads
+// (one per SM at D >= 128: 82 registers per thread), each waiting its loads and its serial combine in
+// turn. The 32 x 8k batch's merges (2048 / 8192 / 16384 CTAs at T = 1 / 4 / 8) took 42 / 159 / 320 us
+// (ncu, bench/results/2026-12-03-ncu-c0cffb9-h200), reading 18 / 70 / 141 MB; on the thread-per-columns
+// kernel the batch took 0.87 / 0.68 / 0.79 of its time (run mr). Lone sequences (at most 128 rows x 4
+// CTAs at the seed's shape) keep merge_kernel, as measured in the mode's cost runs: its groups fold in
+// parallel, where one thread would fold a row's 32-64 partitions in series (a lone 128k row has 64).
+// The threshold, 4 CTAs per SM, sits between the two; the crossover itself is not measured.
 bool merge_rowwise(int64_t merge_rows, int split, int num_sms, const Overrides& o) {
   if (o.merge_rowwise >= 0) return o.merge_rowwise == 1;
-  constexpr int kCtasPerSm = 2048 / kMergeThreads;  // threads per SM over the CTA's
+  constexpr int kCtasPerSm = 4;
   return merge_rows * split > static_cast<int64_t>(num_sms) * kCtasPerSm;
 }
 

@@ -225,11 +225,13 @@ TEST(Cuda, InvariantMergeKernelsAgree) {
   const uint64_t seed0 = base_seed() + 4500000;
   const int n = case_count(60);
   std::printf("[invariant-merge-kernels] base seed %llu, %d cases\n", static_cast<unsigned long long>(seed0), n);
-  int rows = 0, differ = 0, lse_differ = 0;
+  int rows = 0, differ = 0, lse_differ = 0, scores_differ = 0;
   for (int i = 0; i < n; ++i) {
     CaseConfig cfg = invariant_config(i);
+    cfg.head_sizes = {64, 80, 96, 112, 128, 192, 256};  // every kernel width (merge groups 32/25/21/18)
     cfg.p_tree = 0.3;
     cfg.p_lse = 0.5;
+    cfg.p_scores = 0.3;  // the scores kernel reads the merge's row statistics
     const Case c = make_random_case(seed0 + i, cfg);
     Case by_cta = c, by_thread = c;
     {
@@ -248,16 +250,20 @@ TEST(Cuda, InvariantMergeKernelsAgree) {
     int case_rows = 0;
     for (int t = 0; t < c.num_tokens; ++t)
       case_rows += std::memcmp(by_cta.out.data() + t * o_row, by_thread.out.data() + t * o_row, o_row) != 0;
-    const bool lse_same = by_cta.lse.size() == by_thread.lse.size() &&
-                          std::memcmp(by_cta.lse.data(), by_thread.lse.data(), by_cta.lse.size() * sizeof(float)) == 0;
+    auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+      return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+    };
+    const bool lse_same = same(by_cta.lse, by_thread.lse), scores_same = same(by_cta.scores, by_thread.scores);
     EXPECT_EQ(case_rows, 0) << "case " << c.describe() << ": rows differ between the merge kernels";
     EXPECT_TRUE(lse_same) << "case " << c.describe() << ": lse differs between the merge kernels";
+    EXPECT_TRUE(scores_same) << "case " << c.describe() << ": scores differ between the merge kernels";
     rows += c.num_tokens;
     differ += case_rows;
     lse_differ += !lse_same;
+    scores_differ += !scores_same;
   }
-  std::printf("[invariant-merge-kernels] %d tokens' rows: %d differ between the merge kernels; lse %d cases differ\n",
-              rows, differ, lse_differ);
+  std::printf("[invariant-merge-kernels] %d tokens' rows: %d differ between the merge kernels; lse %d cases, "
+              "scores %d cases differ\n", rows, differ, lse_differ, scores_differ);
 }
 
 // The thread-per-columns merge against the oracle (forced for every call, so small cases run it too).

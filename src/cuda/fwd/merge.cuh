@@ -135,8 +135,9 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_const
 // Deterministic mode's merge for calls of many rows: the arithmetic of merge_kernel<D, D / 64, *> (its
 // groups of partitions, each folded in partition order, then combined in group order at the row's max),
 // in one thread per 4 columns of a row, so the CTAs are few and every thread's loads are in flight
-// together. merge_kernel spends a CTA of 512 threads per row and column block, its groups' combine
-// serial in 16 of them: past one wave of those CTAs each waits its latency in turn (the 32 x 8k batch in
+// together. merge_kernel spends a CTA of 512 threads per row and column block (one per SM at its 82
+// registers), its groups' combine serial in 16 of them: over many waves each CTA waits its latency in
+// turn (the 32 x 8k batch in
 // deterministic mode: 2048 / 8192 / 16384 merge CTAs at T = 1 / 4 / 8 took 42 / 159 / 320 us for 18 /
 // 70 / 141 MB of partials, ncu, bench/results/2026-12-03-ncu-c0cffb9-h200). The row's max comes
 // first (a pass over its partitions' m: max is exact in any order), then groups of kGroupBatch are
@@ -148,8 +149,8 @@ __global__ void __launch_bounds__(kMergeRowThreads) merge_rows_kernel(const __gr
   constexpr int kCols4 = D / 4;
   constexpr int kGroupsM = merge_groups(D, D / 64 > 0 ? D / 64 : 1);  // merge_kernel's with split D / 64
   constexpr int kGroupBatch = 8;
-  const int idx = static_cast<int>(blockIdx.x) * kMergeRowThreads + static_cast<int>(threadIdx.x);
-  const int r = idx / kCols4, col = (idx % kCols4) * 4;
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * kMergeRowThreads + threadIdx.x;
+  const int r = static_cast<int>(idx / kCols4), col = static_cast<int>(idx % kCols4) * 4;
   const bool live = r < num_rows;
   const MergeRow mr = P.merge_rows[live ? r : num_rows - 1];  // plan data: before the wait
   const float* ml = P.ws_ml + (static_cast<int64_t>(mr.slot) * P.slot_rows + mr.row) * 2;
