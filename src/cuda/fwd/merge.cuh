@@ -20,11 +20,12 @@ namespace cuda {
 using tuning::kMergeThreads;
 using tuning::merge_groups;
 
-// A running (m, l, O) over partitions, and the two steps of every merge: fold() takes one partition's
-// partial into a group's state (running max), combine() adds a finished group into the row's sum at the
-// row's final max Mt. Both merge kernels call these, with explicit roundings (no contraction left to the
-// compiler), so the two give the same bits for the same groups: deterministic mode picks either by the
-// call's size (merge_rows_kernel), never changing a row's result.
+// A running (m, l, O) over partitions, and the two steps of every merge: merge_fold() takes one
+// partition's partial into a group's state (running max), merge_combine() adds a finished group into the
+// row's sum at the row's final max Mt. Both merge kernels call these, with explicit roundings (no
+// contraction left to the compiler; the same instruction counts as the contracted code they replaced,
+// bench/sass_same.sh c0cffb9), so the two give the same bits for the same groups: deterministic mode
+// picks either by the call's size (merge_rows_kernel), never changing a row's result.
 struct MergeState {
   float m = -INFINITY, den = 0.0f;
   float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
