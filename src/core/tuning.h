@@ -75,6 +75,9 @@ bool wide_chunks(int head_size, int key_tile, bool wide_fits, const Overrides& o
 /// D / split columns a CTA takes).
 constexpr int kMergeThreads = 512;
 PA_HD constexpr int merge_groups(int head_size, int split) { return kMergeThreads / (head_size / 4 / split); }
+/// Deterministic mode's merge split, whatever the call: the split sets a row's fold groups (merge_groups),
+/// so merge_kernel and merge_rows_kernel must both take this one.
+PA_HD constexpr int deterministic_merge_split(int head_size) { return head_size / 64; }
 /// Merge CTAs per row (column blocks): 1, 2 or 4 (<= D / 64).
 int merge_split(int head_size, int64_t merge_rows, int num_sms, const Overrides& o);
 /// Partition loads in flight per merge thread: 1, 4 or 8. `max_parts`: the most partitions of a row.

@@ -362,7 +362,7 @@ class CudaPlan final : public detail::PlanImpl {
     for (const MergeRow& r : rows) max_parts = std::max(max_parts, r.num_parts);
     // deterministic: the most column blocks, whatever the batch (the split sets which partitions a
     // merge thread folds, so it must not depend on the call)
-    merge_split_ = opt.deterministic ? D_ / 64 : tuning::merge_split(D_, num_merge_rows_, in.num_sms, env);
+    merge_split_ = opt.deterministic ? tuning::deterministic_merge_split(D_) : tuning::merge_split(D_, num_merge_rows_, in.num_sms, env);
     merge_batch_ = tuning::merge_batch(D_, merge_split_, max_parts, num_merge_rows_, in.num_sms, env);
     merge_rowwise_ = opt.deterministic && tuning::merge_rowwise(num_merge_rows_, merge_split_, in.num_sms, env);
 

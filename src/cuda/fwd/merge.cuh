@@ -60,6 +60,11 @@ __device__ __forceinline__ void merge_store(const FwdParams& P, const MergeRow& 
     store_io4(P.out, base, P.io_dtype, make_float4(__fmul_rn(a.x, inv), __fmul_rn(a.y, inv), __fmul_rn(a.z, inv),
                                                    __fmul_rn(a.w, inv)));
 }
+// The first partition of group g (group g folds the partitions p with (part0 + p) % kGroups == g).
+template <int kGroups>
+__device__ __forceinline__ int merge_group_first(int g, int part0) {
+  return ((g - part0) % kGroups + kGroups) % kGroups;
+}
 __device__ __forceinline__ float merge_sink_log2(const FwdParams& P, const MergeRow& mr) {
   return P.sinks != nullptr ? P.sinks[mr.head] * kLog2e : -INFINITY;
 }
@@ -95,7 +100,7 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_const
   // written for rows < rows, so the loads of partitions without a visible key read finite values that
   // merge_fold() skips.
   // group g folds the partitions p with (part0 + p) % kGroupsM == g (part0: MergeRow)
-  const int first = ((g - mr.part0) % kGroupsM + kGroupsM) % kGroupsM;
+  const int first = merge_group_first<kGroupsM>(g, mr.part0);
   for (int p0 = first; grouped && p0 < mr.num_parts; p0 += kGroupsM * kBatch) {
     float2 mlb[kBatch];
     float4 vb[kBatch];
@@ -148,7 +153,7 @@ template <int D>
 __global__ void __launch_bounds__(kMergeRowThreads) merge_rows_kernel(const __grid_constant__ FwdParams P,
                                                                       int num_rows) {
   constexpr int kCols4 = D / 4;
-  constexpr int kGroupsM = merge_groups(D, D / 64 > 0 ? D / 64 : 1);  // merge_kernel's with split D / 64
+  constexpr int kGroupsM = merge_groups(D, tuning::deterministic_merge_split(D));  // merge_kernel's
   constexpr int kGroupBatch = 8;
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * kMergeRowThreads + threadIdx.x;
   const int r = static_cast<int>(idx / kCols4), col = static_cast<int>(idx % kCols4) * 4;
@@ -169,8 +174,7 @@ __global__ void __launch_bounds__(kMergeRowThreads) merge_rows_kernel(const __gr
   for (int p = 0; p < mr.num_parts; ++p) Mt = fmaxf(Mt, __ldcg(reinterpret_cast<const float2*>(ml + p * kMlStride)).x);
   float dt = sink2 == -INFINITY ? 0.0f : exp2f(sink2 - Mt);
   float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
-  // group g holds the partitions p = first(g) + j kGroupsM, first(g) = (g - part0) mod kGroupsM
-  const int shift = ((mr.part0 % kGroupsM) + kGroupsM) % kGroupsM;
+  // group g holds the partitions p = merge_group_first(g) + j kGroupsM
   const int rounds = (mr.num_parts + kGroupsM - 1) / kGroupsM;
   for (int g0 = 0; g0 < kGroupsM; g0 += kGroupBatch) {
     MergeState st[kGroupBatch];
@@ -180,7 +184,7 @@ __global__ void __launch_bounds__(kMergeRowThreads) merge_rows_kernel(const __gr
 #pragma unroll
       for (int b = 0; b < kGroupBatch; ++b) {
         const int g = g0 + b;
-        const int p = (g - shift + kGroupsM) % kGroupsM + j * kGroupsM;
+        const int p = merge_group_first<kGroupsM>(g, mr.part0) + j * kGroupsM;
         mlb[b] = make_float2(-INFINITY, 0.0f);
         vb[b] = make_float4(0.f, 0.f, 0.f, 0.f);
         if (g < kGroupsM && p < mr.num_parts) {
