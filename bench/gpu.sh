@@ -85,7 +85,7 @@ configure() {
     -DCMAKE_CUDA_ARCHITECTURES="$archs" "${prefix[@]}" "$@"
 }
 # ab_bench BINARY TAG [VAR=V...]: the A/B rows (seed scenario, f16/u8, T = 1, 3, 8) -> ab_TAG.json
-# (AB_BATCH=1 adds the batch rows, 32 x 8k at T=1/4, to each: ab_TAG.batch.json, same table; AB_ARGS adds
+# (AB_BATCH=1 adds the batch rows, 32 x 8k at T=1/4 (AB_BATCH_TOKENS), to each: ab_TAG.batch.json, same table; AB_ARGS adds
 # bench arguments to the seed rows, e.g. AB_ARGS="--block-size 16 --context 32768"; AB_BATCH_ARGS to the
 # batch rows, e.g. AB_BATCH_ARGS="--partition 1024")
 # AB_SCENARIO=prefill: the prefill scenario's rows instead (bf16 prefill from zero, 8k and 32k tokens, two
@@ -101,7 +101,7 @@ ab_bench() {
   env "$@" timeout 120 "$bin" bench --backend cuda "${rows[@]}" ${AB_ARGS:-} \
     --json "$run_dir/ab_$tag.json" > "$run_dir/ab_$tag.log" 2>&1 || return 1
   [ "${AB_BATCH:-0}" = 1 ] || return 0
-  env "$@" timeout 120 "$bin" bench --backend cuda --scenario seed --batch 32 --context 8192 --tokens 1,4 \
+  env "$@" timeout 120 "$bin" bench --backend cuda --scenario seed --batch 32 --context 8192 --tokens "${AB_BATCH_TOKENS:-1,4}" \
     --kv "${AB_KV:-f16,u8}" --fill random ${AB_BATCH_ARGS:-} --json "$run_dir/ab_$tag.batch.json" >> "$run_dir/ab_$tag.log" 2>&1
 }
 

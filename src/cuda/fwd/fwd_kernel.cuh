@@ -485,9 +485,10 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
   // runs: at 32 rows both take 16-column blocks at D = 256, this code's block loop and predicates are
   // compile-time); restored until a same-run A/B says otherwise (bench/NOTES.md).
   constexpr bool kFlush = WKV == 4;
-  constexpr int kHalfB = static_cast<int>(sizeof(typename Smem::Half));
-  constexpr int kFC = D % 64 == 0 && kRows * 68 * 4 <= kHalfB ? 64 : D % 32 == 0 && kRows * 36 * 4 <= kHalfB ? 32 : 16;
-  static_assert(!kFlush || kRows * (kFC + 4) * 4 <= kHalfB, "the partition flush's column block fits a ring slot");
+  constexpr bool kOwn = Tr::kFlushOwn;  // its own staging area (FwdTraits says where it has one)
+  constexpr int kFC = Tr::kFlushCols;
+  static_assert(!kFlush || kOwn || kRows * Tr::kFlushLd * 4 <= static_cast<int>(sizeof(typename Smem::Half)),
+                "the partition flush's column block fits a ring slot");
   const int flush_tiles = kFlush && w.part > 0 ? w.part / Tr::kTileKV : 0;
   auto flush_partition = [&](int sf, int slot0) {
     float fm[MT][2], fl[MT][2], fc[MT][2];
@@ -525,9 +526,17 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
         for (int g = 0; g < Tr::kWKV; ++g) M = fmaxf(M, sm.ml[g][r].x);
         f[mt][hf] = fm[mt][hf] == -INFINITY ? 0.0f : fast_exp2(fm[mt][hf] - M) * v_head;
       }
-    constexpr int kLd = kFC + 4;
+    constexpr int kLd = Tr::kFlushLd;
+    auto stage = [&](int g) -> float* {
+      if constexpr (kOwn) {
+        return &sm.u.s.stage[g][0][0];
+      } else {
+        return reinterpret_cast<float*>(&sm.u.s.ring[g][sf]);
+      }
+    };
     for (int cb = 0; cb < D / kFC; ++cb) {
-      float* mine = reinterpret_cast<float*>(&sm.u.s.ring[wkv][sf]);
+      float* mine = stage(wkv);
+      if (cb > 0) __syncthreads();  // every thread is done reading the last block
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
@@ -535,12 +544,31 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
           const int r = (wq * MT + mt) * 16 + lane / 4 + 8 * hf;
           if (r >= rows) continue;
           const float cz = kU8 ? fc[mt][hf] : 0.0f;
+          const float fr = f[mt][hf];
+          // (every n unrolled, so that o stays in registers; each loop takes the n-tiles of columns
+          // [cb kFC, (cb + 1) kFC))
+          if constexpr (kOwn && kBytes) {
 #pragma unroll
-          for (int n = 0; n < kN3; ++n) {  // (every n unrolled, so that o stays in registers)
-            if (n / (kFC / 8) != cb) continue;  // the n-tiles of columns [cb kFC, (cb + 1) kFC)
-            const int c = o_col<kBytes>(n, lane) - cb * kFC;
-            mine[r * kLd + c] = (o[mt][n][2 * hf] + cz) * f[mt][hf];
-            mine[r * kLd + c + (kBytes ? 2 : 1)] = (o[mt][n][2 * hf + 1] + cz) * f[mt][hf];
+            for (int n = 0; n < kN3; n += 2) {  // n-tiles n, n + 1 hold columns c, c + 2 and c + 1, c + 3
+              if (n / (kFC / 8) != cb) continue;
+              const int c = o_col<kBytes>(n, lane) - cb * kFC;
+              *reinterpret_cast<float4*>(mine + r * kLd + c) =
+                  make_float4((o[mt][n][2 * hf] + cz) * fr, (o[mt][n + 1][2 * hf] + cz) * fr,
+                              (o[mt][n][2 * hf + 1] + cz) * fr, (o[mt][n + 1][2 * hf + 1] + cz) * fr);
+            }
+          } else {
+#pragma unroll
+            for (int n = 0; n < kN3; ++n) {
+              if (n / (kFC / 8) != cb) continue;
+              const int c = o_col<kBytes>(n, lane) - cb * kFC;
+              if constexpr (kOwn) {
+                *reinterpret_cast<float2*>(mine + r * kLd + c) =
+                    make_float2((o[mt][n][2 * hf] + cz) * fr, (o[mt][n][2 * hf + 1] + cz) * fr);
+              } else {
+                mine[r * kLd + c] = (o[mt][n][2 * hf] + cz) * fr;
+                mine[r * kLd + c + (kBytes ? 2 : 1)] = (o[mt][n][2 * hf + 1] + cz) * fr;
+              }
+            }
           }
         }
       __syncthreads();
@@ -549,7 +577,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
         float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
         for (int g = 0; g < Tr::kWKV; ++g) {
-          const float4 v = *reinterpret_cast<const float4*>(reinterpret_cast<const float*>(&sm.u.s.ring[g][sf]) + r * kLd + c);
+          const float4 v = *reinterpret_cast<const float4*>(stage(g) + r * kLd + c);
           acc.x += v.x;
           acc.y += v.y;
           acc.z += v.z;
@@ -558,8 +586,10 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
         const int64_t slot = (slot0 + static_cast<int64_t>(hk) * w.num_parts) * P.slot_rows + r;
         *reinterpret_cast<float4*>(P.ws_o + slot * D + cb * kFC + c) = acc;
       }
-      __syncthreads();
     }
+    // the ring slot is free for the next copies once every reader is done; the own area is next written
+    // after the next flush's first barrier
+    if constexpr (!kOwn) __syncthreads();
     if (tid < rows) {
       const int64_t slot = (slot0 + static_cast<int64_t>(hk) * w.num_parts) * P.slot_rows + tid;
       *reinterpret_cast<float2*>(P.ws_ml + slot * 2) = group_max_sum<Tr>(sm, tid);

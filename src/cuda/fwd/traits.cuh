@@ -5,6 +5,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <type_traits>
+
 #include "cuda/common/ptx.cuh"
 #include "cuda/fwd/params.h"
 
@@ -86,6 +88,26 @@ struct FwdTraits {
   static constexpr int kFit = (kBudget - kFixed) / (kWKV * kHalfBytes);
   static constexpr int kStages = kFit > 6 ? 6 : kFit;     // half-tiles in each group's ring
   static_assert(kStages >= 3, "pipeline depth");
+  // Options::deterministic's partition flush (fwd_kernel, WKV = 4) passes the key groups' outputs through
+  // shared memory kFlushCols columns at a time, rows kFlushLd floats apart. It stages them in an area of
+  // its own (kFlushOwn) where the one-CTA-per-SM budget leaves room beside the full ring for blocks wider
+  // than a ring slot holds (the two-CTA variants keep their L1 share); else in the ring slot each group
+  // has just read (the other slots hold copies in flight). u8 D = 256 at 32 rows: 2 blocks of 128
+  // columns instead of 16 of 16 (a block costs two CTA barriers).
+  static constexpr int kRingFlushCols = D % 64 == 0 && kRows * 68 * 4 <= kHalfBytes   ? 64
+                                        : D % 32 == 0 && kRows * 36 * 4 <= kHalfBytes ? 32
+                                                                                      : 16;
+  // The own area's rows lie 16 banks apart (byte codes: a quarter-warp's float4 stores cover two rows)
+  // or an odd multiple of 8 (a half-warp's float2 stores cover four): no bank conflict.
+  static constexpr int own_pad(int c) { return kBytes ? (48 - c % 32) % 32 : (24 - c % 16) % 16; }
+  static constexpr int kSpare = kBudget - kFixed - kWKV * kStages * kHalfBytes;
+  static constexpr bool own_fits(int c) {
+    return D % c == 0 && c % (kBytes ? 16 : 8) == 0 && kWKV * kRows * (c + own_pad(c)) * 4 <= kSpare;
+  }
+  static constexpr int kOwnCols = WKV != 4 || !kOneCta ? 0 : own_fits(D) ? D : own_fits(D / 2) ? D / 2 : own_fits(D / 4) ? D / 4 : 0;
+  static constexpr bool kFlushOwn = kOwnCols > kRingFlushCols;
+  static constexpr int kFlushCols = kFlushOwn ? kOwnCols : kRingFlushCols;
+  static constexpr int kFlushLd = kFlushCols + (kFlushOwn ? own_pad(kFlushCols) : 4);
   static_assert(kKPW % 16 == 0, "a slice is whole MMA k-steps");
   static_assert(D >= 64 && D <= 256 && D % (kBytes ? 32 : 16) == 0,
                 "native widths: multiples of 16 (byte codes: of 32; docs/design.md, \"Head sizes\")");
@@ -104,12 +126,15 @@ struct SharedStorage {
     Half ring[Tr::kWKV][Tr::kStages];
     alignas(16) T q[Tr::kRows][Tr::kLdQ];
   };
+  struct StreamStaged : Stream {  // FwdTraits::kFlushOwn: the partition flush's own area
+    alignas(16) float stage[Tr::kWKV][Tr::kRows][Tr::kFlushLd];
+  };
   struct Red {
     alignas(16) float red[Tr::kWKV][Tr::kRows][D + 4];
     float4 row_st[Tr::kRows];  // each row's (max, sum) over the key groups, and its (max', 1/den) with a sink
   };
   union StreamOrRed {  // rings and Q while streaming; each key group's scaled partial output after
-    Stream s;
+    std::conditional_t<Tr::kFlushOwn, StreamStaged, Stream> s;
     Red r;  // (larger than Stream in some one-CTA-per-SM u8 variants: 8 row tiles at D = 192 and 256, WKV = 4 at 192)
   };
 
