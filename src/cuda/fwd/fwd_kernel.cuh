@@ -477,13 +477,12 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
   // partition's last tile the CTA leaves that partition's partial in its slot, with the arithmetic of
   // the epilogue below (the groups' (m, l) through sm.ml; each group's output scaled to the rows'
   // common max, summed in group order), so a partition's partial has the same bits whether its CTA
-  // runs it alone or in a run. The groups' outputs pass through the ring slot each group has just read
-  // (every other slot holds copies in flight), kFC columns at a time; then the next partition starts
-  // from empty state while its copies keep streaming. (WKV = 4: deterministic mode's variants.) Blocks
-  // sized at run time by the chunk's rows (1d670e3, never timed alone) came with the 32 x 8k batch's
-  // T = 8 at 5.8-6.2x the default in runs ir2 and mr, against 3.8x on this code in run ir1 (across
-  // runs: at 32 rows both take 16-column blocks at D = 256, this code's block loop and predicates are
-  // compile-time); restored until a same-run A/B says otherwise (bench/NOTES.md).
+  // runs it alone or in a run. The groups' outputs pass through shared memory kFC columns at a time
+  // (FwdTraits::kFlushOwn says where: an area of its own, or the ring slot each group has just read);
+  // then the next partition starts from empty state while its copies keep streaming. (WKV = 4:
+  // deterministic mode's variants.) The block loop and its per-n-tile predicates are compile-time:
+  // blocks sized at run time took the 32 x 8k batch's u8 T = 8 attention kernel from 510 to 922 us per
+  // layer (runs mk, ncu); the own area took it to 382 (run fs).
   constexpr bool kFlush = WKV == 4;
   constexpr bool kOwn = Tr::kFlushOwn;  // its own staging area (FwdTraits says where it has one)
   constexpr int kFC = Tr::kFlushCols;
