@@ -485,8 +485,6 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
   // layer (runs mk, ncu); the own area took it to 382 (run fs).
   constexpr bool kFlush = WKV == 4;
   constexpr bool kOwn = Tr::kFlushOwn;  // its own staging area (FwdTraits says where it has one)
-  constexpr bool kVec = Tr::kFlushVec;  // vector stores (FwdTraits: the rows' layout)
-  constexpr bool kXor = Tr::kFlushXor;  // odd rows' 16-column halves swapped
   constexpr int kFC = Tr::kFlushCols;
   static_assert(!kFlush || kOwn || kRows * Tr::kFlushLd * 4 <= static_cast<int>(sizeof(typename Smem::Half)),
                 "the partition flush's column block fits a ring slot");
@@ -528,8 +526,6 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
         f[mt][hf] = fm[mt][hf] == -INFINITY ? 0.0f : fast_exp2(fm[mt][hf] - M) * v_head;
       }
     constexpr int kLd = Tr::kFlushLd;
-    // a block's float index of (row, column)
-    auto at = [](int r, int c) { return r * kLd + (kXor ? c ^ (r & 1) * 16 : c); };
     auto stage = [&](int g) -> float* {
       if constexpr (kOwn) {
         return &sm.u.s.stage[g][0][0];
@@ -550,17 +546,12 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
           const float fr = f[mt][hf];
           // (every n unrolled, so that o stays in registers; each loop takes the n-tiles of columns
           // [cb kFC, (cb + 1) kFC))
-          if constexpr (kVec && kBytes) {
-            // the thread's columns: c = k + 4 (lane % 4), k a multiple of 16 known per n; with kXor,
-            // c ^ 16 on odd rows is (k ^ 16) + 4 (lane % 4): one of two row bases plus a constant
-            const int sw = kXor ? (r & 1) * 16 : 0;
-            float* up = mine + r * kLd + o_col<kBytes>(0, lane) + sw;
-            float* down = up - 2 * sw;
+          if constexpr (kOwn && kBytes) {
 #pragma unroll
             for (int n = 0; n < kN3; n += 2) {  // n-tiles n, n + 1 hold columns c, c + 2 and c + 1, c + 3
               if (n / (kFC / 8) != cb) continue;
-              const int k = o_col<kBytes>(n, 0) - (n / (kFC / 8)) * kFC;
-              *reinterpret_cast<float4*>(((k & 16) ? down : up) + k) =
+              const int c = o_col<kBytes>(n, lane) - cb * kFC;
+              *reinterpret_cast<float4*>(mine + r * kLd + c) =
                   make_float4((o[mt][n][2 * hf] + cz) * fr, (o[mt][n + 1][2 * hf] + cz) * fr,
                               (o[mt][n][2 * hf + 1] + cz) * fr, (o[mt][n + 1][2 * hf + 1] + cz) * fr);
             }
@@ -569,7 +560,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
             for (int n = 0; n < kN3; ++n) {
               if (n / (kFC / 8) != cb) continue;
               const int c = o_col<kBytes>(n, lane) - cb * kFC;
-              if constexpr (kVec) {
+              if constexpr (kOwn) {
                 *reinterpret_cast<float2*>(mine + r * kLd + c) =
                     make_float2((o[mt][n][2 * hf] + cz) * fr, (o[mt][n][2 * hf + 1] + cz) * fr);
               } else {
@@ -585,7 +576,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
         float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
         for (int g = 0; g < Tr::kWKV; ++g) {
-          const float4 v = *reinterpret_cast<const float4*>(stage(g) + at(r, c));
+          const float4 v = *reinterpret_cast<const float4*>(stage(g) + r * kLd + c);
           acc.x += v.x;
           acc.y += v.y;
           acc.z += v.z;

@@ -89,37 +89,25 @@ struct FwdTraits {
   static constexpr int kStages = kFit > 6 ? 6 : kFit;     // half-tiles in each group's ring
   static_assert(kStages >= 3, "pipeline depth");
   // Options::deterministic's partition flush (fwd_kernel, WKV = 4) passes the key groups' outputs through
-  // shared memory kFlushCols columns at a time, rows kFlushLd floats apart; a block costs two CTA
-  // barriers. It stages them in an area of its own (kFlushOwn) where the one-CTA-per-SM budget leaves
-  // room beside the full ring for blocks wider than a ring slot holds (the two-CTA variants keep their L1
-  // share); else in the ring slot each group has just read (the other slots hold copies in flight).
-  // Stores are vectors (byte codes: float4 of 4 columns; else float2) that meet no bank conflict: rows
-  // padded so that they lie 16 banks apart (byte codes: a quarter-warp's stores cover two rows) or an odd
-  // multiple of 8 (a half-warp's cover four); in a ring slot, byte codes' rows are unpadded and flip
-  // 16-column halves on odd rows instead (kFlushXor), which keeps u8 D = 256's 16-row blocks at 64
-  // columns. Where vectors fit no block as wide as scalar stores do (rows padded by 4), scalar stores. u8 D = 256: 32
-  // rows 2 blocks of 128 columns (own area), 16 rows 4 of 64; f16 D = 256: 32 rows 8 of 32, 16 rows 4 of 64.
-  static constexpr int flush_pad(int c) { return kBytes ? (48 - c % 32) % 32 : (24 - c % 16) % 16; }
-  static constexpr int widest_block(int bytes, bool xor_rows) {  // the widest block whose rows fit `bytes`
-    for (int c = D; c >= 8; --c)
-      if (D % c == 0 && c % (xor_rows ? 32 : kBytes ? 16 : 8) == 0 &&
-          kRows * (c + (xor_rows ? 0 : flush_pad(c))) * 4 <= bytes)
-        return c;
-    return 0;
-  }
+  // shared memory kFlushCols columns at a time, rows kFlushLd floats apart. It stages them in an area of
+  // its own (kFlushOwn) where the one-CTA-per-SM budget leaves room beside the full ring for blocks wider
+  // than a ring slot holds (the two-CTA variants keep their L1 share); else in the ring slot each group
+  // has just read (the other slots hold copies in flight). u8 D = 256 at 32 rows: 2 blocks of 128
+  // columns instead of 16 of 16 (a block costs two CTA barriers).
+  static constexpr int kRingFlushCols = D % 64 == 0 && kRows * 68 * 4 <= kHalfBytes   ? 64
+                                        : D % 32 == 0 && kRows * 36 * 4 <= kHalfBytes ? 32
+                                                                                      : 16;
+  // The own area's rows lie 16 banks apart (byte codes: a quarter-warp's float4 stores cover two rows)
+  // or an odd multiple of 8 (a half-warp's float2 stores cover four): no bank conflict.
+  static constexpr int own_pad(int c) { return kBytes ? (48 - c % 32) % 32 : (24 - c % 16) % 16; }
   static constexpr int kSpare = kBudget - kFixed - kWKV * kStages * kHalfBytes;
-  static constexpr int kOwnCols = WKV == 4 && kOneCta ? widest_block(kSpare / kWKV, false) : 0;
-  // scalar stores fit rows padded by 4 only: their widest block, the ring's where vectors get no wider
-  static constexpr int kScalarCols = D % 64 == 0 && kRows * 68 * 4 <= kHalfBytes   ? 64
-                                     : D % 32 == 0 && kRows * 36 * 4 <= kHalfBytes ? 32
-                                                                                   : 16;
-  static constexpr int kVecCols = widest_block(kHalfBytes, kBytes);
-  static constexpr int kRingCols = kVecCols >= kScalarCols ? kVecCols : kScalarCols;
-  static constexpr bool kFlushOwn = kOwnCols > kRingCols;
-  static constexpr bool kFlushVec = kFlushOwn || kVecCols >= kScalarCols;
-  static constexpr bool kFlushXor = !kFlushOwn && kFlushVec && kBytes;
-  static constexpr int kFlushCols = kFlushOwn ? kOwnCols : kRingCols;
-  static constexpr int kFlushLd = kFlushXor ? kFlushCols : kFlushCols + (kFlushVec ? flush_pad(kFlushCols) : 4);
+  static constexpr bool own_fits(int c) {
+    return D % c == 0 && c % (kBytes ? 16 : 8) == 0 && kWKV * kRows * (c + own_pad(c)) * 4 <= kSpare;
+  }
+  static constexpr int kOwnCols = WKV != 4 || !kOneCta ? 0 : own_fits(D) ? D : own_fits(D / 2) ? D / 2 : own_fits(D / 4) ? D / 4 : 0;
+  static constexpr bool kFlushOwn = kOwnCols > kRingFlushCols;
+  static constexpr int kFlushCols = kFlushOwn ? kOwnCols : kRingFlushCols;
+  static constexpr int kFlushLd = kFlushCols + (kFlushOwn ? own_pad(kFlushCols) : 4);
   static_assert(kKPW % 16 == 0, "a slice is whole MMA k-steps");
   static_assert(D >= 64 && D <= 256 && D % (kBytes ? 32 : 16) == 0,
                 "native widths: multiples of 16 (byte codes: of 32; docs/design.md, \"Head sizes\")");
