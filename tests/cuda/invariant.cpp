@@ -61,6 +61,29 @@ CaseConfig spans_config(int i) {
   return cfg;
 }
 
+// Runs of partitions on every flush layout (fwd_kernel's partition flush: FwdTraits::kFlushOwn, its own
+// area or a ring slot, and the column blocks, follow the head size, the KV kind and the row tiles): one
+// case per head size for a two-byte kind and one per byte-code width for u8 or fp8; G = 4 and T = 1..8,
+// so chunks of 4-16 rows (1 row tile) and 20-32 (the 8-warp layout), 8-10 sequences of 4000-5000 keys
+// over 4 kv heads (>= 8 x 15 x 4 = 480 partitions of 256 keys: runs on an H200).
+CaseConfig layouts_config(int i) {
+  static const int kTwoByte[] = {64, 80, 96, 112, 128, 192, 256};
+  static const int kByteCode[] = {64, 96, 128, 192, 256};
+  CaseConfig cfg = spans_config(i);
+  const bool bytes = i >= 7;
+  const int j = bytes ? (i - 7) % 5 : i;
+  cfg.min_seqs = 8;
+  cfg.max_seqs = 10;
+  cfg.min_tokens = 1;
+  cfg.max_tokens = 8;
+  cfg.group_sizes = {4};
+  cfg.kv_heads = {4};
+  cfg.head_sizes = {bytes ? kByteCode[j] : kTwoByte[j]};
+  cfg.kv_precisions = {bytes ? (j % 2 ? KVPrecision::fp8 : KVPrecision::u8)
+                             : (j % 2 ? KVPrecision::bf16 : KVPrecision::f16)};
+  return cfg;
+}
+
 InvariantMismatch run_cases(const char* name, uint64_t seed0, int n, bool deterministic, double p_tree,
                             bool expect_equal, int partition_tokens = 0, double p_window = 0.3,
                             CaseConfig (*config)(int) = invariant_config) {
@@ -110,6 +133,23 @@ TEST(Cuda, InvariantWindowsOverManyPartitions) {
 TEST(Cuda, InvariantRunsOfPartitions) {
   REQUIRE_GPU();
   run_cases("invariant-runs", base_seed() + 4170000, case_count(12), true, 0.0, true, 0, 0.3, spans_config);
+}
+
+TEST(Cuda, InvariantRunsOfPartitionsEveryLayout) {
+  REQUIRE_GPU();
+  Options opt{Backend::cuda};
+  opt.deterministic = true;
+  const uint64_t seed0 = base_seed() + 4180000;
+  const int n = case_count(12);
+  for (int i = 0; i < n; ++i) {  // each case's plan runs several partitions per CTA (else it tests no flush)
+    Case c = make_random_case(seed0 + i, layouts_config(i));
+    DeviceCase d(c);
+    const PlanInfo info = plan(d.params(), opt).info();
+    int64_t parts = 0;
+    for (int s = 0; s < c.num_seqs; ++s) parts += c.past_lens[s] / info.partition_tokens;
+    EXPECT_LT(info.work_items, parts * c.num_kv_heads) << c.describe() << ": no run of partitions";
+  }
+  run_cases("invariant-runs-layouts", seed0, n, true, 0.0, true, 0, 0.3, layouts_config);
 }
 
 // Chains across a change of partition size. Deterministic mode sizes a token's partitions by the keys it
