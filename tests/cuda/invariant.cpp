@@ -145,6 +145,7 @@ TEST(Cuda, InvariantRunsOfPartitionsEveryLayout) {
     Case c = make_random_case(seed0 + i, layouts_config(i));
     DeviceCase d(c);
     const PlanInfo info = plan(d.params(), opt).info();
+    ASSERT_GT(info.partition_tokens, 0) << c.describe();
     int64_t parts = 0;
     for (int s = 0; s < c.num_seqs; ++s) parts += c.past_lens[s] / info.partition_tokens;
     EXPECT_LT(info.work_items, parts * c.num_kv_heads) << c.describe() << ": no run of partitions";
