@@ -86,8 +86,7 @@ struct FwdTraits {
   static constexpr int kFixed = kQBytes + kRows * 4 + kWKV * kRows * 8 + 128;
   static constexpr int kBudget = kOneCta ? 227 * 1024 : 113 * 1024;  // two CTAs per SM (8-warp variant: one)
   static constexpr int kFit = (kBudget - kFixed) / (kWKV * kHalfBytes);
-  static constexpr int kStages = kFit > 6 ? 6 : kFit;     // half-tiles in each group's ring
-  static_assert(kStages >= 3, "pipeline depth");
+  static constexpr int kFullStages = kFit > 6 ? 6 : kFit;
   // Options::deterministic's partition flush (fwd_kernel, WKV = 4) passes the key groups' outputs through
   // shared memory kFlushCols columns at a time, rows kFlushLd floats apart. It stages them in an area of
   // its own (kFlushOwn) where the one-CTA-per-SM budget leaves room beside the full ring for blocks wider
@@ -100,11 +99,28 @@ struct FwdTraits {
   // The own area's rows lie 16 banks apart (byte codes: a quarter-warp's float4 stores cover two rows)
   // or an odd multiple of 8 (a half-warp's float2 stores cover four): no bank conflict.
   static constexpr int own_pad(int c) { return kBytes ? (48 - c % 32) % 32 : (24 - c % 16) % 16; }
-  static constexpr int kSpare = kBudget - kFixed - kWKV * kStages * kHalfBytes;
-  static constexpr bool own_fits(int c) {
-    return D % c == 0 && c % (kBytes ? 16 : 8) == 0 && kWKV * kRows * (c + own_pad(c)) * 4 <= kSpare;
+  static constexpr bool own_fits(int c, int stages) {
+    return D % c == 0 && c % (kBytes ? 16 : 8) == 0 &&
+           kWKV * kRows * (c + own_pad(c)) * 4 <= kBudget - kFixed - kWKV * stages * kHalfBytes;
   }
-  static constexpr int kOwnCols = WKV != 4 || !kOneCta ? 0 : own_fits(D) ? D : own_fits(D / 2) ? D / 2 : own_fits(D / 4) ? D / 4 : 0;
+  static constexpr int own_cols(int stages) {
+    return WKV != 4 || !kOneCta ? 0
+           : own_fits(D, stages)     ? D
+           : own_fits(D / 2, stages) ? D / 2
+           : own_fits(D / 4, stages) ? D / 4
+                                     : 0;
+  }
+  // Where the full ring leaves no room for an area wider than a ring slot (f16/bf16 D = 128 and 256 at
+  // 32 rows), the ring gives up stages for one: kFlushStages (experiment, NOTES Next 00a).
+#ifndef PAGEDATTN_FLUSH_STAGES
+#define PAGEDATTN_FLUSH_STAGES 4
+#endif
+  static constexpr int kFlushStages = PAGEDATTN_FLUSH_STAGES;
+  static constexpr bool kShortRing = own_cols(kFullStages) <= kRingFlushCols && kFlushStages < kFullStages &&
+                                     own_cols(kFlushStages) > kRingFlushCols;
+  static constexpr int kStages = kShortRing ? kFlushStages : kFullStages;  // half-tiles in each group's ring
+  static_assert(kStages >= 3, "pipeline depth");
+  static constexpr int kOwnCols = own_cols(kStages);
   static constexpr bool kFlushOwn = kOwnCols > kRingFlushCols;
   static constexpr int kFlushCols = kFlushOwn ? kOwnCols : kRingFlushCols;
   static constexpr int kFlushLd = kFlushCols + (kFlushOwn ? own_pad(kFlushCols) : 4);
