@@ -22,7 +22,8 @@ TEST(Tuning, OverridesDefaultWhenUnsetOrNotAValueTheyTake) {
   for (const Overrides& o : {parse({}), parse({{"PAGEDATTN_EARLY_READS", "1"}, {"PAGEDATTN_WGMMA", "32"},
                                               {"PAGEDATTN_MERGE_SPLIT", "3"}, {"PAGEDATTN_MERGE_BATCH", "2"},
                                               {"PAGEDATTN_WIDE_PREFILL", ""},
-                                              {"PAGEDATTN_WG_SPLIT", "64"}, {"PAGEDATTN_MERGE_ROWWISE", "2"}})}) {
+                                              {"PAGEDATTN_WG_SPLIT", "64"}, {"PAGEDATTN_MERGE_ROWWISE", "2"},
+                                              {"PAGEDATTN_DETERMINISTIC_ROWS", "32"}})}) {
     EXPECT_TRUE(o.early_reads && o.stale_max && o.prefill_mt2 && o.wgmma_u8);
     EXPECT_EQ(o.wgmma, -1);
     EXPECT_EQ(o.wide_prefill, -1);
@@ -30,7 +31,9 @@ TEST(Tuning, OverridesDefaultWhenUnsetOrNotAValueTheyTake) {
     EXPECT_EQ(o.merge_batch, 0);
     EXPECT_EQ(o.wg_split, -1);
     EXPECT_EQ(o.merge_rowwise, -1);
+    EXPECT_EQ(o.deterministic_rows, 0);
   }
+  EXPECT_EQ(parse({{"PAGEDATTN_DETERMINISTIC_ROWS", "16"}}).deterministic_rows, 16);
 }
 
 TEST(Tuning, OverridesParsed) {

@@ -30,6 +30,7 @@ Overrides parse_overrides(const std::function<const char*(const char*)>& getenv)
   o.merge_split = split == 1 || split == 2 || split == 4 ? split : 0;
   o.merge_batch = batch == 1 || batch == 4 || batch == 8 ? batch : 0;
   o.merge_rowwise = is("PAGEDATTN_MERGE_ROWWISE", "0") ? 0 : is("PAGEDATTN_MERGE_ROWWISE", "1") ? 1 : -1;
+  o.deterministic_rows = is("PAGEDATTN_DETERMINISTIC_ROWS", "16") ? 16 : 0;
   return o;
 }
 

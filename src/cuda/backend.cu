@@ -298,8 +298,9 @@ class CudaPlan final : public detail::PlanImpl {
     if (tuning::wide_chunks(D_, choice_.wg, wide_fits, env)) in.max_rows = planner::kMaxRowsWide;
     // deterministic: 17-32-row chunks on the 8-warp layout where it fits (227 KB: sm_90), else chunks of
     // one row tile (G <= 16; planner::deterministic_rows; G > 16 needs the layout: the shared-memory
-    // check below names it)
-    if (opt.deterministic && G_ <= 16 && static_cast<int>(fwd_kernel_info(D_, kv_, 2, choice_).smem_bytes) > optin)
+    // check below names it); PAGEDATTN_DETERMINISTIC_ROWS=16 takes that layout on sm_90 too
+    if (opt.deterministic && G_ <= 16 &&
+        (env.deterministic_rows == 16 || static_cast<int>(fwd_kernel_info(D_, kv_, 2, choice_).smem_bytes) > optin))
       in.max_rows = 16;
     // (Not adopted, removed after 5a4d0c0: 16-row chunks, e.g. T=8 at G=4 as two CTAs over the same keys,
     // 0.93x at 8k T=8 but 1.15-1.33x slower at 32k/128k (runs s4a, s7d); a sequence's chunks over one

@@ -111,11 +111,10 @@ struct FwdTraits {
                                      : 0;
   }
   // Where the full ring leaves no room for an area wider than a ring slot (f16/bf16 D = 128 and 256 at
-  // 32 rows), the ring gives up stages for one: kFlushStages (experiment, NOTES Next 00a).
-#ifndef PAGEDATTN_FLUSH_STAGES
-#define PAGEDATTN_FLUSH_STAGES 4
-#endif
-  static constexpr int kFlushStages = PAGEDATTN_FLUSH_STAGES;
+  // 32 rows), the ring gives up stages for one: 4 stages, so 128-column blocks (D = 256: 2 blocks and 4
+  // barriers instead of 8 of 32 columns and 16). Run fl, same call against the 6-stage ring: the 32 x 8k
+  // batch's f16 T = 8 0.909 of the time, lone T = 8 0.959 / 0.973 / 1.018 at 8k / 32k / 128k.
+  static constexpr int kFlushStages = 4;
   static constexpr bool kShortRing = own_cols(kFullStages) <= kRingFlushCols && kFlushStages < kFullStages &&
                                      own_cols(kFlushStages) > kRingFlushCols;
   static constexpr int kStages = kShortRing ? kFlushStages : kFullStages;  // half-tiles in each group's ring
