@@ -306,6 +306,64 @@ TEST(Cuda, InvariantMergeKernelsAgree) {
               "scores %d cases differ\n", rows, differ, lse_differ, scores_differ);
 }
 
+// Deterministic mode's two layouts for 17-32-row chunks give the same bits: the 8-warp variant (sm_90)
+// and 16-row chunks (devices whose shared memory cannot hold that variant, sm_80; forced here by
+// PAGEDATTN_DETERMINISTIC_ROWS=16). Each case, with G = 4 and T up to 8 so that most chunks have 17-32
+// rows, runs with either; out, lse and scores compared byte for byte. On sm_80 both runs take 16-row
+// chunks (the test still runs, and the plan check says which layout ran).
+TEST(Cuda, InvariantSixteenRowChunksAgree) {
+  REQUIRE_GPU();
+  Options opt{Backend::cuda};
+  opt.deterministic = true;
+  const uint64_t seed0 = base_seed() + 4700000;
+  const int n = case_count(60);
+  std::printf("[invariant-16-row-chunks] base seed %llu, %d cases\n", static_cast<unsigned long long>(seed0), n);
+  int rows = 0, differ = 0, lse_differ = 0, scores_differ = 0, wide_cases = 0;
+  auto max_row_tiles = [&](Case c) {  // (a copy: DeviceCase takes the case it uploads by reference)
+    DeviceCase d(c);
+    int rt = 0;
+    for (const PlanInfo::Launch& l : plan(d.params(), opt).info().launches) rt = std::max(rt, l.row_tiles);
+    return rt;
+  };
+  for (int i = 0; i < n; ++i) {
+    CaseConfig cfg = invariant_config(i);
+    cfg.head_sizes = {64, 80, 96, 112, 128, 192, 256};
+    cfg.group_sizes = {4};
+    cfg.min_tokens = 5;
+    cfg.max_tokens = 8;
+    cfg.p_tree = 0.3;
+    cfg.p_lse = 0.5;
+    cfg.p_scores = 0.3;
+    const Case c = make_random_case(seed0 + i, cfg);
+    Case eight_warp = c, sixteen = c;
+    wide_cases += max_row_tiles(c) == 2;
+    run_cuda(eight_warp, opt);
+    {
+      EnvGuard e("PAGEDATTN_DETERMINISTIC_ROWS", "16");
+      ASSERT_EQ(max_row_tiles(c), 1) << "PAGEDATTN_DETERMINISTIC_ROWS=16 did not take effect";
+      run_cuda(sixteen, opt);
+    }
+    const size_t o_row = eight_warp.out.size() / static_cast<size_t>(c.num_tokens);
+    int case_rows = 0;
+    for (int t = 0; t < c.num_tokens; ++t)
+      case_rows += std::memcmp(eight_warp.out.data() + t * o_row, sixteen.out.data() + t * o_row, o_row) != 0;
+    auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
+      return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+    };
+    const bool lse_same = same(eight_warp.lse, sixteen.lse), scores_same = same(eight_warp.scores, sixteen.scores);
+    EXPECT_EQ(case_rows, 0) << "case " << c.describe() << ": rows differ between the layouts";
+    EXPECT_TRUE(lse_same) << "case " << c.describe() << ": lse differs between the layouts";
+    EXPECT_TRUE(scores_same) << "case " << c.describe() << ": scores differ between the layouts";
+    rows += c.num_tokens;
+    differ += case_rows;
+    lse_differ += !lse_same;
+    scores_differ += !scores_same;
+  }
+  std::printf("[invariant-16-row-chunks] %d tokens' rows (%d of %d cases on the 8-warp variant): %d differ "
+              "between the layouts; lse %d cases, scores %d cases differ\n", rows, wide_cases, n, differ,
+              lse_differ, scores_differ);
+}
+
 // The thread-per-columns merge against the oracle (forced for every call, so small cases run it too).
 TEST(Cuda, InvariantRowwiseMergeMatchesTheOracle) {
   REQUIRE_GPU();
