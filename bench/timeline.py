@@ -28,17 +28,9 @@ def q(vals):
     return "%7.2f %7.2f %7.2f" % (vals[0], statistics.median(vals), vals[-1])
 
 
-def main():
-    log, mhz = sys.argv[1], float(sys.argv[2])
-    rows = {}
-    for line in open(log, errors="replace"):
-        f = line.split()
-        if len(f) == 18 and f[0] == "TL":
-            rows.setdefault(f[1], []).append([int(x) for x in f[2:]])
-    if "fwd" not in rows:
-        print("no timeline lines in", log)
-        return
-    fwd = last_launch(rows["fwd"])
+def attention(launches, kernel, mhz):
+    """Prints one attention kernel's phases; returns its earliest CTA start (ns) and the SM clock (MHz)."""
+    fwd = last_launch(launches)
     spans = [max(r[5:]) / ((r[4] - r[3]) / 1000.0) for r in fwd if r[4] > r[3] and max(r[5:]) > 0]
     if spans:
         measured = statistics.median(spans)
@@ -47,8 +39,8 @@ def main():
     t0 = min(r[3] for r in fwd)
     us = lambda ns: (ns - t0) / 1000.0
     cyc = lambda c: c / mhz
-    print("%d attention CTAs on %d SMs; times in us (min / median / max over CTAs)" %
-          (len(fwd), len({r[2] for r in fwd})))
+    print("%d attention CTAs (%s_kernel) on %d SMs; times in us (min / median / max over CTAs)" %
+          (len(fwd), kernel, len({r[2] for r in fwd})))
     print("  %-22s %s" % ("attention start", q([us(r[3]) for r in fwd])))
     prev = [0] * len(fwd)
     for i, name in enumerate(FWD_PHASES):
@@ -58,6 +50,23 @@ def main():
         print("  %-22s %s" % ("+ " + name, q([cyc(c - p) for c, p in zip(cur, prev) if c >= 0])))
         prev = [c if c >= 0 else p for c, p in zip(cur, prev)]
     print("  %-22s %s" % ("attention end", q([us(r[4]) for r in fwd])))
+    return t0, mhz
+
+
+def main():
+    log, mhz = sys.argv[1], float(sys.argv[2])
+    rows = {}
+    for line in open(log, errors="replace"):
+        f = line.split()
+        if len(f) == 18 and f[0] == "TL":
+            rows.setdefault(f[1], []).append([int(x) for x in f[2:]])
+    kernels = [k for k in ("fwd", "wg") if k in rows]  # fwd_kernel, wg_kernel (the Hopper kernel)
+    if not kernels:
+        print("no timeline lines in", log)
+        return
+    t0, clock = min(attention(rows[k], k, mhz) for k in kernels)
+    us = lambda ns: (ns - t0) / 1000.0
+    cyc = lambda c: c / clock
     if "merge" in rows:
         mg = last_launch(rows["merge"])
         print("%d merge CTAs" % len(mg))

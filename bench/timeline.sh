@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU machine: per-CTA phase timeline of the few-query kernels (diagnostic build -DPAGEDATTN_TIMELINE=1,
+# GPU machine: per-CTA phase timeline of the attention kernels, fwd_kernel and the Hopper wg_kernel (diagnostic build -DPAGEDATTN_TIMELINE=1,
 # separate build tree; the default build is unaffected). One layer per replay; the last replay is read.
 #   usage: bench/timeline.sh [contexts] [tokens] [kv]     (default 1024,8192 1,8 f16; carry .deps)
 #   TIMELINE_FLAGS adds CUDA flags (an experiment's -D macro); BUILD_SUFFIX names the build tree (and the

@@ -161,6 +161,9 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
   constexpr bool kU8 = Tr::kU8;
   constexpr bool kBytes = Tr::kBytes;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  // diagnostic build only (PAGEDATTN_TIMELINE; thread 0, a consumer): 1 pdl wait, 2 write-in, 4 Q staged,
+  // 5 first tile landed, 6 loop drained, 7 warpgroups combined (SPLIT), 8 rows out (bench/timeline.sh)
+  Timeline tl;
   // warpgroup: rows 64 * wgi .. (SPLIT: key tiles wgi, wgi + 2, ..); read through a shuffle so that the
   // compiler knows it warp-uniform and keeps what derives from it (ring and operand addresses, the MMA
   // descriptors) in uniform registers
@@ -382,7 +385,9 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
   }
   if (early) prologue();
   pdl_wait();
+  tl.mark(1);
   fused_write_in<D, KV>(P, w, table, hk, warp, Tr::kThreads / 32, lane);
+  tl.mark(2);
   if constexpr (Tr::kProducer) {
     // The producer. f16/bf16: tile it into slot it % kStages once every consumer thread has released the
     // slot's previous tile (it - kStages, its empty barrier); its copies complete the slot's full
@@ -475,6 +480,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
   } else if constexpr (kU8) {
     __syncthreads();
   }
+  tl.mark(4);
   const int row0 = SPLIT ? 0 : 64 * wgi;  // the warpgroup's first row
   const uint64_t qd = wg::desc_sw128(q_base + row0 * 128, 16, 1024);  // its Q rows (S's A operand)
 
@@ -544,6 +550,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
     if constexpr (Tr::kMbar) {
       wg::mbar_wait(full_bar(sl), ph);  // every thread's copies of tile it have landed
       wg::fence_proxy_async();
+      if (it == 0) tl.mark(5);
     } else {
       static_assert(!kBytes, "one-byte codes: converted by the producer (kProducer, so kMbar)");
       cp_async_wait<kStages - 3>();
@@ -551,6 +558,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
       // every thread's (SPLIT: the warpgroup's); and the slot refilled below is no longer read
       if constexpr (SPLIT) named_barrier(1 + wgi, 128);
       else __syncthreads();
+      if (it == 0) tl.mark(5);
       issue(it + kStages - 2, sl_fill, ph_fill);
     }
 
@@ -733,6 +741,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
     wg::fence_regs(o);
   }
   cp_async_wait<0>();  // (kMbar commits no groups: every tile it issued was waited for on its full barrier)
+  tl.mark(6);
   pdl_launch_dependents();  // after every cache write (see fwd_kernel)
 
 #pragma unroll
@@ -797,6 +806,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
       }
     }
   }
+  tl.mark(7);
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
     const int r = row0 + 16 * (warp % 4) + lane / 4 + 8 * hf;
@@ -828,6 +838,8 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
       if (c0 == 0) *reinterpret_cast<float2*>(P.ws_ml + slot * 2) = make_float2(row_m[hf], row_l[hf]);
     }
   }
+  tl.mark(8);
+  tl.print("wg", 9);
 #elif defined(__CUDA_ARCH__)
   __trap();  // no wgmma on this target: the backend selects this kernel only for sm_90a code (never here)
 #endif
