@@ -75,7 +75,7 @@ __device__ __forceinline__ void load_io_n(const void* base, int64_t i, int io, f
 
 // The query rows of a work item -> shared memory in the MMA type T: row r is query head hk * G + r % G
 // of token q_tok0 + r / G, its P.Dk elements (the columns from P.Dk to D: zeros); rows >= `rows` are zeros. `store(r, chunk, uint4)` places the 8 elements of
-// a chunk. Each thread's loads go out in batches of kBatch chunks, as raw vectors, before any is converted.
+// a chunk. Each thread's loads go out in batches of 4 chunks, as raw vectors, before any is converted.
 // (Run s6a: Q loaded element by element was the few-query kernel's largest single stall, 6-8% of its
 // samples. Run s9b's SASS: the batches had never overlapped: load_io_n converts next to its load, so the
 // compiled loop waited for each chunk before loading the next, 8 load latencies in series at T=8.)
@@ -88,12 +88,13 @@ struct NoOp {
 // caches; shared memory, or nullptr): each row's sum of its f16-rounded elements (for the key bias
 // and row minima), reduced across the lanes holding the row in a fixed order (bit-reproducible); visible after
 // the caller's next barrier.
-template <typename T, int kRows, int D, int kThreads, int kBatch = 4, typename Store, typename AfterLoads = NoOp>
+template <typename T, int kRows, int D, int kThreads, typename Store, typename AfterLoads = NoOp>
 __device__ __forceinline__ void stage_q(const FwdParams& P, int64_t q_tok0, int hk, int G, int rows, int tid,
                                         Store store, AfterLoads after_loads = {}, float* row_sums = nullptr) {
   // a row takes kChunks lanes, a power of two (D = 80-112: 16 lanes for 10-14 chunks, D = 192: 32 for 24;
   // the lanes past D / 8 load nothing, store nothing and add 0 to the row sum)
-  constexpr int kChunks = D <= 64 ? 8 : D <= 128 ? 16 : 32, kIters = (kRows * kChunks + kThreads - 1) / kThreads;
+  constexpr int kChunks = D <= 64 ? 8 : D <= 128 ? 16 : 32, kIters = (kRows * kChunks + kThreads - 1) / kThreads,
+                kBatch = 4;
   static_assert(32 % kChunks == 0 && kChunks * 8 >= D, "a row's chunks are one lane segment of a warp");
   static_assert((kRows * kChunks) % 32 == 0 && kThreads % 32 == 0, "warp-uniform chunk guards");
   // Every chunk starts at a multiple of 8 elements and run() rejects a query that is not 16-byte

@@ -364,13 +364,17 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
     }
   };
   // tiles 0 .. kStages - 3 (see the pipeline below); kProducer: by its warpgroup (one-byte codes on 128
-  // rows: tiles 0 .. kStages - 2, see the producer's loop), tile 0 first and the others once the
-  // consumers' queries have landed: issued behind the whole prologue (4 tiles of 32 KB per CTA), their
-  // loads took 8.9 us of a 34 us CTA (128 rows, D = 128, 32k; run tl, timeline)
-  constexpr int kPrologue = kStages - (Tr::kProducer && kBytes && !SPLIT ? 1 : 2);
+  // rows: tiles 0 .. kStages - 2, see the producer's loop)
   auto prologue = [&]() {
+    if constexpr (Tr::kProducer) {
+      if (wgi == 2) {
 #pragma unroll
-    for (int s = 0; s < kPrologue; ++s) issue(s, s, 0u);
+        for (int s = 0; s < kStages - (kBytes && !SPLIT ? 1 : 2); ++s) issue(s, s, 0u);
+      }
+    } else {
+#pragma unroll
+      for (int s = 0; s < kStages - 2; ++s) issue(s, s, 0u);
+    }
   };
   if constexpr (Tr::kMbar) {
     if (tid < Tr::kRings * Tr::kCSlots) {
@@ -379,13 +383,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
     }
     __syncthreads();
   }
-  if (early) {
-    if constexpr (Tr::kProducer) {
-      if (wgi == 2) issue(0, 0, 0u);
-    } else {
-      prologue();
-    }
-  }
+  if (early) prologue();
   pdl_wait();
   tl.mark(1);
   fused_write_in<D, KV>(P, w, table, hk, warp, Tr::kThreads / 32, lane);
@@ -400,10 +398,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
     // their loop). The consumers stage Q meanwhile and meet at a barrier of their own.
     if (wgi == 2) {
       wg::setmaxnreg_dec<Tr::kProducerRegs>();
-      named_barrier(5, Tr::kThreads);  // the consumers' queries have landed (they arrive after stage_q)
-#pragma unroll
-      for (int s = 0; s < kPrologue; ++s)
-        if (s > 0 || !early) issue(s, s, 0u);
+      if (!early) prologue();
       if constexpr (SPLIT) {
         // One-byte codes on SPLIT, each ring's two warps: tile it converted in place once this thread's
         // copies have landed (one commit group per tile, kStages - 2 tiles ahead), then tile
@@ -472,14 +467,12 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
   // Q rows -> shared memory (MMA type, swizzled); padding rows zero
   // u8: with each row's sum of its f16-rounded query (for the key bias and row minima)
   float* qsum = reinterpret_cast<float*>(smem_ptr(base + Tr::kQBytes + Tr::kRings * Tr::kRingBytes));
-  // (kProducer: each thread's query loads in one batch of up to 8; the producer waits for them)
-  stage_q<T, Tr::kRows, D, Tr::kConsumerThreads, Tr::kProducer ? 8 : 4>(
+  stage_q<T, Tr::kRows, D, Tr::kConsumerThreads>(
       P, w.tok0 + w.t0, hk, G, rows, tid,
       [&](int r, int ch, uint4 v) {
         *reinterpret_cast<uint4*>(smem_raw + (q_base - raw_u32) + sw128_offset(r, ch, Tr::kRows)) = v;
       },
       NoOp{}, kU8 ? qsum : nullptr);
-  if constexpr (Tr::kProducer) named_barrier_arrive(5, Tr::kThreads);
   if constexpr (SPLIT || Tr::kMbar) {  // Q (and qsum) -> both warpgroups, whose loops meet no CTA-wide barrier
     wg::fence_proxy_async();
     if constexpr (Tr::kProducer) named_barrier(3, Tr::kConsumerThreads);  // (the producer is on its way)
