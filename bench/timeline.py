@@ -28,15 +28,14 @@ def q(vals):
     return "%7.2f %7.2f %7.2f" % (vals[0], statistics.median(vals), vals[-1])
 
 
-def attention(launches, kernel, mhz):
-    """Prints one attention kernel's phases; returns its earliest CTA start (ns) and the SM clock (MHz)."""
-    fwd = last_launch(launches)
+def attention(fwd, kernel, mhz, t0):
+    """Prints one attention kernel's phases (its last launch's CTAs, times from t0 ns); returns the SM
+    clock its CTAs measured (MHz; `mhz` where they measured none)."""
     spans = [max(r[5:]) / ((r[4] - r[3]) / 1000.0) for r in fwd if r[4] > r[3] and max(r[5:]) > 0]
     if spans:
         measured = statistics.median(spans)
-        print("SM clock from the CTAs' own stamps: %.0f MHz (nvidia-smi maximum %.0f)" % (measured, mhz))
+        print("SM clock from %s_kernel's own stamps: %.0f MHz (nvidia-smi maximum %.0f)" % (kernel, measured, mhz))
         mhz = measured
-    t0 = min(r[3] for r in fwd)
     us = lambda ns: (ns - t0) / 1000.0
     cyc = lambda c: c / mhz
     print("%d attention CTAs (%s_kernel) on %d SMs; times in us (min / median / max over CTAs)" %
@@ -50,7 +49,7 @@ def attention(launches, kernel, mhz):
         print("  %-22s %s" % ("+ " + name, q([cyc(c - p) for c, p in zip(cur, prev) if c >= 0])))
         prev = [c if c >= 0 else p for c, p in zip(cur, prev)]
     print("  %-22s %s" % ("attention end", q([us(r[4]) for r in fwd])))
-    return t0, mhz
+    return mhz
 
 
 def main():
@@ -64,7 +63,9 @@ def main():
     if not kernels:
         print("no timeline lines in", log)
         return
-    t0, clock = min(attention(rows[k], k, mhz) for k in kernels)
+    launches = {k: last_launch(rows[k]) for k in kernels}
+    t0 = min(r[3] for k in kernels for r in launches[k])  # the earliest attention-CTA start of any kernel
+    clock = [attention(launches[k], k, mhz, t0) for k in kernels][0]
     us = lambda ns: (ns - t0) / 1000.0
     cyc = lambda c: c / clock
     if "merge" in rows:

@@ -30,7 +30,8 @@ struct Overrides {
   int merge_rowwise = -1;     // PAGEDATTN_MERGE_ROWWISE=0/1: deterministic mode's merge by CTA per row / by
                               // thread per 4 columns (the same bits); -1 unset
   int deterministic_rows = 0;  // PAGEDATTN_DETERMINISTIC_ROWS=16: deterministic mode's 17-32-row chunks as
-                               // 16-row chunks (the layout of devices without the 8-warp variant's memory); 0 unset
+                               // 16-row chunks at G <= 16 (the layout of devices without the 8-warp
+                               // variant's memory); 0 unset
 };
 /// `getenv` returns a variable's value or nullptr (tests pass their own).
 Overrides parse_overrides(const std::function<const char*(const char*)>& getenv);

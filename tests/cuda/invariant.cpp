@@ -308,9 +308,10 @@ TEST(Cuda, InvariantMergeKernelsAgree) {
 
 // Deterministic mode's two layouts for 17-32-row chunks give the same bits: the 8-warp variant (sm_90)
 // and 16-row chunks (devices whose shared memory cannot hold that variant, sm_80; forced here by
-// PAGEDATTN_DETERMINISTIC_ROWS=16). Each case, with G = 4 and T up to 8 so that most chunks have 17-32
-// rows, runs with either; out, lse and scores compared byte for byte. On sm_80 both runs take 16-row
-// chunks (the test still runs, and the plan check says which layout ran).
+// PAGEDATTN_DETERMINISTIC_ROWS=16). Each case, with G = 4 and T = 5..8 so that every chunk has 20-32
+// rows, runs with either; out, lse and scores compared byte for byte. Where the device holds the 8-warp
+// variant at every width (227 KB per block: sm_90) every case must have run it without the switch; on
+// sm_80 both runs take 16-row chunks and the comparison says nothing.
 TEST(Cuda, InvariantSixteenRowChunksAgree) {
   REQUIRE_GPU();
   Options opt{Backend::cuda};
@@ -362,6 +363,10 @@ TEST(Cuda, InvariantSixteenRowChunksAgree) {
   std::printf("[invariant-16-row-chunks] %d tokens' rows (%d of %d cases on the 8-warp variant): %d differ "
               "between the layouts; lse %d cases, scores %d cases differ\n", rows, wide_cases, n, differ,
               lse_differ, scores_differ);
+  int dev = 0, optin = 0;
+  ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), cudaSuccess);
+  if (optin >= 227 * 1024) EXPECT_EQ(wide_cases, n) << "cases that did not run the 8-warp variant without the switch";
 }
 
 // The thread-per-columns merge against the oracle (forced for every call, so small cases run it too).

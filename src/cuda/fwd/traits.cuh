@@ -111,7 +111,7 @@ struct FwdTraits {
                                      : 0;
   }
   // Where the full ring leaves no room for an area wider than a ring slot (f16/bf16 D = 128 and 256 at
-  // 32 rows), the ring gives up stages for one: 4 stages, so 128-column blocks (D = 256: 2 blocks and 4
+  // 32 rows), the ring gives up stages for one: 4 stages, so 128-column blocks (D = 256: 2 blocks and 3
   // barriers instead of 8 of 32 columns and 16). Run fl, same call against the 6-stage ring: the 32 x 8k
   // batch's f16 T = 8 0.909 of the time, lone T = 8 0.959 / 0.973 / 1.018 at 8k / 32k / 128k.
   static constexpr int kFlushStages = 4;
