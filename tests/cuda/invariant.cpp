@@ -113,6 +113,29 @@ InvariantMismatch run_cases(const char* name, uint64_t seed0, int n, bool determ
   return total;
 }
 
+// Two runs of the same case compared byte for byte (out row by row, lse, scores), as a tally over cases;
+// each difference is a test failure naming the case and `between` (what the two runs differ in).
+struct BytewiseTally {
+  int rows = 0, differ = 0, lse_differ = 0, scores_differ = 0;
+  void compare(const Case& c, const Case& a, const Case& b, const char* between) {
+    const size_t o_row = a.out.size() / static_cast<size_t>(c.num_tokens);
+    int case_rows = 0;
+    for (int t = 0; t < c.num_tokens; ++t)
+      case_rows += std::memcmp(a.out.data() + t * o_row, b.out.data() + t * o_row, o_row) != 0;
+    auto same = [](const std::vector<float>& x, const std::vector<float>& y) {
+      return x.size() == y.size() && std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0;
+    };
+    const bool lse_same = same(a.lse, b.lse), scores_same = same(a.scores, b.scores);
+    EXPECT_EQ(case_rows, 0) << "case " << c.describe() << ": rows differ between " << between;
+    EXPECT_TRUE(lse_same) << "case " << c.describe() << ": lse differs between " << between;
+    EXPECT_TRUE(scores_same) << "case " << c.describe() << ": scores differ between " << between;
+    rows += c.num_tokens;
+    differ += case_rows;
+    lse_differ += !lse_same;
+    scores_differ += !scores_same;
+  }
+};
+
 }  // namespace
 
 TEST(Cuda, InvariantVerifyRowsEqualDecodes) {
@@ -265,7 +288,7 @@ TEST(Cuda, InvariantMergeKernelsAgree) {
   const uint64_t seed0 = base_seed() + 4500000;
   const int n = case_count(60);
   std::printf("[invariant-merge-kernels] base seed %llu, %d cases\n", static_cast<unsigned long long>(seed0), n);
-  int rows = 0, differ = 0, lse_differ = 0, scores_differ = 0;
+  BytewiseTally tally;
   for (int i = 0; i < n; ++i) {
     CaseConfig cfg = invariant_config(i);
     cfg.head_sizes = {64, 80, 96, 112, 128, 192, 256};  // every kernel width (merge groups 32/25/21/18)
@@ -286,24 +309,10 @@ TEST(Cuda, InvariantMergeKernelsAgree) {
       }
       run_cuda(by_thread, opt);
     }
-    const size_t o_row = by_cta.out.size() / static_cast<size_t>(c.num_tokens);
-    int case_rows = 0;
-    for (int t = 0; t < c.num_tokens; ++t)
-      case_rows += std::memcmp(by_cta.out.data() + t * o_row, by_thread.out.data() + t * o_row, o_row) != 0;
-    auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
-      return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-    };
-    const bool lse_same = same(by_cta.lse, by_thread.lse), scores_same = same(by_cta.scores, by_thread.scores);
-    EXPECT_EQ(case_rows, 0) << "case " << c.describe() << ": rows differ between the merge kernels";
-    EXPECT_TRUE(lse_same) << "case " << c.describe() << ": lse differs between the merge kernels";
-    EXPECT_TRUE(scores_same) << "case " << c.describe() << ": scores differ between the merge kernels";
-    rows += c.num_tokens;
-    differ += case_rows;
-    lse_differ += !lse_same;
-    scores_differ += !scores_same;
+    tally.compare(c, by_cta, by_thread, "the merge kernels");
   }
   std::printf("[invariant-merge-kernels] %d tokens' rows: %d differ between the merge kernels; lse %d cases, "
-              "scores %d cases differ\n", rows, differ, lse_differ, scores_differ);
+              "scores %d cases differ\n", tally.rows, tally.differ, tally.lse_differ, tally.scores_differ);
 }
 
 // Deterministic mode's two layouts for 17-32-row chunks give the same bits: the 8-warp variant (sm_90)
@@ -319,11 +328,11 @@ TEST(Cuda, InvariantSixteenRowChunksAgree) {
   const uint64_t seed0 = base_seed() + 4700000;
   const int n = case_count(60);
   std::printf("[invariant-16-row-chunks] base seed %llu, %d cases\n", static_cast<unsigned long long>(seed0), n);
-  int rows = 0, differ = 0, lse_differ = 0, scores_differ = 0, wide_cases = 0;
-  auto max_row_tiles = [&](Case c) {  // (a copy: DeviceCase takes the case it uploads by reference)
-    DeviceCase d(c);
+  BytewiseTally tally;
+  int wide_cases = 0;
+  auto max_row_tiles = [&](const CaseConfig& cfg, uint64_t seed) {
     int rt = 0;
-    for (const PlanInfo::Launch& l : plan(d.params(), opt).info().launches) rt = std::max(rt, l.row_tiles);
+    for (const PlanInfo::Launch& l : plan_info(cfg, seed, opt).launches) rt = std::max(rt, l.row_tiles);
     return rt;
   };
   for (int i = 0; i < n; ++i) {
@@ -337,32 +346,18 @@ TEST(Cuda, InvariantSixteenRowChunksAgree) {
     cfg.p_scores = 0.3;
     const Case c = make_random_case(seed0 + i, cfg);
     Case eight_warp = c, sixteen = c;
-    wide_cases += max_row_tiles(c) == 2;
+    wide_cases += max_row_tiles(cfg, seed0 + i) == 2;
     run_cuda(eight_warp, opt);
     {
       EnvGuard e("PAGEDATTN_DETERMINISTIC_ROWS", "16");
-      ASSERT_EQ(max_row_tiles(c), 1) << "PAGEDATTN_DETERMINISTIC_ROWS=16 did not take effect";
+      ASSERT_EQ(max_row_tiles(cfg, seed0 + i), 1) << "PAGEDATTN_DETERMINISTIC_ROWS=16 did not take effect";
       run_cuda(sixteen, opt);
     }
-    const size_t o_row = eight_warp.out.size() / static_cast<size_t>(c.num_tokens);
-    int case_rows = 0;
-    for (int t = 0; t < c.num_tokens; ++t)
-      case_rows += std::memcmp(eight_warp.out.data() + t * o_row, sixteen.out.data() + t * o_row, o_row) != 0;
-    auto same = [](const std::vector<float>& a, const std::vector<float>& b) {
-      return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-    };
-    const bool lse_same = same(eight_warp.lse, sixteen.lse), scores_same = same(eight_warp.scores, sixteen.scores);
-    EXPECT_EQ(case_rows, 0) << "case " << c.describe() << ": rows differ between the layouts";
-    EXPECT_TRUE(lse_same) << "case " << c.describe() << ": lse differs between the layouts";
-    EXPECT_TRUE(scores_same) << "case " << c.describe() << ": scores differ between the layouts";
-    rows += c.num_tokens;
-    differ += case_rows;
-    lse_differ += !lse_same;
-    scores_differ += !scores_same;
+    tally.compare(c, eight_warp, sixteen, "the layouts");
   }
   std::printf("[invariant-16-row-chunks] %d tokens' rows (%d of %d cases on the 8-warp variant): %d differ "
-              "between the layouts; lse %d cases, scores %d cases differ\n", rows, wide_cases, n, differ,
-              lse_differ, scores_differ);
+              "between the layouts; lse %d cases, scores %d cases differ\n", tally.rows, wide_cases, n,
+              tally.differ, tally.lse_differ, tally.scores_differ);
   int dev = 0, optin = 0;
   ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
   ASSERT_EQ(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), cudaSuccess);
