@@ -226,6 +226,15 @@ __device__ __forceinline__ uint32_t u8x2_to_half2(uint32_t x, uint32_t sel, uint
   return *reinterpret_cast<uint32_t*>(&v);
 }
 constexpr uint32_t kSelB01 = 0x4140u, kSelB23 = 0x4342u, kSelB02 = 0x4240u, kSelB13 = 0x4341u;
+// Two codes -> their f16 values mn + code * scale (wg_kernel's u8 tiles): the code exact as an f16
+// (1024 + b - 1024), then one fused multiply-add, so the value is rounded once, as an f16 cache holding
+// it would be.
+__device__ __forceinline__ uint32_t u8x2_dequant(uint32_t x, uint32_t sel, __half2 scale, __half2 mn) {
+  uint32_t h = u8x2_biased(x, sel);
+  const __half2 b = __hsub2(*reinterpret_cast<__half2*>(&h), __float2half2_rn(kU8Bias));
+  __half2 v = __hfma2(b, scale, mn);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
 
 // fp8 codes -> f16 pairs: the low 16 bits of x (bytes 0 and 1 -> the low and high half), one
 // cvt.rn.f16x2.e4m3x2 on sm_89 and later (cuda_fp8.h; older targets convert in software). Exact: every

@@ -40,14 +40,17 @@ struct WgTraits {
   // 32-key tiles at D = 128, commit 7aba6f4, ran level with fwd_kernel at 64 rows, run c4; it now
   // converts in place, below.)
   using T = typename KvTraits<KV>::mma_t;
-  static constexpr bool kU8 = KV == kKvU8;     // affine codes: per-key parameters (as fwd_kernel)
+  // u8: affine codes, each key row's f16 scale and minimum. The producer turns them into the f16 values
+  // min + code * scale (one rounding), so the consumers run f16's loop; fwd_kernel instead keeps exact
+  // codes in its MMAs and folds the parameters per key (docs/design.md, "u8 on the Hopper kernel").
+  static constexpr bool kU8 = KV == kKvU8;
   static constexpr bool kF8 = KV == kKvF8;     // e4m3 codes: the kv head's scales fold into S and O
   static constexpr bool kBytes = kU8 || kF8;   // one-byte codes: staged, then converted to f16 tiles
   // u8 and fp8 on SPLIT: converted in place. The codes of 16-byte chunk c of a row land where the row's
   // f16 chunk 2c goes, and the thread that copied them converts them into chunks 2c and 2c + 1 (no other
   // thread's codes are there), so the ring is f16's: same slots, depth and refill rule, no conversion
   // buffers (each ring's three would not fit two rings at D = 256). u8's per-key parameters go to arrays
-  // of their own after the query sums (kParSlot per ring slot), so each slot stays 1024-byte aligned.
+  // of their own after the rings (kParSlot per ring slot), so each slot stays 1024-byte aligned.
   static constexpr bool kInPlace = kBytes && SPLIT;
   static constexpr int kRows = SPLIT ? 64 : 128;
   static constexpr int kKeys = KEYS;   // keys per tile (D = 256: 32, so that Q and a 5-slot ring fit)
@@ -75,24 +78,21 @@ struct WgTraits {
   // f16/bf16: a ring of (K, V) tiles in the MMA layout. u8 and fp8 (PAGEDATTN_WGMMA_U8=0: mma.sync
   // instead): a ring of staging slots (K and V codes, row-major, then u8's 4 parameter arrays), converted
   // by the producer threads that loaded them into three (K, V) f16 buffers in the MMA layout (one being
-  // converted, one read by the S MMA, one by the PV MMA in flight), and (u8) the rows' query sums; u8
-  // and fp8 on SPLIT: f16's ring, converted in place (above).
+  // converted, one read by the S MMA, one by the PV MMA in flight); u8 and fp8 on SPLIT: f16's ring,
+  // converted in place (above).
   static constexpr int kStageBytes = kInPlace ? 2 * kTileBytes
                                      : kU8 ? 2 * kKeys * D + 4 * kKeys * 2 : kF8 ? 2 * kKeys * D : 2 * kTileBytes;
   static constexpr int kParSlot = kU8 && kInPlace ? 4 * kKeys * 2 : 0;  // u8 in place: a slot's parameters
   static constexpr int kParOff = kInPlace ? 0 : 2 * kKeys * D;           // ... else in its staging slot
   static constexpr int kConvBytes = kBytes && !kInPlace ? 3 * 2 * kTileBytes : 0;
-  static constexpr int kQsumBytes = kU8 ? kRows * 4 : 0;
   // ring depth (tiles ahead = kStages - 2): kProducer and one-byte codes what fits, <= 6 (f16/bf16: 6 at
-  // D = 64 / 128, 5 at D = 256; u8 6 / 5 / 3; fp8 6 / 6 / 4); the two-CTA form 5, 128-key tiles at D = 128 3;
+  // D = 64 / 128, 5 at D = 256; u8 6 / 5 / 4; fp8 6 / 6 / 4); the two-CTA form 5, 128-key tiles at D = 128 3;
   // SPLIT: what fits each ring, <= 6 (SHARED: half the SM's shared memory)
   static constexpr int kBudget = SHARED ? 113 * 1024 : 227 * 1024;
-  // kProducer, u8 (128 rows): the converted tiles' parameters (3 x [4][kKeys] f16); with its barriers
-  // (<= 2 x 6 per ring)
-  static constexpr int kConvParBytes = kProducer && kU8 && !kInPlace ? 3 * 4 * kKeys * 2 : 0;
-  static constexpr int kProducerExtra = kProducer ? kRings * 96 + kConvParBytes : 0;
+  // kProducer: its barriers (<= 2 x 6 per ring)
+  static constexpr int kProducerExtra = kProducer ? kRings * 96 : 0;
   static constexpr int kFit =
-      ((kBudget - 1024 - kQBytes - kQsumBytes - kProducerExtra) / kRings - kConvBytes) / (kStageBytes + kParSlot);
+      ((kBudget - 1024 - kQBytes - kProducerExtra) / kRings - kConvBytes) / (kStageBytes + kParSlot);
   static constexpr int kStages = kBytes || SPLIT || kProducer ? (kFit > 6 ? 6 : kFit)
                                                            : (kStageBytes > 48 * 1024 ? 3 : 5);
   static_assert(kStages >= 3, "pipeline depth");
@@ -120,8 +120,8 @@ struct WgTraits {
   // SPLIT: the second warpgroup's O, m and l for the combine, in the first ring once it is drained
   static_assert(!SPLIT || kRingBytes >= kRows * (D + 2) * 4, "combine buffer");
   // + slack to align the base to 1024
-  static constexpr int kParBytes = kConvParBytes + kRings * kStages * kParSlot;  // (one of the two is 0)
-  static constexpr int kSmem = 1024 + kQBytes + kRings * kRingBytes + kQsumBytes + kParBytes + kBarBytes;
+  static constexpr int kParBytes = kRings * kStages * kParSlot;
+  static constexpr int kSmem = 1024 + kQBytes + kRings * kRingBytes + kParBytes + kBarBytes;
   static_assert(kSmem <= 227 * 1024, "shared memory");
 };
 
@@ -183,20 +183,18 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
   auto v_tile = [&](int t, int sl) { return k_tile(t, sl) + Tr::kTileBytes; };
   auto smem_ptr = [&](uint32_t addr) { return smem_raw + (addr - raw_u32); };
   // u8: the parameters of ring slot `stage` ([4][kKeys] f16): in the staging slot, or (in place) after
-  // the query sums
-  const uint32_t par_base = base + Tr::kQBytes + Tr::kRings * Tr::kRingBytes + Tr::kQsumBytes;
+  // the rings
+  const uint32_t par_base = base + Tr::kQBytes + Tr::kRings * Tr::kRingBytes;
   auto par_addr = [&](int stage) {
     return Tr::kInPlace ? par_base + (ring * kStages + stage) * Tr::kParSlot : slot_base(stage) + Tr::kParOff;
   };
-  // kMbar: ring slot sl's barriers (after Q, the ring, the u8 query sums and parameters): every ring's
+  // kMbar: ring slot sl's barriers (after Q, the ring and u8's parameters): every ring's
   // full barriers, then every ring's empty ones
   const uint32_t bar_base = par_base + Tr::kParBytes;
   auto full_bar = [&](int sl) { return bar_base + 8u * static_cast<uint32_t>(ring * Tr::kCSlots + sl); };
   auto empty_bar = [&](int sl) {
     return bar_base + 8u * static_cast<uint32_t>((Tr::kRings + ring) * Tr::kCSlots + sl);
   };
-  // kProducer, u8: the parameters of converted tile buffer b (its staging slot's, moved by their copiers)
-  auto conv_par = [&](int b) { return par_base + static_cast<uint32_t>(b) * (4 * kKeys * 2); };
   constexpr int kC16 = D / 16;                    // one-byte codes: 16-byte chunks per row
 
   const int hk = blockIdx.y;
@@ -329,12 +327,12 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
     if constexpr (kBytes || !Tr::kMbar) cp_async_commit();
   };
   // u8 and fp8: the codes this thread loaded for tile `it` -> f16 in the tile's MMA-layout buffer. u8:
-  // keys biased by 1024 (exact; folded against sum(q), as in fwd_kernel), values centred (b - 128,
-  // exact). fp8: their f16 values (exact), by cvt.rn.f16x2.e4m3x2.
-  auto cvt4 = [&](uint32_t x, bool key) {  // 4 codes -> 2 f16 pairs (codes 0, 1 and 2, 3)
+  // the values min + code * scale of the row's parameters (u8x2_dequant: one rounding; rows outside the
+  // tile's keys, whose parameters may be unwritten slots, are zeros). fp8: their f16 values (exact), by
+  // cvt.rn.f16x2.e4m3x2 (the kv head's scales fold into S and O).
+  auto cvt4 = [&](uint32_t x, __half2 scale, __half2 mn) {  // 4 codes -> 2 f16 pairs (codes 0, 1 and 2, 3)
     if constexpr (Tr::kF8) return make_uint2(f8x2_to_half2(x), f8x2_to_half2(x >> 16));
-    if (key) return make_uint2(u8x2_biased(x, kSelB01), u8x2_biased(x, kSelB23));
-    return make_uint2(u8x2_to_half2(x, kSelB01), u8x2_to_half2(x, kSelB23));
+    return make_uint2(u8x2_dequant(x, kSelB01, scale, mn), u8x2_dequant(x, kSelB23, scale, mn));
   };
   auto convert = [&](int it, int sl) {
     constexpr int kRowStep = Tr::kCopyThreads / kC16;
@@ -342,25 +340,29 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
     static_assert(kIters * kRowStep == kKeys && Tr::kCopyThreads % kC16 == 0, "code chunk split");
     const int c = ctid % kC16, r0 = ctid / kC16;
     const uint32_t sb = slot_base(sl), kb = k_tile(it, sl), vb = v_tile(it, sl);
+    const int js = w.kv_begin + tile_of(it) * kKeys;
+    const __half* par = reinterpret_cast<const __half*>(smem_ptr(par_addr(sl)));
 #pragma unroll
     for (int i = 0; i < kIters; ++i) {
       const int r = r0 + i * kRowStep;
+      const __half2 zero = __float2half2_rn(0.0f);
+      __half2 ks = zero, km = zero, vs = zero, vm = zero;  // (fp8: unused)
+      if constexpr (kU8) {
+        if (js + r < w.kv_end && js + r >= kv_lo) {
+          ks = __half2half2(par[r]);
+          km = __half2half2(par[kKeys + r]);
+          vs = __half2half2(par[2 * kKeys + r]);
+          vm = __half2half2(par[3 * kKeys + r]);
+        }
+      }
       const uint4 kx = *reinterpret_cast<const uint4*>(smem_ptr(code_k(sb, r, c)));
       const uint4 vx = *reinterpret_cast<const uint4*>(smem_ptr(code_v(sb, r, c)));
-      const uint2 k0 = cvt4(kx.x, true), k1 = cvt4(kx.y, true), k2 = cvt4(kx.z, true), k3 = cvt4(kx.w, true);
-      const uint2 v0 = cvt4(vx.x, false), v1 = cvt4(vx.y, false), v2 = cvt4(vx.z, false), v3 = cvt4(vx.w, false);
+      const uint2 k0 = cvt4(kx.x, ks, km), k1 = cvt4(kx.y, ks, km), k2 = cvt4(kx.z, ks, km), k3 = cvt4(kx.w, ks, km);
+      const uint2 v0 = cvt4(vx.x, vs, vm), v1 = cvt4(vx.y, vs, vm), v2 = cvt4(vx.z, vs, vm), v3 = cvt4(vx.w, vs, vm);
       *reinterpret_cast<uint4*>(smem_ptr(kb + sw128_offset(r, 2 * c, kKeys))) = make_uint4(k0.x, k0.y, k1.x, k1.y);
       *reinterpret_cast<uint4*>(smem_ptr(kb + sw128_offset(r, 2 * c + 1, kKeys))) = make_uint4(k2.x, k2.y, k3.x, k3.y);
       *reinterpret_cast<uint4*>(smem_ptr(vb + sw128_offset(r, 2 * c, kKeys))) = make_uint4(v0.x, v0.y, v1.x, v1.y);
       *reinterpret_cast<uint4*>(smem_ptr(vb + sw128_offset(r, 2 * c + 1, kKeys))) = make_uint4(v2.x, v2.y, v3.x, v3.y);
-    }
-    if constexpr (Tr::kProducer && kU8 && !Tr::kInPlace) {  // the 16 bytes of parameters this thread copied
-      constexpr int kPerArray = kKeys / 8;
-      if (ctid < 4 * kPerArray) {
-        const uint32_t o = (ctid / kPerArray) * kKeys * 2 + (ctid % kPerArray) * 16;
-        *reinterpret_cast<uint4*>(smem_ptr(conv_par(it % 3) + o)) =
-            *reinterpret_cast<const uint4*>(smem_ptr(par_addr(sl) + o));
-      }
     }
   };
   // tiles 0 .. kStages - 3 (see the pipeline below); kProducer: by its warpgroup (one-byte codes on 128
@@ -407,6 +409,9 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
         uint32_t ph = 0u;  // tile it's slot and its round's parity
         for (int it = 0; it < n_tiles; ++it) {
           cp_async_wait<kStages - 3>();
+          // u8: the tile's parameters were copied by other threads of the ring (released after it: the slot
+          // refilled below held tile it - 2, which every thread converted before this barrier)
+          if constexpr (kU8) named_barrier(5 + ring, Tr::kCopyThreads);
           convert(it, sl);
           wg::fence_proxy_async();  // the converted tile -> visible to the consumers' wgmma
           wg::mbar_arrive(full_bar(sl));
@@ -417,11 +422,18 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
           }
         }
       } else if constexpr (kBytes) {
+        // u8: a key row's parameters are copied by other threads than its codes, so the producer meets at a
+        // named barrier once tile c has landed, and only then issues tile c + kStages - 1 into the staging
+        // slot of tile c - 1 (which every thread converted before the barrier)
         int sl = 0, sl_in = kStages - 1, b = 0;  // tile c's staging slot, tile c + kStages - 1's, its buffer
         uint32_t phb = 0u;  // parity of tile c's round in the buffers (c / 3); the previous tile's: phb ^ 1
         for (int c = 0; c < n_tiles; ++c) {
-          issue(c + kStages - 1, sl_in, 0u);  // (a commit group, empty past the last tile)
-          cp_async_wait<kStages - 1>();       // this thread's copies of tile c have landed
+          if constexpr (!kU8) issue(c + kStages - 1, sl_in, 0u);  // (a commit group, empty past the last tile)
+          cp_async_wait<kU8 ? kStages - 2 : kStages - 1>();       // this thread's copies of tile c have landed
+          if constexpr (kU8) {
+            named_barrier(5, Tr::kCopyThreads);
+            issue(c + kStages - 1, sl_in, 0u);
+          }
           if (c >= 3) wg::mbar_wait(empty_bar(b), phb ^ 1u);
           convert(c, sl);
           wg::fence_proxy_async();  // the converted tile -> visible to the consumers' wgmma
@@ -465,20 +477,15 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
   const float s_log2 = Tr::kF8 ? P.scale_log2 * P.k_head_scale[hk * P.k_head_scale_stride] : P.scale_log2;
   const float v_head = Tr::kF8 ? P.v_head_scale[hk * P.v_head_scale_stride] : 1.0f;
   // Q rows -> shared memory (MMA type, swizzled); padding rows zero
-  // u8: with each row's sum of its f16-rounded query (for the key bias and row minima)
-  float* qsum = reinterpret_cast<float*>(smem_ptr(base + Tr::kQBytes + Tr::kRings * Tr::kRingBytes));
   stage_q<T, Tr::kRows, D, Tr::kConsumerThreads>(
       P, w.tok0 + w.t0, hk, G, rows, tid,
       [&](int r, int ch, uint4 v) {
         *reinterpret_cast<uint4*>(smem_raw + (q_base - raw_u32) + sw128_offset(r, ch, Tr::kRows)) = v;
-      },
-      NoOp{}, kU8 ? qsum : nullptr);
-  if constexpr (SPLIT || Tr::kMbar) {  // Q (and qsum) -> both warpgroups, whose loops meet no CTA-wide barrier
+      });
+  if constexpr (SPLIT || Tr::kMbar) {  // Q -> both warpgroups, whose loops meet no CTA-wide barrier
     wg::fence_proxy_async();
     if constexpr (Tr::kProducer) named_barrier(3, Tr::kConsumerThreads);  // (the producer is on its way)
     else __syncthreads();
-  } else if constexpr (kU8) {
-    __syncthreads();
   }
   tl.mark(4);
   const int row0 = SPLIT ? 0 : 64 * wgi;  // the warpgroup's first row
@@ -487,7 +494,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
   // The thread's two rows: row0 + 16 * (warp % 4) + lane / 4 (+ 8).
   int row_qpos[2], row_lo[2];
   bool row_valid[2];
-  float row_slope2[2], row_qsum[2];
+  float row_slope2[2];
   const uint8_t* row_qq[2];
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
@@ -499,7 +506,6 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
     row_qpos[hf] = past + t;
     row_lo[hf] = P.sliding_window > 0 ? past + t - P.sliding_window + 1 : INT_MIN;
     row_slope2[hf] = (valid && P.alibi != nullptr) ? P.alibi[h] * kLog2e : 0.0f;
-    row_qsum[hf] = kU8 ? qsum[r] : 0.0f;
     row_qq[hf] = (valid && P.qq_bias != nullptr)
                      ? P.qq_bias + P.qq_bias_begins[w.seq] + static_cast<int64_t>(t) * w.t_seq
                      : nullptr;
@@ -507,10 +513,8 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
   // row_m is a reference, not the running max, as in fwd_kernel: it moves (and O, l are rescaled) only
   // when a tile's max passes it by more than P.stale_log2, so P = 2^(s - row_m) <= 2^stale_log2 and the
   // warp vote below skips the O rescale (D/2 multiplies per thread per tile) on most tiles of a long
-  // context. u8: the running max (its E moves with each tile's scales, and O with it).
-  // row_c: u8 value offset term, sum_j p_j (vmin_j + 128 vscale_j) (as fwd_kernel)
-  float row_m[2] = {-INFINITY, -INFINITY}, row_l[2] = {0.0f, 0.0f}, row_c[2] = {0.0f, 0.0f};
-  float v_exp = 0.0f;  // u8: E of u8_value_exp, set per tile (the reference is row_m - v_exp)
+  // context.
+  float row_m[2] = {-INFINITY, -INFINITY}, row_l[2] = {0.0f, 0.0f};
   float o[kN3 * 4];
 #pragma unroll
   for (int i = 0; i < kN3 * 4; ++i) o[i] = 0.0f;
@@ -583,20 +587,6 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
       wg::wait<0>();
     }
     wg::fence_regs(s);
-    const uint16_t* par =
-        reinterpret_cast<const uint16_t*>(smem_ptr(Tr::kConvParBytes > 0 ? conv_par(sl) : par_addr(sl)));
-    if constexpr (kU8) {  // s_j = kscale_j * q . (code_j + 1024) + (kmin_j - 1024 kscale_j) * sum(q)
-#pragma unroll
-      for (int n = 0; n < kN1; ++n) {
-        const int kc = n * 8 + 2 * (lane % 4);
-        const float2 ks2 = __half22float2(*reinterpret_cast<const __half2*>(par + kc));
-        const float2 km2 = __half22float2(*reinterpret_cast<const __half2*>(par + kKeys + kc));
-        const float2 kb2 = make_float2(fmaf(-kU8Bias, ks2.x, km2.x), fmaf(-kU8Bias, ks2.y, km2.y));
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          s[4 * n + e] = fmaf(e % 2 ? ks2.y : ks2.x, s[4 * n + e], (e % 2 ? kb2.y : kb2.x) * row_qsum[e / 2]);
-      }
-    }
 
     // ---- masks, online softmax; element (n, e): row hf = e / 2, key js + 8n + 2 (lane % 4) + e % 2 ----
     const bool interior = js + kKeys <= w.kv_end && js + kKeys <= past + w.t0 + 1 &&
@@ -635,43 +625,17 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
       mx4[c] = fmaxf(mx4[c], s[i]);
     }
     float mx[2] = {fmaxf(mx4[0], mx4[2]) * s_mul, fmaxf(mx4[1], mx4[3]) * s_mul};  // (-inf stays -inf: s_mul > 0)
-    // u8: this tile's E (u8_value_exp) from its largest value scale (the quad holds every key of the
-    // tile); O, l and c are rescaled every tile anyway, so E follows each tile: alpha takes 2^(E' - E)
-    float de = 0.0f;
-    if constexpr (kU8) {
-      __half2 vs2 = __float2half2_rn(0.0f);
-#pragma unroll
-      for (int n = 0; n < kN1; ++n) {  // slots past the end may be unwritten (NaN: loses in __hmax2, or stale)
-        const int kc = n * 8 + 2 * (lane % 4);
-        const __half2 v = *reinterpret_cast<const __half2*>(par + 2 * kKeys + kc);
-        vs2 = __hmax2(vs2, __halves2half2(js + kc < w.kv_end ? __low2half(v) : __float2half(0.0f),
-                                           js + kc + 1 < w.kv_end ? __high2half(v) : __float2half(0.0f)));
-      }
-      float vsmax = fmaxf(__low2float(vs2), __high2float(vs2));
-      vsmax = fmaxf(vsmax, __shfl_xor_sync(0xffffffffu, vsmax, 1));
-      vsmax = fmaxf(vsmax, __shfl_xor_sync(0xffffffffu, vsmax, 2));
-      if (vsmax > 0.0f) {
-        const float e = u8_value_exp(vsmax);
-        de = e - v_exp;
-        v_exp = e;
-      }
-    }
     float alpha[2], m_sub[2];
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
       mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 1));
       mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 2));
-      // u8: the running max; else the reference moves only when the tile's max passes it by more than
-      // stale_log2 (see row_m)
+      // the reference moves only when the tile's max passes it by more than stale_log2 (see row_m)
       const float m_old = row_m[hf];
-      const float m_new = kU8 ? fmaxf(m_old, mx[hf]) : mx[hf] > m_old + P.stale_log2 ? mx[hf] : m_old;
-      if constexpr (kU8)
-        alpha[hf] = m_new != -INFINITY ? fast_exp2(m_old - m_new + de) : 1.0f;
-      else
-        alpha[hf] = m_new != m_old && m_old != -INFINITY ? fast_exp2(m_old - m_new) : 1.0f;
+      const float m_new = mx[hf] > m_old + P.stale_log2 ? mx[hf] : m_old;
+      alpha[hf] = m_new != m_old && m_old != -INFINITY ? fast_exp2(m_old - m_new) : 1.0f;
       row_m[hf] = m_new;
-      // no visible key yet: every score is -inf -> 0 (u8: p = 2^(s - (m - E)), see u8_value_exp)
-      m_sub[hf] = (m_new != -INFINITY ? m_new : 0.0f) - v_exp;
+      m_sub[hf] = m_new != -INFINITY ? m_new : 0.0f;  // no visible key yet: every score is -inf -> 0
     }
     float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
@@ -686,8 +650,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
     wg::wait<0>();
     wg::fence_regs(o);
     wg::fence_regs(pa);
-    // (u8: E moves on most tiles, so O is rescaled on most: the vote cost 2-3% at D = 64, run wt1)
-    if (kU8 || !__all_sync(0xffffffffu, alpha[0] == 1.0f && alpha[1] == 1.0f)) {  // the warp's 16 rows
+    if (!__all_sync(0xffffffffu, alpha[0] == 1.0f && alpha[1] == 1.0f)) {  // the warp's 16 rows
 #pragma unroll
       for (int n = 0; n < kN3; ++n) {
         o[4 * n + 0] *= alpha[0];
@@ -697,25 +660,6 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
       }
     }
 
-    if constexpr (kU8) {  // P' = f16(p * vscale) feeds the MMA on the centred codes; c += p (vmin + 128 vscale)
-      float cz[2] = {0.0f, 0.0f};
-#pragma unroll
-      for (int n = 0; n < kN1; ++n) {
-        const int kc = n * 8 + 2 * (lane % 4);
-        const float2 vs2 = __half22float2(*reinterpret_cast<const __half2*>(par + 2 * kKeys + kc));
-        const float2 vm2 = __half22float2(*reinterpret_cast<const __half2*>(par + 3 * kKeys + kc));
-        const float2 vb2 = make_float2(fmaf(kU8Centre, vs2.x, vm2.x), fmaf(kU8Centre, vs2.y, vm2.y));
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          // NOTE: masked keys may carry NaN parameters (unwritten slots): never multiply them
-          const float pe = s[4 * n + e];
-          s[4 * n + e] = pe != 0.0f ? pe * (e % 2 ? vs2.y : vs2.x) : 0.0f;  // (rounded to f16 by the pack below)
-          cz[e / 2] += pe != 0.0f ? pe * (e % 2 ? vb2.y : vb2.x) : 0.0f;
-        }
-      }
-#pragma unroll
-      for (int hf = 0; hf < 2; ++hf) row_c[hf] = row_c[hf] * alpha[hf] + cz[hf];
-    }
 #pragma unroll
     for (int n = 0; n < kN1; ++n) {  // accumulator n-tile n -> A fragment of k-step n / 2
       pa[n / 2][(n % 2) * 2 + 0] = pack2<T>(s[4 * n + 0], s[4 * n + 1]);
@@ -748,16 +692,6 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
   for (int hf = 0; hf < 2; ++hf) {
     row_l[hf] += __shfl_xor_sync(0xffffffffu, row_l[hf], 1);
     row_l[hf] += __shfl_xor_sync(0xffffffffu, row_l[hf], 2);
-    row_m[hf] -= v_exp;  // u8: the reference m - E from here on (l, c and O carry 2^E)
-    if constexpr (kU8) {  // O = sum_j P'_j (code_j - 128) + c
-      row_c[hf] += __shfl_xor_sync(0xffffffffu, row_c[hf], 1);
-      row_c[hf] += __shfl_xor_sync(0xffffffffu, row_c[hf], 2);
-#pragma unroll
-      for (int n = 0; n < kN3; ++n) {
-        o[4 * n + 2 * hf] += row_c[hf];
-        o[4 * n + 2 * hf + 1] += row_c[hf];
-      }
-    }
   }
   if constexpr (Tr::kF8) {
 #pragma unroll
