@@ -40,10 +40,14 @@ struct WgTraits {
   // 32-key tiles at D = 128, commit 7aba6f4, ran level with fwd_kernel at 64 rows, run c4; it now
   // converts in place, below.)
   using T = typename KvTraits<KV>::mma_t;
-  // u8: affine codes, each key row's f16 scale and minimum. The producer turns them into the f16 values
-  // min + code * scale (one rounding), so the consumers run f16's loop; fwd_kernel instead keeps exact
-  // codes in its MMAs and folds the parameters per key (docs/design.md, "u8 on the Hopper kernel").
+  // u8: affine codes, each key row's f16 scale and minimum. kDequant: the producer turns them into the
+  // f16 values min + code * scale (one rounding), so the consumers run f16's loop; kFold (the key-split
+  // forms at D = 128 / 256): the MMAs run on exact codes (keys biased by 1024, values centred) and the
+  // consumers fold the parameters per key, as fwd_kernel does, because there the producer's two warps per
+  // ring would bound the dequantisation (docs/design.md, "u8 on the Hopper kernel").
   static constexpr bool kU8 = KV == kKvU8;
+  static constexpr bool kFold = kU8 && SPLIT && D > 64;
+  static constexpr bool kDequant = kU8 && !kFold;
   static constexpr bool kF8 = KV == kKvF8;     // e4m3 codes: the kv head's scales fold into S and O
   static constexpr bool kBytes = kU8 || kF8;   // one-byte codes: staged, then converted to f16 tiles
   // u8 and fp8 on SPLIT: converted in place. The codes of 16-byte chunk c of a row land where the row's
@@ -78,11 +82,12 @@ struct WgTraits {
   // f16/bf16: a ring of (K, V) tiles in the MMA layout. u8 and fp8 (PAGEDATTN_WGMMA_U8=0: mma.sync
   // instead): a ring of staging slots (K and V codes, row-major, then u8's 4 parameter arrays), converted
   // by the producer threads that loaded them into three (K, V) f16 buffers in the MMA layout (one being
-  // converted, one read by the S MMA, one by the PV MMA in flight); u8 and fp8 on SPLIT: f16's ring,
-  // converted in place (above).
+  // converted, one read by the S MMA, one by the PV MMA in flight), and (kFold) the rows' query sums; u8
+  // and fp8 on SPLIT: f16's ring, converted in place (above).
   static constexpr int kStageBytes = kInPlace ? 2 * kTileBytes
                                      : kU8 ? 2 * kKeys * D + 4 * kKeys * 2 : kF8 ? 2 * kKeys * D : 2 * kTileBytes;
   static constexpr int kParSlot = kU8 && kInPlace ? 4 * kKeys * 2 : 0;  // u8 in place: a slot's parameters
+  static constexpr int kQsumBytes = kFold ? kRows * 4 : 0;
   static constexpr int kParOff = kInPlace ? 0 : 2 * kKeys * D;           // ... else in its staging slot
   static constexpr int kConvBytes = kBytes && !kInPlace ? 3 * 2 * kTileBytes : 0;
   // ring depth (tiles ahead = kStages - 2): kProducer and one-byte codes what fits, <= 6 (f16/bf16: 6 at
@@ -92,7 +97,7 @@ struct WgTraits {
   // kProducer: its barriers (<= 2 x 6 per ring)
   static constexpr int kProducerExtra = kProducer ? kRings * 96 : 0;
   static constexpr int kFit =
-      ((kBudget - 1024 - kQBytes - kProducerExtra) / kRings - kConvBytes) / (kStageBytes + kParSlot);
+      ((kBudget - 1024 - kQBytes - kQsumBytes - kProducerExtra) / kRings - kConvBytes) / (kStageBytes + kParSlot);
   static constexpr int kStages = kBytes || SPLIT || kProducer ? (kFit > 6 ? 6 : kFit)
                                                            : (kStageBytes > 48 * 1024 ? 3 : 5);
   static_assert(kStages >= 3, "pipeline depth");
@@ -121,7 +126,7 @@ struct WgTraits {
   static_assert(!SPLIT || kRingBytes >= kRows * (D + 2) * 4, "combine buffer");
   // + slack to align the base to 1024
   static constexpr int kParBytes = kRings * kStages * kParSlot;
-  static constexpr int kSmem = 1024 + kQBytes + kRings * kRingBytes + kParBytes + kBarBytes;
+  static constexpr int kSmem = 1024 + kQBytes + kRings * kRingBytes + kQsumBytes + kParBytes + kBarBytes;
   static_assert(kSmem <= 227 * 1024, "shared memory");
 };
 
@@ -158,7 +163,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
   const uint32_t raw_u32 = smem_u32(smem_raw);
   const uint32_t base = (raw_u32 + 1023u) & ~1023u;  // swizzle atoms start on 1024-byte boundaries
   const uint32_t q_base = base;
-  constexpr bool kU8 = Tr::kU8;
+  constexpr bool kU8 = Tr::kU8, kFold = Tr::kFold, kDequant = Tr::kDequant;
   constexpr bool kBytes = Tr::kBytes;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   // diagnostic build only (PAGEDATTN_TIMELINE; thread 0, a consumer): 1 pdl wait, 2 write-in, 4 Q staged,
@@ -183,8 +188,8 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
   auto v_tile = [&](int t, int sl) { return k_tile(t, sl) + Tr::kTileBytes; };
   auto smem_ptr = [&](uint32_t addr) { return smem_raw + (addr - raw_u32); };
   // u8: the parameters of ring slot `stage` ([4][kKeys] f16): in the staging slot, or (in place) after
-  // the rings
-  const uint32_t par_base = base + Tr::kQBytes + Tr::kRings * Tr::kRingBytes;
+  // the rings and (kFold) the query sums
+  const uint32_t par_base = base + Tr::kQBytes + Tr::kRings * Tr::kRingBytes + Tr::kQsumBytes;
   auto par_addr = [&](int stage) {
     return Tr::kInPlace ? par_base + (ring * kStages + stage) * Tr::kParSlot : slot_base(stage) + Tr::kParOff;
   };
@@ -326,13 +331,16 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
     }
     if constexpr (kBytes || !Tr::kMbar) cp_async_commit();
   };
-  // u8 and fp8: the codes this thread loaded for tile `it` -> f16 in the tile's MMA-layout buffer. u8:
-  // the values min + code * scale of the row's parameters (u8x2_dequant: one rounding; rows outside the
-  // tile's keys, whose parameters may be unwritten slots, are zeros). fp8: their f16 values (exact), by
-  // cvt.rn.f16x2.e4m3x2 (the kv head's scales fold into S and O).
-  auto cvt4 = [&](uint32_t x, __half2 scale, __half2 mn) {  // 4 codes -> 2 f16 pairs (codes 0, 1 and 2, 3)
+  // u8 and fp8: the codes this thread loaded for tile `it` -> f16 in the tile's MMA-layout buffer. u8,
+  // kDequant: the values min + code * scale of the row's parameters (u8x2_dequant: one rounding; rows
+  // outside the tile's keys, whose parameters may be unwritten slots, are zeros); kFold: keys biased by
+  // 1024 (exact; folded against sum(q), as in fwd_kernel), values centred (b - 128, exact). fp8: their
+  // f16 values (exact), by cvt.rn.f16x2.e4m3x2 (the kv head's scales fold into S and O).
+  auto cvt4 = [&](uint32_t x, bool key, __half2 scale, __half2 mn) {  // 4 codes -> f16 pairs (codes 0, 1 and 2, 3)
     if constexpr (Tr::kF8) return make_uint2(f8x2_to_half2(x), f8x2_to_half2(x >> 16));
-    return make_uint2(u8x2_dequant(x, kSelB01, scale, mn), u8x2_dequant(x, kSelB23, scale, mn));
+    if constexpr (kDequant) return make_uint2(u8x2_dequant(x, kSelB01, scale, mn), u8x2_dequant(x, kSelB23, scale, mn));
+    if (key) return make_uint2(u8x2_biased(x, kSelB01), u8x2_biased(x, kSelB23));
+    return make_uint2(u8x2_to_half2(x, kSelB01), u8x2_to_half2(x, kSelB23));
   };
   auto convert = [&](int it, int sl) {
     constexpr int kRowStep = Tr::kCopyThreads / kC16;
@@ -346,8 +354,8 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
     for (int i = 0; i < kIters; ++i) {
       const int r = r0 + i * kRowStep;
       const __half2 zero = __float2half2_rn(0.0f);
-      __half2 ks = zero, km = zero, vs = zero, vm = zero;  // (fp8: unused)
-      if constexpr (kU8) {
+      __half2 ks = zero, km = zero, vs = zero, vm = zero;  // (fp8, kFold: unused)
+      if constexpr (kDequant) {
         if (js + r < w.kv_end && js + r >= kv_lo) {
           ks = __half2half2(par[r]);
           km = __half2half2(par[kKeys + r]);
@@ -357,8 +365,10 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
       }
       const uint4 kx = *reinterpret_cast<const uint4*>(smem_ptr(code_k(sb, r, c)));
       const uint4 vx = *reinterpret_cast<const uint4*>(smem_ptr(code_v(sb, r, c)));
-      const uint2 k0 = cvt4(kx.x, ks, km), k1 = cvt4(kx.y, ks, km), k2 = cvt4(kx.z, ks, km), k3 = cvt4(kx.w, ks, km);
-      const uint2 v0 = cvt4(vx.x, vs, vm), v1 = cvt4(vx.y, vs, vm), v2 = cvt4(vx.z, vs, vm), v3 = cvt4(vx.w, vs, vm);
+      const uint2 k0 = cvt4(kx.x, true, ks, km), k1 = cvt4(kx.y, true, ks, km), k2 = cvt4(kx.z, true, ks, km),
+                  k3 = cvt4(kx.w, true, ks, km);
+      const uint2 v0 = cvt4(vx.x, false, vs, vm), v1 = cvt4(vx.y, false, vs, vm), v2 = cvt4(vx.z, false, vs, vm),
+                  v3 = cvt4(vx.w, false, vs, vm);
       *reinterpret_cast<uint4*>(smem_ptr(kb + sw128_offset(r, 2 * c, kKeys))) = make_uint4(k0.x, k0.y, k1.x, k1.y);
       *reinterpret_cast<uint4*>(smem_ptr(kb + sw128_offset(r, 2 * c + 1, kKeys))) = make_uint4(k2.x, k2.y, k3.x, k3.y);
       *reinterpret_cast<uint4*>(smem_ptr(vb + sw128_offset(r, 2 * c, kKeys))) = make_uint4(v0.x, v0.y, v1.x, v1.y);
@@ -411,7 +421,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
           cp_async_wait<kStages - 3>();
           // u8: the tile's parameters were copied by other threads of the ring (released after it: the slot
           // refilled below held tile it - 2, which every thread converted before this barrier)
-          if constexpr (kU8) named_barrier(5 + ring, Tr::kCopyThreads);
+          if constexpr (kDequant) named_barrier(5 + ring, Tr::kCopyThreads);
           convert(it, sl);
           wg::fence_proxy_async();  // the converted tile -> visible to the consumers' wgmma
           wg::mbar_arrive(full_bar(sl));
@@ -428,9 +438,9 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
         int sl = 0, sl_in = kStages - 1, b = 0;  // tile c's staging slot, tile c + kStages - 1's, its buffer
         uint32_t phb = 0u;  // parity of tile c's round in the buffers (c / 3); the previous tile's: phb ^ 1
         for (int c = 0; c < n_tiles; ++c) {
-          if constexpr (!kU8) issue(c + kStages - 1, sl_in, 0u);  // (a commit group, empty past the last tile)
-          cp_async_wait<kU8 ? kStages - 2 : kStages - 1>();       // this thread's copies of tile c have landed
-          if constexpr (kU8) {
+          if constexpr (!kDequant) issue(c + kStages - 1, sl_in, 0u);  // (a commit group, empty past the last tile)
+          cp_async_wait<kDequant ? kStages - 2 : kStages - 1>();       // this thread's copies of tile c have landed
+          if constexpr (kDequant) {
             named_barrier(5, Tr::kCopyThreads);
             issue(c + kStages - 1, sl_in, 0u);
           }
@@ -477,12 +487,15 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
   const float s_log2 = Tr::kF8 ? P.scale_log2 * P.k_head_scale[hk * P.k_head_scale_stride] : P.scale_log2;
   const float v_head = Tr::kF8 ? P.v_head_scale[hk * P.v_head_scale_stride] : 1.0f;
   // Q rows -> shared memory (MMA type, swizzled); padding rows zero
+  // kFold: with each row's sum of its f16-rounded query (for the key bias)
+  float* qsum = reinterpret_cast<float*>(smem_ptr(base + Tr::kQBytes + Tr::kRings * Tr::kRingBytes));
   stage_q<T, Tr::kRows, D, Tr::kConsumerThreads>(
       P, w.tok0 + w.t0, hk, G, rows, tid,
       [&](int r, int ch, uint4 v) {
         *reinterpret_cast<uint4*>(smem_raw + (q_base - raw_u32) + sw128_offset(r, ch, Tr::kRows)) = v;
-      });
-  if constexpr (SPLIT || Tr::kMbar) {  // Q -> both warpgroups, whose loops meet no CTA-wide barrier
+      },
+      NoOp{}, kFold ? qsum : nullptr);
+  if constexpr (SPLIT || Tr::kMbar) {  // Q (and qsum) -> both warpgroups, whose loops meet no CTA-wide barrier
     wg::fence_proxy_async();
     if constexpr (Tr::kProducer) named_barrier(3, Tr::kConsumerThreads);  // (the producer is on its way)
     else __syncthreads();
@@ -494,7 +507,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
   // The thread's two rows: row0 + 16 * (warp % 4) + lane / 4 (+ 8).
   int row_qpos[2], row_lo[2];
   bool row_valid[2];
-  float row_slope2[2];
+  float row_slope2[2], row_qsum[2];
   const uint8_t* row_qq[2];
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
@@ -506,6 +519,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
     row_qpos[hf] = past + t;
     row_lo[hf] = P.sliding_window > 0 ? past + t - P.sliding_window + 1 : INT_MIN;
     row_slope2[hf] = (valid && P.alibi != nullptr) ? P.alibi[h] * kLog2e : 0.0f;
+    row_qsum[hf] = kFold ? qsum[r] : 0.0f;
     row_qq[hf] = (valid && P.qq_bias != nullptr)
                      ? P.qq_bias + P.qq_bias_begins[w.seq] + static_cast<int64_t>(t) * w.t_seq
                      : nullptr;
@@ -513,8 +527,10 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
   // row_m is a reference, not the running max, as in fwd_kernel: it moves (and O, l are rescaled) only
   // when a tile's max passes it by more than P.stale_log2, so P = 2^(s - row_m) <= 2^stale_log2 and the
   // warp vote below skips the O rescale (D/2 multiplies per thread per tile) on most tiles of a long
-  // context.
-  float row_m[2] = {-INFINITY, -INFINITY}, row_l[2] = {0.0f, 0.0f};
+  // context. kFold: the running max (its E moves with each tile's scales, and O with it).
+  // row_c: kFold's value offset term, sum_j p_j (vmin_j + 128 vscale_j) (as fwd_kernel)
+  float row_m[2] = {-INFINITY, -INFINITY}, row_l[2] = {0.0f, 0.0f}, row_c[2] = {0.0f, 0.0f};
+  float v_exp = 0.0f;  // kFold: E of u8_value_exp, set per tile (the reference is row_m - v_exp)
   float o[kN3 * 4];
 #pragma unroll
   for (int i = 0; i < kN3 * 4; ++i) o[i] = 0.0f;
@@ -587,6 +603,19 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
       wg::wait<0>();
     }
     wg::fence_regs(s);
+    const uint16_t* par = reinterpret_cast<const uint16_t*>(smem_ptr(par_addr(sl)));
+    if constexpr (kFold) {  // s_j = kscale_j * q . (code_j + 1024) + (kmin_j - 1024 kscale_j) * sum(q)
+#pragma unroll
+      for (int n = 0; n < kN1; ++n) {
+        const int kc = n * 8 + 2 * (lane % 4);
+        const float2 ks2 = __half22float2(*reinterpret_cast<const __half2*>(par + kc));
+        const float2 km2 = __half22float2(*reinterpret_cast<const __half2*>(par + kKeys + kc));
+        const float2 kb2 = make_float2(fmaf(-kU8Bias, ks2.x, km2.x), fmaf(-kU8Bias, ks2.y, km2.y));
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          s[4 * n + e] = fmaf(e % 2 ? ks2.y : ks2.x, s[4 * n + e], (e % 2 ? kb2.y : kb2.x) * row_qsum[e / 2]);
+      }
+    }
 
     // ---- masks, online softmax; element (n, e): row hf = e / 2, key js + 8n + 2 (lane % 4) + e % 2 ----
     const bool interior = js + kKeys <= w.kv_end && js + kKeys <= past + w.t0 + 1 &&
@@ -625,17 +654,43 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
       mx4[c] = fmaxf(mx4[c], s[i]);
     }
     float mx[2] = {fmaxf(mx4[0], mx4[2]) * s_mul, fmaxf(mx4[1], mx4[3]) * s_mul};  // (-inf stays -inf: s_mul > 0)
+    // kFold: this tile's E (u8_value_exp) from its largest value scale (the quad holds every key of the
+    // tile); O, l and c are rescaled every tile anyway, so E follows each tile: alpha takes 2^(E' - E)
+    float de = 0.0f;
+    if constexpr (kFold) {
+      __half2 vs2 = __float2half2_rn(0.0f);
+#pragma unroll
+      for (int n = 0; n < kN1; ++n) {  // slots past the end may be unwritten (NaN: loses in __hmax2, or stale)
+        const int kc = n * 8 + 2 * (lane % 4);
+        const __half2 v = *reinterpret_cast<const __half2*>(par + 2 * kKeys + kc);
+        vs2 = __hmax2(vs2, __halves2half2(js + kc < w.kv_end ? __low2half(v) : __float2half(0.0f),
+                                           js + kc + 1 < w.kv_end ? __high2half(v) : __float2half(0.0f)));
+      }
+      float vsmax = fmaxf(__low2float(vs2), __high2float(vs2));
+      vsmax = fmaxf(vsmax, __shfl_xor_sync(0xffffffffu, vsmax, 1));
+      vsmax = fmaxf(vsmax, __shfl_xor_sync(0xffffffffu, vsmax, 2));
+      if (vsmax > 0.0f) {
+        const float e = u8_value_exp(vsmax);
+        de = e - v_exp;
+        v_exp = e;
+      }
+    }
     float alpha[2], m_sub[2];
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
       mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 1));
       mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 2));
-      // the reference moves only when the tile's max passes it by more than stale_log2 (see row_m)
+      // kFold: the running max; else the reference moves only when the tile's max passes it by more than
+      // stale_log2 (see row_m)
       const float m_old = row_m[hf];
-      const float m_new = mx[hf] > m_old + P.stale_log2 ? mx[hf] : m_old;
-      alpha[hf] = m_new != m_old && m_old != -INFINITY ? fast_exp2(m_old - m_new) : 1.0f;
+      const float m_new = kFold ? fmaxf(m_old, mx[hf]) : mx[hf] > m_old + P.stale_log2 ? mx[hf] : m_old;
+      if constexpr (kFold)
+        alpha[hf] = m_new != -INFINITY ? fast_exp2(m_old - m_new + de) : 1.0f;
+      else
+        alpha[hf] = m_new != m_old && m_old != -INFINITY ? fast_exp2(m_old - m_new) : 1.0f;
       row_m[hf] = m_new;
-      m_sub[hf] = m_new != -INFINITY ? m_new : 0.0f;  // no visible key yet: every score is -inf -> 0
+      // no visible key yet: every score is -inf -> 0 (kFold: p = 2^(s - (m - E)), see u8_value_exp)
+      m_sub[hf] = (m_new != -INFINITY ? m_new : 0.0f) - v_exp;
     }
     float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
@@ -650,7 +705,8 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
     wg::wait<0>();
     wg::fence_regs(o);
     wg::fence_regs(pa);
-    if (!__all_sync(0xffffffffu, alpha[0] == 1.0f && alpha[1] == 1.0f)) {  // the warp's 16 rows
+    // (kFold: E moves on most tiles, so O is rescaled on most: the vote cost 2-3% at D = 64, run wt1)
+    if (kFold || !__all_sync(0xffffffffu, alpha[0] == 1.0f && alpha[1] == 1.0f)) {  // the warp's 16 rows
 #pragma unroll
       for (int n = 0; n < kN3; ++n) {
         o[4 * n + 0] *= alpha[0];
@@ -660,6 +716,25 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
       }
     }
 
+    if constexpr (kFold) {  // P' = f16(p * vscale) feeds the MMA on the centred codes; c += p (vmin + 128 vscale)
+      float cz[2] = {0.0f, 0.0f};
+#pragma unroll
+      for (int n = 0; n < kN1; ++n) {
+        const int kc = n * 8 + 2 * (lane % 4);
+        const float2 vs2 = __half22float2(*reinterpret_cast<const __half2*>(par + 2 * kKeys + kc));
+        const float2 vm2 = __half22float2(*reinterpret_cast<const __half2*>(par + 3 * kKeys + kc));
+        const float2 vb2 = make_float2(fmaf(kU8Centre, vs2.x, vm2.x), fmaf(kU8Centre, vs2.y, vm2.y));
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          // NOTE: masked keys may carry NaN parameters (unwritten slots): never multiply them
+          const float pe = s[4 * n + e];
+          s[4 * n + e] = pe != 0.0f ? pe * (e % 2 ? vs2.y : vs2.x) : 0.0f;  // (rounded to f16 by the pack below)
+          cz[e / 2] += pe != 0.0f ? pe * (e % 2 ? vb2.y : vb2.x) : 0.0f;
+        }
+      }
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) row_c[hf] = row_c[hf] * alpha[hf] + cz[hf];
+    }
 #pragma unroll
     for (int n = 0; n < kN1; ++n) {  // accumulator n-tile n -> A fragment of k-step n / 2
       pa[n / 2][(n % 2) * 2 + 0] = pack2<T>(s[4 * n + 0], s[4 * n + 1]);
@@ -692,6 +767,16 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
   for (int hf = 0; hf < 2; ++hf) {
     row_l[hf] += __shfl_xor_sync(0xffffffffu, row_l[hf], 1);
     row_l[hf] += __shfl_xor_sync(0xffffffffu, row_l[hf], 2);
+    row_m[hf] -= v_exp;  // kFold: the reference m - E from here on (l, c and O carry 2^E)
+    if constexpr (kFold) {  // O = sum_j P'_j (code_j - 128) + c
+      row_c[hf] += __shfl_xor_sync(0xffffffffu, row_c[hf], 1);
+      row_c[hf] += __shfl_xor_sync(0xffffffffu, row_c[hf], 2);
+#pragma unroll
+      for (int n = 0; n < kN3; ++n) {
+        o[4 * n + 2 * hf] += row_c[hf];
+        o[4 * n + 2 * hf + 1] += row_c[hf];
+      }
+    }
   }
   if constexpr (Tr::kF8) {
 #pragma unroll
