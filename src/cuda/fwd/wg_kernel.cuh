@@ -475,8 +475,6 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
         }
       }
       cp_async_wait_all();  // (f16/bf16 copies belong to no commit group: wait_group 0 would not wait)
-      // SPLIT: the consumers' combine reuses ring 0 once the producer is done with it (named barrier 7)
-      if constexpr (SPLIT) named_barrier_arrive(7, Tr::kThreads);
       return;  // (no CTA-wide barrier follows; pdl_launch_dependents counts exited threads)
     }
     wg::setmaxnreg_inc<Tr::kConsumerRegs>();
@@ -794,12 +792,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
       if constexpr (Tr::kProducer) named_barrier(4, Tr::kConsumerThreads);
       else __syncthreads();
     };
-    // with a producer: its last writes to ring 0 (the conversions in place) ordered before the combine's
-    // directly, at barrier 7 (it arrives there on its way out), not only through ring 0's full barriers
-    // and barrier 4 (compute-sanitizer's racecheck reported the combine's stores racing with the
-    // producer's conversions in u8's in-place form without it, run u8d)
-    if constexpr (Tr::kProducer) named_barrier(7, Tr::kThreads);
-    else consumers_sync();
+    consumers_sync();
     if (wgi == 1) {
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
