@@ -365,9 +365,7 @@ class CudaPlan final : public detail::PlanImpl {
     // merge thread folds, so it must not depend on the call)
     merge_split_ = opt.deterministic ? tuning::deterministic_merge_split(D_) : tuning::merge_split(D_, num_merge_rows_, in.num_sms, env);
     merge_batch_ = tuning::merge_batch(D_, merge_split_, max_parts, num_merge_rows_, in.num_sms, env);
-    // (PAGEDATTN_MERGE_ROWWISE=1 takes it in the default mode too: a probe for many-row calls)
-    merge_rowwise_ = (opt.deterministic || env.merge_rowwise == 1) &&
-                     tuning::merge_rowwise(num_merge_rows_, merge_split_, in.num_sms, env);
+    merge_rowwise_ = opt.deterministic && tuning::merge_rowwise(num_merge_rows_, merge_split_, in.num_sms, env);
 
     // --- metadata to the device (read by run) ----------------------------------------------------
     // NOTE: copied into plan-owned vectors first: if the caller's buffers are pinned, cudaMemcpyAsync

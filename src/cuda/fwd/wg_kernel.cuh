@@ -40,13 +40,13 @@ struct WgTraits {
   // 32-key tiles at D = 128, commit 7aba6f4, ran level with fwd_kernel at 64 rows, run c4; it now
   // converts in place, below.)
   using T = typename KvTraits<KV>::mma_t;
-  // u8: affine codes, each key row's f16 scale and minimum. kDequant: the producer turns them into the
-  // f16 values min + code * scale (one rounding), so the consumers run f16's loop; kFold (the key-split
-  // forms at D = 128 / 256): the MMAs run on exact codes (keys biased by 1024, values centred) and the
-  // consumers fold the parameters per key, as fwd_kernel does, because there the producer's two warps per
-  // ring would bound the dequantisation (docs/design.md, "u8 on the Hopper kernel").
+  // u8: affine codes, each key row's f16 scale and minimum. kDequant (the 128-row forms): the producer
+  // turns them into the f16 values min + code * scale (one rounding), so the consumers run f16's loop;
+  // kFold (the key-split forms): the MMAs run on exact codes (keys biased by 1024, values centred) and
+  // the consumers fold the parameters per key, as fwd_kernel does (docs/design.md, "u8 on the Hopper
+  // kernel": at D = 128 / 256 the producer's two warps per ring bound the dequantisation).
   static constexpr bool kU8 = KV == kKvU8;
-  static constexpr bool kFold = kU8 && SPLIT && D > 64;
+  static constexpr bool kFold = kU8 && SPLIT;
   static constexpr bool kDequant = kU8 && !kFold;
   static constexpr bool kF8 = KV == kKvF8;     // e4m3 codes: the kv head's scales fold into S and O
   static constexpr bool kBytes = kU8 || kF8;   // one-byte codes: staged, then converted to f16 tiles
