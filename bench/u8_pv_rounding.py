@@ -5,7 +5,11 @@ Rows straddle zero as the GPU suites' rows do; p_j = 2^(s_j - max) * 2^stale wit
 units; stale = 0 (the exact max: worst case) and 6 (the few-query kernel's largest stale reference).
 The f32 sums here are exact-order sums (the tensor cores' accumulation is not modelled).
     usage: python3 bench/u8_pv_rounding.py   (prints: range, stale, share of subnormal products, rel_l2;
-    the same with the kernels' power of two per 32-key slice, u8_value_exp)"""
+    the same with the kernels' power of two per 32-key slice, u8_value_exp)
+Second table: the Hopper kernel's 128-row forms dequantise instead (docs/design.md, "u8 on the Hopper
+kernel"): each key and value element becomes f16(min + code * scale). Attention of 64 queries over
+N(0, 1) rows quantised per row, in f64 with the exact values against the f16-rounded ones: rel_l2 of
+the output for K and V rounded, and each alone, by context and value range."""
 import numpy as np
 
 rng = np.random.default_rng(20261201)
@@ -30,3 +34,26 @@ for R in (10.0, 1.0, 0.1, 0.01, 0.001):
         acc2 = ((ph2 * np.exp2(-e))[:, None] * (code - 128).astype(np.float32)).sum(0, dtype=np.float32)
         err2 = np.linalg.norm((acc2 + c) - exact) / np.linalg.norm(exact)
         print(f"{R:11g}  {stale:5d}  {(ph < 6.1035e-5).mean():9.3f}  {err:.2e}  {(ph2 < 6.1035e-5).mean():9.3f}  {err2:.2e}")
+
+def quantise(x):  # per row: f16 minimum (rounded down) and scale (rounded up), codes in [0, 255]
+    mn = x.min(-1, keepdims=True).astype(np.float16)
+    mn = np.where(mn > x.min(-1, keepdims=True), np.nextafter(mn, np.float16(-np.inf)), mn).astype(np.float64)
+    sc = np.float16((x.max(-1, keepdims=True) - mn) / 255)
+    sc = np.where(sc * 255 + mn < x.max(-1, keepdims=True), np.nextafter(sc, np.float16(np.inf)), sc).astype(np.float64)
+    return mn + np.clip(np.round((x - mn) / np.where(sc > 0, sc, 1)), 0, 255) * sc
+
+
+def attention(q, k, v):
+    s = q @ k.T / np.sqrt(q.shape[1])
+    p = np.exp(s - s.max(-1, keepdims=True))
+    return (p / p.sum(-1, keepdims=True)) @ v
+
+
+print("\ndequantised to f16 (the 128-row forms)\n  D   keys  value range  rel_l2 K and V  K only    V only")
+for D, L, R in ((64, 8192, 1.0), (128, 4096, 1.0), (128, 65536, 1.0), (128, 8192, 0.01), (256, 8192, 1.0)):
+    q = rng.standard_normal((64, D))
+    k, v = quantise(rng.standard_normal((L, D))), quantise(rng.standard_normal((L, D)) * R)
+    kh, vh = (x.astype(np.float16).astype(np.float64) for x in (k, v))
+    o = attention(q, k, v)
+    err = [np.linalg.norm(attention(q, a, b) - o) / np.linalg.norm(o) for a, b in ((kh, vh), (kh, v), (k, vh))]
+    print(f"{D:3d}  {L:5d}  {R:11g}  {err[0]:14.2e}  {err[1]:.2e}  {err[2]:.2e}")
