@@ -59,9 +59,19 @@ done
 # archive where FlashInfer looks for prebuilt modules, so the GPU run compiles nothing; a module that does not
 # load there is compiled as usual. Needs torch in $PYTHON (PYTHON=/path/to/venv/bin/python); takes minutes
 # (about 8 on 2 cores). Check it: $PYTHON bench/peers/run_peers.py --flashinfer-check-aot --flashinfer-target /tmp/x
+# FI_HEAD_SIZES (e.g. 64,128,256: the sweep's rows) and FI_BACKENDS (e.g. fa2: no FA3 module, which only
+# backend auto on Hopper asks for) pass on to the prebuild (defaults: run_peers.py's, D = 256, fa2,fa3).
+# The venv with torch may be another Python than the GPU machine's 3.12: prebuild from that version's
+# wheels, then copy the archive beside the 3.12 wheels (2026-12-04: a Python 3.11 venv with torch
+# 2.11.0+cu130 from PyPI; WHEELS_DIR=/tmp/w311 PY_VERSION=3.11 PREBUILD=1 FI_HEAD_SIZES=64,128,256
+# FI_BACKENDS=fa2 PYTHON=/tmp/fi311/bin/python, then this script with the defaults and
+# cp /tmp/w311/flashinfer-aot-*.tar.gz .wheels/: 6 modules, 7.5 MB, ~10 min on 2 cores).
 if [ "${PREBUILD:-0}" = 1 ]; then
+  extra=()
+  [ -z "${FI_HEAD_SIZES:-}" ] || extra+=(--flashinfer-prebuild-head-sizes "$FI_HEAD_SIZES")
+  [ -z "${FI_BACKENDS:-}" ] || extra+=(--flashinfer-prebuild-backends "$FI_BACKENDS")
   "$PY" "$ROOT/bench/peers/run_peers.py" --flashinfer-prebuild --flashinfer-wheels "$DEST" \
-    --flashinfer-arch "${FI_ARCH:-9.0a}"
+    --flashinfer-arch "${FI_ARCH:-9.0a}" "${extra[@]}"
 fi
 
 shopt -s nullglob
