@@ -40,14 +40,13 @@ struct WgTraits {
   // 32-key tiles at D = 128, commit 7aba6f4, ran level with fwd_kernel at 64 rows, run c4; it now
   // converts in place, below.)
   using T = typename KvTraits<KV>::mma_t;
-  // u8: affine codes, each key row's f16 scale and minimum. kDequant (the 128-row forms, D = 64's
-  // key-split form): the producer turns them into the f16 values min + code * scale (one rounding), so
-  // the consumers run f16's loop; kFold (the key-split forms at D = 128 / 256): the MMAs run on exact
-  // codes (keys biased by 1024, values centred) and the consumers fold the parameters per key, as
-  // fwd_kernel does (docs/design.md, "u8 on the Hopper kernel": there the producer's two warps per ring
-  // bound the dequantisation).
+  // u8: affine codes, each key row's f16 scale and minimum. kDequant (the 128-row forms): the producer
+  // turns them into the f16 values min + code * scale (one rounding), so the consumers run f16's loop;
+  // kFold (the key-split forms): the MMAs run on exact codes (keys biased by 1024, values centred) and
+  // the consumers fold the parameters per key, as fwd_kernel does (docs/design.md, "u8 on the Hopper
+  // kernel": at D = 128 / 256 the producer's two warps per ring bound the dequantisation).
   static constexpr bool kU8 = KV == kKvU8;
-  static constexpr bool kFold = kU8 && SPLIT && D > 64;
+  static constexpr bool kFold = kU8 && SPLIT;
   static constexpr bool kDequant = kU8 && !kFold;
   static constexpr bool kF8 = KV == kKvF8;     // e4m3 codes: the kv head's scales fold into S and O
   static constexpr bool kBytes = kU8 || kF8;   // one-byte codes: staged, then converted to f16 tiles
@@ -289,24 +288,9 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
           cp_async_16_u32(code_v(sb, r, c), vc + off, ok ? 16 : 0);
         }
       }
-      // u8 parameters. kDequant: each warp copies those of the rows its own threads convert (kWarpRows
-      // consecutive rows per row step, 2 kWarpRows bytes per array: 16 / 8 / 4 at D = 64 / 128 / 256),
-      // so that a thread reads only parameters its warp copied (a __syncwarp, no producer barrier).
-      // kFold: 4 arrays x (kKeys / 8) chunks of 8 tokens (a chunk stays in one cache block).
+      // u8 parameters: 4 arrays x (kKeys / 8) chunks of 8 tokens (a chunk stays in one cache block)
       constexpr int kPerArray = kKeys / 8;
-      if constexpr (kDequant) {
-        constexpr int kWarpRows = 32 / kC16;
-        static_assert(32 % kC16 == 0 && kRowStep % kWarpRows == 0 && 4 * kIters <= 32, "a warp's parameter pieces");
-        const int lane_c = ctid % 32;
-        if (lane_c < 4 * kIters) {
-          const int a = lane_c / kIters, r = (ctid / 32) * kWarpRows + (lane_c % kIters) * kRowStep;
-          const int j = js + r;
-          const bool ok = j < w.kv_end && j + kWarpRows - 1 >= kv_lo;
-          const uint16_t* ps = a == 0 ? P.k_scale : a == 1 ? P.k_min : a == 2 ? P.v_scale : P.v_min;
-          const int64_t off = ok ? cache_row(table, j, hk, P.Hk, P.block_size_log2) : 0;
-          cp_async_ca<2 * kWarpRows>(par_addr(sl) + a * kKeys * 2 + r * 2, ps + off, ok ? 2 * kWarpRows : 0);
-        }
-      } else if (kU8 && ctid < 4 * kPerArray) {
+      if (kU8 && ctid < 4 * kPerArray) {
         const int a = ctid / kPerArray, cc = ctid % kPerArray;
         const int j = js + cc * 8;
         const bool ok = j < w.kv_end && j + 7 >= kv_lo;
@@ -435,9 +419,9 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
         uint32_t ph = 0u;  // tile it's slot and its round's parity
         for (int it = 0; it < n_tiles; ++it) {
           cp_async_wait<kStages - 3>();
-          // u8: the tile's parameters were copied by other lanes of the warp (the slot refilled below held
-          // tile it - 2, which every lane converted before this __syncwarp)
-          if constexpr (kDequant) __syncwarp();
+          // u8: the tile's parameters were copied by other threads of the ring (released after it: the slot
+          // refilled below held tile it - 2, which every thread converted before this barrier)
+          if constexpr (kDequant) named_barrier(5 + ring, Tr::kCopyThreads);
           convert(it, sl);
           wg::fence_proxy_async();  // the converted tile -> visible to the consumers' wgmma
           wg::mbar_arrive(full_bar(sl));
@@ -448,16 +432,18 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
           }
         }
       } else if constexpr (kBytes) {
-        // u8: a key row's parameters are copied by other lanes of the warp than its codes: a __syncwarp
-        // once tile c has landed, and one before tile c + kStages - 1 goes into the staging slot of tile c - 1
-        // (which every lane has converted by then)
+        // u8: a key row's parameters are copied by other threads than its codes, so the producer meets at a
+        // named barrier once tile c has landed, and only then issues tile c + kStages - 1 into the staging
+        // slot of tile c - 1 (which every thread converted before the barrier)
         int sl = 0, sl_in = kStages - 1, b = 0;  // tile c's staging slot, tile c + kStages - 1's, its buffer
         uint32_t phb = 0u;  // parity of tile c's round in the buffers (c / 3); the previous tile's: phb ^ 1
         for (int c = 0; c < n_tiles; ++c) {
-          if constexpr (kDequant) __syncwarp();
-          issue(c + kStages - 1, sl_in, 0u);  // (a commit group, empty past the last tile)
-          cp_async_wait<kStages - 1>();       // this thread's copies of tile c have landed
-          if constexpr (kDequant) __syncwarp();
+          if constexpr (!kDequant) issue(c + kStages - 1, sl_in, 0u);  // (a commit group, empty past the last tile)
+          cp_async_wait<kDequant ? kStages - 2 : kStages - 1>();       // this thread's copies of tile c have landed
+          if constexpr (kDequant) {
+            named_barrier(5, Tr::kCopyThreads);
+            issue(c + kStages - 1, sl_in, 0u);
+          }
           if (c >= 3) wg::mbar_wait(empty_bar(b), phb ^ 1u);
           convert(c, sl);
           wg::fence_proxy_async();  // the converted tile -> visible to the consumers' wgmma
