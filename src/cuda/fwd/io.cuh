@@ -197,7 +197,8 @@ __device__ __forceinline__ float fast_exp2(float x) {
 }
 
 // u8 codes -> f16 pairs. 0x6400 | b is the half 1024 + b (exact), made by one PRMT; `sel` picks the two
-// bytes. The key MMAs run on these biased codes and fold the 1024 against sum(q): the bias costs at most
+// bytes. In fwd_kernel and wg_kernel's key-split forms (wg_kernel's 128-row forms dequantise instead:
+// u8x2_dequant) the key MMAs run on these biased codes and fold the 1024 against sum(q): the bias costs at most
 // 3 bits of an f32 sum over one head's D products. The value MMAs run on centred codes b - 128 (one
 // subtraction of 1152, exact): there the f32 accumulators sum over up to a whole context of keys, and
 // any bias grows with that sum. Measured: uncentred codes (b, with the zero point folded as

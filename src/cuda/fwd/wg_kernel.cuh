@@ -54,7 +54,8 @@ struct WgTraits {
   // f16 chunk 2c goes, and the thread that copied them converts them into chunks 2c and 2c + 1 (no other
   // thread's codes are there), so the ring is f16's: same slots, depth and refill rule, no conversion
   // buffers (each ring's three would not fit two rings at D = 256). u8's per-key parameters go to arrays
-  // of their own after the rings (kParSlot per ring slot), so each slot stays 1024-byte aligned.
+  // of their own after the rings and the query sums (kParSlot per ring slot), so each slot stays
+  // 1024-byte aligned.
   static constexpr bool kInPlace = kBytes && SPLIT;
   static constexpr int kRows = SPLIT ? 64 : 128;
   static constexpr int kKeys = KEYS;   // keys per tile (D = 256: 32, so that Q and a 5-slot ring fit)
@@ -80,8 +81,8 @@ struct WgTraits {
   static constexpr int kQBytes = kRows * D * 2;              // D/64 blocks of [kRows][128 bytes]
   static constexpr int kTileBytes = kKeys * D * 2;           // K (or V) of one tile: D/64 blocks of [64][128 bytes]
   // f16/bf16: a ring of (K, V) tiles in the MMA layout. u8 and fp8 (PAGEDATTN_WGMMA_U8=0: mma.sync
-  // instead): a ring of staging slots (K and V codes, row-major, then u8's 4 parameter arrays), converted
-  // by the producer threads that loaded them into three (K, V) f16 buffers in the MMA layout (one being
+  // instead): a ring of staging slots (K and V codes, row-major, then u8's 4 parameter arrays), the codes
+  // converted by the producer threads that loaded them into three (K, V) f16 buffers in the MMA layout (one being
   // converted, one read by the S MMA, one by the PV MMA in flight), and (kFold) the rows' query sums; u8
   // and fp8 on SPLIT: f16's ring, converted in place (above).
   static constexpr int kStageBytes = kInPlace ? 2 * kTileBytes
@@ -403,11 +404,12 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
   if constexpr (Tr::kProducer) {
     // The producer. f16/bf16: tile it into slot it % kStages once every consumer thread has released the
     // slot's previous tile (it - kStages, its empty barrier); its copies complete the slot's full
-    // barrier. One-byte codes: tile it's codes into staging slot it % kStages, kStages - 1 tiles ahead of
-    // the conversion; each thread waits for its own copies of tile c, converts them (and moves u8's
-    // parameters it copied) into buffer c % 3 once the consumers have released tile c - 3 there, and
-    // arrives on that buffer's full barrier. SPLIT (one-byte codes): each ring's two warps, in place (see
-    // their loop). The consumers stage Q meanwhile and meet at a barrier of their own.
+    // barrier. One-byte codes: tile it's codes (and u8's parameters) into staging slot it % kStages,
+    // kStages - 2 to kStages - 1 tiles ahead of the conversion; each thread waits for its own copies of
+    // tile c (u8: and the producer meets at barrier 5, the parameters being other threads' copies),
+    // converts them into buffer c % 3 once the consumers have released tile c - 3 there, and arrives on
+    // that buffer's full barrier. SPLIT (one-byte codes): each ring's two warps, in place (see their loop).
+    // The consumers stage Q meanwhile and meet at a barrier of their own.
     if (wgi == 2) {
       wg::setmaxnreg_dec<Tr::kProducerRegs>();
       if (!early) prologue();
@@ -419,9 +421,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
         uint32_t ph = 0u;  // tile it's slot and its round's parity
         for (int it = 0; it < n_tiles; ++it) {
           cp_async_wait<kStages - 3>();
-          // u8: the tile's parameters were copied by other threads of the ring (released after it: the slot
-          // refilled below held tile it - 2, which every thread converted before this barrier)
-          if constexpr (kDequant) named_barrier(5 + ring, Tr::kCopyThreads);
+          static_assert(!kDequant, "u8 on SPLIT folds: its consumers read the parameters after the full barrier");
           convert(it, sl);
           wg::fence_proxy_async();  // the converted tile -> visible to the consumers' wgmma
           wg::mbar_arrive(full_bar(sl));
@@ -487,7 +487,8 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
   const float s_log2 = Tr::kF8 ? P.scale_log2 * P.k_head_scale[hk * P.k_head_scale_stride] : P.scale_log2;
   const float v_head = Tr::kF8 ? P.v_head_scale[hk * P.v_head_scale_stride] : 1.0f;
   // Q rows -> shared memory (MMA type, swizzled); padding rows zero
-  // kFold: with each row's sum of its f16-rounded query (for the key bias)
+  // kFold: with each row's sum of its f16-rounded query (for the key bias; other forms have no such
+  // array, and this address is never touched there)
   float* qsum = reinterpret_cast<float*>(smem_ptr(base + Tr::kQBytes + Tr::kRings * Tr::kRingBytes));
   stage_q<T, Tr::kRows, D, Tr::kConsumerThreads>(
       P, w.tok0 + w.t0, hk, G, rows, tid,
@@ -603,6 +604,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
       wg::wait<0>();
     }
     wg::fence_regs(s);
+    // kFold (SPLIT: sl is the ring slot, its parameters beside it; the 128-row forms never read them here)
     const uint16_t* par = reinterpret_cast<const uint16_t*>(smem_ptr(par_addr(sl)));
     if constexpr (kFold) {  // s_j = kscale_j * q . (code_j + 1024) + (kmin_j - 1024 kscale_j) * sum(q)
 #pragma unroll
