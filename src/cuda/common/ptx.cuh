@@ -27,14 +27,6 @@ __device__ __forceinline__ void cp_async_16_u32(uint32_t smem_addr, const void* 
 __device__ __forceinline__ void cp_async_16_full(uint32_t smem_addr, const void* gmem) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr), "l"(gmem) : "memory");
 }
-// A 4-, 8- or 16-byte global -> shared copy through L1 (.ca: the sizes below 16 have no .cg form);
-// src_bytes = 0 zero-fills the destination.
-template <int N>
-__device__ __forceinline__ void cp_async_ca(uint32_t smem_addr, const void* gmem, int src_bytes) {
-  static_assert(N == 4 || N == 8 || N == 16, "cp.async sizes");
-  asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(smem_addr), "l"(gmem), "n"(N), "r"(src_bytes)
-               : "memory");
-}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {

@@ -40,13 +40,14 @@ struct WgTraits {
   // 32-key tiles at D = 128, commit 7aba6f4, ran level with fwd_kernel at 64 rows, run c4; it now
   // converts in place, below.)
   using T = typename KvTraits<KV>::mma_t;
-  // u8: affine codes, each key row's f16 scale and minimum. The producer turns values (and, but for kFold,
-  // keys) into their f16 values min + code * scale (one rounding), so the consumers run f16's loop;
-  // kFold (the key-split forms at D = 128 / 256, where the producer's two warps per ring bound the
-  // conversion): the S MMA runs on exact key codes biased by 1024 and the consumers fold the key
-  // parameters per key, as fwd_kernel does (docs/design.md, "u8 on the Hopper kernel").
+  // u8: affine codes, each key row's f16 scale and minimum. kDequant (the 128-row forms): the producer
+  // turns them into the f16 values min + code * scale (one rounding), so the consumers run f16's loop;
+  // kFold (the key-split forms): the MMAs run on exact codes (keys biased by 1024, values centred) and
+  // the consumers fold the parameters per key, as fwd_kernel does (docs/design.md, "u8 on the Hopper
+  // kernel": at D = 128 / 256 the producer's two warps per ring bound the dequantisation).
   static constexpr bool kU8 = KV == kKvU8;
-  static constexpr bool kFold = kU8 && SPLIT && D > 64;  // (keys only: values are dequantised in every form)
+  static constexpr bool kFold = kU8 && SPLIT;
+  static constexpr bool kDequant = kU8 && !kFold;
   static constexpr bool kF8 = KV == kKvF8;     // e4m3 codes: the kv head's scales fold into S and O
   static constexpr bool kBytes = kU8 || kF8;   // one-byte codes: staged, then converted to f16 tiles
   // u8 and fp8 on SPLIT: converted in place. The codes of 16-byte chunk c of a row land where the row's
@@ -163,7 +164,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
   const uint32_t raw_u32 = smem_u32(smem_raw);
   const uint32_t base = (raw_u32 + 1023u) & ~1023u;  // swizzle atoms start on 1024-byte boundaries
   const uint32_t q_base = base;
-  constexpr bool kU8 = Tr::kU8, kFold = Tr::kFold;
+  constexpr bool kU8 = Tr::kU8, kFold = Tr::kFold, kDequant = Tr::kDequant;
   constexpr bool kBytes = Tr::kBytes;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   // diagnostic build only (PAGEDATTN_TIMELINE; thread 0, a consumer): 1 pdl wait, 2 write-in, 4 Q staged,
@@ -288,23 +289,15 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
           cp_async_16_u32(code_v(sb, r, c), vc + off, ok ? 16 : 0);
         }
       }
-      // u8 parameters: each warp copies those of the rows its own threads convert (kWarpRows consecutive
-      // rows per row step, 2 kWarpRows bytes per array: 16 / 8 / 4 at D = 64 / 128 / 256), so that a
-      // thread reads only parameters its warp copied (a __syncwarp, no producer barrier). (kFold: the
-      // consumers read the key parameters of every row after the slot's full barrier, which each producer
-      // thread arrives on once its own copies have landed.)
-      if constexpr (kU8) {
-        constexpr int kWarpRows = 32 / kC16;
-        static_assert(32 % kC16 == 0 && kRowStep % kWarpRows == 0 && 4 * kIters <= 32, "a warp's parameter pieces");
-        const int lane_c = ctid % 32;
-        if (lane_c < 4 * kIters) {
-          const int a = lane_c / kIters, r = (ctid / 32) * kWarpRows + (lane_c % kIters) * kRowStep;
-          const int j = js + r;
-          const bool ok = j < w.kv_end && j + kWarpRows - 1 >= kv_lo;
-          const uint16_t* ps = a == 0 ? P.k_scale : a == 1 ? P.k_min : a == 2 ? P.v_scale : P.v_min;
-          const int64_t off = ok ? cache_row(table, j, hk, P.Hk, P.block_size_log2) : 0;
-          cp_async_ca<2 * kWarpRows>(par_addr(sl) + a * kKeys * 2 + r * 2, ps + off, ok ? 2 * kWarpRows : 0);
-        }
+      // u8 parameters: 4 arrays x (kKeys / 8) chunks of 8 tokens (a chunk stays in one cache block)
+      constexpr int kPerArray = kKeys / 8;
+      if (kU8 && ctid < 4 * kPerArray) {
+        const int a = ctid / kPerArray, cc = ctid % kPerArray;
+        const int j = js + cc * 8;
+        const bool ok = j < w.kv_end && j + 7 >= kv_lo;
+        const uint16_t* ps = a == 0 ? P.k_scale : a == 1 ? P.k_min : a == 2 ? P.v_scale : P.v_min;
+        const int64_t off8 = ok ? cache_row(table, j, hk, P.Hk, P.block_size_log2) : 0;
+        cp_async_16_u32(par_addr(sl) + a * kKeys * 2 + cc * 16, ps + off8, ok ? 16 : 0);
       }
     } else if (it < n_tiles) {
       // kMbar: the slot's previous tile (it - kStages) released by every warp
@@ -339,15 +332,16 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
     }
     if constexpr (kBytes || !Tr::kMbar) cp_async_commit();
   };
-  // u8 and fp8: the codes this thread loaded for tile `it` -> f16 in the tile's MMA-layout buffer. u8:
-  // the values min + code * scale of the row's parameters (u8x2_dequant: one rounding; rows outside the
-  // tile's keys, whose parameters may be unwritten slots, are zeros), but kFold's keys biased by 1024
-  // (exact; folded against sum(q), as in fwd_kernel). fp8: their f16 values (exact), by
-  // cvt.rn.f16x2.e4m3x2 (the kv head's scales fold into S and O).
+  // u8 and fp8: the codes this thread loaded for tile `it` -> f16 in the tile's MMA-layout buffer. u8,
+  // kDequant: the values min + code * scale of the row's parameters (u8x2_dequant: one rounding; rows
+  // outside the tile's keys, whose parameters may be unwritten slots, are zeros); kFold: keys biased by
+  // 1024 (exact; folded against sum(q), as in fwd_kernel), values centred (b - 128, exact). fp8: their
+  // f16 values (exact), by cvt.rn.f16x2.e4m3x2 (the kv head's scales fold into S and O).
   auto cvt4 = [&](uint32_t x, bool key, __half2 scale, __half2 mn) {  // 4 codes -> f16 pairs (codes 0, 1 and 2, 3)
     if constexpr (Tr::kF8) return make_uint2(f8x2_to_half2(x), f8x2_to_half2(x >> 16));
-    if (kFold && key) return make_uint2(u8x2_biased(x, kSelB01), u8x2_biased(x, kSelB23));
-    return make_uint2(u8x2_dequant(x, kSelB01, scale, mn), u8x2_dequant(x, kSelB23, scale, mn));
+    if constexpr (kDequant) return make_uint2(u8x2_dequant(x, kSelB01, scale, mn), u8x2_dequant(x, kSelB23, scale, mn));
+    if (key) return make_uint2(u8x2_biased(x, kSelB01), u8x2_biased(x, kSelB23));
+    return make_uint2(u8x2_to_half2(x, kSelB01), u8x2_to_half2(x, kSelB23));
   };
   auto convert = [&](int it, int sl) {
     constexpr int kRowStep = Tr::kCopyThreads / kC16;
@@ -361,13 +355,11 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
     for (int i = 0; i < kIters; ++i) {
       const int r = r0 + i * kRowStep;
       const __half2 zero = __float2half2_rn(0.0f);
-      __half2 ks = zero, km = zero, vs = zero, vm = zero;  // (fp8: unused; kFold: ks, km unused)
-      if constexpr (kU8) {
+      __half2 ks = zero, km = zero, vs = zero, vm = zero;  // (fp8, kFold: unused)
+      if constexpr (kDequant) {
         if (js + r < w.kv_end && js + r >= kv_lo) {
-          if constexpr (!kFold) {
-            ks = __half2half2(par[r]);
-            km = __half2half2(par[kKeys + r]);
-          }
+          ks = __half2half2(par[r]);
+          km = __half2half2(par[kKeys + r]);
           vs = __half2half2(par[2 * kKeys + r]);
           vm = __half2half2(par[3 * kKeys + r]);
         }
@@ -429,9 +421,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
         uint32_t ph = 0u;  // tile it's slot and its round's parity
         for (int it = 0; it < n_tiles; ++it) {
           cp_async_wait<kStages - 3>();
-          // u8: the tile's parameters were copied by other lanes of the warp (the slot refilled below held
-          // tile it - 2, which every lane converted before this __syncwarp)
-          if constexpr (kU8) __syncwarp();
+          static_assert(!kDequant, "u8 on SPLIT folds: its consumers read the parameters after the full barrier");
           convert(it, sl);
           wg::fence_proxy_async();  // the converted tile -> visible to the consumers' wgmma
           wg::mbar_arrive(full_bar(sl));
@@ -442,16 +432,18 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
           }
         }
       } else if constexpr (kBytes) {
-        // u8: a key row's parameters are copied by other lanes of the warp than its codes: a __syncwarp
-        // once tile c has landed, and one before tile c + kStages - 1 goes into the staging slot of tile c - 1
-        // (which every lane has converted by then)
+        // u8: a key row's parameters are copied by other threads than its codes, so the producer meets at a
+        // named barrier once tile c has landed, and only then issues tile c + kStages - 1 into the staging
+        // slot of tile c - 1 (which every thread converted before the barrier)
         int sl = 0, sl_in = kStages - 1, b = 0;  // tile c's staging slot, tile c + kStages - 1's, its buffer
         uint32_t phb = 0u;  // parity of tile c's round in the buffers (c / 3); the previous tile's: phb ^ 1
         for (int c = 0; c < n_tiles; ++c) {
-          if constexpr (kU8) __syncwarp();
-          issue(c + kStages - 1, sl_in, 0u);  // (a commit group, empty past the last tile)
-          cp_async_wait<kStages - 1>();       // this thread's copies of tile c have landed
-          if constexpr (kU8) __syncwarp();
+          if constexpr (!kDequant) issue(c + kStages - 1, sl_in, 0u);  // (a commit group, empty past the last tile)
+          cp_async_wait<kDequant ? kStages - 2 : kStages - 1>();       // this thread's copies of tile c have landed
+          if constexpr (kDequant) {
+            named_barrier(5, Tr::kCopyThreads);
+            issue(c + kStages - 1, sl_in, 0u);
+          }
           if (c >= 3) wg::mbar_wait(empty_bar(b), phb ^ 1u);
           convert(c, sl);
           wg::fence_proxy_async();  // the converted tile -> visible to the consumers' wgmma
@@ -536,8 +528,10 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
   // row_m is a reference, not the running max, as in fwd_kernel: it moves (and O, l are rescaled) only
   // when a tile's max passes it by more than P.stale_log2, so P = 2^(s - row_m) <= 2^stale_log2 and the
   // warp vote below skips the O rescale (D/2 multiplies per thread per tile) on most tiles of a long
-  // context.
-  float row_m[2] = {-INFINITY, -INFINITY}, row_l[2] = {0.0f, 0.0f};
+  // context. kFold: the running max (its E moves with each tile's scales, and O with it).
+  // row_c: kFold's value offset term, sum_j p_j (vmin_j + 128 vscale_j) (as fwd_kernel)
+  float row_m[2] = {-INFINITY, -INFINITY}, row_l[2] = {0.0f, 0.0f}, row_c[2] = {0.0f, 0.0f};
+  float v_exp = 0.0f;  // kFold: E of u8_value_exp, set per tile (the reference is row_m - v_exp)
   float o[kN3 * 4];
 #pragma unroll
   for (int i = 0; i < kN3 * 4; ++i) o[i] = 0.0f;
@@ -662,17 +656,43 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
       mx4[c] = fmaxf(mx4[c], s[i]);
     }
     float mx[2] = {fmaxf(mx4[0], mx4[2]) * s_mul, fmaxf(mx4[1], mx4[3]) * s_mul};  // (-inf stays -inf: s_mul > 0)
+    // kFold: this tile's E (u8_value_exp) from its largest value scale (the quad holds every key of the
+    // tile); O, l and c are rescaled every tile anyway, so E follows each tile: alpha takes 2^(E' - E)
+    float de = 0.0f;
+    if constexpr (kFold) {
+      __half2 vs2 = __float2half2_rn(0.0f);
+#pragma unroll
+      for (int n = 0; n < kN1; ++n) {  // slots past the end may be unwritten (NaN: loses in __hmax2, or stale)
+        const int kc = n * 8 + 2 * (lane % 4);
+        const __half2 v = *reinterpret_cast<const __half2*>(par + 2 * kKeys + kc);
+        vs2 = __hmax2(vs2, __halves2half2(js + kc < w.kv_end ? __low2half(v) : __float2half(0.0f),
+                                           js + kc + 1 < w.kv_end ? __high2half(v) : __float2half(0.0f)));
+      }
+      float vsmax = fmaxf(__low2float(vs2), __high2float(vs2));
+      vsmax = fmaxf(vsmax, __shfl_xor_sync(0xffffffffu, vsmax, 1));
+      vsmax = fmaxf(vsmax, __shfl_xor_sync(0xffffffffu, vsmax, 2));
+      if (vsmax > 0.0f) {
+        const float e = u8_value_exp(vsmax);
+        de = e - v_exp;
+        v_exp = e;
+      }
+    }
     float alpha[2], m_sub[2];
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
       mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 1));
       mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 2));
-      // the reference moves only when the tile's max passes it by more than stale_log2 (see row_m)
+      // kFold: the running max; else the reference moves only when the tile's max passes it by more than
+      // stale_log2 (see row_m)
       const float m_old = row_m[hf];
-      const float m_new = mx[hf] > m_old + P.stale_log2 ? mx[hf] : m_old;
-      alpha[hf] = m_new != m_old && m_old != -INFINITY ? fast_exp2(m_old - m_new) : 1.0f;
+      const float m_new = kFold ? fmaxf(m_old, mx[hf]) : mx[hf] > m_old + P.stale_log2 ? mx[hf] : m_old;
+      if constexpr (kFold)
+        alpha[hf] = m_new != -INFINITY ? fast_exp2(m_old - m_new + de) : 1.0f;
+      else
+        alpha[hf] = m_new != m_old && m_old != -INFINITY ? fast_exp2(m_old - m_new) : 1.0f;
       row_m[hf] = m_new;
-      m_sub[hf] = m_new != -INFINITY ? m_new : 0.0f;  // no visible key yet: every score is -inf -> 0
+      // no visible key yet: every score is -inf -> 0 (kFold: p = 2^(s - (m - E)), see u8_value_exp)
+      m_sub[hf] = (m_new != -INFINITY ? m_new : 0.0f) - v_exp;
     }
     float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
@@ -687,7 +707,8 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
     wg::wait<0>();
     wg::fence_regs(o);
     wg::fence_regs(pa);
-    if (!__all_sync(0xffffffffu, alpha[0] == 1.0f && alpha[1] == 1.0f)) {  // the warp's 16 rows
+    // (kFold: E moves on most tiles, so O is rescaled on most: the vote cost 2-3% at D = 64, run wt1)
+    if (kFold || !__all_sync(0xffffffffu, alpha[0] == 1.0f && alpha[1] == 1.0f)) {  // the warp's 16 rows
 #pragma unroll
       for (int n = 0; n < kN3; ++n) {
         o[4 * n + 0] *= alpha[0];
@@ -697,6 +718,25 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
       }
     }
 
+    if constexpr (kFold) {  // P' = f16(p * vscale) feeds the MMA on the centred codes; c += p (vmin + 128 vscale)
+      float cz[2] = {0.0f, 0.0f};
+#pragma unroll
+      for (int n = 0; n < kN1; ++n) {
+        const int kc = n * 8 + 2 * (lane % 4);
+        const float2 vs2 = __half22float2(*reinterpret_cast<const __half2*>(par + 2 * kKeys + kc));
+        const float2 vm2 = __half22float2(*reinterpret_cast<const __half2*>(par + 3 * kKeys + kc));
+        const float2 vb2 = make_float2(fmaf(kU8Centre, vs2.x, vm2.x), fmaf(kU8Centre, vs2.y, vm2.y));
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          // NOTE: masked keys may carry NaN parameters (unwritten slots): never multiply them
+          const float pe = s[4 * n + e];
+          s[4 * n + e] = pe != 0.0f ? pe * (e % 2 ? vs2.y : vs2.x) : 0.0f;  // (rounded to f16 by the pack below)
+          cz[e / 2] += pe != 0.0f ? pe * (e % 2 ? vb2.y : vb2.x) : 0.0f;
+        }
+      }
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) row_c[hf] = row_c[hf] * alpha[hf] + cz[hf];
+    }
 #pragma unroll
     for (int n = 0; n < kN1; ++n) {  // accumulator n-tile n -> A fragment of k-step n / 2
       pa[n / 2][(n % 2) * 2 + 0] = pack2<T>(s[4 * n + 0], s[4 * n + 1]);
@@ -729,6 +769,16 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
   for (int hf = 0; hf < 2; ++hf) {
     row_l[hf] += __shfl_xor_sync(0xffffffffu, row_l[hf], 1);
     row_l[hf] += __shfl_xor_sync(0xffffffffu, row_l[hf], 2);
+    row_m[hf] -= v_exp;  // kFold: the reference m - E from here on (l, c and O carry 2^E)
+    if constexpr (kFold) {  // O = sum_j P'_j (code_j - 128) + c
+      row_c[hf] += __shfl_xor_sync(0xffffffffu, row_c[hf], 1);
+      row_c[hf] += __shfl_xor_sync(0xffffffffu, row_c[hf], 2);
+#pragma unroll
+      for (int n = 0; n < kN3; ++n) {
+        o[4 * n + 2 * hf] += row_c[hf];
+        o[4 * n + 2 * hf + 1] += row_c[hf];
+      }
+    }
   }
   if constexpr (Tr::kF8) {
 #pragma unroll
