@@ -421,7 +421,8 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
         uint32_t ph = 0u;  // tile it's slot and its round's parity
         for (int it = 0; it < n_tiles; ++it) {
           cp_async_wait<kStages - 3>();
-          static_assert(!kDequant, "u8 on SPLIT folds: its consumers read the parameters after the full barrier");
+          // (u8 here folds, kFold: its consumers read the parameters after the full barrier, so the
+          // producer needs no barrier of its own for them)
           convert(it, sl);
           wg::fence_proxy_async();  // the converted tile -> visible to the consumers' wgmma
           wg::mbar_arrive(full_bar(sl));
