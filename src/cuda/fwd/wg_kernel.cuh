@@ -40,13 +40,14 @@ struct WgTraits {
   // 32-key tiles at D = 128, commit 7aba6f4, ran level with fwd_kernel at 64 rows, run c4; it now
   // converts in place, below.)
   using T = typename KvTraits<KV>::mma_t;
-  // u8: affine codes, each key row's f16 scale and minimum. kDequant (the 128-row forms): the producer
-  // turns them into the f16 values min + code * scale (one rounding), so the consumers run f16's loop;
-  // kFold (the key-split forms): the MMAs run on exact codes (keys biased by 1024, values centred) and
-  // the consumers fold the parameters per key, as fwd_kernel does (docs/design.md, "u8 on the Hopper
-  // kernel": at D = 128 / 256 the producer's two warps per ring bound the dequantisation).
+  // u8: affine codes, each key row's f16 scale and minimum. kDequant (the 128-row forms, and the
+  // key-split forms at D = 64): the producer turns them into the f16 values min + code * scale (one
+  // rounding), so the consumers run f16's loop; kFold (the key-split forms at D = 128 / 256): the MMAs
+  // run on exact codes (keys biased by 1024, values centred) and the consumers fold the parameters per
+  // key, as fwd_kernel does (docs/design.md, "u8 on the Hopper kernel": there the producer's two warps
+  // per ring bound the dequantisation, 1.04-1.10x slower, run u8d; at D = 64 it is 0.85-0.93x, run u8w).
   static constexpr bool kU8 = KV == kKvU8;
-  static constexpr bool kFold = kU8 && SPLIT;
+  static constexpr bool kFold = kU8 && SPLIT && D > 64;
   static constexpr bool kDequant = kU8 && !kFold;
   static constexpr bool kF8 = KV == kKvF8;     // e4m3 codes: the kv head's scales fold into S and O
   static constexpr bool kBytes = kU8 || kF8;   // one-byte codes: staged, then converted to f16 tiles
@@ -289,15 +290,33 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
           cp_async_16_u32(code_v(sb, r, c), vc + off, ok ? 16 : 0);
         }
       }
-      // u8 parameters: 4 arrays x (kKeys / 8) chunks of 8 tokens (a chunk stays in one cache block)
-      constexpr int kPerArray = kKeys / 8;
-      if (kU8 && ctid < 4 * kPerArray) {
-        const int a = ctid / kPerArray, cc = ctid % kPerArray;
-        const int j = js + cc * 8;
-        const bool ok = j < w.kv_end && j + 7 >= kv_lo;
-        const uint16_t* ps = a == 0 ? P.k_scale : a == 1 ? P.k_min : a == 2 ? P.v_scale : P.v_min;
-        const int64_t off8 = ok ? cache_row(table, j, hk, P.Hk, P.block_size_log2) : 0;
-        cp_async_16_u32(par_addr(sl) + a * kKeys * 2 + cc * 16, ps + off8, ok ? 16 : 0);
+      if constexpr (kU8 && SPLIT && kDequant) {
+        // u8 parameters, D = 64's key-split form: each warp copies those of the rows its own threads
+        // convert (8 consecutive rows per row step, 16 bytes per array), so a __syncwarp stands for a
+        // producer barrier. (A named barrier over the ring's two warps here, 62735e3, drew racecheck
+        // reports against the combine's stores, runs u8e / u8r; this form ran clean, run u8w.)
+        constexpr int kWarpRows = 32 / kC16;
+        static_assert(kWarpRows == 8 && kRowStep % kWarpRows == 0 && 4 * kIters <= 32, "a warp's parameter chunks");
+        const int lane_c = ctid % 32;
+        if (lane_c < 4 * kIters) {
+          const int a = lane_c / kIters, r = (ctid / 32) * kWarpRows + (lane_c % kIters) * kRowStep;
+          const int j = js + r;
+          const bool ok = j < w.kv_end && j + kWarpRows - 1 >= kv_lo;
+          const uint16_t* ps = a == 0 ? P.k_scale : a == 1 ? P.k_min : a == 2 ? P.v_scale : P.v_min;
+          const int64_t off = ok ? cache_row(table, j, hk, P.Hk, P.block_size_log2) : 0;
+          cp_async_16_u32(par_addr(sl) + a * kKeys * 2 + r * 2, ps + off, ok ? 16 : 0);
+        }
+      } else if constexpr (kU8) {
+        // u8 parameters: 4 arrays x (kKeys / 8) chunks of 8 tokens (a chunk stays in one cache block)
+        constexpr int kPerArray = kKeys / 8;
+        if (ctid < 4 * kPerArray) {
+          const int a = ctid / kPerArray, cc = ctid % kPerArray;
+          const int j = js + cc * 8;
+          const bool ok = j < w.kv_end && j + 7 >= kv_lo;
+          const uint16_t* ps = a == 0 ? P.k_scale : a == 1 ? P.k_min : a == 2 ? P.v_scale : P.v_min;
+          const int64_t off8 = ok ? cache_row(table, j, hk, P.Hk, P.block_size_log2) : 0;
+          cp_async_16_u32(par_addr(sl) + a * kKeys * 2 + cc * 16, ps + off8, ok ? 16 : 0);
+        }
       }
     } else if (it < n_tiles) {
       // kMbar: the slot's previous tile (it - kStages) released by every warp
@@ -421,8 +440,10 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
         uint32_t ph = 0u;  // tile it's slot and its round's parity
         for (int it = 0; it < n_tiles; ++it) {
           cp_async_wait<kStages - 3>();
-          // (u8 here folds, kFold: its consumers read the parameters after the full barrier, so the
-          // producer needs no barrier of its own for them)
+          // u8, D = 64 (kDequant): the tile's parameters were copied by other lanes of the warp (the slot
+          // refilled below held tile it - 2, which every lane converted before this __syncwarp). kFold:
+          // the consumers read the parameters after the full barrier, so the producer needs no barrier.
+          if constexpr (kDequant) __syncwarp();
           convert(it, sl);
           wg::fence_proxy_async();  // the converted tile -> visible to the consumers' wgmma
           wg::mbar_arrive(full_bar(sl));
