@@ -135,7 +135,9 @@ TEST(Tuning, HopperSplit) {  // the least row tiles on the key-split kernel; 0: 
   EXPECT_EQ(hopper_split(128, f16, 64, long_keys, true, none), 2);
   EXPECT_EQ(hopper_split(64, fp8, 64, long_keys, true, none), 4);     // (f16/bf16 only)
   EXPECT_EQ(hopper_split(256, f16, 32, long_keys, false, none), 2);   // D = 256: 17-64 rows (run d2)
-  // u8 (runs u8s1, wp1): 33-64 rows at D = 64 and 128, at D = 256 up to 40k keys (a 32k verify)
+  // u8 (runs u8s1, wp1, u8r17): D = 64 as fp8 (17-64 rows up to 16k keys, 33-64 beyond), 33-64 rows at
+  // D = 128, at D = 256 up to 40k keys (a 32k verify)
+  EXPECT_EQ(hopper_split(64, u8, 64, short_keys, false, none), 2);
   EXPECT_EQ(hopper_split(64, u8, 64, long_keys, false, none), 4);
   EXPECT_EQ(hopper_split(128, u8, 64, short_keys, false, none), 4);
   EXPECT_EQ(hopper_split(128, u8, 64, long_keys, false, none), 4);

@@ -79,7 +79,11 @@ int hopper_key_tile(int head_size, bool u8, bool hopper, const Overrides& o) {
 //   0.79-0.80x at 8k, 0.93-0.94x at 32k and on the 32 x 8k batch (T = 8), 0.99-1.07x at 128k: up to
 //   kSplitMidKeys (40k) keys. (Before the producer, run u8s1: D = 128 1.05x slower at 128k, D = 256
 //   1.11-1.33x at 32k/128k.)
-// - 17-32 rows (PAGEDATTN_WG_SPLIT=2, run wp1): 1.25-1.84x slower at 32k/128k, 0.93-1.09x at 8k: never.
+// - 17-32 rows (PAGEDATTN_WG_SPLIT=2, run wp1): 1.25-1.84x slower at 32k/128k, 0.93-1.09x at 8k: never
+//   at D = 128 / 256. D = 64's form dequantises since 9213b7a (the consumers run f16's loop): 17-32 rows
+//   there 0.68-0.98x fwd_kernel's time at 8k and 0.70x on the 32 x 8k batch (T = 4, G = 8), but 0.74-1.09x
+//   at 32k and 1.11-1.16x slower at 128k (run u8r17, the sweep at D = 64 against PAGEDATTN_WG_SPLIT=2 in the
+//   same call), so taken up to 16k keys, as f16's and fp8's.
 // PAGEDATTN_WG_SPLIT=1 / 2: 33-64 / 17-64 rows at every head size and cache type.
 // f16/bf16 D = 64 past 16k keys on the two-CTA form (wgs64x2, hopper_split_shared): 17-32 rows 0.87-0.97x
 // fwd_kernel's time at 32k and 0.90-0.91x at 128k (T/T1 at 128k 1.11-1.17 -> 1.01-1.05; run x2s4, one
@@ -89,9 +93,9 @@ int hopper_split(int head_size, KvKind kv, int key_tile, int64_t max_keys, bool 
   if (o.wg_split == 1) return 4;
   if (o.wg_split == 2) return 2;
   const bool short_keys = max_keys <= kSplitShortKeys;
+  if (head_size == 64 && kv != KvKind::f16) return short_keys ? 2 : 4;  // (u8 and fp8)
   if (kv == KvKind::u8) return head_size <= 128 || max_keys <= kSplitMidKeys ? 4 : 0;  // (a 32k verify: 32k + T)
   if (kv == KvKind::fp8) {
-    if (head_size == 64) return short_keys ? 2 : 4;
     return head_size == 128 || short_keys ? 4 : 0;
   }
   return head_size >= 128 || short_keys || (head_size == 64 && two_ctas) ? 2 : 4;

@@ -117,8 +117,8 @@ TEST(Cuda, HopperU8Random) {
 
 // u8 chunks on the key-split Hopper kernel ("wgs<keys>u8": codes converted in place in f16's ring, the
 // per-key parameters in arrays of their own, E and the zero-point sum as on the 128-row kernel). The
-// plans follow tuning::hopper_split (33-64 rows at D = 64 and 128, at D = 256 up to 40k keys, fwd_kernel
-// elsewhere); then, with the kernel forced (PAGEDATTN_WG_SPLIT=1: 33-64 rows at every head size and
+// plans follow tuning::hopper_split (33-64 rows at D = 128, at D = 256 up to 40k keys, 17-64 at D = 64 up
+// to 16k keys and 33-64 beyond, fwd_kernel elsewhere); then, with the kernel forced (PAGEDATTN_WG_SPLIT=1: 33-64 rows at every head size and
 // length), chains and trees in the row bands where every chunk of these cases takes it (G = 4 with T
 // 9-16, G = 8 with T 5-8, G = 16 with T 3-4), mixed few-query cases and long contexts (many partitions,
 // their merge), per query dtype; and 17-32-row chunks (PAGEDATTN_WG_SPLIT=2). u8 tolerances.
@@ -133,6 +133,8 @@ TEST(Cuda, U8SplitRandom) {
     one.head_sizes = {d};
     expect_launched(one, 5, 8, base_seed() + 5300000 + d, 384, d == 256 ? "wgs32u8" : "wgs64u8");  // 40-64 rows
   }
+  one.head_sizes = {64};
+  expect_launched(one, 3, 4, base_seed() + 5300164, 384, "wgs64u8");  // D = 64: 24-32 rows too (short keys)
   CaseConfig far = long_context_config(17000, 17000, 40000);   // past 16k keys: D = 64 and 128 still
   far.kv_precisions = {KVPrecision::u8};
   far.p_window = 0.0;  // (a window under 16k keys would make the call a short one)
