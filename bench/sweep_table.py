@@ -10,7 +10,8 @@ joined by (D, G, context, T, tree); T/T1 against the chain of T = 1 of each.
 
     python3 bench/sweep_table.py SWEEP_JSON[.gz] [FI_DIR ...] [--kv f16]
 
-FI_DIRs: sweep_peers.sh's output directories (e.g. a chain run and a tree run); per key the fastest row of all.
+FI_DIRs: sweep_peers.sh's output directories (fi_D*_G*.json, or .json.gz as committed under bench/results; e.g. a
+chain run and a tree run); per key the fastest row of all.
 Without them, the pagedattn columns alone. Last, per KV precision and band of rows per kv head, the T/T1
 range of the rows of one sequence (chains and trees) at 32k and 128k and how many miss the target (f16 and
 fp8 1.10, u8 1.20).
@@ -35,10 +36,12 @@ def main():
         if r["seqs"] == 1:
             pa[(r["kv"], r["head_size"], r["group"], r["context"], r["tree"], r["T"])] = r
     fi = {}  # (D, G, context, T, tree) -> (us, system)
-    for f in [f for d in a.fi_dir for f in glob.glob(os.path.join(d, "fi_D*_G*.json"))]:
-        m = re.search(r"fi_D(\d+)_G(\d+)\.json$", f)
+    for f in [f for d in a.fi_dir for f in sorted(glob.glob(os.path.join(d, "fi_D*_G*.json*")))]:
+        m = re.search(r"fi_D(\d+)_G(\d+)\.json(\.gz)?$", f)
+        if not m:
+            continue
         D, G = int(m.group(1)), int(m.group(2))
-        for r in json.load(open(f))["rows"]:
+        for r in json.load(gzip.open(f) if f.endswith(".gz") else open(f))["rows"]:
             # (FlashInfer over an fp8 cache reads half the bytes: not a peer of the f16 and u8 rows)
             if r.get("status") != "ok" or r.get("seqs") != 1 or "fp8" in r["system"]:
                 continue
