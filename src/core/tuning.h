@@ -49,7 +49,8 @@ enum class KvKind { f16, u8, fp8 };
 /// D = 256 past kSplitShortKeys keys) or the Hopper kernel is (`key_tile` =
 /// hopper_key_tile() == 0). f16/bf16: 2 at D >= 128 and at D = 64 while the call's longest key range
 /// `max_keys` <= kSplitShortKeys, else 4. fp8: 2 at D = 64 (the same key rule, else 4), 4 at D = 128, 4 at
-/// D = 256 up to kSplitShortKeys keys. u8: 4 at D = 64 and 128, 4 at D = 256 up to kSplitMidKeys keys.
+/// D = 256 up to kSplitShortKeys keys. u8: as fp8 at D = 64, 4 at D = 128, 4 at D = 256 up to kSplitMidKeys
+/// keys.
 /// PAGEDATTN_WG_SPLIT=1 / 2: 4 / 2 wherever the kernel may run (every cache type).
 /// (kSplitMidKeys: 32k contexts with their verify's tokens, measured, pass 32768 keys; 128k measured
 /// slower; the boundary in between is not measured)

@@ -46,8 +46,9 @@ TEST(Cuda, RisingScores) {
   run_suite("rising-scores", cfg, base_seed() + 3500000, 48);
 }
 
-// The same on the Hopper kernel (wg_kernel), whose reference is as stale (f16/bf16/fp8; u8 takes the
-// exact max there): 40-64-row chunks on its key-split form, 128-row chunks on the two-warpgroup form.
+// The same on the Hopper kernel (wg_kernel), whose reference is as stale (every cache type but u8 in the
+// key-split forms at D = 128 / 256, which fold the parameters and take the exact max): 40-64-row chunks
+// on its key-split form, 128-row chunks on the two-warpgroup form.
 TEST(Cuda, RisingScoresHopper) {
   REQUIRE_GPU();
   if (const char* why = no_wgmma()) GTEST_SKIP() << why;

@@ -116,12 +116,13 @@ TEST(Cuda, HopperU8Random) {
 }
 
 // u8 chunks on the key-split Hopper kernel ("wgs<keys>u8": codes converted in place in f16's ring, the
-// per-key parameters in arrays of their own, E and the zero-point sum as on the 128-row kernel). The
+// per-key parameters in arrays of their own; dequantised at D = 64, folded per key at D = 128 / 256). The
 // plans follow tuning::hopper_split (33-64 rows at D = 128, at D = 256 up to 40k keys, 17-64 at D = 64 up
-// to 16k keys and 33-64 beyond, fwd_kernel elsewhere); then, with the kernel forced (PAGEDATTN_WG_SPLIT=1: 33-64 rows at every head size and
-// length), chains and trees in the row bands where every chunk of these cases takes it (G = 4 with T
-// 9-16, G = 8 with T 5-8, G = 16 with T 3-4), mixed few-query cases and long contexts (many partitions,
-// their merge), per query dtype; and 17-32-row chunks (PAGEDATTN_WG_SPLIT=2). u8 tolerances.
+// to 16k keys and 33-64 beyond, fwd_kernel elsewhere); then, with the kernel forced (PAGEDATTN_WG_SPLIT=1:
+// 33-64 rows at every head size and length), chains and trees in the row bands where every chunk of these
+// cases takes it (G = 4 with T 9-16, G = 8 with T 5-8, G = 16 with T 3-4), mixed few-query cases and long
+// contexts (many partitions, their merge), per query dtype; and 17-32-row chunks (PAGEDATTN_WG_SPLIT=2).
+// u8 tolerances.
 TEST(Cuda, U8SplitRandom) {
   REQUIRE_GPU();
   if (const char* why = no_wgmma()) GTEST_SKIP() << why;
