@@ -45,12 +45,10 @@ __device__ __forceinline__ int o_col(int n, int lane) {
 // PRMT per pair), fp8 codes as their f16 values (one cvt per pair).
 template <int KV, typename T>
 __device__ __forceinline__ void mma_codes(float (&acc)[4], const uint32_t (&qf)[4], uint32_t codes) {
-  if constexpr (KV == kKvF8) {
-    const uint2 h = f8x4_to_half2x2(codes);
-    mma_16816<T>(acc, qf, h.x, h.y);
-  } else {
+  if constexpr (KV == kKvF8)
+    mma_16816<T>(acc, qf, f8x2_to_half2(codes), f8x2_to_half2(codes >> 16));
+  else
     mma_16816<T>(acc, qf, u8x2_biased(codes, kSelB01), u8x2_biased(codes, kSelB23));
-  }
 }
 
 // --- the key loop's named steps (fwd_kernel, per slice of a key group) ----------------------------------
@@ -144,12 +142,10 @@ __device__ __forceinline__ void value_step(float (&o)[MT][D / 8][4], const uint3
         ldmatrix_x4_trans(r4, &hb.kv[key][32 * b + (lane / 16) * 16]);
         uint32_t v0, v1, v2, v3, v4, v5, v6, v7;
         if constexpr (KV == kKvF8) {
-          const uint2 h0 = f8x4_to_half2x2(__byte_perm(r4[0], 0u, 0x3120u));
-          const uint2 h1 = f8x4_to_half2x2(__byte_perm(r4[1], 0u, 0x3120u));
-          const uint2 h2 = f8x4_to_half2x2(__byte_perm(r4[2], 0u, 0x3120u));
-          const uint2 h3 = f8x4_to_half2x2(__byte_perm(r4[3], 0u, 0x3120u));
-          v0 = h0.x, v1 = h1.x, v2 = h0.y, v3 = h1.y;
-          v4 = h2.x, v5 = h3.x, v6 = h2.y, v7 = h3.y;
+          const uint32_t p0 = __byte_perm(r4[0], 0u, 0x3120u), p1 = __byte_perm(r4[1], 0u, 0x3120u);
+          const uint32_t p2 = __byte_perm(r4[2], 0u, 0x3120u), p3 = __byte_perm(r4[3], 0u, 0x3120u);
+          v0 = f8x2_to_half2(p0), v1 = f8x2_to_half2(p1), v2 = f8x2_to_half2(p0 >> 16), v3 = f8x2_to_half2(p1 >> 16);
+          v4 = f8x2_to_half2(p2), v5 = f8x2_to_half2(p3), v6 = f8x2_to_half2(p2 >> 16), v7 = f8x2_to_half2(p3 >> 16);
         } else {
           v0 = u8x2_to_half2(r4[0], kSelB02, k64), v1 = u8x2_to_half2(r4[1], kSelB02, k64);
           v2 = u8x2_to_half2(r4[0], kSelB13, k64), v3 = u8x2_to_half2(r4[1], kSelB13, k64);

@@ -244,20 +244,6 @@ __device__ __forceinline__ uint32_t f8x2_to_half2(uint32_t x) {
   const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(x & 0xffffu), __NV_E4M3);
   return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
 }
-// 4 fp8 codes -> 2 f16 pairs: bytes 0, 1 in .x, bytes 2, 3 in .y. On sm_89 and later the second cvt reads
-// the register's upper half itself (SASS: F2FP ... R.H1), where f8x2_to_half2(x >> 16) first shifted it:
-// one instruction less per 4 codes, the same bits.
-__device__ __forceinline__ uint2 f8x4_to_half2x2(uint32_t x) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-  uint2 r;
-  asm("{\n .reg .b16 lo, hi;\n mov.b32 {lo, hi}, %2;\n cvt.rn.f16x2.e4m3x2 %0, lo;\n cvt.rn.f16x2.e4m3x2 %1, hi;\n}\n"
-      : "=r"(r.x), "=r"(r.y)
-      : "r"(x));
-  return r;
-#else
-  return make_uint2(f8x2_to_half2(x), f8x2_to_half2(x >> 16));
-#endif
-}
 
 }  // namespace cuda
 }  // namespace pagedattn
