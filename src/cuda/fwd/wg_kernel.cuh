@@ -294,7 +294,8 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
         // u8 parameters, D = 64's key-split form: each warp copies those of the rows its own threads
         // convert (8 consecutive rows per row step, 16 bytes per array), so a __syncwarp stands for a
         // producer barrier. (A named barrier over the ring's two warps here, 62735e3, drew racecheck
-        // reports against the combine's stores, runs u8e / u8r; this form ran clean, run u8w.)
+        // reports against the combine's stores, runs u8e / u8r; this form runs clean: run f8r, racecheck over
+        // U8SplitRandom, 0 hazards.)
         constexpr int kWarpRows = 32 / kC16;
         static_assert(kWarpRows == 8 && kRowStep % kWarpRows == 0 && 4 * kIters <= 32, "a warp's parameter chunks");
         const int lane_c = ctid % 32;
