@@ -35,7 +35,7 @@ struct FwdVariant {
   }
   static void launch_write(const FwdParams& P, int num_tokens, int num_seqs, cudaStream_t stream, bool pdl) {
     const int64_t rows = static_cast<int64_t>(num_tokens) * P.Hk;
-    launch_ex(write_kernel<D, KV, PAD>, dim3(static_cast<unsigned>((rows + 3) / 4)), dim3(128), 0, stream, pdl, P,
+    launch_ex(write_kernel<D, KV>, dim3(static_cast<unsigned>((rows + 3) / 4)), dim3(128), 0, stream, pdl, P,
               num_tokens, num_seqs);
   }
   static void launch_scores(const FwdParams& P, int num_tiles, cudaStream_t stream, bool pdl) {
