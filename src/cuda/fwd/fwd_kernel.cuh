@@ -216,7 +216,7 @@ __device__ __forceinline__ void row_statistics(const FwdParams& P, const planner
 // The rows out: the key groups' outputs (sm.u.r.red, each scaled to the rows' common max) summed and
 // written as whole rows, coalesced: normalised into `out` (and row_stats), or a partial for the merge.
 // One chunk per step (reading 4 chunks before storing any measured 1.04-1.13x slower, run s10b).
-template <typename Tr, int D, bool PAD, typename Smem>
+template <typename Tr, int D, typename Smem>
 __device__ __forceinline__ void write_rows(const FwdParams& P, const planner::WorkItem& w, int slot0, Smem& sm, int rows,
                                            int tid, int hk, int G, int tok0) {
   for (int idx = tid; idx < rows * (D / 4); idx += Tr::kThreads) {
@@ -236,9 +236,8 @@ __device__ __forceinline__ void write_rows(const FwdParams& P, const planner::Wo
     if (slot0 < 0) {
       const float inv = st.w;
       if (c == 0) store_row_stats(P, token, h, st.z, st.y);
-      const int dv = PAD ? P.Dv : D;  // (PAD: the call's value head size; else D, at compile time)
-      if (!PAD || c < dv)  // (not a padding column)
-        store_io4(P.out, token * P.H * dv + static_cast<int64_t>(h) * dv + c, P.io_dtype,
+      if (c < P.Dv)  // (not a padding column)
+        store_io4(P.out, token * P.H * P.Dv + static_cast<int64_t>(h) * P.Dv + c, P.io_dtype,
                   make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
     } else {
       const int64_t slot = (slot0 + static_cast<int64_t>(hk) * w.num_parts) * P.slot_rows + r;
@@ -340,7 +339,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
 
   // --- fused KV write-in: new tokens inside this CTA's key range ----------------------------------
   // (sequences cut into several chunks have their rows written by write_kernel before this launch)
-  fused_write_in<D, KV, PAD>(P, w, table, hk, warp, kWarps, lane);
+  fused_write_in<D, KV>(P, w, table, hk, warp, kWarps, lane);
   tl.mark(2);
   if (!early) issue(0);
 
@@ -372,8 +371,8 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
   };
   // (u8: with each row's sum, for the key bias and row minima; a separate pass over Q after the barrier cost a
   // second barrier and a chain of dependent shared-memory loads per row)
-  stage_q<T, kRows, D, kThreads, PAD>(P, tok0 + w.t0, hk, G, rows, tid, store_q, prologue_rest,
-                                      kU8 ? sm.qsum : nullptr);
+  stage_q<T, kRows, D, kThreads>(P, tok0 + w.t0, hk, G, rows, tid, store_q, prologue_rest,
+                                 kU8 ? sm.qsum : nullptr);
   __syncthreads();
   tl.mark(4);
 
@@ -868,8 +867,8 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
   }
   __syncthreads();
   tl.mark(7);
-  write_rows<Tr, D, PAD>(P, w, w.slot < 0 ? -1 : w.slot + (kFlush && w.part > 0 ? (n_tiles - 1) / flush_tiles : 0),
-                         sm, rows, tid, hk, G, tok0);
+  write_rows<Tr, D>(P, w, w.slot < 0 ? -1 : w.slot + (kFlush && w.part > 0 ? (n_tiles - 1) / flush_tiles : 0), sm, rows,
+                    tid, hk, G, tok0);
   tl.mark(8);
   tl.print("fwd", 9);
 }

@@ -870,7 +870,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
         inv = den > 0.0f ? 1.0f / den : 0.0f;  // 0: no visible key (see fwd_kernel's row_statistics)
       }
       if (c0 == 0) store_row_stats(P, token, h, Ms, den);
-      const int64_t ob = token * P.H * D + static_cast<int64_t>(h) * D;  // (P.Dv = D here: no padding)
+      const int64_t ob = token * P.H * P.Dv + static_cast<int64_t>(h) * P.Dv;  // (P.Dv = D here: no padding)
 #pragma unroll
       for (int n = 0; n < kN3; ++n)
         store_io2(P.out, ob + n * 8 + c0, P.io_dtype, o[4 * n + 2 * hf] * inv, o[4 * n + 2 * hf + 1] * inv);
