@@ -290,34 +290,26 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
           cp_async_16_u32(code_v(sb, r, c), vc + off, ok ? 16 : 0);
         }
       }
+      // u8 parameters: 4 arrays, copied in chunks of the 8 rows from r (16 bytes; a chunk stays in one
+      // cache block)
+      auto copy_par = [&](int a, int r) {
+        const int j = js + r;
+        const bool ok = j < w.kv_end && j + 7 >= kv_lo;
+        const uint16_t* ps = a == 0 ? P.k_scale : a == 1 ? P.k_min : a == 2 ? P.v_scale : P.v_min;
+        const int64_t off8 = ok ? cache_row(table, j, hk, P.Hk, P.block_size_log2) : 0;
+        cp_async_16_u32(par_addr(sl) + a * kKeys * 2 + r * 2, ps + off8, ok ? 16 : 0);
+      };
       if constexpr (kU8 && SPLIT && kDequant) {
-        // u8 parameters, D = 64's key-split form: each warp copies those of the rows its own threads
-        // convert (8 consecutive rows per row step, 16 bytes per array), so a __syncwarp stands for a
-        // producer barrier. (A named barrier over the ring's two warps here, 62735e3, drew racecheck
-        // reports against the combine's stores, runs u8e / u8r; this form runs clean: run f8r, racecheck over
-        // U8SplitRandom, 0 hazards.)
-        constexpr int kWarpRows = 32 / kC16;
-        static_assert(kWarpRows == 8 && kRowStep % kWarpRows == 0 && 4 * kIters <= 32, "a warp's parameter chunks");
+        // D = 64's key-split form: each warp copies the chunks of the rows its own threads convert (8
+        // consecutive rows per row step), so a __syncwarp stands for a producer barrier. (A named barrier
+        // over the ring's two warps here, 62735e3, drew racecheck reports against the combine's stores,
+        // runs u8e / u8r; this form runs clean: run f8r, racecheck over U8SplitRandom, 0 hazards.)
+        static_assert(32 / kC16 == 8 && kRowStep % 8 == 0 && 4 * kIters <= 32, "a warp's parameter chunks");
         const int lane_c = ctid % 32;
-        if (lane_c < 4 * kIters) {
-          const int a = lane_c / kIters, r = (ctid / 32) * kWarpRows + (lane_c % kIters) * kRowStep;
-          const int j = js + r;
-          const bool ok = j < w.kv_end && j + kWarpRows - 1 >= kv_lo;
-          const uint16_t* ps = a == 0 ? P.k_scale : a == 1 ? P.k_min : a == 2 ? P.v_scale : P.v_min;
-          const int64_t off = ok ? cache_row(table, j, hk, P.Hk, P.block_size_log2) : 0;
-          cp_async_16_u32(par_addr(sl) + a * kKeys * 2 + r * 2, ps + off, ok ? 16 : 0);
-        }
-      } else if constexpr (kU8) {
-        // u8 parameters: 4 arrays x (kKeys / 8) chunks of 8 tokens (a chunk stays in one cache block)
+        if (lane_c < 4 * kIters) copy_par(lane_c / kIters, (ctid / 32) * 8 + (lane_c % kIters) * kRowStep);
+      } else if constexpr (kU8) {  // the first threads: each array's kKeys / 8 chunks in order
         constexpr int kPerArray = kKeys / 8;
-        if (ctid < 4 * kPerArray) {
-          const int a = ctid / kPerArray, cc = ctid % kPerArray;
-          const int j = js + cc * 8;
-          const bool ok = j < w.kv_end && j + 7 >= kv_lo;
-          const uint16_t* ps = a == 0 ? P.k_scale : a == 1 ? P.k_min : a == 2 ? P.v_scale : P.v_min;
-          const int64_t off8 = ok ? cache_row(table, j, hk, P.Hk, P.block_size_log2) : 0;
-          cp_async_16_u32(par_addr(sl) + a * kKeys * 2 + cc * 16, ps + off8, ok ? 16 : 0);
-        }
+        if (ctid < 4 * kPerArray) copy_par(ctid / kPerArray, (ctid % kPerArray) * 8);
       }
     } else if (it < n_tiles) {
       // kMbar: the slot's previous tile (it - kStages) released by every warp
