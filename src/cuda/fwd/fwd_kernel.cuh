@@ -45,10 +45,12 @@ __device__ __forceinline__ int o_col(int n, int lane) {
 // PRMT per pair), fp8 codes as their f16 values (one cvt per pair).
 template <int KV, typename T>
 __device__ __forceinline__ void mma_codes(float (&acc)[4], const uint32_t (&qf)[4], uint32_t codes) {
-  if constexpr (KV == kKvF8)
-    mma_16816<T>(acc, qf, f8x2_to_half2(codes), f8x2_to_half2(codes >> 16));
-  else
+  if constexpr (KV == kKvF8) {
+    const uint2 h = f8x4_to_half2x2(codes);
+    mma_16816<T>(acc, qf, h.x, h.y);
+  } else {
     mma_16816<T>(acc, qf, u8x2_biased(codes, kSelB01), u8x2_biased(codes, kSelB23));
+  }
 }
 
 // --- the key loop's named steps (fwd_kernel, per slice of a key group) ----------------------------------
@@ -142,10 +144,12 @@ __device__ __forceinline__ void value_step(float (&o)[MT][D / 8][4], const uint3
         ldmatrix_x4_trans(r4, &hb.kv[key][32 * b + (lane / 16) * 16]);
         uint32_t v0, v1, v2, v3, v4, v5, v6, v7;
         if constexpr (KV == kKvF8) {
-          const uint32_t p0 = __byte_perm(r4[0], 0u, 0x3120u), p1 = __byte_perm(r4[1], 0u, 0x3120u);
-          const uint32_t p2 = __byte_perm(r4[2], 0u, 0x3120u), p3 = __byte_perm(r4[3], 0u, 0x3120u);
-          v0 = f8x2_to_half2(p0), v1 = f8x2_to_half2(p1), v2 = f8x2_to_half2(p0 >> 16), v3 = f8x2_to_half2(p1 >> 16);
-          v4 = f8x2_to_half2(p2), v5 = f8x2_to_half2(p3), v6 = f8x2_to_half2(p2 >> 16), v7 = f8x2_to_half2(p3 >> 16);
+          const uint2 h0 = f8x4_to_half2x2(__byte_perm(r4[0], 0u, 0x3120u));
+          const uint2 h1 = f8x4_to_half2x2(__byte_perm(r4[1], 0u, 0x3120u));
+          const uint2 h2 = f8x4_to_half2x2(__byte_perm(r4[2], 0u, 0x3120u));
+          const uint2 h3 = f8x4_to_half2x2(__byte_perm(r4[3], 0u, 0x3120u));
+          v0 = h0.x, v1 = h1.x, v2 = h0.y, v3 = h1.y;
+          v4 = h2.x, v5 = h3.x, v6 = h2.y, v7 = h3.y;
         } else {
           v0 = u8x2_to_half2(r4[0], kSelB02, k64), v1 = u8x2_to_half2(r4[1], kSelB02, k64);
           v2 = u8x2_to_half2(r4[0], kSelB13, k64), v3 = u8x2_to_half2(r4[1], kSelB13, k64);
@@ -216,7 +220,7 @@ __device__ __forceinline__ void row_statistics(const FwdParams& P, const planner
 // The rows out: the key groups' outputs (sm.u.r.red, each scaled to the rows' common max) summed and
 // written as whole rows, coalesced: normalised into `out` (and row_stats), or a partial for the merge.
 // One chunk per step (reading 4 chunks before storing any measured 1.04-1.13x slower, run s10b).
-template <typename Tr, int D, typename Smem>
+template <typename Tr, int D, bool PAD, typename Smem>
 __device__ __forceinline__ void write_rows(const FwdParams& P, const planner::WorkItem& w, int slot0, Smem& sm, int rows,
                                            int tid, int hk, int G, int tok0) {
   for (int idx = tid; idx < rows * (D / 4); idx += Tr::kThreads) {
@@ -236,8 +240,9 @@ __device__ __forceinline__ void write_rows(const FwdParams& P, const planner::Wo
     if (slot0 < 0) {
       const float inv = st.w;
       if (c == 0) store_row_stats(P, token, h, st.z, st.y);
-      if (c < P.Dv)  // (not a padding column)
-        store_io4(P.out, token * P.H * P.Dv + static_cast<int64_t>(h) * P.Dv + c, P.io_dtype,
+      const int dv = PAD ? P.Dv : D;  // (PAD: the call's value head size; else D, at compile time)
+      if (!PAD || c < dv)  // (not a padding column)
+        store_io4(P.out, token * P.H * dv + static_cast<int64_t>(h) * dv + c, P.io_dtype,
                   make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
     } else {
       const int64_t slot = (slot0 + static_cast<int64_t>(hk) * w.num_parts) * P.slot_rows + r;
@@ -339,7 +344,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
 
   // --- fused KV write-in: new tokens inside this CTA's key range ----------------------------------
   // (sequences cut into several chunks have their rows written by write_kernel before this launch)
-  fused_write_in<D, KV>(P, w, table, hk, warp, kWarps, lane);
+  fused_write_in<D, KV, PAD>(P, w, table, hk, warp, kWarps, lane);
   tl.mark(2);
   if (!early) issue(0);
 
@@ -371,8 +376,8 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
   };
   // (u8: with each row's sum, for the key bias and row minima; a separate pass over Q after the barrier cost a
   // second barrier and a chain of dependent shared-memory loads per row)
-  stage_q<T, kRows, D, kThreads>(P, tok0 + w.t0, hk, G, rows, tid, store_q, prologue_rest,
-                                 kU8 ? sm.qsum : nullptr);
+  stage_q<T, kRows, D, kThreads, PAD>(P, tok0 + w.t0, hk, G, rows, tid, store_q, prologue_rest,
+                                      kU8 ? sm.qsum : nullptr);
   __syncthreads();
   tl.mark(4);
 
@@ -867,8 +872,8 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
   }
   __syncthreads();
   tl.mark(7);
-  write_rows<Tr, D>(P, w, w.slot < 0 ? -1 : w.slot + (kFlush && w.part > 0 ? (n_tiles - 1) / flush_tiles : 0), sm, rows,
-                    tid, hk, G, tok0);
+  write_rows<Tr, D, PAD>(P, w, w.slot < 0 ? -1 : w.slot + (kFlush && w.part > 0 ? (n_tiles - 1) / flush_tiles : 0),
+                         sm, rows, tid, hk, G, tok0);
   tl.mark(8);
   tl.print("fwd", 9);
 }

@@ -74,8 +74,10 @@ __device__ __forceinline__ void load_io_n(const void* base, int64_t i, int io, f
 }
 
 // The query rows of a work item -> shared memory in the MMA type T: row r is query head hk * G + r % G
-// of token q_tok0 + r / G, its P.Dk elements (the columns from P.Dk to D: zeros); rows >= `rows` are zeros. `store(r, chunk, uint4)` places the 8 elements of
-// a chunk. Each thread's loads go out in batches of 4 chunks, as raw vectors, before any is converted.
+// of token q_tok0 + r / G, its P.Dk elements (PAD: the columns from P.Dk to D are zeros; else P.Dk = D,
+// taken at compile time, see fused_write_in); rows >= `rows` are zeros. `store(r, chunk, uint4)` places
+// the 8 elements of a chunk. Each thread's loads go out in batches of 4 chunks, as raw vectors, before any
+// is converted.
 // (Run s6a: Q loaded element by element was the few-query kernel's largest single stall, 6-8% of its
 // samples. Run s9b's SASS: the batches had never overlapped: load_io_n converts next to its load, so the
 // compiled loop waited for each chunk before loading the next, 8 load latencies in series at T=8.)
@@ -88,7 +90,7 @@ struct NoOp {
 // caches; shared memory, or nullptr): each row's sum of its f16-rounded elements (for the key bias
 // and row minima), reduced across the lanes holding the row in a fixed order (bit-reproducible); visible after
 // the caller's next barrier.
-template <typename T, int kRows, int D, int kThreads, typename Store, typename AfterLoads = NoOp>
+template <typename T, int kRows, int D, int kThreads, bool PAD = false, typename Store, typename AfterLoads = NoOp>
 __device__ __forceinline__ void stage_q(const FwdParams& P, int64_t q_tok0, int hk, int G, int rows, int tid,
                                         Store store, AfterLoads after_loads = {}, float* row_sums = nullptr) {
   // a row takes kChunks lanes, a power of two (D = 80-112: 16 lanes for 10-14 chunks, D = 192: 32 for 24;
@@ -100,6 +102,7 @@ __device__ __forceinline__ void stage_q(const FwdParams& P, int64_t q_tok0, int 
   // Every chunk starts at a multiple of 8 elements and run() rejects a query that is not 16-byte
   // aligned (params.h), so every chunk is one vector load (two for f32 queries).
   const int fmt = P.io_dtype;  // what the raw words hold
+  const int dk = PAD ? P.Dk : D;  // the query's row length (elements)
   constexpr int kSameIo = std::is_same<T, __half>::value ? kIoF16 : kIoBF16;  // raw words already in T
 #pragma unroll
   for (int b = 0; b < kIters; b += kBatch) {
@@ -108,9 +111,9 @@ __device__ __forceinline__ void stage_q(const FwdParams& P, int64_t q_tok0, int 
     for (int k = 0; k < kBatch; ++k) {
       const int idx = tid + (b + k) * kThreads, r = idx / kChunks;
       raw[k][0] = raw[k][1] = make_uint4(0u, 0u, 0u, 0u);  // zero bits: 0.0 in every format
-      if (b + k < kIters && r < rows && (idx % kChunks) * 8 < P.Dk) {
-        const int64_t src = (q_tok0 + r / G) * P.H * P.Dk + static_cast<int64_t>(hk * G + r % G) * P.Dk +
-                            (idx % kChunks) * 8;
+      if (b + k < kIters && r < rows && (idx % kChunks) * 8 < dk) {
+        const int64_t src =
+            (q_tok0 + r / G) * P.H * dk + static_cast<int64_t>(hk * G + r % G) * dk + (idx % kChunks) * 8;
         if (fmt == kIoF32) {
           const uint4* q = reinterpret_cast<const uint4*>(static_cast<const float*>(P.q) + src);
           raw[k][0] = q[0];
@@ -243,6 +246,20 @@ __device__ __forceinline__ uint32_t u8x2_dequant(uint32_t x, uint32_t sel, __hal
 __device__ __forceinline__ uint32_t f8x2_to_half2(uint32_t x) {
   const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(x & 0xffffu), __NV_E4M3);
   return static_cast<uint32_t>(h.x) | (static_cast<uint32_t>(h.y) << 16);
+}
+// 4 fp8 codes -> 2 f16 pairs: bytes 0, 1 in .x, bytes 2, 3 in .y. On sm_89 and later the second cvt reads
+// the register's upper half itself (SASS: F2FP ... R.H1), where f8x2_to_half2(x >> 16) first shifted it:
+// one instruction less per 4 codes, the same bits.
+__device__ __forceinline__ uint2 f8x4_to_half2x2(uint32_t x) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  uint2 r;
+  asm("{\n .reg .b16 lo, hi;\n mov.b32 {lo, hi}, %2;\n cvt.rn.f16x2.e4m3x2 %0, lo;\n cvt.rn.f16x2.e4m3x2 %1, hi;\n}\n"
+      : "=r"(r.x), "=r"(r.y)
+      : "r"(x));
+  return r;
+#else
+  return make_uint2(f8x2_to_half2(x), f8x2_to_half2(x >> 16));
+#endif
 }
 
 }  // namespace cuda

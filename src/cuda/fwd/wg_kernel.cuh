@@ -350,7 +350,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
   // 1024 (exact; folded against sum(q), as in fwd_kernel), values centred (b - 128, exact). fp8: their
   // f16 values (exact), by cvt.rn.f16x2.e4m3x2 (the kv head's scales fold into S and O).
   auto cvt4 = [&](uint32_t x, bool key, __half2 scale, __half2 mn) {  // 4 codes -> f16 pairs (codes 0, 1 and 2, 3)
-    if constexpr (Tr::kF8) return make_uint2(f8x2_to_half2(x), f8x2_to_half2(x >> 16));
+    if constexpr (Tr::kF8) return f8x4_to_half2x2(x);
     if constexpr (kDequant) return make_uint2(u8x2_dequant(x, kSelB01, scale, mn), u8x2_dequant(x, kSelB23, scale, mn));
     if (key) return make_uint2(u8x2_biased(x, kSelB01), u8x2_biased(x, kSelB23));
     return make_uint2(u8x2_to_half2(x, kSelB01), u8x2_to_half2(x, kSelB23));
@@ -862,7 +862,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
         inv = den > 0.0f ? 1.0f / den : 0.0f;  // 0: no visible key (see fwd_kernel's row_statistics)
       }
       if (c0 == 0) store_row_stats(P, token, h, Ms, den);
-      const int64_t ob = token * P.H * P.Dv + static_cast<int64_t>(h) * P.Dv;  // (P.Dv = D here: no padding)
+      const int64_t ob = token * P.H * D + static_cast<int64_t>(h) * D;  // (P.Dv = D here: no padding)
 #pragma unroll
       for (int n = 0; n < kN3; ++n)
         store_io2(P.out, ob + n * 8 + c0, P.io_dtype, o[4 * n + 2 * hf] * inv, o[4 * n + 2 * hf + 1] * inv);

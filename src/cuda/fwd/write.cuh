@@ -55,8 +55,12 @@ __device__ __forceinline__ void write_row(const void* src, int64_t src_off, void
 // warps write (and quantise) the new tokens inside its key range for its kv head, then fence so that
 // the copies that follow (cp.async, through L2) see them. CTA-uniform; a CTA barrier when it wrote.
 // (Sequences cut into several chunks have their rows written by write_kernel before the launch; with
-// FwdParams::write_all, every sequence's are.)
-template <int D, int KV>
+// FwdParams::write_all, every sequence's are.) PAD: the call's head sizes P.Dk / P.Dv are below D; else
+// both are D, taken at compile time here, in stage_q and in write_rows (write_kernel keeps run-time
+// sizes). (Run-time sizes there came with 73d5a48, the only kernel change between runs d8b and d9, six
+// minutes apart on one H200, where the seed's f16 8k T = 1 / 3 took 3.4% / 5.9% longer; with compile-time
+// sizes fwd_kernel<256, f16, 1> has f830000's instruction count again, 3240.)
+template <int D, int KV, bool PAD = false>
 __device__ __forceinline__ void fused_write_in(const FwdParams& P, const planner::WorkItem& w, const int32_t* table,
                                                int hk, int warp, int warps, int lane) {
   if (P.k_new == nullptr || w.nt != w.t_seq || P.write_all) return;
@@ -64,13 +68,12 @@ __device__ __forceinline__ void fused_write_in(const FwdParams& P, const planner
   if (wb >= we) return;
   const float kscale = KV == kKvF8 ? P.k_head_scale[hk * P.k_head_scale_stride] : 1.0f;
   const float vscale = KV == kKvF8 ? P.v_head_scale[hk * P.v_head_scale_stride] : 1.0f;
+  const int dk = PAD ? P.Dk : D, dv = PAD ? P.Dv : D;
   for (int pos = wb + warp; pos < we; pos += warps) {
     const int64_t tok = w.tok0 + pos - w.past;
     const int64_t row = cache_row(table, pos, hk, P.Hk, P.block_size_log2);
-    write_row<D, KV>(P.k_new, (tok * P.Hk + hk) * P.Dk, P.k_cache, P.k_scale, P.k_min, row, P.io_dtype, lane, P.Dk,
-                     kscale);
-    write_row<D, KV>(P.v_new, (tok * P.Hk + hk) * P.Dv, P.v_cache, P.v_scale, P.v_min, row, P.io_dtype, lane, P.Dv,
-                     vscale);
+    write_row<D, KV>(P.k_new, (tok * P.Hk + hk) * dk, P.k_cache, P.k_scale, P.k_min, row, P.io_dtype, lane, dk, kscale);
+    write_row<D, KV>(P.v_new, (tok * P.Hk + hk) * dv, P.v_cache, P.v_scale, P.v_min, row, P.io_dtype, lane, dv, vscale);
   }
   __threadfence();  // NOTE: the rows just written are read back through cp.async (L2)
   __syncthreads();
@@ -80,6 +83,7 @@ __device__ __forceinline__ void fused_write_in(const FwdParams& P, const planner
 // (prefill), one warp per (token, kv head): fused, every chunk's CTA would rewrite all earlier new rows
 // of its sequence (O(T^2) writes). Single-chunk sequences keep the fused write-in, except under
 // FwdParams::write_all (deterministic mode cut a short sequence: all are written here).
+// (Run-time head sizes: backend.cu launches it through the plain variant's info, padded or not.)
 template <int D, int KV>
 __global__ void __launch_bounds__(128) write_kernel(const __grid_constant__ FwdParams P, int num_tokens, int num_seqs) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
