@@ -54,6 +54,14 @@ inline double tolerance(KVPrecision p, DType query = DType::f16) {
   }
 }
 
+// lse against the oracle's, within this of max(1, |lse|). u8: the kernel forms for 17 rows and more
+// dequantise the codes to f16 before their MMAs (wg_kernel's producer; D = 64's key-split form since
+// 9213b7a), so each score carries the f16 rounding of its key, RMS about scale * sqrt(D) * 2^-11 / sqrt(3)
+// for unit-normal q and k (5e-4 at D = 64, scale 0.24), and a row
+// with one or a few keys has that as its lse error (run fx8t: up to 1.2e-3, rows of sequences with past 0;
+// out stays within its own tolerance). The other kinds read their values exactly.
+inline double lse_tolerance(KVPrecision p) { return p == KVPrecision::u8 ? 3e-3 : kLseTolerance; }
+
 struct Worst {
   double err = 0;
   std::string where;
@@ -196,7 +204,7 @@ inline void check_suite(const char* name, const Suite& suite, const Options& opt
     std::string lse_msg;
     if (c.want_lse) {
       const LseCompare cl = compare_lse(c.lse.data(), ref.lse.data(), static_cast<int64_t>(ref.lse.size()));
-      if (!cl.ok(kLseTolerance)) lse_msg = cl.describe(c.lse.data(), ref.lse.data());
+      if (!cl.ok(lse_tolerance(c.kv))) lse_msg = cl.describe(c.lse.data(), ref.lse.data());
     }
     if (!cmp.ok(tol) || !cache_msg.empty() || !scores_msg.empty() || !lse_msg.empty()) {
       ++failures;
