@@ -112,6 +112,7 @@ Inputs random_inputs(std::mt19937_64& rng) {
     for (int& w : in.wg_ctas_per_sm) w = uni(0, 1) * pick({1, 1, 2});
   in.deterministic = uni(0, 5) == 0;
   if (uni(0, 5) == 0) in.forced_partition = pick({1, 63, 64, 65, 128, 256, 300, 512, 1024, 4096});
+  if (uni(0, 3) == 0) in.min_partition = pick({64, 256, 512});  // (tuning::min_partition, its override)
   return in;
 }
 
@@ -428,7 +429,7 @@ void check_flat_plan(const Inputs& in, const Plan& plan) {
     };
     if (one_part_ctas <= target) {
       EXPECT_LE(plan.ctas, target) << "more than one wave although one partition per chunk would fit";
-      for (int part = pl::kMinPartition; part < P && part < max_hi; part += pl::kBlockKV)
+      for (int part = in.min_partition; part < P && part < max_hi; part += pl::kBlockKV)
         EXPECT_GT(ctas_at(part), target) << "partition " << part << " < " << P << " would fit one wave";
     } else {
       EXPECT_EQ(plan.ctas, one_part_ctas) << "chunks cannot fit one wave: expected one partition per chunk";
@@ -661,3 +662,26 @@ TEST(Planner, EmptyBatchAndBadGroup) {
 }
 
 }  // namespace
+
+// The least partition (Inputs::min_partition, tuning::min_partition): one 8k decode at Hk = 4 on 132
+// SMs x 2 CTAs takes 128-key partitions (256 CTAs fit the wave) by default and 256 with min_partition
+// 256 (128 CTAs); a context shorter than the least partition stays one partition of its own length.
+TEST(Planner, MinPartitionRaisesTheOneWaveChoice) {
+  Inputs in;
+  in.group = 8;
+  in.num_kv_heads = 4;
+  in.num_sms = 132;
+  in.ctas_per_sm = 2;
+  in.past_lens = {8191};
+  in.tokens = {1};
+  EXPECT_EQ(make_plan(in).partition_tokens, 128);
+  EXPECT_EQ(make_plan(in).ctas, 256);
+  in.min_partition = 256;
+  EXPECT_EQ(make_plan(in).partition_tokens, 256);
+  EXPECT_EQ(make_plan(in).ctas, 128);
+  in.past_lens = {100};
+  EXPECT_EQ(make_plan(in).partition_tokens, 128);
+  EXPECT_EQ(make_plan(in).ctas, 4);
+  in.past_lens = {32767};  // the wave rule already takes more: 512 keys
+  EXPECT_EQ(make_plan(in).partition_tokens, 512);
+}

@@ -34,6 +34,26 @@ TEST(Tuning, OverridesDefaultWhenUnsetOrNotAValueTheyTake) {
     EXPECT_EQ(o.deterministic_rows, 0);
   }
   EXPECT_EQ(parse({{"PAGEDATTN_DETERMINISTIC_ROWS", "16"}}).deterministic_rows, 16);
+  for (const char* v : {"", "0", "32", "100", "8192", "x"})
+    EXPECT_EQ(parse({{"PAGEDATTN_MIN_PARTITION", v}}).min_partition, 0) << v;
+  EXPECT_EQ(parse({{"PAGEDATTN_MIN_PARTITION", "192"}}).min_partition, 192);
+}
+
+// 256-key partitions for f16/bf16 at D <= 128, 128 at D = 256 and for one-byte codes (run mp1); the
+// override for every kind.
+TEST(Tuning, MinPartition) {
+  const Overrides none;
+  using K = KvKind;
+  EXPECT_EQ(min_partition(64, K::f16, none), 256);
+  EXPECT_EQ(min_partition(128, K::f16, none), 256);
+  EXPECT_EQ(min_partition(256, K::f16, none), 128);
+  EXPECT_EQ(min_partition(192, K::f16, none), 128);
+  for (K k : {K::u8, K::fp8})
+    for (int d : {64, 128, 256}) EXPECT_EQ(min_partition(d, k, none), 128);
+  Overrides o;
+  o.min_partition = 512;
+  EXPECT_EQ(min_partition(256, K::u8, o), 512);
+  EXPECT_EQ(min_partition(64, K::f16, o), 512);
 }
 
 TEST(Tuning, OverridesParsed) {

@@ -74,7 +74,7 @@ Plan make_plan(const Inputs& in) {
     }
   }
 
-  // --- partition size: the smallest (multiple of kBlockKV, >= kMinPartition) that keeps one wave --
+  // --- partition size: the smallest (multiple of kBlockKV, >= min_partition) that keeps one wave --
   int per_sm = std::max(1, in.ctas_per_sm);
   {
     int wg = INT_MAX;  // every chunk on the Hopper kernel: its occupancy (Inputs::wg_ctas_per_sm)
@@ -94,7 +94,7 @@ Plan make_plan(const Inputs& in) {
   } else {
     int max_hi = kBlockKV;
     for (const Chunk& c : chunks) max_hi = std::max(max_hi, c.hi);
-    part = kMinPartition;
+    part = std::max(kBlockKV, in.min_partition / kBlockKV * kBlockKV);
     while (part < max_hi && count_parts(chunks, part) * in.num_kv_heads > target) part += kBlockKV;
     part = std::min(part, (max_hi + kBlockKV - 1) / kBlockKV * kBlockKV);
     part = std::max(part, kBlockKV);

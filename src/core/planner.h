@@ -26,7 +26,7 @@ constexpr int kMaxRowsWide = 128;  // with wide prefill tiles (Inputs::max_rows;
 // sequence of T <= max_rows / G the backend has the write kernel write every sequence
 // (FwdParams::write_all).
 constexpr int kBlockKV = 64;    // keys per pipeline tile
-constexpr int kMinPartition = 128;  // 8k, one sequence, Hk=4: 256 CTAs of 128 keys, not 128 of 256
+constexpr int kMinPartition = 128;  // Inputs::min_partition's default (tuning::min_partition: D = 256, one-byte codes)
 // Inputs::deterministic: the partition size of one query row, from the keys it sees (`keys`: from its
 // window start, or 0, to its causal limit) and the call's constants: the least multiple of
 // kDeterministicStep keys whose partitions of all kv heads fit one wave of `wave_ctas` CTAs (num_sms x
@@ -116,6 +116,8 @@ struct Inputs {
   // batch and in any chunk of a chain (its decode's)
   bool deterministic = false;
   int forced_partition = 0;                // 0: choose
+  int min_partition = kMinPartition;       // the least partition the one-wave rule starts from (a multiple
+                                           // of kBlockKV; tuning::min_partition)
   int max_rows = kMaxRows;                 // rows per chunk: kMaxRows or kMaxRowsWide (8 row tiles);
                                            // any multiple of 16 up to 128 plans (tests: 16, 32); >= group
 };

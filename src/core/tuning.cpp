@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "core/planner.h"
+
 namespace pagedattn {
 namespace tuning {
 
@@ -30,6 +32,8 @@ Overrides parse_overrides(const std::function<const char*(const char*)>& getenv)
   o.merge_split = split == 1 || split == 2 || split == 4 ? split : 0;
   o.merge_batch = batch == 1 || batch == 4 || batch == 8 ? batch : 0;
   o.merge_rowwise = is("PAGEDATTN_MERGE_ROWWISE", "0") ? 0 : is("PAGEDATTN_MERGE_ROWWISE", "1") ? 1 : -1;
+  const int min_part = number("PAGEDATTN_MIN_PARTITION");
+  o.min_partition = min_part >= 64 && min_part <= 4096 && min_part % 64 == 0 ? min_part : 0;
   o.deterministic_rows = is("PAGEDATTN_DETERMINISTIC_ROWS", "16") ? 16 : 0;
   return o;
 }
@@ -171,6 +175,16 @@ bool merge_rowwise(int64_t merge_rows, int split, int num_sms, const Overrides& 
   if (o.merge_rowwise >= 0) return o.merge_rowwise == 1;
   constexpr int kCtasPerSm = 4;
   return merge_rows * split > static_cast<int64_t>(num_sms) * kCtasPerSm;
+}
+
+// The least partition. One sequence at 8k, Hk = 4, H200 (run mp1, the sweep with --partition 128 / 256
+// against the default, which took 128 for chunks of <= 16 rows): f16 D = 128 decodes (G = 8, 16) 0.909 /
+// 0.926x the time with 256-key partitions (128 CTAs, one per SM, of 128 KiB of K and V each, instead of
+// 256 of 64 KiB), 16-row verifies 0.926x; D = 64 0.952-0.974x; but D = 256 (the seed's shape: 128 keys
+// are 128 KiB there) 1.029-1.103x slower.
+int min_partition(int head_size, KvKind kv, const Overrides& o) {
+  if (o.min_partition > 0) return o.min_partition;
+  return kv == KvKind::f16 && head_size <= 128 ? 256 : planner::kMinPartition;
 }
 
 }  // namespace tuning

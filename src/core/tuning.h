@@ -29,6 +29,8 @@ struct Overrides {
   int merge_batch = 0;        // PAGEDATTN_MERGE_BATCH=1/4/8; 0 unset
   int merge_rowwise = -1;     // PAGEDATTN_MERGE_ROWWISE=0/1: deterministic mode's merge by CTA per row / by
                               // thread per 4 columns (the same bits); -1 unset
+  int min_partition = 0;      // PAGEDATTN_MIN_PARTITION=N (a multiple of 64, 64-4096): the least keys per
+                              // partition for every cache kind and head size; 0 unset
   int deterministic_rows = 0;  // PAGEDATTN_DETERMINISTIC_ROWS=16: deterministic mode's 17-32-row chunks as
                                // 16-row chunks at G <= 16 (the layout of devices without the 8-warp
                                // variant's memory); 0 unset
@@ -74,6 +76,11 @@ bool hopper_split_shared(int head_size, KvKind kv, int split, int64_t max_keys, 
 /// 128-row chunks (planner::kMaxRowsWide) where the 8-row-tile variant fits the device
 /// (`wide_fits`); `key_tile` = hopper_key_tile().
 bool wide_chunks(int head_size, int key_tile, bool wide_fits, const Overrides& o);
+
+/// The least keys per partition (planner::Inputs::min_partition), where the planner's one-wave rule would
+/// choose fewer: 256 for f16/bf16 caches at head_size <= 128, else planner::kMinPartition (128).
+/// PAGEDATTN_MIN_PARTITION overrides it.
+int min_partition(int head_size, KvKind kv, const Overrides& o);
 
 /// The merge kernel's threads per CTA and its partition groups (threads over the float4 chunks of the
 /// D / split columns a CTA takes).

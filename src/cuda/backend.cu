@@ -292,6 +292,7 @@ class CudaPlan final : public detail::PlanImpl {
     }
     in.deterministic = opt.deterministic;
     in.forced_partition = opt.partition_tokens;
+    in.min_partition = tuning::min_partition(D_, kind, env);
     int optin = 0;
     PA_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     const bool wide_fits = static_cast<int>(fwd_kernel_info(D_, kv_, 8, choice_).smem_bytes) <= optin;
