@@ -39,21 +39,30 @@ TEST(Tuning, OverridesDefaultWhenUnsetOrNotAValueTheyTake) {
   EXPECT_EQ(parse({{"PAGEDATTN_MIN_PARTITION", "192"}}).min_partition, 192);
 }
 
-// 256-key partitions for f16/bf16 at D <= 128, 128 at D = 256 and for one-byte codes (run mp1); the
-// override for every kind.
+// 256-key partitions for f16/bf16 at D <= 128, for u8 at D <= 128 and fp8 at every D but calls with
+// 17-32-row sequences; 128 otherwise (runs mp1, mp2); the override for every kind.
 TEST(Tuning, MinPartition) {
   const Overrides none;
   using K = KvKind;
-  EXPECT_EQ(min_partition(64, K::f16, none), 256);
-  EXPECT_EQ(min_partition(128, K::f16, none), 256);
-  EXPECT_EQ(min_partition(256, K::f16, none), 128);
-  EXPECT_EQ(min_partition(192, K::f16, none), 128);
-  for (K k : {K::u8, K::fp8})
-    for (int d : {64, 128, 256}) EXPECT_EQ(min_partition(d, k, none), 128);
+  for (bool mid : {false, true}) {
+    EXPECT_EQ(min_partition(64, K::f16, mid, none), 256);
+    EXPECT_EQ(min_partition(128, K::f16, mid, none), 256);
+    EXPECT_EQ(min_partition(256, K::f16, mid, none), 128);
+    EXPECT_EQ(min_partition(192, K::f16, mid, none), 128);
+    EXPECT_EQ(min_partition(256, K::u8, mid, none), 128);
+  }
+  for (int d : {64, 128}) {
+    EXPECT_EQ(min_partition(d, K::u8, false, none), 256);
+    EXPECT_EQ(min_partition(d, K::u8, true, none), 128);
+  }
+  for (int d : {64, 128, 256}) {
+    EXPECT_EQ(min_partition(d, K::fp8, false, none), 256);
+    EXPECT_EQ(min_partition(d, K::fp8, true, none), 128);
+  }
   Overrides o;
   o.min_partition = 512;
-  EXPECT_EQ(min_partition(256, K::u8, o), 512);
-  EXPECT_EQ(min_partition(64, K::f16, o), 512);
+  EXPECT_EQ(min_partition(256, K::u8, true, o), 512);
+  EXPECT_EQ(min_partition(64, K::f16, false, o), 512);
 }
 
 TEST(Tuning, OverridesParsed) {

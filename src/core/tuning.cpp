@@ -177,14 +177,26 @@ bool merge_rowwise(int64_t merge_rows, int split, int num_sms, const Overrides& 
   return merge_rows * split > static_cast<int64_t>(num_sms) * kCtasPerSm;
 }
 
-// The least partition. One sequence at 8k, Hk = 4, H200 (run mp1, the sweep with --partition 128 / 256
-// against the default, which took 128 for chunks of <= 16 rows): f16 D = 128 decodes (G = 8, 16) 0.909 /
-// 0.926x the time with 256-key partitions (128 CTAs, one per SM, of 128 KiB of K and V each, instead of
-// 256 of 64 KiB), 16-row verifies 0.926x; D = 64 0.952-0.974x; but D = 256 (the seed's shape: 128 keys
-// are 128 KiB there) 1.029-1.103x slower.
-int min_partition(int head_size, KvKind kv, const Overrides& o) {
+// The least partition: 256-key partitions (fewer CTAs of more bytes each) where 128 cost more. One
+// sequence, H200. Run mp1 (8k, Hk = 4, --partition 128 / 256 against the default, which was 128 for
+// chunks of <= 16 rows): f16 D = 128 decodes (G = 8, 16) 0.909 / 0.926x the time with 256, D = 64
+// 0.952-0.974x, but D = 256 (the seed's shape) 1.029-1.103x slower. Run mp2 (8k and 16k, Hk = 2,
+// G = 1 / 4 / 8, T = 1, 2, 4 and 16-node trees; PAGEDATTN_MIN_PARTITION=128 and =256 against a first
+// rule of 256 for f16 at D <= 128 only; drift 0.990-1.031): f16 D = 64 / 128 with 128 keys up to 1.185x
+// slower (64 CTAs at 8k as well as 128 at 16k), none faster beyond the drift; f16 D = 256 with 256 keys
+// 0.880-1.108x (slower on 8k decodes: kept at 128). One-byte codes with 256 keys, rows other than 17-32
+// per kv head: fp8 0.856-1.005x at D = 64 / 128 / 256, u8 0.930-1.004x at D = 64 / 128 but 0.949-1.111x
+// at D = 256; 17-32 rows (G = 8, T = 4): u8 D = 128 1.009-1.143x, fp8 D = 128 0.988-1.046x, u8 D = 256
+// 1.008-1.036x slower (fp8 D = 64 / 256 0.91-1.00x, left at 128 with the rest of that class).
+int min_partition(int head_size, KvKind kv, bool mid_rows, const Overrides& o) {
   if (o.min_partition > 0) return o.min_partition;
-  return kv == KvKind::f16 && head_size <= 128 ? 256 : planner::kMinPartition;
+  constexpr int kLonger = 256;
+  switch (kv) {
+    case KvKind::f16: return head_size <= 128 ? kLonger : planner::kMinPartition;
+    case KvKind::u8: return head_size <= 128 && !mid_rows ? kLonger : planner::kMinPartition;
+    case KvKind::fp8: return !mid_rows ? kLonger : planner::kMinPartition;
+  }
+  return planner::kMinPartition;
 }
 
 }  // namespace tuning

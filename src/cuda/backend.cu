@@ -272,12 +272,14 @@ class CudaPlan final : public detail::PlanImpl {
     int64_t max_keys = 0;   // the longest key range of the call (a window caps it)
     int64_t wide_ctas = 0;  // chunks of more than 64 rows, as 128-row chunks, times the kv heads
     int64_t split_ctas = 0;  // sequences of 17-64 rows (one chunk each) times the kv heads
+    bool mid_rows = false;   // a sequence of 17-32 rows (tuning::min_partition)
     for (int s = 0; s < num_seqs; ++s) {
       const int64_t keys = int64_t{past[s]} + (p.prefix_only ? 0 : sb[s + 1] - sb[s]);
       max_keys = std::max(max_keys, p.sliding_window > 0 ? std::min<int64_t>(keys, p.sliding_window) : keys);
       const int64_t rows = int64_t{sb[s + 1] - sb[s]} * G_;
       if (rows > 64) wide_ctas += (rows + 127) / 128 * Hk_;
       if (rows > 16 && rows <= 64) split_ctas += Hk_;
+      if (rows > 16 && rows <= 32) mid_rows = true;
     }
     const tuning::KvKind kind = kv_ == kKvU8 ? tuning::KvKind::u8 : kv_ == kKvF8 ? tuning::KvKind::fp8 : tuning::KvKind::f16;
     // (the key-split kernel's two-CTA form, where it runs, also takes D = 64's 17-32-row chunks past 16k keys)
@@ -292,7 +294,7 @@ class CudaPlan final : public detail::PlanImpl {
     }
     in.deterministic = opt.deterministic;
     in.forced_partition = opt.partition_tokens;
-    in.min_partition = tuning::min_partition(D_, kind, env);
+    in.min_partition = tuning::min_partition(D_, kind, mid_rows, env);
     int optin = 0;
     PA_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     const bool wide_fits = static_cast<int>(fwd_kernel_info(D_, kv_, 8, choice_).smem_bytes) <= optin;
