@@ -39,8 +39,8 @@ TEST(Tuning, OverridesDefaultWhenUnsetOrNotAValueTheyTake) {
   EXPECT_EQ(parse({{"PAGEDATTN_MIN_PARTITION", "192"}}).min_partition, 192);
 }
 
-// 256-key partitions for f16/bf16 at D <= 128, for u8 at D <= 128 and fp8 at every D but calls with
-// 17-32-row sequences; 128 otherwise (runs mp1, mp2); the override for every kind.
+// 256-key partitions for f16/bf16 at D <= 128, for u8 at D <= 128 but calls with 17-32-row sequences,
+// for fp8 but such calls at D = 128; 128 otherwise (runs mp1-mp4); the override for every kind.
 TEST(Tuning, MinPartition) {
   const Overrides none;
   using K = KvKind;
@@ -55,10 +55,10 @@ TEST(Tuning, MinPartition) {
     EXPECT_EQ(min_partition(d, K::u8, false, none), 256);
     EXPECT_EQ(min_partition(d, K::u8, true, none), 128);
   }
-  for (int d : {64, 128, 256}) {
-    EXPECT_EQ(min_partition(d, K::fp8, false, none), 256);
-    EXPECT_EQ(min_partition(d, K::fp8, true, none), 128);
-  }
+  for (int d : {64, 128, 256}) EXPECT_EQ(min_partition(d, K::fp8, false, none), 256);
+  EXPECT_EQ(min_partition(64, K::fp8, true, none), 256);
+  EXPECT_EQ(min_partition(128, K::fp8, true, none), 128);
+  EXPECT_EQ(min_partition(256, K::fp8, true, none), 256);  // the seed's T = 8 (run mp4)
   Overrides o;
   o.min_partition = 512;
   EXPECT_EQ(min_partition(256, K::u8, true, o), 512);

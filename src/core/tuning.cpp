@@ -187,14 +187,17 @@ bool merge_rowwise(int64_t merge_rows, int split, int num_sms, const Overrides& 
 // 0.880-1.108x (slower on 8k decodes: kept at 128). One-byte codes with 256 keys, rows other than 17-32
 // per kv head: fp8 0.856-1.005x at D = 64 / 128 / 256, u8 0.930-1.004x at D = 64 / 128 but 0.949-1.111x
 // at D = 256; 17-32 rows (G = 8, T = 4): u8 D = 128 1.009-1.143x, fp8 D = 128 0.988-1.046x, u8 D = 256
-// 1.008-1.036x slower (fp8 D = 64 / 256 0.91-1.00x, left at 128 with the rest of that class).
+// 1.008-1.036x slower, fp8 D = 64 / 256 0.91-1.00x. Run mp4 (the seed's shape, 8k / 32k and the
+// 32 x 8k batch, PAGEDATTN_MIN_PARTITION=256 against the rule of run mp3): fp8 8k T = 8 (32 rows) 0.919x
+// (184.6 -> 169.7 us), so fp8 keeps 128 for 17-32-row calls at D = 128 only; u8 D = 256 8k T = 3 0.911x
+// but T = 1 1.061x: left at 128. 32k and the batch level.
 int min_partition(int head_size, KvKind kv, bool mid_rows, const Overrides& o) {
   if (o.min_partition > 0) return o.min_partition;
   constexpr int kLonger = 256;
   switch (kv) {
     case KvKind::f16: return head_size <= 128 ? kLonger : planner::kMinPartition;
     case KvKind::u8: return head_size <= 128 && !mid_rows ? kLonger : planner::kMinPartition;
-    case KvKind::fp8: return !mid_rows ? kLonger : planner::kMinPartition;
+    case KvKind::fp8: return !(mid_rows && head_size == 128) ? kLonger : planner::kMinPartition;
   }
   return planner::kMinPartition;
 }

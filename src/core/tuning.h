@@ -78,9 +78,9 @@ bool hopper_split_shared(int head_size, KvKind kv, int split, int64_t max_keys, 
 bool wide_chunks(int head_size, int key_tile, bool wide_fits, const Overrides& o);
 
 /// The least keys per partition (planner::Inputs::min_partition), where the planner's one-wave rule would
-/// choose fewer: 256 for f16/bf16 caches at head_size <= 128, and for u8 (head_size <= 128) and fp8 (every
-/// head size) unless the call has a sequence of 17-32 query rows per kv head (`mid_rows`: T * G in
-/// 17..32); else planner::kMinPartition (128). PAGEDATTN_MIN_PARTITION overrides it.
+/// choose fewer: 256 for f16/bf16 caches at head_size <= 128, for u8 at head_size <= 128 unless the call has
+/// a sequence of 17-32 query rows per kv head (`mid_rows`: T * G in 17..32), and for fp8 unless
+/// head_size = 128 and `mid_rows`; else planner::kMinPartition (128). PAGEDATTN_MIN_PARTITION overrides it.
 int min_partition(int head_size, KvKind kv, bool mid_rows, const Overrides& o);
 
 /// The merge kernel's threads per CTA and its partition groups (threads over the float4 chunks of the
