@@ -59,6 +59,45 @@ TEST(Cuda, BackToBackDecodeReadsTheRowJustWritten) {
   }
 }
 
+// The least partition as the backend wires it (tuning::min_partition: the cache kind, the key head
+// size, and whether a sequence of the call has 17-32 rows per kv head): one sequence of 8000 keys at
+// Hk = 4, G = 8, T = 1 (8 rows) and T = 4 (32 rows). Where the rule asks 256 keys the plan takes at least
+// 256; everywhere it equals the plan with the rule's value forced through PAGEDATTN_MIN_PARTITION. On an
+// H200 (132 SMs) the one-wave rule alone would take 128 for the decodes, so a kind, head size or row
+// count wired wrongly shows as 128 against 256 or the reverse.
+TEST(Cuda, LeastPartitionFollowsTheRule) {
+  REQUIRE_GPU();
+  CaseConfig cfg = few_query_config();
+  cfg.min_seqs = cfg.max_seqs = 1;
+  cfg.min_past = cfg.max_past = 8000;
+  cfg.group_sizes = {8};
+  cfg.kv_heads = {4};
+  cfg.p_window = cfg.p_tree = cfg.p_scores = 0.0;
+  const uint64_t seed = base_seed() + 1250000;
+  std::printf("[least-partition] base seed %llu\n", static_cast<unsigned long long>(seed));
+  const Options opt{Backend::cuda};
+  for (KVPrecision kv : {KVPrecision::f16, KVPrecision::bf16, KVPrecision::u8, KVPrecision::fp8})
+    for (int D : {64, 128, 256})
+      for (int T : {1, 4}) {
+        const bool mid = T * 8 > 16;
+        const bool one_byte = kv == KVPrecision::u8 || kv == KVPrecision::fp8;
+        const int want = !one_byte ? (D <= 128 ? 256 : 128)
+                         : kv == KVPrecision::u8 ? (D <= 128 && !mid ? 256 : 128)
+                                                 : (mid && D == 128 ? 128 : 256);
+        cfg.kv_precisions = {kv};
+        cfg.head_sizes = {D};
+        cfg.min_tokens = cfg.max_tokens = T;
+        const std::string where = std::string("kv ") + kv_precision_name(kv) + " D " + std::to_string(D) +
+                                  " T " + std::to_string(T);
+        const int got = plan_info(cfg, seed, opt).partition_tokens;
+        if (want == 256) EXPECT_GE(got, 256) << where;
+        ::setenv("PAGEDATTN_MIN_PARTITION", std::to_string(want).c_str(), 1);
+        const int forced = plan_info(cfg, seed, opt).partition_tokens;
+        ::unsetenv("PAGEDATTN_MIN_PARTITION");
+        EXPECT_EQ(got, forced) << where;
+      }
+}
+
 // Every merge layout, forced (PAGEDATTN_MERGE_SPLIT and PAGEDATTN_MERGE_BATCH; the plan picks them by
 // its merge rows and partitions): few-query cases with long contexts (many partitions, so batches of 4
 // or 8 with a remainder, and batch 1 over many partitions), same tolerances. A split above D/64 falls back.
