@@ -15,7 +15,8 @@
 //     [slot, slot + num_parts * Hk) do not overlap and lie below num_slots; merges list exactly those chunks,
 //     each with its first partition's absolute index (part0);
 //   - ctas == items * Hk; without forcing/determinism the partition is the smallest candidate (a
-//     multiple of kBlockKV from kMinPartition up) that fits one wave (ctas <= num_sms * ctas_per_sm, or
+//     multiple of kBlockKV from Inputs::min_partition up, never below it unless the keys are fewer)
+//     that fits one wave (ctas <= num_sms * ctas_per_sm, or
 //     the least wg_ctas_per_sm of the chunks' row-tile classes when every chunk's is nonzero) whenever one-partition-per-chunk fits, and one partition per chunk otherwise;
 //   - deterministic mode gives a sequence the same partition boundaries alone or in any batch, chunks
 //     of deterministic_rows(G) rows (one key-group layout for all), key ranges from a partition start, and a
@@ -69,7 +70,8 @@ std::string describe(const Inputs& in) {
      << " Hk=" << in.num_kv_heads << " window=" << in.sliding_window << " sms=" << in.num_sms
      << " prefix_only=" << in.prefix_only << " ctas_per_sm=" << in.ctas_per_sm << " wg_ctas_per_sm=" << in.wg_ctas_per_sm[0] << "," << in.wg_ctas_per_sm[1]
      << "," << in.wg_ctas_per_sm[2] << "," << in.wg_ctas_per_sm[3] << " deterministic=" << in.deterministic
-     << " forced_partition=" << in.forced_partition << " positions=" << list(in.positions);
+     << " forced_partition=" << in.forced_partition << " min_partition=" << in.min_partition
+     << " positions=" << list(in.positions);
   return os.str();
 }
 
@@ -427,6 +429,11 @@ void check_flat_plan(const Inputs& in, const Plan& plan) {
         n += parts_needed(kv.second.items.front().kv_begin, kv.second.items.back().kv_end, part);
       return n * Hk;
     };
+    if (!chunks.empty()) {  // never below the least partition, unless the longest key range is shorter
+      const int least = std::max(pl::kBlockKV, in.min_partition / pl::kBlockKV * pl::kBlockKV);
+      EXPECT_GE(P, std::min(least, (max_hi + pl::kBlockKV - 1) / pl::kBlockKV * pl::kBlockKV))
+          << "partition below min_partition " << in.min_partition;
+    }
     if (one_part_ctas <= target) {
       EXPECT_LE(plan.ctas, target) << "more than one wave although one partition per chunk would fit";
       for (int part = in.min_partition; part < P && part < max_hi; part += pl::kBlockKV)
@@ -665,7 +672,8 @@ TEST(Planner, EmptyBatchAndBadGroup) {
 
 // The least partition (Inputs::min_partition, tuning::min_partition): one 8k decode at Hk = 4 on 132
 // SMs x 2 CTAs takes 128-key partitions (256 CTAs fit the wave) by default and 256 with min_partition
-// 256 (128 CTAs); a context shorter than the least partition stays one partition of its own length.
+// 256 (128 CTAs); a context shorter than the least partition stays one partition (its keys rounded up to
+// a multiple of kBlockKV).
 TEST(Planner, MinPartitionRaisesTheOneWaveChoice) {
   Inputs in;
   in.group = 8;

@@ -26,7 +26,7 @@ constexpr int kMaxRowsWide = 128;  // with wide prefill tiles (Inputs::max_rows;
 // sequence of T <= max_rows / G the backend has the write kernel write every sequence
 // (FwdParams::write_all).
 constexpr int kBlockKV = 64;    // keys per pipeline tile
-constexpr int kMinPartition = 128;  // Inputs::min_partition's default (tuning::min_partition: D = 256, one-byte codes)
+constexpr int kMinPartition = 128;  // Inputs::min_partition's default (the cuda backend's: tuning::min_partition)
 // Inputs::deterministic: the partition size of one query row, from the keys it sees (`keys`: from its
 // window start, or 0, to its causal limit) and the call's constants: the least multiple of
 // kDeterministicStep keys whose partitions of all kv heads fit one wave of `wave_ctas` CTAs (num_sms x

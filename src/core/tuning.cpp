@@ -182,7 +182,7 @@ bool merge_rowwise(int64_t merge_rows, int split, int num_sms, const Overrides& 
 // chunks of <= 16 rows): f16 D = 128 decodes (G = 8, 16) 0.909 / 0.926x the time with 256, D = 64
 // 0.952-0.974x, but D = 256 (the seed's shape) 1.029-1.103x slower. Run mp2 (8k and 16k, Hk = 2,
 // G = 1 / 4 / 8, T = 1, 2, 4 and 16-node trees; PAGEDATTN_MIN_PARTITION=128 and =256 against a first
-// rule of 256 for f16 at D <= 128 only; drift 0.990-1.031): f16 D = 64 / 128 with 128 keys up to 1.185x
+// rule of 256 for f16 at D <= 128 only; drift 0.988-1.031): f16 D = 64 / 128 with 128 keys up to 1.185x
 // slower (64 CTAs at 8k as well as 128 at 16k), none faster beyond the drift; f16 D = 256 with 256 keys
 // 0.880-1.108x (slower on 8k decodes: kept at 128). One-byte codes with 256 keys, rows other than 17-32
 // per kv head: fp8 0.856-1.005x at D = 64 / 128 / 256, u8 0.930-1.004x at D = 64 / 128 but 0.949-1.111x

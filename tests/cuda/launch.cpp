@@ -63,10 +63,13 @@ TEST(Cuda, BackToBackDecodeReadsTheRowJustWritten) {
 // size, and whether a sequence of the call has 17-32 rows per kv head): one sequence of 8000 keys at
 // Hk = 4, G = 8, T = 1 (8 rows) and T = 4 (32 rows). Where the rule asks 256 keys the plan takes at least
 // 256; everywhere it equals the plan with the rule's value forced through PAGEDATTN_MIN_PARTITION. On an
-// H200 (132 SMs) the one-wave rule alone would take 128 for the decodes, so a kind, head size or row
-// count wired wrongly shows as 128 against 256 or the reverse.
+// H200 (132 SMs) the decodes and the 32-row chunks on fwd_kernel (two CTAs per SM: u8 and fp8 at D = 128
+// / 256) fit one wave with 128 keys, so there a kind, head size or row count wired wrongly shows as 128
+// against 256 or the reverse; 32-row chunks on the key-split kernel (one CTA per SM: f16/bf16, and the
+// one-byte kinds at D = 64) take 256 from the wave rule alone and check nothing of the rule.
 TEST(Cuda, LeastPartitionFollowsTheRule) {
   REQUIRE_GPU();
+  if (std::getenv("PAGEDATTN_MIN_PARTITION") != nullptr) GTEST_SKIP() << "PAGEDATTN_MIN_PARTITION is set";
   CaseConfig cfg = few_query_config();
   cfg.min_seqs = cfg.max_seqs = 1;
   cfg.min_past = cfg.max_past = 8000;
@@ -91,9 +94,11 @@ TEST(Cuda, LeastPartitionFollowsTheRule) {
                                   " T " + std::to_string(T);
         const int got = plan_info(cfg, seed, opt).partition_tokens;
         if (want == 256) EXPECT_GE(got, 256) << where;
-        ::setenv("PAGEDATTN_MIN_PARTITION", std::to_string(want).c_str(), 1);
-        const int forced = plan_info(cfg, seed, opt).partition_tokens;
-        ::unsetenv("PAGEDATTN_MIN_PARTITION");
+        int forced = 0;
+        {
+          EnvGuard min_part("PAGEDATTN_MIN_PARTITION", std::to_string(want).c_str());
+          forced = plan_info(cfg, seed, opt).partition_tokens;
+        }
         EXPECT_EQ(got, forced) << where;
       }
 }
@@ -248,7 +253,7 @@ TEST(Cuda, UnsupportedInputsWriteNothing) {
 
 // The lse output (Params::lse): every case asks for it; decodes, verifies and prefill chunks, one and
 // several partitions (the merge kernel's rows), sinks; each row's lse against the oracle's
-// (lse_tolerance: 1e-4 of max(1, |lse|), u8 3e-3).
+// (lse_tolerance: 1e-4 of max(1, |lse|), u8 1e-2).
 TEST(Cuda, LseRandom) {
   REQUIRE_GPU();
   CaseConfig fq = few_query_config();

@@ -56,11 +56,12 @@ inline double tolerance(KVPrecision p, DType query = DType::f16) {
 
 // lse against the oracle's, within this of max(1, |lse|). u8: the kernel forms for 17 rows and more
 // dequantise the codes to f16 before their MMAs (wg_kernel's producer; D = 64's key-split form since
-// 9213b7a), so each score carries the f16 rounding of its key, RMS about scale * sqrt(D) * 2^-11 / sqrt(3)
-// for unit-normal q and k (5e-4 at D = 64, scale 0.24), and a row
-// with one or a few keys has that as its lse error (run fx8t: up to 1.2e-3, rows of sequences with past 0;
-// out stays within its own tolerance). The other kinds read their values exactly.
-inline double lse_tolerance(KVPrecision p) { return p == KVPrecision::u8 ? 3e-3 : kLseTolerance; }
+// 9213b7a), so each score carries the f16 rounding of its key (relative 2^-11 at most per element), and a
+// row with one or a few keys keeps that error whole in its lse. Run fx8t measured up to 1.2e-3; a
+// simulation of one-key rows under the suites' draws (query std up to 2, u8 cache rows of RMS up to 2.9)
+// gave tails to 4.6e-3, about 1e-4 of such rows past 3e-3: hence 1e-2. Out stays within its own
+// tolerance. The other kinds read their values exactly.
+inline double lse_tolerance(KVPrecision p) { return p == KVPrecision::u8 ? 1e-2 : kLseTolerance; }
 
 struct Worst {
   double err = 0;
