@@ -80,6 +80,7 @@ TEST(Tuning, OverridesParsed) {
   EXPECT_EQ(parse({{"PAGEDATTN_WG_SPLIT", "0"}}).wg_split, 0);
   EXPECT_EQ(parse({{"PAGEDATTN_WG_SPLIT", "1"}}).wg_split, 1);
   EXPECT_EQ(parse({{"PAGEDATTN_WG_SPLIT", "2"}}).wg_split, 2);
+  EXPECT_EQ(parse({{"PAGEDATTN_WG_SPLIT", "3"}}).wg_split, 3);
   EXPECT_EQ(parse({{"PAGEDATTN_MERGE_ROWWISE", "0"}}).merge_rowwise, 0);
   EXPECT_EQ(parse({{"PAGEDATTN_MERGE_ROWWISE", "1"}}).merge_rowwise, 1);
 }
@@ -195,6 +196,11 @@ TEST(Tuning, HopperSplit) {  // the least row tiles on the key-split kernel; 0: 
   EXPECT_EQ(hopper_split(128, f16, 128, long_keys, false, wider), 2);
   EXPECT_EQ(hopper_split(128, fp8, 64, long_keys, false, wider), 2);
   EXPECT_EQ(hopper_split(256, u8, 32, long_keys, false, wider), 2);
+  Overrides every;
+  every.wg_split = 3;                                            // 1-64 rows
+  EXPECT_EQ(hopper_split(256, f16, 32, long_keys, false, every), 1);
+  EXPECT_EQ(hopper_split(64, u8, 64, short_keys, false, every), 1);
+  EXPECT_EQ(hopper_split(128, f16, 0, long_keys, false, every), 0);
   Overrides off;
   off.wg_split = 0;
   EXPECT_EQ(hopper_split(128, f16, 128, short_keys, false, off), 0);

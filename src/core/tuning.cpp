@@ -24,7 +24,11 @@ Overrides parse_overrides(const std::function<const char*(const char*)>& getenv)
   o.prefill_mt2 = !is("PAGEDATTN_PREFILL_MT2", "0");
   o.wgmma_u8 = !is("PAGEDATTN_WGMMA_U8", "0");
   o.wgmma = is("PAGEDATTN_WGMMA", "0") ? 0 : is("PAGEDATTN_WGMMA", "64") ? 64 : is("PAGEDATTN_WGMMA", "128") ? 128 : -1;
-  o.wg_split = is("PAGEDATTN_WG_SPLIT", "0") ? 0 : is("PAGEDATTN_WG_SPLIT", "1") ? 1 : is("PAGEDATTN_WG_SPLIT", "2") ? 2 : -1;
+  o.wg_split = is("PAGEDATTN_WG_SPLIT", "0")   ? 0
+               : is("PAGEDATTN_WG_SPLIT", "1") ? 1
+               : is("PAGEDATTN_WG_SPLIT", "2") ? 2
+               : is("PAGEDATTN_WG_SPLIT", "3") ? 3
+                                               : -1;
   o.wg_shared = is("PAGEDATTN_WG_SHARED", "0") ? 0 : is("PAGEDATTN_WG_SHARED", "1") ? 1 : -1;
   o.wgs_shared = is("PAGEDATTN_WGS_SHARED", "0") ? 0 : is("PAGEDATTN_WGS_SHARED", "1") ? 1 : -1;
   if (const char* e = getenv("PAGEDATTN_WIDE_PREFILL"); e != nullptr && *e != '\0') o.wide_prefill = is("PAGEDATTN_WIDE_PREFILL", "1");
@@ -88,7 +92,7 @@ int hopper_key_tile(int head_size, bool u8, bool hopper, const Overrides& o) {
 //   there 0.68-0.98x fwd_kernel's time at 8k and 0.70x on the 32 x 8k batch (T = 4, G = 8), but 0.74-1.09x
 //   at 32k and 1.11-1.16x slower at 128k (run u8r17, the sweep at D = 64 against PAGEDATTN_WG_SPLIT=2 in the
 //   same call), so taken up to 16k keys, as f16's and fp8's.
-// PAGEDATTN_WG_SPLIT=1 / 2: 33-64 / 17-64 rows at every head size and cache type.
+// PAGEDATTN_WG_SPLIT=1 / 2 / 3: 33-64 / 17-64 / 1-64 rows at every head size and cache type.
 // f16/bf16 D = 64 past 16k keys on the two-CTA form (wgs64x2, hopper_split_shared): 17-32 rows 0.87-0.97x
 // fwd_kernel's time at 32k and 0.90-0.91x at 128k (T/T1 at 128k 1.11-1.17 -> 1.01-1.05; run x2s4, one
 // sequence, Hk = 4, G 1-16), so 17-64 rows there.
@@ -96,6 +100,7 @@ int hopper_split(int head_size, KvKind kv, int key_tile, int64_t max_keys, bool 
   if (key_tile == 0 || o.wg_split == 0) return 0;
   if (o.wg_split == 1) return 4;
   if (o.wg_split == 2) return 2;
+  if (o.wg_split == 3) return 1;
   const bool short_keys = max_keys <= kSplitShortKeys;
   if (head_size == 64 && kv != KvKind::f16) return short_keys ? 2 : 4;  // (u8 and fp8)
   if (kv == KvKind::u8) return head_size <= 128 || max_keys <= kSplitMidKeys ? 4 : 0;  // (a 32k verify: 32k + T)

@@ -20,8 +20,8 @@ struct Overrides {
   bool prefill_mt2 = true;    // PAGEDATTN_PREFILL_MT2=0: one row tile per warp in mma.sync 128-row chunks
   bool wgmma_u8 = true;       // PAGEDATTN_WGMMA_U8=0: u8 and fp8 caches back on mma.sync
   int wgmma = -1;             // PAGEDATTN_WGMMA=0/64/128: the Hopper kernel off, or its key tile; -1 unset
-  int wg_split = -1;          // PAGEDATTN_WG_SPLIT=0/1/2: the key-split kernel off / on for 33-64-row chunks /
-                              // for 17-64 at every head size; -1 unset (17-64 at D = 256, else 33-64)
+  int wg_split = -1;          // PAGEDATTN_WG_SPLIT=0/1/2/3: the key-split kernel off / on for 33-64-row chunks /
+                              // for 17-64 / for 1-64 at every head size; -1 unset (hopper_split())
   int wg_shared = -1;         // PAGEDATTN_WG_SHARED=0/1: D = 64 128-row chunks on one / two CTAs per SM; -1 unset
   int wgs_shared = -1;        // PAGEDATTN_WGS_SHARED=0/1: D = 64 key-split chunks on one / two CTAs per SM; -1 unset
   int wide_prefill = -1;      // PAGEDATTN_WIDE_PREFILL=0/1: 128-row chunks off/on; -1 unset
@@ -53,7 +53,7 @@ enum class KvKind { f16, u8, fp8 };
 /// `max_keys` <= kSplitShortKeys, else 4. fp8: 2 at D = 64 (the same key rule, else 4), 4 at D = 128, 4 at
 /// D = 256 up to kSplitShortKeys keys. u8: as fp8 at D = 64, 4 at D = 128, 4 at D = 256 up to kSplitMidKeys
 /// keys.
-/// PAGEDATTN_WG_SPLIT=1 / 2: 4 / 2 wherever the kernel may run (every cache type).
+/// PAGEDATTN_WG_SPLIT=1 / 2 / 3: 4 / 2 / 1 wherever the kernel may run (every cache type).
 /// (kSplitMidKeys: 32k contexts with their verify's tokens, measured, pass 32768 keys; 128k measured
 /// slower; the boundary in between is not measured)
 constexpr int64_t kSplitShortKeys = 16384, kSplitMidKeys = 40960;

@@ -136,6 +136,38 @@ TEST(Cuda, FewQuerySplitRandom) {
   expect_launched(d64_long, 3, 4, base_seed() + 3100005, 128, "");
 }
 
+// Chunks of 1-16 rows on the key-split Hopper kernel (PAGEDATTN_WG_SPLIT=3 puts every chunk of <= 64
+// rows there; its 64-row tile holds 1-16 rows as it holds 17-32): the plans launch it for decodes at
+// every head size, then chains and trees in bands where every chunk has <= 16 rows (G = 1 with T up to
+// 16 ... G = 16 with T = 1), mixed with long contexts (many partitions, their merge), f16/bf16 caches.
+TEST(Cuda, FewQuerySplitSmallChunksRandom) {
+  REQUIRE_GPU();
+  if (const char* why = no_wgmma()) GTEST_SKIP() << why;
+  EnvGuard on("PAGEDATTN_WGMMA", ""), split("PAGEDATTN_WG_SPLIT", "3"), rule("PAGEDATTN_WGS_SHARED", "");
+  CaseConfig cfg = few_query_config();
+  cfg.kv_precisions = {KVPrecision::f16, KVPrecision::bf16};
+  CaseConfig one = cfg;
+  one.group_sizes = {4};
+  one.head_sizes = {256};
+  expect_launched(one, 1, 1, base_seed() + 3400000, 256, "wgs32");
+  for (int d : {64, 128}) {
+    one.head_sizes = {d};
+    expect_launched(one, 1, 4, base_seed() + 3400000 + d, 256, "wgs64");
+  }
+  const int bands[5][2] = {{1, 16}, {2, 8}, {4, 4}, {8, 2}, {16, 1}};  // G, the most tokens: <= 16 rows
+  for (int b = 0; b < 5; ++b) {
+    CaseConfig band = cfg;
+    band.group_sizes = {bands[b][0]};
+    band.max_tokens = bands[b][1];
+    run_suite(("few-query-wgs-1-16-g" + std::to_string(bands[b][0])).c_str(), band, base_seed() + 3410000 + 1000 * b, 36);
+  }
+  CaseConfig lng = long_context_config(20000, 40000, 80000);
+  lng.kv_precisions = cfg.kv_precisions;
+  lng.group_sizes = {4};
+  lng.max_tokens = 4;
+  run_suite("few-query-wgs-1-16-long", lng, base_seed() + 3460000, 16);
+}
+
 // The key-split kernel's two-CTA-per-SM form at D = 64 ("wgs64x2": 3 slots per ring, registers bounded to
 // 128; KernelChoice::wgs_shared): the rule (tuning::hopper_split_shared: past 16k keys, few chunks; there
 // it takes 17-32-row chunks too), then
