@@ -85,6 +85,21 @@ TEST(Tuning, OverridesParsed) {
   EXPECT_EQ(parse({{"PAGEDATTN_MERGE_ROWWISE", "1"}}).merge_rowwise, 1);
 }
 
+TEST(Tuning, HopperSplitSmall) {
+  const Overrides none;
+  using K = KvKind;
+  EXPECT_TRUE(hopper_split_small(K::f16, 2, kSplitSmallKeyHeads, none));           // 64k at Hk = 4 (run ss1)
+  EXPECT_TRUE(hopper_split_small(K::f16, 4, 8 * (8192 + 1) * 4, none));            // 8 x 8k decodes (ss3)
+  EXPECT_FALSE(hopper_split_small(K::f16, 2, (32768 + 8) * 4, none));              // a 32k verify (ss2)
+  EXPECT_FALSE(hopper_split_small(K::f16, 2, 4 * (8192 + 4) * 4, none));           // 4 x 8k (ss3: D = 128 1.013x)
+  EXPECT_FALSE(hopper_split_small(K::f16, 0, kSplitSmallKeyHeads * 4, none));      // the kernel off
+  EXPECT_FALSE(hopper_split_small(K::u8, 4, kSplitSmallKeyHeads * 4, none));       // one-byte codes never
+  EXPECT_FALSE(hopper_split_small(K::fp8, 4, kSplitSmallKeyHeads * 4, none));
+  Overrides o;
+  o.wg_split = 2;  // an override decides alone
+  EXPECT_FALSE(hopper_split_small(K::f16, 2, kSplitSmallKeyHeads * 4, o));
+}
+
 TEST(Tuning, HopperShared) {
   const Overrides none;
   using K = KvKind;

@@ -110,6 +110,26 @@ int hopper_split(int head_size, KvKind kv, int key_tile, int64_t max_keys, bool 
   return head_size >= 128 || short_keys || (head_size == 64 && two_ctas) ? 2 : 4;
 }
 
+// 1-16-row f16/bf16 chunks on the key-split kernel (one CTA per SM, one-wave partitions, a 64-row tile
+// of which they fill 1-16 rows) against fwd_kernel's one row tile (two CTAs per SM), PAGEDATTN_WG_SPLIT=3
+// against the default in the same call, one sequence, Hk = 4, G 1-16, T 1-16 and 16-node trees (runs ss1
+// and ss2; drift 0.98-1.01):
+// - 128k: 0.926-0.944x at D = 256 (85-88% of the read ceiling -> 92-93.5%), 0.953-0.967x at D = 128,
+//   0.935-0.961x at D = 64; 64k: D = 256 0.946-0.972x, D = 128 0.979-1.003x, D = 64 0.994-1.007x;
+// - 32k: D = 256 0.980-1.020x, D = 64 / 128 1.03-1.07x slower (but 0.93-0.96x at G = 1, T = 16); 8k and
+//   16k: 1.02-1.13x slower for decodes (the chains of 16 rows at G = 1 / 2 0.86-0.92x);
+// - the 32 x 8k batch, T = 1 (G = 8): 0.884 / 0.911 / 0.916x at D = 64 / 128 / 256; the seed's shape
+//   (16 / 4 / 256) at 8k, T = 1 / 4: 4 sequences 0.980 / 0.953x, 8 0.939 / 0.922x, 16 0.937 / 0.916x,
+//   32 0.929 / 0.907x, 64 0.946 / 0.944x; 32 / 4 / 128 at T = 1: 4 sequences 1.013x, 8-64 0.962-0.969x
+//   (run ss3).
+// So what decides is the call's work for those chunks, keys times kv heads: 2^18 (one 64k sequence or
+// eight 8k ones at Hk = 4) and more on the kernel; 2^17 (a 32k sequence, four 8k ones) stays on
+// fwd_kernel. u8 and fp8 never (their in-place conversion: 1.4-2.3x slower on the seed rows, run ss2).
+// Other kv-head counts follow the same product (not measured).
+bool hopper_split_small(KvKind kv, int split, int64_t small_key_heads, const Overrides& o) {
+  return split != 0 && o.wg_split < 0 && kv == KvKind::f16 && small_key_heads >= kSplitSmallKeyHeads;
+}
+
 // Two CTAs per SM (registers bounded to 128) for D = 64's 128-row f16/bf16 chunks, against one (run mb2,
 // same call): bf16 prefill 1.26x / 1.31x faster at 8k / 32k tokens, 65-256-row verifies 0.80-0.83x the
 // time at 128k and 0.88-0.94x at 32k, but 128-row verifies at 8k (one sequence, Hk = 4: 4 chunk CTAs)

@@ -168,6 +168,44 @@ TEST(Cuda, FewQuerySplitSmallChunksRandom) {
   run_suite("few-query-wgs-1-16-long", lng, base_seed() + 3460000, 16);
 }
 
+// The rule that sends 1-16-row chunks there (tuning::hopper_split_small: f16/bf16, the call's such
+// sequences holding >= 2^18 keys times kv heads): one 66-70k-token sequence at Hk = 4 launches the kernel
+// at D = 256 and 128 (T = 1-4, G = 1 / 4), a 20k one and u8 / fp8 caches stay on fwd_kernel; then oracle
+// cases of such calls (chains, trees, ALiBi, sinks, scores as the few-query cases draw them).
+TEST(Cuda, SmallChunksFollowTheirWork) {
+  REQUIRE_GPU();
+  if (const char* why = no_wgmma()) GTEST_SKIP() << why;
+  EnvGuard on("PAGEDATTN_WGMMA", ""), split("PAGEDATTN_WG_SPLIT", ""), rule("PAGEDATTN_WGS_SHARED", "");
+  CaseConfig cfg = long_context_config(66000, 70000, 72000);
+  cfg.kv_precisions = {KVPrecision::f16, KVPrecision::bf16};
+  cfg.kv_heads = {4};
+  cfg.group_sizes = {1, 4};
+  cfg.max_tokens = 4;
+  cfg.p_window = 0.0;  // (a window would cut the keys below the rule's)
+  const uint64_t seed = base_seed() + 3470000;
+  auto on_split = [&](const CaseConfig& c, uint64_t s) {
+    bool any = false;
+    for (const PlanInfo::Launch& l : plan_info(c, s, Options{Backend::cuda}).launches)
+      any = any || l.variant.rfind("wgs", 0) == 0;
+    return any;
+  };
+  CaseConfig one = cfg;
+  one.head_sizes = {256};
+  expect_launched(one, 1, 4, seed, 256, "wgs32");
+  one.head_sizes = {128};
+  expect_launched(one, 1, 4, seed + 1, 256, "wgs64");
+  CaseConfig near = one;
+  near.min_past = near.max_past = 20000;
+  EXPECT_FALSE(on_split(near, seed + 2)) << "a 20k decode at Hk = 4 (2^17 keys times kv heads)";
+  for (KVPrecision kv : {KVPrecision::u8, KVPrecision::fp8}) {
+    CaseConfig bytes = one;
+    bytes.kv_precisions = {kv};
+    bytes.min_tokens = bytes.max_tokens = 1;
+    EXPECT_FALSE(on_split(bytes, seed + 3)) << kv_precision_name(kv);
+  }
+  run_suite("small-chunks-long", cfg, seed + 10, 8);
+}
+
 // The key-split kernel's two-CTA-per-SM form at D = 64 ("wgs64x2": 3 slots per ring, registers bounded to
 // 128; KernelChoice::wgs_shared): the rule (tuning::hopper_split_shared: past 16k keys, few chunks; there
 // it takes 17-32-row chunks too), then
