@@ -89,7 +89,9 @@ TEST(Tuning, HopperSplitSmall) {
   const Overrides none;
   using K = KvKind;
   EXPECT_TRUE(hopper_split_small(K::f16, 2, kSplitSmallKeyHeads, none));           // 64k at Hk = 4 (run ss1)
-  EXPECT_TRUE(hopper_split_small(K::f16, 4, 8 * (8192 + 1) * 4, none));            // 8 x 8k decodes (ss3)
+  EXPECT_TRUE(hopper_split_small(K::f16, 2, 8 * (8192 + 1) * 4, none));            // 8 x 8k decodes (ss3)
+  EXPECT_FALSE(hopper_split_small(K::f16, 2, kSplitSmallKeyHeads - 1, none));
+  EXPECT_FALSE(hopper_split_small(K::f16, 4, kSplitSmallKeyHeads * 4, none));      // 17-32 rows off it (D = 64)
   EXPECT_FALSE(hopper_split_small(K::f16, 2, (32768 + 8) * 4, none));              // a 32k verify (ss2)
   EXPECT_FALSE(hopper_split_small(K::f16, 2, 4 * (8192 + 4) * 4, none));           // 4 x 8k (ss3: D = 128 1.013x)
   EXPECT_FALSE(hopper_split_small(K::f16, 0, kSplitSmallKeyHeads * 4, none));      // the kernel off

@@ -64,8 +64,8 @@ struct PlanInfo {
                                 // mode: the first chunk's, as each token's depends on the keys it sees)
   int head_width = 0;           // cuda: the kernels' head-size width (the key head size, or the native
                                 // width it is padded up to: docs/design.md, "Head sizes")
-  int64_t wave_ctas = 0;        // cuda: attention CTAs in one wave (SMs x the decode variant's CTAs per SM),
-                                // which sizes deterministic mode's partitions
+  int64_t wave_ctas = 0;        // cuda: attention CTAs in one wave (SMs x the CTAs per SM of the variant that
+                                // runs 1-16-row chunks), which sizes deterministic mode's partitions
   int64_t work_items = 0;       // (chunk, kv head, partition) items (cpu) / attention CTAs (cuda)
   std::vector<Launch> launches; // cuda: in launch order
   int merge_rows = 0;           // cuda: rows whose partitions the merge kernel combines

@@ -61,10 +61,12 @@ constexpr int64_t kSplitShortKeys = 16384, kSplitMidKeys = 40960;
 /// which takes 17-64 rows at any length.
 int hopper_split(int head_size, KvKind kv, int key_tile, int64_t max_keys, bool two_ctas, const Overrides& o);
 /// Chunks of 1-16 rows on the key-split Hopper kernel too (KernelChoice::wg_split = 1; their 64-row tile
-/// holds them as it holds 17-32): f16/bf16 where the kernel runs (`split` = hopper_split() != 0) and the
-/// call's sequences of <= 16 rows per kv head hold, over their key ranges times the kv heads,
-/// `small_key_heads` >= kSplitSmallKeyHeads (one 64k context at Hk = 4; eight 8k ones). Not with a
-/// PAGEDATTN_WG_SPLIT override (=3 takes them anywhere, every cache type).
+/// holds them as it holds 17-32): f16/bf16 where the call's 17-32-row chunks take the kernel already
+/// (`split` = the call's hopper_split(), 1 or 2: so no other chunk changes kernel; at D = 64 past 16k keys
+/// that is its two-CTA form) and the call's sequences of <= 16 rows per kv head hold, over their key ranges
+/// times the kv heads, `small_key_heads` >= kSplitSmallKeyHeads (one 64k context at Hk = 4; eight 8k
+/// ones). Not with a PAGEDATTN_WG_SPLIT override (=3 takes them anywhere, every cache type; u8 / fp8 there
+/// are timed, run ss2, not tested against the oracle).
 constexpr int64_t kSplitSmallKeyHeads = int64_t{1} << 18;
 bool hopper_split_small(KvKind kv, int split, int64_t small_key_heads, const Overrides& o);
 /// 128-row f16/bf16 chunks at D = 64 on the Hopper kernel's two-CTA-per-SM form (KernelChoice::wg_shared):
@@ -75,8 +77,8 @@ bool hopper_shared(int head_size, KvKind kv, int key_tile, int64_t max_keys, int
                    const Overrides& o);
 /// f16/bf16 chunks on the key-split Hopper kernel at D = 64 (`split` = hopper_split() != 0) on its
 /// two-CTA-per-SM form (KernelChoice::wgs_shared: 3 slots per ring, registers bounded to 128): where the
-/// call's longest key range `max_keys` passes kSplitShortKeys and its chunks on the kernel (17-64 rows, and
-/// 1-16 where hopper_split_small()) times the kv heads (`split_ctas`) are at most half of `num_sms`. PAGEDATTN_WGS_SHARED=0 / 1: never / wherever it
+/// call's longest key range `max_keys` passes kSplitShortKeys and its chunks of 17-64 rows times the kv
+/// heads (`split_ctas`) are at most half of `num_sms`. PAGEDATTN_WGS_SHARED=0 / 1: never / wherever it
 /// may run.
 bool hopper_split_shared(int head_size, KvKind kv, int split, int64_t max_keys, int64_t split_ctas, int num_sms,
                          const Overrides& o);

@@ -272,7 +272,7 @@ class CudaPlan final : public detail::PlanImpl {
     int64_t max_keys = 0;   // the longest key range of the call (a window caps it)
     int64_t wide_ctas = 0;  // chunks of more than 64 rows, as 128-row chunks, times the kv heads
     int64_t split_ctas = 0;  // sequences of 17-64 rows (one chunk each) times the kv heads
-    int64_t small_seqs = 0, small_key_heads = 0;  // sequences of <= 16 rows; their keys times the kv heads
+    int64_t small_key_heads = 0;  // sequences of <= 16 rows: their keys times the kv heads
     bool mid_rows = false;   // a sequence of 17-32 rows (tuning::min_partition)
     for (int s = 0; s < num_seqs; ++s) {
       const int64_t keys = int64_t{past[s]} + (p.prefix_only ? 0 : sb[s + 1] - sb[s]);
@@ -281,19 +281,17 @@ class CudaPlan final : public detail::PlanImpl {
       if (rows > 64) wide_ctas += (rows + 127) / 128 * Hk_;
       if (rows > 16 && rows <= 64) split_ctas += Hk_;
       if (rows > 16 && rows <= 32) mid_rows = true;
-      if (rows > 0 && rows <= 16) {
-        ++small_seqs;
+      if (rows > 0 && rows <= 16)
         small_key_heads += (p.sliding_window > 0 ? std::min<int64_t>(keys, p.sliding_window) : keys) * Hk_;
-      }
     }
     const tuning::KvKind kind = kv_ == kKvU8 ? tuning::KvKind::u8 : kv_ == kKvF8 ? tuning::KvKind::fp8 : tuning::KvKind::f16;
     // (the key-split kernel's two-CTA form, where it runs, also takes D = 64's 17-32-row chunks past 16k keys;
-    // 1-16-row chunks take the kernel by the call's work for them, tuning::hopper_split_small)
-    const int split = tuning::hopper_split(D_, kind, choice_.wg, max_keys, false, env);
-    const bool small_split = tuning::hopper_split_small(kind, split, small_key_heads, env);
-    if (small_split) split_ctas += small_seqs * Hk_;
-    choice_.wgs_shared = tuning::hopper_split_shared(D_, kind, small_split ? 1 : split, max_keys, split_ctas, in.num_sms, env);
-    choice_.wg_split = small_split ? 1 : tuning::hopper_split(D_, kind, choice_.wg, max_keys, choice_.wgs_shared, env);
+    // 1-16-row chunks take the kernel by the call's work for them where 17-32-row ones take it already,
+    // tuning::hopper_split_small)
+    choice_.wgs_shared = tuning::hopper_split_shared(D_, kind, tuning::hopper_split(D_, kind, choice_.wg, max_keys, false, env),
+                                                     max_keys, split_ctas, in.num_sms, env);
+    choice_.wg_split = tuning::hopper_split(D_, kind, choice_.wg, max_keys, choice_.wgs_shared, env);
+    if (tuning::hopper_split_small(kind, choice_.wg_split, small_key_heads, env)) choice_.wg_split = 1;
     choice_.wg_shared = tuning::hopper_shared(D_, kind, choice_.wg, max_keys, wide_ctas, in.num_sms, env);
     in.ctas_per_sm = fwd_kernel_info(D_, kv_, 1, choice_).ctas_per_sm();
     for (int k = 0; k < 4; ++k) {  // row-tile classes on the Hopper kernel: their own occupancy (planner.h)

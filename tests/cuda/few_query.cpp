@@ -146,6 +146,7 @@ TEST(Cuda, FewQuerySplitSmallChunksRandom) {
   EnvGuard on("PAGEDATTN_WGMMA", ""), split("PAGEDATTN_WG_SPLIT", "3"), rule("PAGEDATTN_WGS_SHARED", "");
   CaseConfig cfg = few_query_config();
   cfg.kv_precisions = {KVPrecision::f16, KVPrecision::bf16};
+  cfg.p_lse = 0.3;  // (the optional lse output, [tokens, H], compared with the oracle's)
   CaseConfig one = cfg;
   one.group_sizes = {4};
   one.head_sizes = {256};
@@ -170,8 +171,9 @@ TEST(Cuda, FewQuerySplitSmallChunksRandom) {
 
 // The rule that sends 1-16-row chunks there (tuning::hopper_split_small: f16/bf16, the call's such
 // sequences holding >= 2^18 keys times kv heads): one 66-70k-token sequence at Hk = 4 launches the kernel
-// at D = 256 and 128 (T = 1-4, G = 1 / 4), a 20k one and u8 / fp8 caches stay on fwd_kernel; then oracle
-// cases of such calls (chains, trees, ALiBi, sinks, scores as the few-query cases draw them).
+// at D = 256 and 128 (T = 1-4, G = 1 / 4; D = 64 its two-CTA form), eight 8k decodes launch it; a 63k
+// sequence (just under 2^18), four 8k decodes and u8 / fp8 caches stay on fwd_kernel; then oracle cases
+// of such calls (chains, trees, ALiBi, sinks, scores, lse as the few-query cases draw them).
 TEST(Cuda, SmallChunksFollowTheirWork) {
   REQUIRE_GPU();
   if (const char* why = no_wgmma()) GTEST_SKIP() << why;
@@ -182,6 +184,7 @@ TEST(Cuda, SmallChunksFollowTheirWork) {
   cfg.group_sizes = {1, 4};
   cfg.max_tokens = 4;
   cfg.p_window = 0.0;  // (a window would cut the keys below the rule's)
+  cfg.p_lse = 0.3;
   const uint64_t seed = base_seed() + 3470000;
   auto on_split = [&](const CaseConfig& c, uint64_t s) {
     bool any = false;
@@ -194,9 +197,20 @@ TEST(Cuda, SmallChunksFollowTheirWork) {
   expect_launched(one, 1, 4, seed, 256, "wgs32");
   one.head_sizes = {128};
   expect_launched(one, 1, 4, seed + 1, 256, "wgs64");
+  one.head_sizes = {64};
+  expect_launched(one, 1, 4, seed + 4, 256, "wgs64x2");  // (past 16k keys: the two-CTA form)
+  one.head_sizes = {128};
   CaseConfig near = one;
-  near.min_past = near.max_past = 20000;
-  EXPECT_FALSE(on_split(near, seed + 2)) << "a 20k decode at Hk = 4 (2^17 keys times kv heads)";
+  near.min_past = near.max_past = 63000;  // (63000 + T) x 4 < 2^18
+  EXPECT_FALSE(on_split(near, seed + 2)) << "a 63k sequence at Hk = 4, T <= 4";
+  CaseConfig batch = one;
+  batch.min_past = batch.max_past = 8192;
+  batch.min_tokens = batch.max_tokens = 1;
+  batch.max_total_context = 8 * 8193;
+  batch.min_seqs = batch.max_seqs = 8;
+  EXPECT_TRUE(on_split(batch, seed + 5)) << "eight 8k decodes at Hk = 4 (2^18 keys times kv heads)";
+  batch.min_seqs = batch.max_seqs = 4;
+  EXPECT_FALSE(on_split(batch, seed + 6)) << "four 8k decodes at Hk = 4";
   for (KVPrecision kv : {KVPrecision::u8, KVPrecision::fp8}) {
     CaseConfig bytes = one;
     bytes.kv_precisions = {kv};

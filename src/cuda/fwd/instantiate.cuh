@@ -50,7 +50,8 @@ struct FwdVariant {
 };
 
 // The Hopper kernel (wg_kernel), sm_90a builds: 128-row chunks (u8 caches too: the default;
-// PAGEDATTN_WGMMA_U8=0 off), and f16/bf16/fp8 chunks of 17-64 rows on its key-split form (SPLIT).
+// PAGEDATTN_WGMMA_U8=0 off), and chunks of up to 64 rows on its key-split form (SPLIT; which ones:
+// tuning::hopper_split, hopper_split_small).
 template <int D, int KV, int KEYS, bool SPLIT = false, bool SHARED = false>
 struct WgVariant {
   using Tr = WgTraits<D, KV, KEYS, SPLIT, SHARED>;

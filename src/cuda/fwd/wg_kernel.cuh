@@ -25,8 +25,9 @@ namespace pagedattn {
 namespace cuda {
 
 // Two warpgroups of 64 rows: 128-row chunks (prefill, long verifies) sharing each key tile, or (SPLIT,
-// wgs) chunks of 33-64 rows: one 64-row tile whose key tiles alternate between the two warpgroups (the
-// MMA shape is 64 rows whatever T*G is, so 33-64 rows cost the same tensor work). Each warpgroup reads
+// wgs) chunks of up to 64 rows: one 64-row tile whose key tiles alternate between the two warpgroups (the
+// MMA shape is 64 rows whatever T*G is, so 1-64 rows cost the same tensor work; which chunks take it:
+// tuning::hopper_split, hopper_split_small). Each warpgroup reads
 // its own ring, filled by its own copies (f16/bf16; it meets only its own threads at a named barrier) or
 // by two warps of a producer warpgroup that convert one-byte codes in place (mbarriers), so an SM runs
 // two independent streams (a CTA-wide barrier per tile would make it one: bench/NOTES.md, run s12e);
