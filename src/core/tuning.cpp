@@ -126,11 +126,11 @@ int hopper_split(int head_size, KvKind kv, int key_tile, int64_t max_keys, bool 
 // eight 8k ones at Hk = 4) and more on the kernel; 2^17 (a 32k sequence, four 8k ones) stays on
 // fwd_kernel. u8 and fp8 never (their in-place conversion: 1.4-2.3x slower on the seed rows, run ss2).
 // Other kv-head counts follow the same product (not measured). Only where the call's 17-32-row chunks
-// take the kernel already (`split` <= 2), so that the rule moves no chunk but the <= 16-row ones: at
+// take the kernel already (`split` == 2), so that the rule moves no chunk but the <= 16-row ones: at
 // D = 64 past 16k keys that is the two-CTA form (the form run ss1 measured there); its one-CTA form keeps
 // 17-32 rows off the kernel past 16k keys (1.13-1.18x slower, run d5).
 bool hopper_split_small(KvKind kv, int split, int64_t small_key_heads, const Overrides& o) {
-  return (split == 1 || split == 2) && o.wg_split < 0 && kv == KvKind::f16 && small_key_heads >= kSplitSmallKeyHeads;
+  return split == 2 && o.wg_split < 0 && kv == KvKind::f16 && small_key_heads >= kSplitSmallKeyHeads;
 }
 
 // Two CTAs per SM (registers bounded to 128) for D = 64's 128-row f16/bf16 chunks, against one (run mb2,

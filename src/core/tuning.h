@@ -62,7 +62,7 @@ constexpr int64_t kSplitShortKeys = 16384, kSplitMidKeys = 40960;
 int hopper_split(int head_size, KvKind kv, int key_tile, int64_t max_keys, bool two_ctas, const Overrides& o);
 /// Chunks of 1-16 rows on the key-split Hopper kernel too (KernelChoice::wg_split = 1; their 64-row tile
 /// holds them as it holds 17-32): f16/bf16 where the call's 17-32-row chunks take the kernel already
-/// (`split` = the call's hopper_split(), 1 or 2: so no other chunk changes kernel; at D = 64 past 16k keys
+/// (`split` = the call's hopper_split(), 2: so no other chunk changes kernel; at D = 64 past 16k keys
 /// that is its two-CTA form) and the call's sequences of <= 16 rows per kv head hold, over their key ranges
 /// times the kv heads, `small_key_heads` >= kSplitSmallKeyHeads (one 64k context at Hk = 4; eight 8k
 /// ones). Not with a PAGEDATTN_WG_SPLIT override (=3 takes them anywhere, every cache type; u8 / fp8 there

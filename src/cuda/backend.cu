@@ -275,14 +275,14 @@ class CudaPlan final : public detail::PlanImpl {
     int64_t small_key_heads = 0;  // sequences of <= 16 rows: their keys times the kv heads
     bool mid_rows = false;   // a sequence of 17-32 rows (tuning::min_partition)
     for (int s = 0; s < num_seqs; ++s) {
-      const int64_t keys = int64_t{past[s]} + (p.prefix_only ? 0 : sb[s + 1] - sb[s]);
-      max_keys = std::max(max_keys, p.sliding_window > 0 ? std::min<int64_t>(keys, p.sliding_window) : keys);
+      const int64_t all_keys = int64_t{past[s]} + (p.prefix_only ? 0 : sb[s + 1] - sb[s]);
+      const int64_t keys = p.sliding_window > 0 ? std::min<int64_t>(all_keys, p.sliding_window) : all_keys;
+      max_keys = std::max(max_keys, keys);
       const int64_t rows = int64_t{sb[s + 1] - sb[s]} * G_;
       if (rows > 64) wide_ctas += (rows + 127) / 128 * Hk_;
       if (rows > 16 && rows <= 64) split_ctas += Hk_;
       if (rows > 16 && rows <= 32) mid_rows = true;
-      if (rows > 0 && rows <= 16)
-        small_key_heads += (p.sliding_window > 0 ? std::min<int64_t>(keys, p.sliding_window) : keys) * Hk_;
+      if (rows > 0 && rows <= 16) small_key_heads += keys * Hk_;
     }
     const tuning::KvKind kind = kv_ == kKvU8 ? tuning::KvKind::u8 : kv_ == kKvF8 ? tuning::KvKind::fp8 : tuning::KvKind::f16;
     // (the key-split kernel's two-CTA form, where it runs, also takes D = 64's 17-32-row chunks past 16k keys;
