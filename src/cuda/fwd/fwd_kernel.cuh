@@ -41,6 +41,18 @@ __device__ __forceinline__ int o_col(int n, int lane) {
   }
 }
 
+// An output element with u8's value offset term added (x + c; run ht1 and the SASS of fwd_kernel<256, f16, 1>:
+// with c = 0.0f the compiler still emits the add, since x + 0.0f is not x for x = -0.0f, 128 FADD per thread
+// in the epilogue of every CTA), or x itself for the other precisions.
+template <bool kAdd>
+__device__ __forceinline__ float plus_offset(float x, float c) {
+  if constexpr (kAdd) {
+    return x + c;
+  } else {
+    return x;
+  }
+}
+
 // One S MMA k-step on a register of 4 byte codes of a key (B operand): u8 codes as f16 1024 + code (one
 // PRMT per pair), fp8 codes as their f16 values (one cvt per pair).
 template <int KV, typename T>
@@ -549,6 +561,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
           if (r >= rows) continue;
           const float cz = kU8 ? fc[mt][hf] : 0.0f;
           const float fr = f[mt][hf];
+          auto out = [&](float x) { return plus_offset<kU8>(x, cz) * fr; };
           // (every n unrolled, so that o stays in registers; each loop takes the n-tiles of columns
           // [cb kFC, (cb + 1) kFC))
           if constexpr (kOwn && kBytes) {
@@ -557,8 +570,8 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
               if (n / (kFC / 8) != cb) continue;
               const int c = o_col<kBytes>(n, lane) - cb * kFC;
               *reinterpret_cast<float4*>(mine + r * kLd + c) =
-                  make_float4((o[mt][n][2 * hf] + cz) * fr, (o[mt][n + 1][2 * hf] + cz) * fr,
-                              (o[mt][n][2 * hf + 1] + cz) * fr, (o[mt][n + 1][2 * hf + 1] + cz) * fr);
+                  make_float4(out(o[mt][n][2 * hf]), out(o[mt][n + 1][2 * hf]), out(o[mt][n][2 * hf + 1]),
+                              out(o[mt][n + 1][2 * hf + 1]));
             }
           } else {
 #pragma unroll
@@ -567,10 +580,10 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
               const int c = o_col<kBytes>(n, lane) - cb * kFC;
               if constexpr (kOwn) {
                 *reinterpret_cast<float2*>(mine + r * kLd + c) =
-                    make_float2((o[mt][n][2 * hf] + cz) * fr, (o[mt][n][2 * hf + 1] + cz) * fr);
+                    make_float2(out(o[mt][n][2 * hf]), out(o[mt][n][2 * hf + 1]));
               } else {
-                mine[r * kLd + c] = (o[mt][n][2 * hf] + cz) * fr;
-                mine[r * kLd + c + (kBytes ? 2 : 1)] = (o[mt][n][2 * hf + 1] + cz) * fr;
+                mine[r * kLd + c] = out(o[mt][n][2 * hf]);
+                mine[r * kLd + c + (kBytes ? 2 : 1)] = out(o[mt][n][2 * hf + 1]);
               }
             }
           }
@@ -861,12 +874,13 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
       for (int g = 0; g < Tr::kWKV; ++g) M = fmaxf(M, sm.ml[g][r].x);
       const float f = row_m[mt][hf] == -INFINITY ? 0.0f : fast_exp2(row_m[mt][hf] - M) * v_head;
       const float cz = kU8 ? row_c[mt][hf] : 0.0f;  // u8 value offset term (f16/bf16: none)
+      auto out = [&](float x) { return plus_offset<kU8>(x, cz) * f; };
 #pragma unroll
       for (int n = 0; n < kN3; ++n) {
         // (float4/float2 stores here measured level, run s10b)
         const int c = o_col<kBytes>(n, lane);
-        sm.u.r.red[wkv][r][c] = (o[mt][n][2 * hf] + cz) * f;
-        sm.u.r.red[wkv][r][c + (kBytes ? 2 : 1)] = (o[mt][n][2 * hf + 1] + cz) * f;
+        sm.u.r.red[wkv][r][c] = out(o[mt][n][2 * hf]);
+        sm.u.r.red[wkv][r][c + (kBytes ? 2 : 1)] = out(o[mt][n][2 * hf + 1]);
       }
     }
   }
