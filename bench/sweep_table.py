@@ -8,13 +8,13 @@ FlashInfer, and f16 128k rows under 90% of the read ceiling. Then the draft-tree
 tree's nodes; FlashInfer's paged prefill with the tree as a custom mask, run_peers.py --flashinfer-trees),
 joined by (D, G, context, T, tree); T/T1 against the chain of T = 1 of each.
 
-    python3 bench/sweep_table.py SWEEP_JSON[.gz] [FI_DIR ...] [--kv f16]
+    python3 bench/sweep_table.py SWEEP_JSON[.gz] [FI_DIR ...] [--kv f16] [--misses]
 
 FI_DIRs: sweep_peers.sh's output directories (fi_D*_G*.json, or .json.gz as committed under bench/results; e.g. a
 chain run and a tree run); per key the fastest row of all.
 Without them, the pagedattn columns alone. Last, per KV precision and band of rows per kv head, the T/T1
 range of the rows of one sequence (chains and trees) at 32k and 128k and how many miss the target (f16 and
-fp8 1.10, u8 1.20).
+fp8 1.10, u8 1.20). --misses adds, per target, every missed row (chains and trees), one per line.
 """
 import argparse
 import glob
@@ -29,6 +29,8 @@ def main():
     ap.add_argument("sweep")
     ap.add_argument("fi_dir", nargs="*")
     ap.add_argument("--kv", default="f16,u8")
+    ap.add_argument("--misses", action="store_true",
+                    help="last, every row (chains and trees) that misses one of the three targets, one per line")
     a = ap.parse_args()
     sw = json.load(gzip.open(a.sweep) if a.sweep.endswith(".gz") else open(a.sweep))
     pa = {}
@@ -76,6 +78,8 @@ def main():
     if trees:
         print_trees(pa, fi, trees)
     print_bands(pa, a.kv.split(","))
+    if a.misses:
+        print_misses(pa, fi, a.kv.split(","))
 
 
 def print_trees(pa, fi, trees):
@@ -116,6 +120,31 @@ def print_bands(pa, kvs):
             if v:
                 print("  rows %3d-%3d: %3d rows, T/T1 %.2f-%.2f, %d miss" % (lo, hi, len(v), min(v), max(v),
                                                                            sum(1 for x in v if x > TARGET[kv])))
+
+
+def print_misses(pa, fi, kvs):
+    """Every row of one sequence, chains and trees, that misses a target of issue 21: T/T1 at 32k and 128k
+    with <= 128 rows per kv head, f16 slower than FlashInfer's row of the same shape, f16 at 128k with
+    <= 128 rows per kv head under 90% of the read ceiling. Sorted by rows per kv head, D, G, context."""
+    def name(k):
+        kv, D, G, ctx, tree, T = k
+        return "%-4s D=%-3d G=%-2d %6d %s T=%-2d rows=%-3d" % (kv, D, G, ctx, "tree " if tree else "chain", T, T * G)
+    keys = sorted((k for k in pa if k[0] in kvs), key=lambda k: (k[0], k[5] * k[2], k[1], k[2], k[3], k[4]))
+    peer = {k: fi.get((k[1], k[2], k[3], k[5], k[4])) for k in keys}  # FlashInfer's (us, system) or None
+    long_ctx = [k for k in keys if k[5] * k[2] <= 128 and k[3] >= 32768]
+    lists = [
+        ("T/T1 over the target (f16 1.10, u8 1.20)", [k for k in long_ctx if pa[k]["t_over_t1"] > TARGET[k[0]]],
+         lambda k: "T/T1 %.2f" % pa[k]["t_over_t1"]),
+        ("f16 slower than FlashInfer", [k for k in keys if k[0] == "f16" and peer[k] and pa[k]["us"] > peer[k][0]],
+         lambda k: "%.1f vs %.1f us (%.3fx, %s)" % (pa[k]["us"], peer[k][0], pa[k]["us"] / peer[k][0], peer[k][1])),
+        ("f16 at 128k under 90% of the read ceiling",
+         [k for k in long_ctx if k[0] == "f16" and k[3] >= 131072 and pa[k]["pct_ceiling"] < 90],
+         lambda k: "%.1f%%" % pa[k]["pct_ceiling"]),
+    ]
+    for title, miss, value in lists:
+        print("\nmisses: %s, %d rows" % (title, len(miss)))
+        for k in miss:
+            print("  %s  %s" % (name(k), value(k)))
 
 
 TARGET = {"f16": 1.10, "bf16": 1.10, "fp8": 1.10, "u8": 1.20}
