@@ -88,18 +88,24 @@ TEST(Tuning, OverridesParsed) {
 TEST(Tuning, HopperSplitSmall) {
   const Overrides none;
   using K = KvKind;
-  EXPECT_TRUE(hopper_split_small(K::f16, 2, kSplitSmallKeyHeads, none));           // 64k at Hk = 4 (run ss1)
-  EXPECT_TRUE(hopper_split_small(K::f16, 2, 8 * (8192 + 1) * 4, none));            // 8 x 8k decodes (ss3)
-  EXPECT_FALSE(hopper_split_small(K::f16, 2, kSplitSmallKeyHeads - 1, none));
-  EXPECT_FALSE(hopper_split_small(K::f16, 4, kSplitSmallKeyHeads * 4, none));      // 17-32 rows off it (D = 64)
-  EXPECT_FALSE(hopper_split_small(K::f16, 2, (32768 + 8) * 4, none));              // a 32k verify (ss2)
-  EXPECT_FALSE(hopper_split_small(K::f16, 2, 4 * (8192 + 4) * 4, none));           // 4 x 8k (ss3: D = 128 1.013x)
-  EXPECT_FALSE(hopper_split_small(K::f16, 0, kSplitSmallKeyHeads * 4, none));      // the kernel off
-  EXPECT_FALSE(hopper_split_small(K::u8, 4, kSplitSmallKeyHeads * 4, none));       // one-byte codes never
-  EXPECT_FALSE(hopper_split_small(K::fp8, 4, kSplitSmallKeyHeads * 4, none));
+  EXPECT_TRUE(hopper_split_small(128, K::f16, 2, kSplitSmallKeyHeads, none));  // 64k at Hk = 4 (run ss1)
+  EXPECT_TRUE(hopper_split_small(128, K::f16, 2, 8 * (8192 + 1) * 4, none));   // 8 x 8k decodes (ss3)
+  EXPECT_FALSE(hopper_split_small(128, K::f16, 2, kSplitSmallKeyHeads - 1, none));
+  EXPECT_FALSE(hopper_split_small(128, K::f16, 4, kSplitSmallKeyHeads * 4, none));  // 17-32 rows off it (D = 64)
+  EXPECT_FALSE(hopper_split_small(128, K::f16, 2, (32768 + 8) * 4, none));          // a 32k verify (ss2)
+  EXPECT_FALSE(hopper_split_small(128, K::f16, 2, 4 * (8192 + 4) * 4, none));       // 4 x 8k (ss3: D = 128 1.013x)
+  EXPECT_FALSE(hopper_split_small(128, K::f16, 0, kSplitSmallKeyHeads * 4, none));  // the kernel off
+  EXPECT_FALSE(hopper_split_small(128, K::u8, 4, kSplitSmallKeyHeads * 4, none));   // one-byte codes never
+  EXPECT_FALSE(hopper_split_small(128, K::fp8, 4, kSplitSmallKeyHeads * 4, none));
+  // D = 256 from 3 x 2^16 (run re2: a 48k sequence at Hk = 4 0.960-0.995x on the kernel; ss2: 32k level)
+  EXPECT_TRUE(hopper_split_small(256, K::f16, 2, (49152 + 1) * 4, none));
+  EXPECT_FALSE(hopper_split_small(256, K::f16, 2, (32768 + 8) * 4, none));
+  EXPECT_FALSE(hopper_split_small(256, K::f16, 2, 4 * (8192 + 4) * 4, none));
+  EXPECT_FALSE(hopper_split_small(64, K::f16, 2, (49152 + 1) * 4, none));
+  EXPECT_TRUE(hopper_split_small(64, K::f16, 2, kSplitSmallKeyHeads, none));
   Overrides o;
   o.wg_split = 2;  // an override decides alone
-  EXPECT_FALSE(hopper_split_small(K::f16, 2, kSplitSmallKeyHeads * 4, o));
+  EXPECT_FALSE(hopper_split_small(128, K::f16, 2, kSplitSmallKeyHeads * 4, o));
 }
 
 TEST(Tuning, HopperShared) {

@@ -64,11 +64,15 @@ int hopper_split(int head_size, KvKind kv, int key_tile, int64_t max_keys, bool 
 /// holds them as it holds 17-32): f16/bf16 where the call's 17-32-row chunks take the kernel already
 /// (`split` = the call's hopper_split(), 2: so no other chunk changes kernel; at D = 64 past 16k keys
 /// that is its two-CTA form) and the call's sequences of <= 16 rows per kv head hold, over their key ranges
-/// times the kv heads, `small_key_heads` >= kSplitSmallKeyHeads (one 64k context at Hk = 4; eight 8k
-/// ones). Not with a PAGEDATTN_WG_SPLIT override (=3 takes them anywhere, every cache type; u8 / fp8 there
-/// are timed, run ss2, not tested against the oracle).
-constexpr int64_t kSplitSmallKeyHeads = int64_t{1} << 18;
-bool hopper_split_small(KvKind kv, int split, int64_t small_key_heads, const Overrides& o);
+/// times the kv heads, `small_key_heads` >= split_small_key_heads(head_size) (D = 256: 3 x 2^16, a 48k
+/// context at Hk = 4; other head sizes 2^18, one 64k context at Hk = 4 or eight 8k ones). Not with a
+/// PAGEDATTN_WG_SPLIT override (=3 takes them anywhere, every cache type; u8 / fp8 there are timed, run ss2,
+/// not tested against the oracle).
+constexpr int64_t kSplitSmallKeyHeads = int64_t{1} << 18, kSplitSmallKeyHeadsD256 = int64_t{3} << 16;
+constexpr int64_t split_small_key_heads(int head_size) {
+  return head_size == 256 ? kSplitSmallKeyHeadsD256 : kSplitSmallKeyHeads;
+}
+bool hopper_split_small(int head_size, KvKind kv, int split, int64_t small_key_heads, const Overrides& o);
 /// 128-row f16/bf16 chunks at D = 64 on the Hopper kernel's two-CTA-per-SM form (KernelChoice::wg_shared):
 /// where the call's longest key range `max_keys` passes kSplitShortKeys, or its 128-row chunks alone
 /// (`wide_ctas`: chunks of more than 64 rows, 128 rows each, times the kv heads) fill `num_sms` CTAs (64-key

@@ -291,7 +291,7 @@ class CudaPlan final : public detail::PlanImpl {
     choice_.wgs_shared = tuning::hopper_split_shared(D_, kind, tuning::hopper_split(D_, kind, choice_.wg, max_keys, false, env),
                                                      max_keys, split_ctas, in.num_sms, env);
     choice_.wg_split = tuning::hopper_split(D_, kind, choice_.wg, max_keys, choice_.wgs_shared, env);
-    if (tuning::hopper_split_small(kind, choice_.wg_split, small_key_heads, env)) choice_.wg_split = 1;
+    if (tuning::hopper_split_small(D_, kind, choice_.wg_split, small_key_heads, env)) choice_.wg_split = 1;
     choice_.wg_shared = tuning::hopper_shared(D_, kind, choice_.wg, max_keys, wide_ctas, in.num_sms, env);
     in.ctas_per_sm = fwd_kernel_info(D_, kv_, 1, choice_).ctas_per_sm();
     for (int k = 0; k < 4; ++k) {  // row-tile classes on the Hopper kernel: their own occupancy (planner.h)

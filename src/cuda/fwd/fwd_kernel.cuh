@@ -41,9 +41,10 @@ __device__ __forceinline__ int o_col(int n, int lane) {
   }
 }
 
-// An output element with u8's value offset term added (x + c; run ht1 and the SASS of fwd_kernel<256, f16, 1>:
-// with c = 0.0f the compiler still emits the add, since x + 0.0f is not x for x = -0.0f, 128 FADD per thread
-// in the epilogue of every CTA), or x itself for the other precisions.
+// An output element with u8's value offset term added (x + c), or x itself for the other precisions: with
+// c = 0.0f the compiler keeps the add (x + 0.0f is not x for x = -0.0f), 128 FADD per thread in every CTA's
+// epilogue of fwd_kernel<256, f16, 1> (3240 -> 3112 SASS instructions without them; time within the
+// spread, run bs1).
 template <bool kAdd>
 __device__ __forceinline__ float plus_offset(float x, float c) {
   if constexpr (kAdd) {
