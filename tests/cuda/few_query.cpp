@@ -170,9 +170,10 @@ TEST(Cuda, FewQuerySplitSmallChunksRandom) {
 }
 
 // The rule that sends 1-16-row chunks there (tuning::hopper_split_small: f16/bf16, the call's such
-// sequences holding >= 2^18 keys times kv heads): one 66-70k-token sequence at Hk = 4 launches the kernel
-// at D = 256 and 128 (T = 1-4, G = 1 / 4; D = 64 its two-CTA form), eight 8k decodes launch it; a 63k
-// sequence (just under 2^18), four 8k decodes and u8 / fp8 caches stay on fwd_kernel; then oracle cases
+// sequences holding >= 2^18 keys times kv heads, 3 x 2^16 at D = 256): one 66-70k-token sequence at Hk = 4
+// launches the kernel at D = 256 and 128 (T = 1-4, G = 1 / 4; D = 64 its two-CTA form), eight 8k decodes
+// launch it, a 48k sequence at D = 256 too; a 63k sequence at D = 128 (just under 2^18), a 40k one at
+// D = 256, four 8k decodes and u8 / fp8 caches stay on fwd_kernel; then oracle cases
 // of such calls (chains, trees, ALiBi, sinks, scores, lse as the few-query cases draw them).
 TEST(Cuda, SmallChunksFollowTheirWork) {
   REQUIRE_GPU();
@@ -211,6 +212,12 @@ TEST(Cuda, SmallChunksFollowTheirWork) {
   EXPECT_TRUE(on_split(batch, seed + 5)) << "eight 8k decodes at Hk = 4 (2^18 keys times kv heads)";
   batch.min_seqs = batch.max_seqs = 4;
   EXPECT_FALSE(on_split(batch, seed + 6)) << "four 8k decodes at Hk = 4";
+  CaseConfig d256 = one;
+  d256.head_sizes = {256};
+  d256.min_past = d256.max_past = 49152;  // (49152 + T) x 4 >= 3 x 2^16, D = 256's threshold
+  EXPECT_TRUE(on_split(d256, seed + 7)) << "a 48k sequence at D = 256, Hk = 4";
+  d256.min_past = d256.max_past = 40000;  // (40000 + T) x 4 < 3 x 2^16
+  EXPECT_FALSE(on_split(d256, seed + 8)) << "a 40k sequence at D = 256, Hk = 4";
   for (KVPrecision kv : {KVPrecision::u8, KVPrecision::fp8}) {
     CaseConfig bytes = one;
     bytes.kv_precisions = {kv};
