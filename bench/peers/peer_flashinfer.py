@@ -407,7 +407,9 @@ def fi_tree_mask_packed(L, T):
     return (bits << torch.arange(8, dtype=torch.int32)).sum(1).to(torch.uint8)
 
 
-def fi_plan(fi, a, dev, B, S, T, table, kind, ws_bytes=256 << 20):
+# 512 MB of float workspace: 256 MB overflowed (batch_prefill_tmp_v of 264 MB) at D = 256, G = 16 in run
+# sw4, so FlashInfer ran none of those rows but T = 1 (its whole fa2 module failed at warm-up)
+def fi_plan(fi, a, dev, B, S, T, table, kind, ws_bytes=512 << 20):
     """A planned FlashInfer wrapper for B sequences of S = L + T tokens in HND pages of --block-size
     (table [B, n] int32), T new tokens each (fi_jobs' kinds):
       decode    T=1, BatchDecodeWithPagedKVCacheWrapper(use_tensor_cores=True), backend --flashinfer-backend
