@@ -127,14 +127,15 @@ int hopper_split(int head_size, KvKind kv, int key_tile, int64_t max_keys, bool 
 // fwd_kernel. u8 and fp8 never (their in-place conversion: 1.4-2.3x slower on the seed rows, run ss2).
 // Other kv-head counts follow the same product (runs re1, re2: at Hk = 1 and 8, 2^17 keys times kv heads
 // stays 1.01-1.07x faster on fwd_kernel for decodes and <= 8-row verifies at D = 64 / 128, and 2^18-2^19
-// 1.02-1.06x faster on the kernel at D = 256, 0.99-1.05x at D = 128). The crossover depends on the head size: at D = 256 a
-// 48k sequence at Hk = 4 (1.5 x 2^17) takes 0.960-0.995x the time on the kernel (run re2) where 2^17 is
-// level (0.980-1.020, run ss2), so D = 256 takes it from 3 x 2^16; at D = 64 fwd_kernel took 0.980-1.000x the
-// kernel's time at 2^18 (re2, Hk = 8; Hk = 1 0.987-1.001; Hk = 4 at 64k level, ss1): kept at 2^18.
-// Only where the call's 17-32-row chunks
-// take the kernel already (`split` == 2), so that the rule moves no chunk but the <= 16-row ones: at
-// D = 64 past 16k keys that is the two-CTA form (the form run ss1 measured there); its one-CTA form keeps
-// 17-32 rows off the kernel past 16k keys (1.13-1.18x slower, run d5).
+// 1.02-1.06x faster on the kernel at D = 256, 0.99-1.05x at D = 128). The crossover depends on the head
+// size: at D = 256 a 48k sequence at Hk = 4 (1.5 x 2^17) takes 0.960-0.995x the time on the kernel (run
+// re2) where 2^17 is level (0.980-1.020, run ss2), so D = 256 takes it from 3 x 2^16 (run re3: 0.949-0.978x
+// at 48k); at D = 64 fwd_kernel took 0.980-1.000x the kernel's time at 2^18 (re2, Hk = 8; Hk = 1
+// 0.987-1.001; Hk = 4 at 64k level, ss1): kept at 2^18.
+// Only where the call's 17-32-row chunks take the kernel already (`split` == 2), so that the rule moves no
+// chunk but the <= 16-row ones: at D = 64 past 16k keys that is the two-CTA form (the form run ss1
+// measured there); its one-CTA form keeps 17-32 rows off the kernel past 16k keys (1.13-1.18x slower,
+// run d5).
 bool hopper_split_small(int head_size, KvKind kv, int split, int64_t small_key_heads, const Overrides& o) {
   return split == 2 && o.wg_split < 0 && kv == KvKind::f16 && small_key_heads >= split_small_key_heads(head_size);
 }

@@ -160,7 +160,8 @@ TEST(Cuda, FewQuerySplitSmallChunksRandom) {
     CaseConfig band = cfg;
     band.group_sizes = {bands[b][0]};
     band.max_tokens = bands[b][1];
-    run_suite(("few-query-wgs-1-16-g" + std::to_string(bands[b][0])).c_str(), band, base_seed() + 3410000 + 1000 * b, 36);
+    const std::string name = "few-query-wgs-1-16-g" + std::to_string(bands[b][0]);
+    run_suite(name.c_str(), band, base_seed() + 3410000 + 1000 * b, 36);
   }
   CaseConfig lng = long_context_config(20000, 40000, 80000);
   lng.kv_precisions = cfg.kv_precisions;
