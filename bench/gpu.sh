@@ -115,19 +115,19 @@ ab_default() {
 # ab_variant DIR TAG [cmake args...]: a 90a-only build of the CLI in DIR (of CONFIGURE_SRC, default the
 # working tree; 40-70 s on the GPU machine), then its A/B rows as TAG (~15 s)
 ab_variant() {
+  ab_build "$@" && ab_bench "$1/pagedattn" "$2" || status=1
+}
+# ab_build DIR TAG [cmake args...]: the build half of ab_variant (log run/build_TAG.log; its tail on failure)
+ab_build() {
   local dir=$1 tag=$2
   shift 2
   # the build's own limit: what is left of the budget, but at least 60 s (a negative or zero limit is
   # not a limit to timeout(1): run s8c lost its ref build to "timeout: invalid option -- '3'")
   local limit=$(( $(left) - 30 ))
   [ "$limit" -lt 60 ] && limit=60
-  if { configure "$dir" 90a-real -DPAGEDATTN_BUILD_TESTS=OFF "$@" &&
-       timeout "$limit" ninja -C "$dir" -j "$(nproc)" pagedattn; } > "$run_dir/build_$tag.log" 2>&1; then
-    ab_bench "$dir/pagedattn" "$tag" || status=1
-  else
-    tail -20 "$run_dir/build_$tag.log"
-    status=1
-  fi
+  { configure "$dir" 90a-real -DPAGEDATTN_BUILD_TESTS=OFF "$@" &&
+    timeout "$limit" ninja -C "$dir" -j "$(nproc)" pagedattn; } > "$run_dir/build_$tag.log" 2>&1 ||
+    { tail -20 "$run_dir/build_$tag.log"; return 1; }
 }
 
 if has build; then
@@ -232,14 +232,44 @@ fi
 if has abref; then
   # the same benchmark rows from earlier commits' sources, each built here in the same call (same-run
   # ratios across commits). Here, before the call: bench/prepare_abref.sh COMMIT..., then carry .abref.
+  # The refs build concurrently (each build's wall time is its largest translation unit, a head size's
+  # kernels, on a fraction of the cores; AB_REF_SERIAL=1 builds them one after another), then run in turn.
   ab_default
+  refs=()
   for src in "$root"/.abref/*/; do
     [ -f "$src/.commit" ] || { log "A/B ref skipped: no .abref/*/.commit (bench/prepare_abref.sh)"; continue; }
+    refs+=("$src")
+  done
+  if [ "${AB_REF_SERIAL:-0}" != 1 ] && [ "${#refs[@]}" -gt 1 ] && [ "$(left)" -ge "${AB_BUILD_MIN_LEFT:-120}" ]; then
+    log "A/B refs: building ${#refs[@]} at once"
+    for src in "${refs[@]}"; do
+      ref=$(cat "$src/.commit")
+      CONFIGURE_SRC=$src ab_build "$build-ref-$ref" "ref-$ref" > /dev/null 2>&1 &
+    done
+    wait
+  fi
+  for src in "${refs[@]}"; do
     ref=$(cat "$src/.commit")
+    if [ -x "$build-ref-$ref/pagedattn" ] && [ "${AB_REF_SERIAL:-0}" != 1 ]; then
+      if [ "$(left)" -lt "${AB_MIN_LEFT:-40}" ]; then log "A/B ref $ref skipped: $(left)s of the ${budget}s budget left"; continue; fi
+      log "A/B ref: $ref (built)"
+      ab_bench "$build-ref-$ref/pagedattn" "ref-$ref" || status=1
+      continue
+    fi
     if [ "$(left)" -lt "${AB_BUILD_MIN_LEFT:-120}" ]; then log "A/B ref $ref skipped: $(left)s of the ${budget}s budget left"; continue; fi
     log "A/B ref: $ref"
     CONFIGURE_SRC=$src ab_variant "$build-ref-$ref" "ref-$ref"
   done
+  # AB_REF_AGAIN=1: every built ref's rows a second time, after all of them (column ref-X_again), for rows
+  # that drift more than the differences sought (u8 128k T = 8: 821.6 then 862.3 us with the same code, fx8)
+  if [ "${AB_REF_AGAIN:-0}" = 1 ]; then
+    for src in "${refs[@]}"; do
+      ref=$(cat "$src/.commit")
+      [ -x "$build-ref-$ref/pagedattn" ] && [ "$(left)" -ge "${AB_MIN_LEFT:-40}" ] || continue
+      log "A/B ref: $ref again"
+      ab_bench "$build-ref-$ref/pagedattn" "ref-${ref}_again" || status=1
+    done
+  fi
 fi
 
 # The default rows once more, last: the drift of identical code across the call (the noise floor of
