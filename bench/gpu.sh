@@ -96,7 +96,7 @@ configure() {
 ab_bench() {
   local bin=$1 tag=$2
   shift 2
-  local rows=(--scenario seed --kv "${AB_KV:-f16,u8}" --tokens 1,3,8)
+  local rows=(--scenario seed --kv "${AB_KV:-f16,u8}" --tokens "${AB_TOKENS:-1,3,8}")
   [ "${AB_SCENARIO:-seed}" = prefill ] && rows=(--scenario prefill)
   [ "${AB_SCENARIO:-seed}" = sweep ] && rows=(--scenario sweep --kv "${AB_KV:-f16,u8}" --fill random --layers 4)
   env "$@" timeout 120 "$bin" bench --backend cuda "${rows[@]}" ${AB_ARGS:-} \
@@ -234,20 +234,22 @@ if has abref; then
   # ratios across commits). Here, before the call: bench/prepare_abref.sh COMMIT..., then carry .abref.
   # The refs build concurrently (each build's wall time is its largest translation unit, a head size's
   # kernels, on a fraction of the cores; AB_REF_SERIAL=1 builds them one after another), then run in turn.
-  ab_default
+  # Without the build stage, the default build (the CLI alone) is built with them.
   refs=()
   for src in "$root"/.abref/*/; do
     [ -f "$src/.commit" ] || { log "A/B ref skipped: no .abref/*/.commit (bench/prepare_abref.sh)"; continue; }
     refs+=("$src")
   done
   if [ "${AB_REF_SERIAL:-0}" != 1 ] && [ "${#refs[@]}" -gt 1 ] && [ "$(left)" -ge "${AB_BUILD_MIN_LEFT:-120}" ]; then
-    log "A/B refs: building ${#refs[@]} at once"
+    log "A/B refs: building ${#refs[@]} at once$(has build || echo ", and the default build")"
+    has build || ab_build "$build" main > /dev/null 2>&1 &
     for src in "${refs[@]}"; do
       ref=$(cat "$src/.commit")
       CONFIGURE_SRC=$src ab_build "$build-ref-$ref" "ref-$ref" > /dev/null 2>&1 &
     done
     wait
   fi
+  ab_default
   for src in "${refs[@]}"; do
     ref=$(cat "$src/.commit")
     if [ -x "$build-ref-$ref/pagedattn" ] && [ "${AB_REF_SERIAL:-0}" != 1 ]; then
@@ -260,16 +262,19 @@ if has abref; then
     log "A/B ref: $ref"
     CONFIGURE_SRC=$src ab_variant "$build-ref-$ref" "ref-$ref"
   done
-  # AB_REF_AGAIN=1: every built ref's rows a second time, after all of them (column ref-X_again), for rows
-  # that drift more than the differences sought (u8 128k T = 8: 821.6 then 862.3 us with the same code, fx8)
-  if [ "${AB_REF_AGAIN:-0}" = 1 ]; then
+  # AB_REF_AGAIN=N: N more passes over the default and every built ref, after all of them (columns
+  # default_again<i>, ref-X_again<i>), for rows that drift more than the differences sought (u8 128k T = 8:
+  # 831-948 us over builds of the same few commits, run bi1)
+  for ((pass = 1; pass <= ${AB_REF_AGAIN:-0}; ++pass)); do
+    sfx=_again$([ "$pass" = 1 ] || echo "$pass")
+    [ "$pass" = 1 ] || { [ "$(left)" -ge "${AB_MIN_LEFT:-40}" ] && ab_bench "$build/pagedattn" "default$sfx"; }
     for src in "${refs[@]}"; do
       ref=$(cat "$src/.commit")
       [ -x "$build-ref-$ref/pagedattn" ] && [ "$(left)" -ge "${AB_MIN_LEFT:-40}" ] || continue
-      log "A/B ref: $ref again"
-      ab_bench "$build-ref-$ref/pagedattn" "ref-${ref}_again" || status=1
+      log "A/B ref: $ref pass $((pass + 1))"
+      ab_bench "$build-ref-$ref/pagedattn" "ref-$ref$sfx" || status=1
     done
-  fi
+  done
 fi
 
 # The default rows once more, last: the drift of identical code across the call (the noise floor of
@@ -324,6 +329,21 @@ for key in sorted(base, key=lambda k: (k[3] or 1, str(k[0]), (0, k[1], "") if is
         else:
             cells.append("%.1f [%.3f]" % (v, v / base[key]))
     print(key[0], key[1], key[2], key[3], " | ".join(cells))
+# With several passes (AB_REF_AGAIN), each build's median over its passes (its columns X, X_again, X_again2...)
+import re, statistics
+groups = {}
+for n in names:
+    groups.setdefault(re.sub(r"_again\d*$", "", n), []).append(n)
+if any(len(v) > 2 for v in groups.values()):
+    gnames = list(groups)
+    print("medians over passes (passes per build: %s); ratios to default's median" %
+          ", ".join("%s %d" % (g, len(groups[g])) for g in gnames))
+    print("kv ctx T seqs " + " ".join(gnames))
+    for key in sorted(base, key=lambda k: (k[3] or 1, str(k[0]), str(k[1]), k[2] or 0)):
+        med = {g: statistics.median([tabs[n][key] for n in groups[g] if tabs[n].get(key)] or [0]) for g in gnames}
+        b = med.get("default") or 0
+        print(key[0], key[1], key[2], key[3], " | ".join(
+            "%.1f" % med[g] if g == "default" or not b else "%.1f [%.3f]" % (med[g], med[g] / b) for g in gnames))
 PY
 fi
 
