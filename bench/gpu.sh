@@ -38,6 +38,7 @@ left() { echo $(( budget - ($(date +%s) - t_start) )); }
 # 256 KiB (marked in place) until it fits.
 pack() {
   local tgz=$OUT/results.tgz f
+  clocks_summary
   tar czf "$tgz" -C "$OUT" run 2>/dev/null
   while [ "$(stat -c %s "$tgz")" -gt $((15 << 20)) ]; do
     f=$(find "$run_dir" -type f -size +1M -printf '%s %p\n' | sort -rn | awk 'NR == 1 {print $2}')
@@ -74,6 +75,31 @@ export PAGEDATTN_COMMIT
   nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader 2>&1
   nvcc --version | tail -1
 } | tee "$OUT/device.txt" "$run_dir/device.txt"
+
+# The SM clock, power and clock-event reasons every 100 ms through the call (run/clocks.csv; GPU_SH_CLOCKS=0:
+# none). The H200 here runs at its 700 W cap under u8 and fp8 rows at 128k: the software power cap
+# (reason 0x4) took the SM clock from 1980 to 1560-1965 MHz, and a row's time grows with how long the GPU
+# has been busy before and during it (run pw1: u8 128k T = 8 at 828-840 us over 10 replays, 896-921 over
+# 300; the same row measured again in one process 1.03-1.10x slower). The summary at the end says how far
+# the clock fell.
+clock_pid=
+if [ "${GPU_SH_CLOCKS:-1}" = 1 ] && command -v nvidia-smi > /dev/null; then
+  nvidia-smi --query-gpu=timestamp,clocks.sm,power.draw,temperature.gpu,clocks_event_reasons.active \
+    --format=csv,noheader -lms 100 > "$run_dir/clocks.csv" 2>/dev/null &
+  clock_pid=$!
+fi
+clocks_summary() {
+  [ -n "$clock_pid" ] || return 0
+  kill "$clock_pid" 2>/dev/null
+  clock_pid=
+  # busy samples only (SM clock above 1000 MHz: the idle clock is 345 MHz); reasons are a hex bitmask,
+  # 0x4 the software power cap (POSIX awk and sort: the GPU machine's awk may be mawk)
+  awk -F', ' '{split($2, c, " "); split($3, w, " "); r = substr($5, length($5), 1)}
+    c[1] > 1000 {cap += (index("4567cdefCDEF", r) > 0); print c[1], w[1], cap}' "$run_dir/clocks.csv" |
+    sort -n | awk '{c[NR] = $1; if ($2 > pw) pw = $2; if ($3 > cap) cap = $3}
+      END {if (NR) printf "clocks (busy samples %d): SM %d-%d MHz, median %d; software power cap in %d; peak %.0f W\n",
+           NR, c[1], c[NR], c[int((NR + 1) / 2)], cap, pw}' | tee "$run_dir/clocks_summary.txt"
+}
 
 status=0
 prefix=()
