@@ -80,7 +80,7 @@ export PAGEDATTN_COMMIT
 # none). The H200 here runs at its 700 W cap under u8 and fp8 rows at 128k: the software power cap
 # (reason 0x4) took the SM clock from 1980 to 1560-1965 MHz, and a row's time grows with how long the GPU
 # has been busy before and during it (run pw1: u8 128k T = 8 at 828-840 us over 10 replays, 896-921 over
-# 300; the same row measured again in one process 1.03-1.10x slower). The summary at the end says how far
+# 300; the same row measured again in one process up to 1.17x slower). The summary at the end says how far
 # the clock fell.
 clock_pid=
 if [ "${GPU_SH_CLOCKS:-1}" = 1 ] && command -v nvidia-smi > /dev/null; then
@@ -133,10 +133,13 @@ ab_bench() {
 }
 
 # ab_default: the default build's A/B rows, once per call (the base of every ratio)
+# (default_bin: the default build's CLI, the main tree's unless abref built it in a tree of its own)
+default_bin=$build/pagedattn
 ab_default() {
   [ -s "$run_dir/ab_default.json" ] && return
+  [ -n "$default_bin" ] || return
   log "A/B: default"
-  ab_bench "$build/pagedattn" default || status=1
+  ab_bench "$default_bin" default || status=1
 }
 # ab_variant DIR TAG [cmake args...]: a 90a-only build of the CLI in DIR (of CONFIGURE_SRC, default the
 # working tree; 40-70 s on the GPU machine), then its A/B rows as TAG (~15 s)
@@ -152,7 +155,7 @@ ab_build() {
   local limit=$(( $(left) - 30 ))
   [ "$limit" -lt 60 ] && limit=60
   { configure "$dir" 90a-real -DPAGEDATTN_BUILD_TESTS=OFF "$@" &&
-    timeout "$limit" ninja -C "$dir" -j "$(nproc)" pagedattn; } > "$run_dir/build_$tag.log" 2>&1 ||
+    timeout "$limit" ninja -C "$dir" -j "${AB_JOBS:-$(nproc)}" pagedattn; } > "$run_dir/build_$tag.log" 2>&1 ||
     { tail -20 "$run_dir/build_$tag.log"; return 1; }
 }
 
@@ -258,27 +261,62 @@ fi
 if has abref; then
   # the same benchmark rows from earlier commits' sources, each built here in the same call (same-run
   # ratios across commits). Here, before the call: bench/prepare_abref.sh COMMIT..., then carry .abref.
-  # The refs build concurrently (each build's wall time is its largest translation unit, a head size's
-  # kernels, on a fraction of the cores; AB_REF_SERIAL=1 builds them one after another), then run in turn.
-  # Without the build stage, the default build (the CLI alone) is built with them.
+  # The refs build concurrently (a build's wall time is its largest translation unit, one head size's
+  # kernels; six refs took 116 s, run bi1), then run in turn; AB_REF_SERIAL=1 builds each before its rows.
+  # Without the build stage the default (the working tree's CLI) is built with them, in its own tree
+  # ($build-cli: the main tree keeps its configuration, tests and flags, for later `build test` calls).
+  # A build that fails is reported (its log run/build_TAG.log) and its rows skipped, never replaced by a
+  # binary an earlier call left in the same tree.
   refs=()
   for src in "$root"/.abref/*/; do
     [ -f "$src/.commit" ] || { log "A/B ref skipped: no .abref/*/.commit (bench/prepare_abref.sh)"; continue; }
     refs+=("$src")
   done
-  if [ "${AB_REF_SERIAL:-0}" != 1 ] && [ "${#refs[@]}" -gt 1 ] && [ "$(left)" -ge "${AB_BUILD_MIN_LEFT:-120}" ]; then
-    log "A/B refs: building ${#refs[@]} at once$(has build || echo ", and the default build")"
-    has build || ab_build "$build" main > /dev/null 2>&1 &
-    for src in "${refs[@]}"; do
-      ref=$(cat "$src/.commit")
-      CONFIGURE_SRC=$src ab_build "$build-ref-$ref" "ref-$ref" > /dev/null 2>&1 &
-    done
-    wait
+  built() { [ -f "$run_dir/.built_$1" ]; }
+  # build_job DIR TAG [SRC]: ab_build in the background; run/.built_TAG marks its success
+  pids=()
+  build_job() {
+    rm -f "$run_dir/.built_$2"
+    ( CONFIGURE_SRC=${3:-} ab_build "$1" "$2" && touch "$run_dir/.built_$2" ) > /dev/null 2>&1 &
+    pids+=($!)
+  }
+  parallel=0
+  [ "${AB_REF_SERIAL:-0}" != 1 ] && [ "$(left)" -ge "${AB_BUILD_MIN_LEFT:-120}" ] && parallel=1
+  if [ "$parallel" = 1 ] || ! has build; then
+    n=${#refs[@]}
+    [ "$parallel" = 1 ] || n=0
+    has build || n=$((n + 1))
+    AB_JOBS=$(( 2 * $(nproc) / (n > 0 ? n : 1) ))
+    [ "$AB_JOBS" -lt 2 ] && AB_JOBS=2
+    export AB_JOBS
+    what=()
+    [ "$parallel" = 1 ] && what+=("${#refs[@]} refs")
+    has build || what+=("the default")
+    log "A/B: building $(IFS=+; echo "${what[*]}" | sed 's/+/ and /') (ninja -j $AB_JOBS each)"
+    if ! has build; then
+      build_job "$build-cli" default
+    fi
+    if [ "$parallel" = 1 ]; then
+      for src in "${refs[@]}"; do build_job "$build-ref-$(cat "$src/.commit")" "ref-$(cat "$src/.commit")" "$src"; done
+    fi
+    # NOTE: only the build jobs: a bare `wait` also waits for the clock logger, which never ends
+    [ "${#pids[@]}" -eq 0 ] || wait "${pids[@]}"
+    unset AB_JOBS
+    if ! has build; then
+      if built default; then
+        default_bin=$build-cli/pagedattn
+      else
+        log "A/B: the default build failed (run/build_default.log): no rows"
+        default_bin=
+        status=1
+      fi
+    fi
   fi
   ab_default
   for src in "${refs[@]}"; do
     ref=$(cat "$src/.commit")
-    if [ -x "$build-ref-$ref/pagedattn" ] && [ "${AB_REF_SERIAL:-0}" != 1 ]; then
+    if [ "$parallel" = 1 ]; then
+      if ! built "ref-$ref"; then log "A/B ref $ref: build failed (run/build_ref-$ref.log)"; status=1; continue; fi
       if [ "$(left)" -lt "${AB_MIN_LEFT:-40}" ]; then log "A/B ref $ref skipped: $(left)s of the ${budget}s budget left"; continue; fi
       log "A/B ref: $ref (built)"
       ab_bench "$build-ref-$ref/pagedattn" "ref-$ref" || status=1
@@ -286,19 +324,24 @@ if has abref; then
     fi
     if [ "$(left)" -lt "${AB_BUILD_MIN_LEFT:-120}" ]; then log "A/B ref $ref skipped: $(left)s of the ${budget}s budget left"; continue; fi
     log "A/B ref: $ref"
-    CONFIGURE_SRC=$src ab_variant "$build-ref-$ref" "ref-$ref"
+    rm -f "$run_dir/.built_ref-$ref"
+    CONFIGURE_SRC=$src ab_build "$build-ref-$ref" "ref-$ref" && touch "$run_dir/.built_ref-$ref" &&
+      ab_bench "$build-ref-$ref/pagedattn" "ref-$ref" || status=1
   done
-  # AB_REF_AGAIN=N: N more passes over the default and every built ref, after all of them (columns
-  # default_again<i>, ref-X_again<i>), for rows that drift more than the differences sought (u8 128k T = 8:
-  # 831-948 us over builds of the same few commits, run bi1)
-  for ((pass = 1; pass <= ${AB_REF_AGAIN:-0}; ++pass)); do
-    sfx=_again$([ "$pass" = 1 ] || echo "$pass")
-    [ "$pass" = 1 ] || { [ "$(left)" -ge "${AB_MIN_LEFT:-40}" ] && ab_bench "$build/pagedattn" "default$sfx"; }
+  # AB_REF_AGAIN=N: N more passes, each over the default and then every built ref (columns default_passP,
+  # ref-X_passP, P = 2..N+1), for rows that drift more than the differences sought (u8 128k T = 8:
+  # 831-948 us over builds of the same few commits, run bi1; the row is power-bound, run pw1). The
+  # table adds each build's median over its passes.
+  for ((pass = 2; pass <= ${AB_REF_AGAIN:-0} + 1; ++pass)); do
+    if [ -n "$default_bin" ] && [ "$(left)" -ge "${AB_MIN_LEFT:-40}" ]; then
+      log "A/B: default pass $pass"
+      ab_bench "$default_bin" "default_pass$pass" || status=1
+    fi
     for src in "${refs[@]}"; do
       ref=$(cat "$src/.commit")
-      [ -x "$build-ref-$ref/pagedattn" ] && [ "$(left)" -ge "${AB_MIN_LEFT:-40}" ] || continue
-      log "A/B ref: $ref pass $((pass + 1))"
-      ab_bench "$build-ref-$ref/pagedattn" "ref-$ref$sfx" || status=1
+      built "ref-$ref" && [ "$(left)" -ge "${AB_MIN_LEFT:-40}" ] || continue
+      log "A/B ref: $ref pass $pass"
+      ab_bench "$build-ref-$ref/pagedattn" "ref-${ref}_pass$pass" || status=1
     done
   done
 fi
@@ -308,7 +351,7 @@ fi
 if { has ab || has abbuild || has abref; } && [ "${AB_DRIFT:-1}" = 1 ] && [ -s "$run_dir/ab_default.json" ]; then
   if [ "$(left)" -ge "${AB_MIN_LEFT:-40}" ]; then
     log "A/B: default again (drift)"
-    ab_bench "$build/pagedattn" default_again || status=1
+    ab_bench "$default_bin" default_again || status=1
   else
     log "A/B: default again skipped: $(left)s of the ${budget}s budget left"
   fi
@@ -355,21 +398,30 @@ for key in sorted(base, key=lambda k: (k[3] or 1, str(k[0]), (0, k[1], "") if is
         else:
             cells.append("%.1f [%.3f]" % (v, v / base[key]))
     print(key[0], key[1], key[2], key[3], " | ".join(cells))
-# With several passes (AB_REF_AGAIN), each build's median over its passes (its columns X, X_again, X_again2...)
+# With several passes (AB_REF_AGAIN), each build's median over its passes (its columns X, X_passP; the
+# drift column default_again counts as one of the default's)
 import re, statistics
 groups = {}
 for n in names:
-    groups.setdefault(re.sub(r"_again\d*$", "", n), []).append(n)
-if any(len(v) > 2 for v in groups.values()):
+    groups.setdefault(re.sub(r"_(again|pass)\d*$", "", n), []).append(n)
+if any(len(v) > 1 for g, v in groups.items() if g != "default"):
     gnames = list(groups)
     print("medians over passes (passes per build: %s); ratios to default's median" %
           ", ".join("%s %d" % (g, len(groups[g])) for g in gnames))
     print("kv ctx T seqs " + " ".join(gnames))
-    for key in sorted(base, key=lambda k: (k[3] or 1, str(k[0]), str(k[1]), k[2] or 0)):
-        med = {g: statistics.median([tabs[n][key] for n in groups[g] if tabs[n].get(key)] or [0]) for g in gnames}
-        b = med.get("default") or 0
-        print(key[0], key[1], key[2], key[3], " | ".join(
-            "%.1f" % med[g] if g == "default" or not b else "%.1f [%.3f]" % (med[g], med[g] / b) for g in gnames))
+    def ctx_key(c):
+        return (0, c, "") if isinstance(c, int) else (1, 0, str(c))
+    for key in sorted(base, key=lambda k: (k[3] or 1, str(k[0]), ctx_key(k[1]), k[2] or 0)):
+        med = {}
+        for g in gnames:
+            vals = [tabs[n][key] for n in groups[g] if tabs[n].get(key)]
+            med[g] = statistics.median(vals) if vals else None
+        b = med.get("default")
+        cells = []
+        for g in gnames:
+            v = med[g]
+            cells.append("-" if v is None else "%.1f" % v if g == "default" or not b else "%.1f [%.3f]" % (v, v / b))
+        print(key[0], key[1], key[2], key[3], " | ".join(cells))
 PY
 fi
 
