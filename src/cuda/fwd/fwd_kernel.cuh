@@ -758,10 +758,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
           const float m_new = mx[hf] > m_old + stale ? mx[hf] : m_old;
           alpha[hf] = (m_new != m_old || de[hf] != 0.0f) && m_old != -INFINITY ? fast_exp2(m_old - m_new + de[hf]) : 1.0f;
           row_m[mt][hf] = m_new;
-          // a row with no visible key yet (m = -inf, every score -inf) takes 0, so that p = 2^(s - ref)
-          // needs no per-key test: ex2.approx of -inf is +0 (one select per row here instead of an FSETP
-          // and an FSEL per row and key below)
-          ref[hf] = m_new == -INFINITY ? 0.0f : m_new - vexp(mt, hf);
+          ref[hf] = m_new - vexp(mt, hf);
         }
         float sum[2] = {0.0f, 0.0f}, cz[2] = {0.0f, 0.0f};
 #pragma unroll
@@ -777,7 +774,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int hf = e / 2;
-            const float pe = fast_exp2(acc[mt][n][e] - ref[hf]);  // (masked: 2^-inf = +0)
+            const float pe = acc[mt][n][e] == -INFINITY ? 0.0f : fast_exp2(acc[mt][n][e] - ref[hf]);
             sum[hf] += pe;
             if constexpr (kU8) {
               // NOTE: masked keys may carry NaN parameters (unwritten slots): never multiply them
