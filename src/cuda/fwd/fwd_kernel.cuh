@@ -758,10 +758,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
           const float m_new = mx[hf] > m_old + stale ? mx[hf] : m_old;
           alpha[hf] = (m_new != m_old || de[hf] != 0.0f) && m_old != -INFINITY ? fast_exp2(m_old - m_new + de[hf]) : 1.0f;
           row_m[mt][hf] = m_new;
-          // a row with no visible key yet (m = -inf, every score -inf) takes 0, so that p = 2^(s - ref)
-          // needs no per-key test: ex2.approx of -inf is +0 (one select per row here instead of an FSETP
-          // and an FSEL per row and key below)
-          ref[hf] = m_new == -INFINITY ? 0.0f : m_new - vexp(mt, hf);
+          ref[hf] = m_new - vexp(mt, hf);
         }
         float sum[2] = {0.0f, 0.0f}, cz[2] = {0.0f, 0.0f};
 #pragma unroll
@@ -772,29 +769,17 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
             vscale = __half22float2(*reinterpret_cast<const __half2*>(&hb.par[2][kc]));
             const float2 vmin = __half22float2(*reinterpret_cast<const __half2*>(&hb.par[3][kc]));
             vbias = make_float2(fmaf(kU8Centre, vscale.x, vmin.x), fmaf(kU8Centre, vscale.y, vmin.y));
-            // NOTE: keys outside [kv_lo, kv_end) may carry NaN parameters (unwritten slots, or slots
-            // before the window): their parameters become 0 here, once per key, so that p = 0 never
-            // multiplies a NaN (an interior slice has no such key). Keys inside the range carry written,
-            // finite parameters, so a masked one adds p * parameter = +-0, which changes no sum's bits
-            // (P * vscale >= +0, and the offset sum is never -0). Guarding each product instead,
-            // p != 0 ? p * vscale : 0 per row and key, cost one FSETP and two FSEL per element (46 of the
-            // two-row-tile key loop's 2288 SASS instructions, sm_90a).
-            if (!interior) {
-              const bool in0 = js + kc >= kv_lo && js + kc < w.kv_end;
-              const bool in1 = js + kc + 1 >= kv_lo && js + kc + 1 < w.kv_end;
-              vscale = make_float2(in0 ? vscale.x : 0.0f, in1 ? vscale.y : 0.0f);
-              vbias = make_float2(in0 ? vbias.x : 0.0f, in1 ? vbias.y : 0.0f);
-            }
           }
           float p[4];
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const int hf = e / 2;
-            const float pe = fast_exp2(acc[mt][n][e] - ref[hf]);  // (masked: 2^-inf = +0)
+            const float pe = acc[mt][n][e] == -INFINITY ? 0.0f : fast_exp2(acc[mt][n][e] - ref[hf]);
             sum[hf] += pe;
             if constexpr (kU8) {
-              p[e] = pe * (e % 2 ? vscale.y : vscale.x);  // (rounded to f16 by the pack below)
-              cz[hf] = fmaf(pe, e % 2 ? vbias.y : vbias.x, cz[hf]);
+              // NOTE: masked keys may carry NaN parameters (unwritten slots): never multiply them
+              p[e] = pe != 0.0f ? pe * (e % 2 ? vscale.y : vscale.x) : 0.0f;  // (rounded to f16 by the pack below)
+              cz[hf] += pe != 0.0f ? pe * (e % 2 ? vbias.y : vbias.x) : 0.0f;
             } else {
               p[e] = pe;
             }

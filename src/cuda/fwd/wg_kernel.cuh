@@ -739,23 +739,15 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
 #pragma unroll
       for (int n = 0; n < kN1; ++n) {
         const int kc = n * 8 + 2 * (lane % 4);
-        float2 vs2 = __half22float2(*reinterpret_cast<const __half2*>(par + 2 * kKeys + kc));
+        const float2 vs2 = __half22float2(*reinterpret_cast<const __half2*>(par + 2 * kKeys + kc));
         const float2 vm2 = __half22float2(*reinterpret_cast<const __half2*>(par + 3 * kKeys + kc));
-        float2 vb2 = make_float2(fmaf(kU8Centre, vs2.x, vm2.x), fmaf(kU8Centre, vs2.y, vm2.y));
-        // NOTE: keys outside [kv_lo, kv_end) may carry NaN parameters (unwritten slots, or before the
-        // window): zeroed once per key, so that p = 0 never multiplies a NaN (as fwd_kernel; a masked key
-        // inside the range adds +-0, no sum's bits change)
-        if (!interior) {
-          const bool in0 = js + kc >= kv_lo && js + kc < w.kv_end;
-          const bool in1 = js + kc + 1 >= kv_lo && js + kc + 1 < w.kv_end;
-          vs2 = make_float2(in0 ? vs2.x : 0.0f, in1 ? vs2.y : 0.0f);
-          vb2 = make_float2(in0 ? vb2.x : 0.0f, in1 ? vb2.y : 0.0f);
-        }
+        const float2 vb2 = make_float2(fmaf(kU8Centre, vs2.x, vm2.x), fmaf(kU8Centre, vs2.y, vm2.y));
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
+          // NOTE: masked keys may carry NaN parameters (unwritten slots): never multiply them
           const float pe = s[4 * n + e];
-          s[4 * n + e] = pe * (e % 2 ? vs2.y : vs2.x);  // (rounded to f16 by the pack below)
-          cz[e / 2] = fmaf(pe, e % 2 ? vb2.y : vb2.x, cz[e / 2]);
+          s[4 * n + e] = pe != 0.0f ? pe * (e % 2 ? vs2.y : vs2.x) : 0.0f;  // (rounded to f16 by the pack below)
+          cz[e / 2] += pe != 0.0f ? pe * (e % 2 ? vb2.y : vb2.x) : 0.0f;
         }
       }
 #pragma unroll
