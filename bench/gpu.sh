@@ -146,10 +146,12 @@ ab_default() {
 ab_variant() {
   ab_build "$@" && ab_bench "$1/pagedattn" "$2" || status=1
 }
-# ab_build DIR TAG [cmake args...]: the build half of ab_variant (log run/build_TAG.log; its tail on failure)
+# ab_build DIR TAG [cmake args...]: the build half of ab_variant (log run/build_TAG.log; its tail on failure;
+# run/.built_TAG marks a success in this call, so a binary an earlier call left in DIR is never taken for it)
 ab_build() {
   local dir=$1 tag=$2
   shift 2
+  rm -f "$run_dir/.built_$tag"
   # the build's own limit: what is left of the budget, but at least 60 s (a negative or zero limit is
   # not a limit to timeout(1): run s8c lost its ref build to "timeout: invalid option -- '3'")
   local limit=$(( $(left) - 30 ))
@@ -157,6 +159,7 @@ ab_build() {
   { configure "$dir" 90a-real -DPAGEDATTN_BUILD_TESTS=OFF "$@" &&
     timeout "$limit" ninja -C "$dir" -j "${AB_JOBS:-$(nproc)}" pagedattn; } > "$run_dir/build_$tag.log" 2>&1 ||
     { tail -20 "$run_dir/build_$tag.log"; return 1; }
+  touch "$run_dir/.built_$tag"
 }
 
 if has build; then
@@ -273,11 +276,10 @@ if has abref; then
     refs+=("$src")
   done
   built() { [ -f "$run_dir/.built_$1" ]; }
-  # build_job DIR TAG [SRC]: ab_build in the background; run/.built_TAG marks its success
+  # build_job DIR TAG [SRC]: ab_build in the background
   pids=()
   build_job() {
-    rm -f "$run_dir/.built_$2"
-    ( CONFIGURE_SRC=${3:-} ab_build "$1" "$2" && touch "$run_dir/.built_$2" ) > /dev/null 2>&1 &
+    ( CONFIGURE_SRC=${3:-} ab_build "$1" "$2" ) > /dev/null 2>&1 &
     pids+=($!)
   }
   parallel=0
@@ -289,10 +291,7 @@ if has abref; then
     AB_JOBS=$(( 2 * $(nproc) / (n > 0 ? n : 1) ))
     [ "$AB_JOBS" -lt 2 ] && AB_JOBS=2
     export AB_JOBS
-    what=()
-    [ "$parallel" = 1 ] && what+=("${#refs[@]} refs")
-    has build || what+=("the default")
-    log "A/B: building $(IFS=+; echo "${what[*]}" | sed 's/+/ and /') (ninja -j $AB_JOBS each)"
+    log "A/B: building at once: $([ "$parallel" = 1 ] && echo "${#refs[@]} refs; ")$(has build || echo "the default; ")(ninja -j $AB_JOBS each)"
     if ! has build; then
       build_job "$build-cli" default
     fi
@@ -324,9 +323,7 @@ if has abref; then
     fi
     if [ "$(left)" -lt "${AB_BUILD_MIN_LEFT:-120}" ]; then log "A/B ref $ref skipped: $(left)s of the ${budget}s budget left"; continue; fi
     log "A/B ref: $ref"
-    rm -f "$run_dir/.built_ref-$ref"
-    CONFIGURE_SRC=$src ab_build "$build-ref-$ref" "ref-$ref" && touch "$run_dir/.built_ref-$ref" &&
-      ab_bench "$build-ref-$ref/pagedattn" "ref-$ref" || status=1
+    CONFIGURE_SRC=$src ab_variant "$build-ref-$ref" "ref-$ref"
   done
   # AB_REF_AGAIN=N: N more passes, each over the default and then every built ref (columns default_passP,
   # ref-X_passP, P = 2..N+1), for rows that drift more than the differences sought (u8 128k T = 8:
