@@ -418,6 +418,7 @@ struct Row {
   int batch = 1, context = 0, T = 0, layers = 0, sets = 1;
   int head_size = 0, value_head_size = 0, group = 0;  // D, Dv and G = H / Hk (rows per kv head: T * G)
   bool tree = false;             // T nodes of a draft tree (qq_bias), else a chain
+  bool interleaved = false;      // timed in rotation with its configuration's other calls (--interleave)
   double us = 0, us_min = 0, ratio = 0, gbs = 0, pct = 0;
   Bytes bytes;
 };
@@ -427,22 +428,31 @@ struct Row {
 // captured into one CUDA graph per set).
 using Enqueue = std::function<void(std::size_t set)>;
 
-// Times `repeats` runs of set 0 (wall clock); returns per-repeat microseconds.
-std::vector<double> time_cpu(const Enqueue& run, int warmup, int repeats) {
-  for (int w = 0; w < std::min(warmup, 1); ++w) run(0);
-  std::vector<double> us;
-  for (int r = 0; r < repeats; ++r) {
-    const auto t0 = Clock::now();
-    run(0);
-    us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
-  }
+// Calls timed in rotation: run(call, set) issues every call of copy `set` of the layers of `call`. Each
+// round replays every call once, in order (call 0, 1, ..., then the next round), so that calls timed
+// together see the same clock and power state (--interleave); one call is the plain case.
+using EnqueueCall = std::function<void(std::size_t call, std::size_t set)>;
+
+// Times `repeats` rounds of set 0 (wall clock); returns each call's per-repeat microseconds.
+std::vector<std::vector<double>> time_cpu(const EnqueueCall& run, std::size_t calls, int warmup, int repeats) {
+  for (int w = 0; w < std::min(warmup, 1); ++w)
+    for (std::size_t c = 0; c < calls; ++c) run(c, 0);
+  std::vector<std::vector<double>> us(calls);
+  for (int r = 0; r < repeats; ++r)
+    for (std::size_t c = 0; c < calls; ++c) {
+      const auto t0 = Clock::now();
+      run(c, 0);
+      us[c].push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    }
   return us;
 }
 
 #ifdef PAGEDATTN_WITH_CUDA
-// Captures each set's calls in one CUDA graph; replays them round-robin, each replay timed with events.
-std::vector<double> time_cuda(const Enqueue& run, std::size_t sets, cudaStream_t stream, int warmup, int repeats) {
-  std::vector<cudaGraphExec_t> execs(sets, nullptr);
+// Captures each (call, set) in one CUDA graph; round r replays set r % sets of every call in turn, each
+// replay timed with events.
+std::vector<std::vector<double>> time_cuda(const EnqueueCall& run, std::size_t calls, std::size_t sets,
+                                           cudaStream_t stream, int warmup, int repeats) {
+  std::vector<cudaGraphExec_t> execs(calls * sets, nullptr);  // [call][set]
   struct Cleanup {
     std::vector<cudaGraphExec_t>& e;
     ~Cleanup() {
@@ -450,36 +460,40 @@ std::vector<double> time_cuda(const Enqueue& run, std::size_t sets, cudaStream_t
         if (x) cudaGraphExecDestroy(x);
     }
   } cleanup{execs};
-  for (std::size_t s = 0; s < sets; ++s) {
-    cudaGraph_t graph = nullptr;
-    PA_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    try {
-      run(s);
-    } catch (...) {
-      cudaStreamEndCapture(stream, &graph);
-      if (graph) cudaGraphDestroy(graph);
-      throw;
+  for (std::size_t c = 0; c < calls; ++c)
+    for (std::size_t s = 0; s < sets; ++s) {
+      cudaGraph_t graph = nullptr;
+      PA_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+      try {
+        run(c, s);
+      } catch (...) {
+        cudaStreamEndCapture(stream, &graph);
+        if (graph) cudaGraphDestroy(graph);
+        throw;
+      }
+      PA_CUDA(cudaStreamEndCapture(stream, &graph));
+      const cudaError_t e = cudaGraphInstantiate(&execs[c * sets + s], graph, 0);
+      cudaGraphDestroy(graph);
+      cuda_check(e, "cudaGraphInstantiate (run() must be capturable in a CUDA graph)");
     }
-    PA_CUDA(cudaStreamEndCapture(stream, &graph));
-    const cudaError_t e = cudaGraphInstantiate(&execs[s], graph, 0);
-    cudaGraphDestroy(graph);
-    cuda_check(e, "cudaGraphInstantiate (run() must be capturable in a CUDA graph)");
-  }
   for (int w = 0; w < warmup; ++w)
-    for (std::size_t s = 0; s < sets; ++s) PA_CUDA(cudaGraphLaunch(execs[s], stream));
-  std::vector<cudaEvent_t> ev(static_cast<std::size_t>(repeats) + 1);
+    for (std::size_t c = 0; c < calls; ++c)
+      for (std::size_t s = 0; s < sets; ++s) PA_CUDA(cudaGraphLaunch(execs[c * sets + s], stream));
+  const std::size_t n = static_cast<std::size_t>(repeats) * calls;  // replays, round by round
+  std::vector<cudaEvent_t> ev(n + 1);
   for (auto& e : ev) PA_CUDA(cudaEventCreate(&e));
-  std::vector<double> us;
+  std::vector<std::vector<double>> us(calls);
   cudaError_t err = cudaEventRecord(ev[0], stream);
-  for (int r = 0; r < repeats && err == cudaSuccess; ++r) {
-    err = cudaGraphLaunch(execs[static_cast<std::size_t>(r) % sets], stream);
-    if (err == cudaSuccess) err = cudaEventRecord(ev[static_cast<std::size_t>(r) + 1], stream);
+  for (std::size_t k = 0; k < n && err == cudaSuccess; ++k) {
+    const std::size_t c = k % calls, r = k / calls;
+    err = cudaGraphLaunch(execs[c * sets + r % sets], stream);
+    if (err == cudaSuccess) err = cudaEventRecord(ev[k + 1], stream);
   }
   if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
-  for (int r = 0; r < repeats && err == cudaSuccess; ++r) {
+  for (std::size_t k = 0; k < n && err == cudaSuccess; ++k) {
     float ms = 0;
-    err = cudaEventElapsedTime(&ms, ev[static_cast<std::size_t>(r)], ev[static_cast<std::size_t>(r) + 1]);
-    us.push_back(1000.0 * ms);
+    err = cudaEventElapsedTime(&ms, ev[k], ev[k + 1]);
+    us[k % calls].push_back(1000.0 * ms);
   }
   for (auto& e : ev) cudaEventDestroy(e);
   cuda_check(err, "timing the CUDA graph replays");
@@ -495,15 +509,21 @@ struct Env {
   void* stream = nullptr;
 };
 
-std::vector<double> time_replays(Device dev, const Env& env, std::size_t sets, const Enqueue& run, int warmup,
-                                 int repeats) {
-  if (dev == Device::cpu) return time_cpu(run, warmup, repeats);
+std::vector<std::vector<double>> time_rotation(Device dev, const Env& env, std::size_t calls, std::size_t sets,
+                                               const EnqueueCall& run, int warmup, int repeats) {
+  if (dev == Device::cpu) return time_cpu(run, calls, warmup, repeats);
 #ifdef PAGEDATTN_WITH_CUDA
-  return time_cuda(run, sets, static_cast<cudaStream_t>(env.stream), warmup, repeats);
+  return time_cuda(run, calls, sets, static_cast<cudaStream_t>(env.stream), warmup, repeats);
 #else
   (void)env, (void)sets;
   throw UnsupportedError("bench: this build has no CUDA backend");
 #endif
+}
+
+// One call (its `sets` copies replayed round-robin); per-replay microseconds.
+std::vector<double> time_replays(Device dev, const Env& env, std::size_t sets, const Enqueue& run, int warmup,
+                                 int repeats) {
+  return time_rotation(dev, env, 1, sets, [&](std::size_t, std::size_t s) { run(s); }, warmup, repeats).front();
 }
 
 // Each set's plans run in turn (one layer each).
@@ -575,56 +595,94 @@ void run_config(const BenchOptions& opt, const Env& env, KVPrecision kv, int bat
   int max_tokens = *std::max_element(tokens.begin(), tokens.end());
   for (int T : trees) max_tokens = std::max(max_tokens, T);
   std::mt19937_64 rng(opt.seed ^ (static_cast<uint64_t>(context) << 20) ^ static_cast<uint64_t>(kv));
-  const std::vector<std::vector<LayerBuffers>> L = prepare_layers(S, env, batch, context, max_tokens, rng);
+  std::vector<std::vector<LayerBuffers>> L = prepare_layers(S, env, batch, context, max_tokens, rng);
   const int sets = static_cast<int>(L.size());
 
   double us_t1 = 0;
   const bool sweep = opt.scenario == "sweep";
-  std::vector<std::pair<int, bool>> calls;  // (T, tree)
-  for (int T : tokens) calls.emplace_back(T, false);
-  for (int T : trees) calls.emplace_back(T, true);
-  for (const auto& [T, tree] : calls) {
-    const Meta m = S.meta(context, T, tree);
-    std::vector<std::vector<Plan>> plans(static_cast<std::size_t>(sets));
-    std::vector<std::vector<Params>> params(static_cast<std::size_t>(sets));
+  struct Call {
+    int T;
+    bool tree;
+    Meta m;
+    std::vector<std::vector<Plan>> plans;    // [set][layer]
+    std::vector<std::vector<Params>> params;
+  };
+  auto make_call = [&](int T, bool tree) {
+    Call c{T, tree, S.meta(context, T, tree), std::vector<std::vector<Plan>>(static_cast<std::size_t>(sets)),
+           std::vector<std::vector<Params>>(static_cast<std::size_t>(sets))};
     for (int s = 0; s < sets; ++s)
       for (int l = 0; l < opt.layers; ++l) {
         const LayerBuffers& ly = L[static_cast<std::size_t>(s)][static_cast<std::size_t>(l)];
-        params[static_cast<std::size_t>(s)].push_back(S.params(ly, ly, m));
-        plans[static_cast<std::size_t>(s)].push_back(plan(params[static_cast<std::size_t>(s)].back(), S.options(env.stream)));
+        c.params[static_cast<std::size_t>(s)].push_back(S.params(ly, ly, c.m));
+        c.plans[static_cast<std::size_t>(s)].push_back(plan(c.params[static_cast<std::size_t>(s)].back(), S.options(env.stream)));
       }
-    if (opt.verbose) std::printf("%s\n", plans[0][0].describe().c_str());
-
-    const std::vector<double> us = time_plans(dev, env, plans, params, opt.warmup, opt.repeats);
-    check_finite_out(L[0][0].out, opt.qdtype, static_cast<int64_t>(m.num_tokens) * opt.heads * opt.dv());
-
+    if (opt.verbose) std::printf("%s\n", c.plans[0][0].describe().c_str());
+    return c;
+  };
+  auto run_call = [](const Call& c, std::size_t s) {
+    for (std::size_t l = 0; l < c.plans[s].size(); ++l) c.plans[s][l].run(c.params[s][l]);
+  };
+  // the call's output (layer 0 of set 0) rows all finite (the buffer starts poisoned with NaN)
+  auto check_call = [&](const Call& c) {
+    check_finite_out(L[0][0].out, opt.qdtype, static_cast<int64_t>(c.m.num_tokens) * opt.heads * opt.dv());
+  };
+  auto emit = [&](const Call& c, const std::vector<double>& us) {
     Row r;
     r.kv = kv_precision_name(kv);
     r.batch = batch;
     r.context = context;
-    r.T = T;
+    r.T = c.T;
     r.layers = opt.layers;
     r.sets = sets;
     r.head_size = opt.head_size;
     r.value_head_size = opt.dv();
     r.group = opt.heads / opt.kv_heads;
-    r.tree = tree;
+    r.tree = c.tree;
+    r.interleaved = opt.interleave;
     r.us = median(us);
     r.us_min = *std::min_element(us.begin(), us.end());
-    if (!tree && T == tokens.front()) us_t1 = r.us;
+    if (!c.tree && c.T == tokens.front()) us_t1 = r.us;
     r.ratio = us_t1 > 0 ? r.us / us_t1 : 0;
-    r.bytes = bytes_moved(opt, kv, batch, context, T);
+    r.bytes = bytes_moved(opt, kv, batch, context, c.T);
     r.gbs = r.bytes.total() / (r.us * 1e-6) / 1e9;
     r.pct = env.ceiling_gbs > 0 ? 100.0 * r.gbs / env.ceiling_gbs : 0;
     rows.push_back(r);
     if (sweep)
       std::printf("%4d %3d %-5s %5d %8d %-5s %3d %5d %13.1f %7.2f %10.2f %9.1f %7.1f\n", r.head_size, r.group,
-                  r.kv.c_str(), r.batch, r.context, tree ? "tree" : "chain", r.T, r.T * r.group, r.us, r.ratio,
+                  r.kv.c_str(), r.batch, r.context, c.tree ? "tree" : "chain", r.T, r.T * r.group, r.us, r.ratio,
                   r.bytes.total() / 1e6, r.gbs, r.pct);
     else
       std::printf("%-5s %5d %8d %3d %13.1f %7.2f %10.2f %9.1f %7.1f\n", r.kv.c_str(), r.batch, r.context, r.T, r.us,
                   r.ratio, r.bytes.total() / 1e6, r.gbs, r.pct);
     std::fflush(stdout);
+  };
+  std::vector<std::pair<int, bool>> order;  // (T, tree)
+  for (int T : tokens) order.emplace_back(T, false);
+  for (int T : trees) order.emplace_back(T, true);
+  if (!opt.interleave) {  // one call at a time: its plans, its replays, its row
+    for (const auto& [T, tree] : order) {
+      const Call c = make_call(T, tree);
+      const std::vector<double> us = time_rotation(dev, env, 1, static_cast<std::size_t>(sets),
+                                                   [&](std::size_t, std::size_t s) { run_call(c, s); }, opt.warmup,
+                                                   opt.repeats).front();
+      check_call(c);
+      emit(c, us);
+    }
+    return;
+  }
+  // --interleave: every call's plans first, then rounds of one replay of each call in turn
+  std::vector<Call> calls;
+  for (const auto& [T, tree] : order) calls.push_back(make_call(T, tree));
+  const std::vector<std::vector<double>> us = time_rotation(
+      dev, env, calls.size(), static_cast<std::size_t>(sets),
+      [&](std::size_t c, std::size_t s) { run_call(calls[c], s); }, opt.warmup, opt.repeats);
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    fill_byte(L[0][0].out, 0xff);  // each call's own output checked: poisoned, one more run, finite
+    sync_device(dev);
+    run_call(calls[i], 0);
+    sync_device(dev);
+    check_call(calls[i]);
+    emit(calls[i], us[i]);
   }
 }
 
@@ -1242,10 +1300,11 @@ int run_bench(const BenchOptions& opt) {
   for (KVPrecision k : opt.kvs) kvlist += std::string(kvlist.empty() ? "" : ",") + kv_precision_name(k);
   std::printf("pagedattn bench: backend=%s device=\"%s\" commit=%s date=%s\n", backend_name(opt.backend),
               env.device.c_str(), env.commit.c_str(), env.date.c_str());
-  std::printf("model: H=%d Hk=%d D=%d, %d layer(s), block_size=%d, query=%s, kv=%s, fill=%s, repeats=%d (median)%s\n",
+  std::printf("model: H=%d Hk=%d D=%d, %d layer(s), block_size=%d, query=%s, kv=%s, fill=%s, repeats=%d (median)%s%s\n",
               opt.heads, opt.kv_heads, opt.head_size, opt.layers, opt.block_size, dtype_name(opt.qdtype),
               kvlist.c_str(), opt.fill.c_str(), opt.repeats,
-              opt.backend == Backend::cuda ? ", one CUDA graph of all layers per replay" : ", wall clock");
+              opt.backend == Backend::cuda ? ", one CUDA graph of all layers per replay" : ", wall clock",
+              opt.interleave ? ", a configuration's T rows in rotation (--interleave)" : "");
   std::printf("read ceiling: %.1f GB/s (%s)\n", env.ceiling_gbs, env.ceiling_method.c_str());
   std::printf("bytes moved per layer and sequence, ctx = L + T: K+V ctx*Hk*D*2*sizeof(kv)"
               " + u8 scale/min ctx*Hk*2*2*2 + Q T*H*D*sizeof(q) + O T*H*D*sizeof(q) + new K/V T*Hk*D*2*sizeof(q)\n");
@@ -1314,8 +1373,9 @@ int run_bench(const BenchOptions& opt) {
                    {"query_dtype", dtype_name(opt.qdtype)},
                    {"fill", opt.fill},            {"repeats", opt.repeats}, {"scenario", opt.scenario},
                    {"lse", opt.lse},
-                   {"timing", opt.backend == Backend::cuda ? "median of CUDA graph replays (cudaEvent)"
-                                                           : "median wall clock"}};
+                   {"timing", std::string(opt.backend == Backend::cuda ? "median of CUDA graph replays (cudaEvent)"
+                                                                       : "median wall clock") +
+                                  (opt.interleave ? "; each configuration's rows in rotation (--interleave)" : "")}};
     j["bytes_formula"] = {
         {"kv", "ctx*Hk*(D+Dv)*sizeof(kv), ctx = L+T"}, {"kv_params", "u8: ctx*Hk*2*2*sizeof(f16)"},
         {"q", "T*H*D*sizeof(q)"}, {"o", "T*H*Dv*sizeof(q)"}, {"new_kv", "T*Hk*(D+Dv)*sizeof(q)"},
@@ -1329,6 +1389,7 @@ int run_bench(const BenchOptions& opt) {
                            {"head_size", r.head_size}, {"value_head_size", r.value_head_size},
                            {"group", r.group},
                            {"tree", r.tree},
+                           {"interleaved", r.interleaved},
                            {"rows_per_kv_head", r.T * r.group},
                            {"layers", r.layers},
                            {"sets", r.sets},

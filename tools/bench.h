@@ -66,6 +66,7 @@ struct BenchOptions {
   bool programmatic_launch = true;         // Options::programmatic_launch
   bool deterministic = false;              // Options::deterministic
   bool lse = false;                        // every timed call also writes Params::lse
+  bool interleave = false;                 // seed/batch/sweep: a configuration's calls timed in rotation
   int split_shards = 2;                    // split: shards per context (issue 27)
 };
 

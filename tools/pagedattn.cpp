@@ -201,6 +201,10 @@ int main(int argc, char** argv) {
   bool no_pdl = false;
   bench->add_flag("--no-pdl", no_pdl, "cuda: Options::programmatic_launch = false");
   bench->add_flag("--lse", bopt.lse, "every timed call also writes Params::lse ([tokens, H] f32)");
+  bench->add_flag("--interleave", bopt.interleave,
+                  "seed, batch and sweep: the T rows of one (kv, seqs, context) timed in rotation, one replay of each "
+                  "in turn, each row the median of its own replays (every row under the same clock and power state); "
+                  "default: each row's replays in one run");
   bench->add_option("--split-shards", bopt.split_shards, "split scenario: shards per context")->capture_default_str();
   bench->add_flag("--deterministic", bopt.deterministic,
                   "Options::deterministic: invariant rows (verify rows equal decodes, any batch)");
