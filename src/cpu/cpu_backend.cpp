@@ -79,9 +79,6 @@ class CpuPlan final : public PlanImpl {
     if (threads_ < 1) threads_ = max_threads();  // PAGEDATTN_CPU_THREADS=0 or not a number: all cores
     threads_ = std::max(1, threads_);
     invariant_ = opt.deterministic;
-    // u8 keys with f16/bf16 queries: integer scores where the CPU has them (tile.h; f32 queries keep the f32
-    // route, whose error the tests hold to 1e-5)
-    int_scores_ = p.cache.precision() == KVPrecision::u8 && p.query.dtype != DType::f32 && cpu::has_u8_int_scores();
     num_seqs_ = static_cast<int>(p.past_lens.shape[0]);
     H_ = p.num_heads;
     Hk_ = static_cast<int>(p.cache.num_kv_heads());
@@ -164,15 +161,6 @@ class CpuPlan final : public PlanImpl {
     // each thread's scratch starts on a 4 KB boundary: from the vector's 16-byte alignment every 64-byte
     // row access of the tile kernels could split two cache lines, by the heap's state (bf16 T = 8 at 8k:
     // 28-30 ms aligned, 35-39 ms as it fell; bench/NOTES.md, "The cpu backend's scratch alignment")
-    // the integer scores' rows (16-bit: query rows, the key tile's codes; 64-byte aligned) and their
-    // per-row and per-key factors
-    int_offset_ = (scratch_stride_ + 15) / 16 * 16;
-    const size_t dp = static_cast<size_t>(cpu::int_row_stride(D_));
-    const size_t pp = static_cast<size_t>(cpu::int_pair_stride(Dv_));
-    if (int_scores_)
-      scratch_stride_ = int_offset_ + (kMaxRows + kTile) * dp / 2 + kTile * pp + kMaxRows * kTile / 2 + 4 * kMaxRows +
-                        4 * kTile;
-    zero_codes_.assign(static_cast<size_t>(Dv_), 0);
     scratch_stride_ = (scratch_stride_ + 1023) / 1024 * 1024;
     scratch_.assign(scratch_stride_ * threads_ + 1024, 0.0f);
   }
@@ -229,83 +217,6 @@ class CpuPlan final : public PlanImpl {
 #endif
     const uintptr_t base = (reinterpret_cast<uintptr_t>(scratch_.data()) + 4095) & ~uintptr_t{4095};
     return reinterpret_cast<float*>(base) + scratch_stride_ * static_cast<size_t>(t);
-  }
-
-  // The integer scores' part of a thread's scratch (int_scores_ only).
-  struct IntScratch {
-    int16_t* qi;  // [kMaxRows][int_row_stride(D)]
-    int16_t* kc;  // [kTile][int_row_stride(D)]
-    int16_t* vc;  // [kTile / 2][2 * int_pair_stride(Dv)]: the value codes in key pairs
-    int16_t* wi;  // [kMaxRows][kTile]: the weights
-    float *qsum, *qinv, *ks, *km;  // [kMaxRows], [kMaxRows], [kTile], [kTile]
-    float *winv, *wmin, *vs, *vm;  // [kMaxRows], [kMaxRows], [kTile], [kTile]
-  };
-  IntScratch int_scratch(float* scr) const {
-    const size_t dp = static_cast<size_t>(cpu::int_row_stride(D_)), pp = static_cast<size_t>(cpu::int_pair_stride(Dv_));
-    IntScratch x;
-    x.qi = reinterpret_cast<int16_t*>(scr + int_offset_);
-    x.kc = x.qi + kMaxRows * dp;
-    x.vc = x.kc + kTile * dp;
-    x.wi = x.vc + kTile * pp;
-    x.qsum = reinterpret_cast<float*>(x.wi + kMaxRows * kTile);
-    x.qinv = x.qsum + kMaxRows;
-    x.ks = x.qinv + kMaxRows;
-    x.km = x.ks + kTile;
-    x.winv = x.km + kTile;
-    x.wmin = x.winv + kMaxRows;
-    x.vs = x.wmin + kMaxRows;
-    x.vm = x.vs + kTile;
-    return x;
-  }
-
-  // The tile's value codes in key pairs (x.vc) with each key's f32 scale and min (x.vs, x.vm): keys [a, b)
-  // of the tile [j0, j0 + n) from the cache, the rest zero codes and factors (their weights are zero); the
-  // next tile's V prefetched (pf_n keys from b) as load_tile does.
-  void load_value_pairs(const Params& p, int s, int hk, int j0, int a, int b, int n, const IntScratch& x,
-                        int pf_n) const {
-    const int64_t pp = cpu::int_pair_stride(Dv_);
-    const uint16_t* scale = p.cache.value_scale.ptr<const uint16_t>();
-    const uint16_t* mn = p.cache.value_min.ptr<const uint16_t>();
-    const uint8_t* codes = p.cache.value.ptr<const uint8_t>();
-    const uint8_t* row[2];
-    for (int k = 0; k < n; ++k) {
-      if (k < pf_n) prefetch_tile(p, s, hk, b + k, 1, 2);
-      const int j = j0 + k;
-      if (j >= a && j < b) {
-        const int64_t r = cache_row(p, s, j, hk);
-        x.vs[k] = num::f16_bits_to_f32(scale[r]);
-        x.vm[k] = num::f16_bits_to_f32(mn[r]);
-        row[k & 1] = codes + r * Dv_;
-      } else {
-        x.vs[k] = x.vm[k] = 0.0f;
-        row[k & 1] = zero_codes_.data();
-      }
-      if (k & 1) cpu::pair_codes(x.vc + (k / 2) * 2 * pp, row[0], row[1], Dv_);
-    }
-    if (n & 1) cpu::pair_codes(x.vc + (n / 2) * 2 * pp, row[0], nullptr, Dv_);
-  }
-
-  // Keys [j0, j0 + n) of a u8 cache's K as 16-bit codes (x.kc) with their f32 scale and min (x.ks, x.km,
-  // from offset `at`), for the integer scores; the next tile's K prefetched as load_tile does.
-  void load_codes(const Params& p, int s, int hk, int j0, int n, const IntScratch& x, int at, int pf_j0 = 0,
-                  int pf_n = 0) const {
-    const int64_t dp = cpu::int_row_stride(D_);
-    const uint16_t* scale = p.cache.key_scale.ptr<const uint16_t>();
-    const uint16_t* mn = p.cache.key_min.ptr<const uint16_t>();
-    for (int k = 0; k < n; ++k) {
-      if (k < pf_n) prefetch_tile(p, s, hk, pf_j0 + k, 1, 1);
-      const int64_t row = cache_row(p, s, j0 + k, hk);
-      x.ks[at + k] = num::f16_bits_to_f32(scale[row]);
-      x.km[at + k] = num::f16_bits_to_f32(mn[row]);
-      cpu::widen_codes(x.kc + (at + k) * dp, p.cache.key.ptr<const uint8_t>() + row * D_, D_);
-    }
-  }
-  // Key rows [from, to) of the integer tile: codes and factors zero (keys outside the item; masked later).
-  void zero_codes(const IntScratch& x, int from, int to) const {
-    const size_t dp = static_cast<size_t>(cpu::int_row_stride(D_));
-    std::fill(x.kc + from * dp, x.kc + to * dp, int16_t{0});
-    std::fill(x.ks + from, x.ks + to, 0.0f);
-    std::fill(x.km + from, x.km + to, 0.0f);
   }
 
   // Cache row (block, kv head, slot) of position pos of sequence s, as an element index of D-rows.
@@ -413,24 +324,17 @@ class CpuPlan final : public PlanImpl {
     float* m = o + static_cast<size_t>(kMaxRows) * dmax;   // [rows]
     float* l = m + kMaxRows;
     // query rows: row r = token t0 + r / G, head hk * G + r % G; scaled to log2 units
-    // (integer scores: the rows as given, exact in 16 bits for f16 elements within 2^4 of the row's largest
-    // (bf16: 2^7), the scale folded into each row's factor)
-    const float qs = scale * kLog2e, qmul = int_scores_ ? 1.0f : qs;
+    const float qs = scale * kLog2e;
     for (int r = 0; r < rows; ++r) {
       const int64_t base = static_cast<int64_t>(begins_[s] + c.t0 + r / G_) * H_ * D_ +
                            static_cast<int64_t>(it.hk * G_ + r % G_) * D_;
-      for (int d = 0; d < D_; ++d) q[static_cast<size_t>(r) * D_ + d] = load_f(p.query, base + d) * qmul;
+      for (int d = 0; d < D_; ++d) q[static_cast<size_t>(r) * D_ + d] = load_f(p.query, base + d) * qs;
       m[r] = -INFINITY;
       l[r] = 0.0f;
     }
     // invariant (Options::deterministic): rows padded to a multiple of 4 through the S and P V kernels
     const int rows_k = invariant_ ? (rows + 3) / 4 * 4 : rows;
     std::fill(q + static_cast<size_t>(rows) * D_, q + static_cast<size_t>(rows_k) * D_, 0.0f);
-    const IntScratch ix = int_scores_ ? int_scratch(scr) : IntScratch{};
-    if (int_scores_)
-      for (int r = 0; r < rows_k; ++r)
-        cpu::quantize_query(ix.qi + static_cast<size_t>(r) * cpu::int_row_stride(D_), &ix.qsum[r], &ix.qinv[r],
-                            q + static_cast<size_t>(r) * D_, D_, qs);
     std::fill(o, o + static_cast<size_t>(rows_k) * Dv_, 0.0f);
     const float* alibi = p.alibi_slopes.present() ? p.alibi_slopes.ptr<const float>() : nullptr;
     const uint8_t* qq = p.qq_bias.present() ? p.qq_bias.ptr<const uint8_t>() + p.qq_bias_begins.ptr<const int32_t>()[s] : nullptr;
@@ -446,15 +350,8 @@ class CpuPlan final : public PlanImpl {
         load_tile(p, s, it.hk, a, b - a, value, dst + static_cast<size_t>(a - j0) * dd, b, pf_n, which);
         if (j0 + n > b) std::fill(dst + static_cast<size_t>(b - j0) * dd, dst + static_cast<size_t>(n) * dd, 0.0f);
       };
-      if (int_scores_) {
-        zero_codes(ix, 0, a - j0);
-        load_codes(p, s, it.hk, a, b - a, ix, a - j0, b, pf_n);
-        zero_codes(ix, b - j0, n);
-        cpu::scores_u8(sc, kTile, ix.qi, ix.qsum, ix.qinv, rows_k, ix.kc, ix.ks, ix.km, n, D_);
-      } else {
-        load(false, kt, 1);
-        cpu::scores(sc, kTile, q, rows_k, kt, n, D_);
-      }
+      load(false, kt, 1);
+      cpu::scores(sc, kTile, q, rows_k, kt, n, D_);
       // masks (causal, window, tree), ALiBi, online softmax. An interior tile (every key visible to
       // every row: before the first row's causal limit, inside the last row's window, in the cached
       // prefix when there is a tree) without ALiBi needs only the row max.
@@ -494,16 +391,8 @@ class CpuPlan final : public PlanImpl {
         l[r] += cpu::exp2_sum(sr, sr, n, m[r]);
       }
       if (!any) continue;
-      if (int_scores_) {
-        load_value_pairs(p, s, it.hk, j0, a, b, n, ix, pf_n);
-        for (int r = 0; r < rows_k; ++r)
-          cpu::quantize_weights(ix.wi + static_cast<size_t>(r) * kTile, &ix.winv[r], &ix.wmin[r],
-                                sc + static_cast<size_t>(r) * kTile, ix.vs, ix.vm, n);
-        cpu::accumulate_u8(o, ix.wi, kTile, ix.winv, ix.wmin, rows_k, ix.vc, (n + 1) / 2, Dv_);
-      } else {
-        load(true, vt, 2);
-        cpu::accumulate(o, sc, kTile, rows_k, vt, n, Dv_);
-      }
+      load(true, vt, 2);
+      cpu::accumulate(o, sc, kTile, rows_k, vt, n, Dv_);
     }
     if (c.parts > 1) {  // partial: (m, l, O) per row
       float* dst = partials_.data() + static_cast<size_t>(c.slot + it.hk * c.parts + it.p) * kMaxRows * (Dv_ + 2);
@@ -591,29 +480,20 @@ class CpuPlan final : public PlanImpl {
         for (int k = 0; k < n; ++k) p.scores.ptr<float>()[base[s] + j0 + k] = 0.0f;
         continue;
       }
-      const IntScratch ix = int_scores_ ? int_scratch(scr) : IntScratch{};
       for (int hk = 0; hk < Hk_; ++hk) {
-        if (int_scores_)
-          load_codes(p, s, hk, first, j0 + n - first, ix, 0);
-        else
-          load_tile(p, s, hk, first, j0 + n - first, false, kt);
+        load_tile(p, s, hk, first, j0 + n - first, false, kt);
         for (int t = t_lo; t < T; ++t) {
           const int qpos = past + t;
           const int lo = p.sliding_window > 0 ? qpos - p.sliding_window + 1 : 0;
           for (int g = 0; g < G_; ++g) {
             const int h = hk * G_ + g;
             const int64_t qb = static_cast<int64_t>(begins_[s] + t) * H_ * D_ + static_cast<int64_t>(h) * D_;
-            for (int d = 0; d < D_; ++d) qrow[d] = load_f(p.query, qb + d) * (int_scores_ ? 1.0f : qs);
+            for (int d = 0; d < D_; ++d) qrow[d] = load_f(p.query, qb + d) * qs;
             const float M = row_stats_[static_cast<size_t>((begins_[s] + t) * H_ + h) * 2];
             const float L = row_stats_[static_cast<size_t>((begins_[s] + t) * H_ + h) * 2 + 1];
             const float slope = alibi ? alibi[h] * kLog2e : 0.0f;
             float sv[kTile];
-            if (int_scores_) {  // the main pass's scores, bit for bit (exact sums, the same f32 step)
-              cpu::quantize_query(ix.qi, &ix.qsum[0], &ix.qinv[0], qrow, D_, qs);
-              cpu::scores_u8(sv, kTile, ix.qi, ix.qsum, ix.qinv, 1, ix.kc, ix.ks, ix.km, j0 + n - first, D_);
-            } else {
-              cpu::scores(sv, kTile, qrow, 1, kt, j0 + n - first, D_);
-            }
+            cpu::scores(sv, kTile, qrow, 1, kt, j0 + n - first, D_);
             for (int k = first - j0; k < n; ++k) {
               const int j = j0 + k;
               const bool vis = j <= qpos && j >= lo && (qq == nullptr || j < past || qq[static_cast<int64_t>(t) * T + (j - past)] != 0);
@@ -629,9 +509,6 @@ class CpuPlan final : public PlanImpl {
   Params planned_;
   bool reference_ = false;
   bool invariant_ = false;  // Options::deterministic: see kInvariantPart
-  bool int_scores_ = false;  // u8 keys' scores from 16-bit integers (tile.h, scores_u8)
-  size_t int_offset_ = 0;    // floats into a thread's scratch where the integer scores' part starts
-  std::vector<uint8_t> zero_codes_;  // a value row of zero codes (keys of a tile outside its item)
   int threads_ = 1, num_seqs_ = 0, H_ = 0, Hk_ = 0, G_ = 1, D_ = 0, Dv_ = 0;  // D: queries, keys; Dv: values, out
   std::vector<int32_t> past_, begins_;
   std::vector<int32_t> qpos0_;  // each sequence's first new token's position (past_len, or new_token_positions)

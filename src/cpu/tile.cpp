@@ -5,7 +5,6 @@
 
 #include "common/numeric.h"
 
-#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -324,135 +323,6 @@ __attribute__((target("avx512f"))) static void load_row_avx512(float* dst, const
 #endif
 
 #if defined(PA_CPU_AVX512)
-#pragma GCC diagnostic push
-#if !defined(__clang__)  // (a GCC warning group)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12's intrinsic headers (false positive)
-#pragma GCC diagnostic ignored "-Wuninitialized"        // GCC 12's _mm512_reduce_add_epi32 (false positive)
-#endif
-#define PA_CPU_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")))
-// u8 scores (tile.h): 4 rows x 4 keys per pass over the padded rows, 16 int32 accumulators, 8 loads per
-// 16 vpdpwssd (the f32 kernel's blocking, 32 products per instruction instead of 16); tails one (row,
-// key) at a time. The sums are exact, so a (row, key) gets the same bits on either path; the f32 step
-// after them is the same fused multiply-add on both.
-PA_CPU_VNNI static int32_t dot_i16(const int16_t* a, const int16_t* b, int Dp) {
-  __m512i acc = _mm512_setzero_si512();
-  for (int d = 0; d < Dp; d += 32) acc = _mm512_dpwssd_epi32(acc, _mm512_loadu_si512(a + d), _mm512_loadu_si512(b + d));
-  return _mm512_reduce_add_epi32(acc);
-}
-
-PA_CPU_VNNI static void scores_u8_vnni(float* s, int ld_s, const int16_t* qi, const float* qsum, const float* qinv,
-                                       int rows, const int16_t* kc, const float* ks, const float* km, int keys, int D) {
-  const int Dp = int_row_stride(D), r4 = rows / 4 * 4, k4 = keys / 4 * 4;
-  for (int r = 0; r < r4; r += 4)
-    for (int k = 0; k < k4; k += 4) {
-      __m512i acc[4][4];
-      for (int i = 0; i < 4; ++i)
-        for (int j = 0; j < 4; ++j) acc[i][j] = _mm512_setzero_si512();
-      for (int d = 0; d < Dp; d += 32) {
-        __m512i qv[4], kv[4];
-        for (int i = 0; i < 4; ++i) qv[i] = _mm512_loadu_si512(qi + static_cast<int64_t>(r + i) * Dp + d);
-        for (int j = 0; j < 4; ++j) kv[j] = _mm512_loadu_si512(kc + static_cast<int64_t>(k + j) * Dp + d);
-        for (int i = 0; i < 4; ++i)
-          for (int j = 0; j < 4; ++j) acc[i][j] = _mm512_dpwssd_epi32(acc[i][j], qv[i], kv[j]);
-      }
-      const __m128 vs = _mm_loadu_ps(ks + k), vm = _mm_loadu_ps(km + k);
-      for (int i = 0; i < 4; ++i) {
-        __m128i x[4];  // each accumulator folded 512 -> 128 bits, then two hadds: the 4 keys' sums
-        for (int j = 0; j < 4; ++j) {
-          const __m256i h = _mm256_add_epi32(_mm512_castsi512_si256(acc[i][j]), _mm512_extracti64x4_epi64(acc[i][j], 1));
-          x[j] = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
-        }
-        const __m128 sum = _mm_cvtepi32_ps(_mm_hadd_epi32(_mm_hadd_epi32(x[0], x[1]), _mm_hadd_epi32(x[2], x[3])));
-        const __m128 v = _mm_mul_ps(_mm_fmadd_ps(vm, _mm_set1_ps(qsum[r + i]), _mm_mul_ps(sum, vs)),
-                                    _mm_set1_ps(qinv[r + i]));
-        _mm_storeu_ps(s + static_cast<int64_t>(r + i) * ld_s + k, v);
-      }
-    }
-  auto one = [&](int r, int k) {
-    const float sum = static_cast<float>(dot_i16(qi + static_cast<int64_t>(r) * Dp, kc + static_cast<int64_t>(k) * Dp, Dp));
-    s[static_cast<int64_t>(r) * ld_s + k] = std::fma(km[k], qsum[r], sum * ks[k]) * qinv[r];
-  };
-  for (int r = 0; r < r4; ++r)
-    for (int k = k4; k < keys; ++k) one(r, k);
-  for (int r = r4; r < rows; ++r)
-    for (int k = 0; k < keys; ++k) one(r, k);
-}
-
-// 32 codes per step, the last step masked (zeros up to the padded stride).
-PA_CPU_VNNI static void widen_codes_vnni(int16_t* dst, const uint8_t* src, int D) {
-  const int Dp = int_row_stride(D);
-  for (int d = 0; d < Dp; d += 32) {
-    const int n = std::min(32, D - d);
-    const __mmask32 m = n >= 32 ? ~__mmask32{0} : (__mmask32{1} << n) - 1;
-    _mm512_storeu_si512(dst + d, _mm512_cvtepu8_epi16(_mm256_maskz_loadu_epi8(m, src + d)));
-  }
-}
-// P V on u8 values (tile.h): 4 rows x 64 columns per pass over the key pairs, 16 int32 accumulators, a
-// pair row's 4 loads and 4 broadcast weight pairs per 16 vpdpwssd (each 32 products: the f32 kernel's
-// blocking at twice its rate); the last columns (Dv not a multiple of 64) 16 at a time, masked past Dv;
-// rows past the last multiple of 4 one at a time. Exact sums: the same bits on every path.
-template <int RB, int CB>
-PA_CPU_VNNI static inline void accumulate_u8_block(float* o, const int16_t* wi, int ld_w, const float* winv,
-                                                   const float* wmin, int r, const int16_t* vc, int pairs, int Dv,
-                                                   int d0) {
-  const int ps = 2 * int_pair_stride(Dv);
-  __m512i acc[RB][CB];
-  for (int i = 0; i < RB; ++i)
-    for (int c = 0; c < CB; ++c) acc[i][c] = _mm512_setzero_si512();
-  for (int kp = 0; kp < pairs; ++kp) {
-    __m512i v[CB];
-    for (int c = 0; c < CB; ++c) v[c] = _mm512_loadu_si512(vc + static_cast<int64_t>(kp) * ps + 2 * (d0 + 16 * c));
-    for (int i = 0; i < RB; ++i) {
-      int32_t w2;
-      std::memcpy(&w2, wi + static_cast<int64_t>(r + i) * ld_w + 2 * kp, 4);
-      const __m512i wb = _mm512_set1_epi32(w2);
-      for (int c = 0; c < CB; ++c) acc[i][c] = _mm512_dpwssd_epi32(acc[i][c], v[c], wb);
-    }
-  }
-  for (int i = 0; i < RB; ++i) {
-    const __m512 vi = _mm512_set1_ps(winv[r + i]), vm = _mm512_set1_ps(wmin[r + i]);
-    for (int c = 0; c < CB; ++c) {
-      const int d = d0 + 16 * c, left = Dv - d;
-      const __mmask16 m = left >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << left) - 1);
-      float* dst = o + static_cast<int64_t>(r + i) * Dv + d;
-      const __m512 add = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[i][c]), vi, vm);
-      _mm512_mask_storeu_ps(dst, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, dst), add));
-    }
-  }
-}
-
-PA_CPU_VNNI static void accumulate_u8_vnni(float* o, const int16_t* wi, int ld_w, const float* winv, const float* wmin,
-                                           int rows, const int16_t* vc, int pairs, int Dv) {
-  const int r4 = rows / 4 * 4, d64 = Dv / 64 * 64;
-  for (int r = 0; r < rows;) {
-    const bool four = r < r4;
-    int d0 = 0;
-    for (; d0 < d64; d0 += 64)
-      four ? accumulate_u8_block<4, 4>(o, wi, ld_w, winv, wmin, r, vc, pairs, Dv, d0)
-           : accumulate_u8_block<1, 4>(o, wi, ld_w, winv, wmin, r, vc, pairs, Dv, d0);
-    for (; d0 < Dv; d0 += 16)
-      four ? accumulate_u8_block<4, 1>(o, wi, ld_w, winv, wmin, r, vc, pairs, Dv, d0)
-           : accumulate_u8_block<1, 1>(o, wi, ld_w, winv, wmin, r, vc, pairs, Dv, d0);
-    r += four ? 4 : 1;
-  }
-}
-
-// Two keys' codes, 16 columns per step: each 32-bit lane (a_d, b_d) as two 16-bit integers.
-PA_CPU_VNNI static void pair_codes_vnni(int16_t* dst, const uint8_t* a, const uint8_t* b, int Dv) {
-  const int Dp = int_pair_stride(Dv);
-  for (int d = 0; d < Dp; d += 16) {
-    const int n = std::min(16, Dv - d);
-    const __mmask16 m = n >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << n) - 1);
-    const __m512i lo = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, a + d));
-    const __m512i hi = b ? _mm512_slli_epi32(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, b + d)), 16) : _mm512_setzero_si512();
-    _mm512_storeu_si512(dst + 2 * d, _mm512_or_si512(lo, hi));
-  }
-}
-#undef PA_CPU_VNNI
-#pragma GCC diagnostic pop
-#endif
-
-#if defined(PA_CPU_AVX512)
 // The v4 level: the intrinsics where the shapes allow them (D a multiple of 16; S and P V in 4-row blocks).
 static void load_row_avx512_or_v4(float* dst, const void* src, RowType t, int D, float scale, float min) {
   if (D % 16 == 0) return load_row_avx512(dst, src, t, D, scale, min);
@@ -507,12 +377,6 @@ struct Table {
   float (*exp2_sum)(float*, const float*, int, float);
   void (*scale_row)(float*, float, int);
   const char* name;
-  // u8 integer scores (tile.h): AVX-512 VNNI only, else null (the f32 route)
-  void (*scores_u8)(float*, int, const int16_t*, const float*, const float*, int, const int16_t*, const float*,
-                    const float*, int, int) = nullptr;
-  void (*widen_codes)(int16_t*, const uint8_t*, int) = nullptr;
-  void (*accumulate_u8)(float*, const int16_t*, int, const float*, const float*, int, const int16_t*, int, int) = nullptr;
-  void (*pair_codes)(int16_t*, const uint8_t*, const uint8_t*, int) = nullptr;
 };
 // The levels by their features (clang 14 knows neither "x86-64-v4" nor "f16c" here; F16C comes with
 // every AVX2 + FMA + BMI2 CPU).
@@ -531,17 +395,9 @@ static const Table& table() {
     const std::string want = isa ? isa : "";
     (void)want;
 #if defined(PA_CPU_AVX512)
-    if ((want.empty() || want == "avx512") && has_v4()) {
-      Table t{load_row_avx512_or_v4, scores_avx512_or_v4, accumulate_avx512_or_v4, exp2_sum_v4, scale_row_v4,
-              "avx512"};
-      if (__builtin_cpu_supports("avx512vnni")) {
-        t.scores_u8 = scores_u8_vnni;
-        t.widen_codes = widen_codes_vnni;
-        t.accumulate_u8 = accumulate_u8_vnni;
-        t.pair_codes = pair_codes_vnni;
-      }
-      return t;
-    }
+    if ((want.empty() || want == "avx512") && has_v4())
+      return Table{load_row_avx512_or_v4, scores_avx512_or_v4, accumulate_avx512_or_v4, exp2_sum_v4, scale_row_v4,
+                   "avx512"};
     if (want != "baseline" && has_v3())
       return Table{load_row_avx2_or_v3, scores_v3, accumulate_v3, exp2_sum_v3, scale_row_v3, "avx2"};
 #endif
@@ -561,78 +417,6 @@ void accumulate(float* o, const float* p, int ld_p, int rows, const float* vt, i
   table().accumulate(o, p, ld_p, rows, vt, keys, D);
 }
 float exp2_sum(float* p, const float* x, int n, float m) { return table().exp2_sum(p, x, n, m); }
-
-bool has_u8_int_scores() { return table().scores_u8 != nullptr; }
-int int_row_stride(int D) { return (D + 31) / 32 * 32; }
-void quantize_query(int16_t* qi, float* qsum, float* qinv, const float* q, int D, float mult) {
-  const int Dp = int_row_stride(D);
-  float amax = 0.0f;
-  bool finite = true;
-  for (int d = 0; d < D; ++d) {
-    finite = finite && std::isfinite(q[d]);
-    amax = std::max(amax, std::fabs(q[d]));
-  }
-  std::fill(qi, qi + Dp, int16_t{0});
-  *qsum = 0.0f;
-  if (!finite) {
-    *qinv = NAN;
-    return;
-  }
-  if (amax == 0.0f) {
-    *qinv = mult;
-    return;
-  }
-  int ex = 0;
-  std::frexp(amax, &ex);  // amax in [2^(ex-1), 2^ex): amax * 2^(15-ex) in [2^14, 2^15)
-  const int sh = 15 - ex;
-  int32_t sum = 0;
-  for (int d = 0; d < D; ++d) {  // in double: 2^sh may pass f32's range for tiny rows
-    const double v = std::nearbyint(std::ldexp(static_cast<double>(q[d]), sh));
-    qi[d] = static_cast<int16_t>(std::max(-32767.0, std::min(32767.0, v)));
-    sum += qi[d];
-  }
-  *qsum = static_cast<float>(sum);  // |sum| <= 32767 * D: exact in f32 to D = 512
-  *qinv = static_cast<float>(std::ldexp(static_cast<double>(mult), -sh));
-}
-void widen_codes(int16_t* dst, const uint8_t* src, int D) { table().widen_codes(dst, src, D); }
-int int_pair_stride(int Dv) { return (Dv + 15) / 16 * 16; }
-
-// The row's quantiser of quantize_query for a tile's weights (w = p * vscale >= 0; the sum is not needed).
-void quantize_weights(int16_t* wi, float* winv, float* wmin, const float* p, const float* vscale, const float* vmin,
-                      int n) {
-  float wmax = 0.0f, bsum = 0.0f;
-  bool finite = true;
-  for (int k = 0; k < n; ++k) {
-    const float w = p[k] * vscale[k];
-    finite = finite && std::isfinite(w);
-    wmax = std::max(wmax, std::fabs(w));
-    bsum = std::fma(p[k], vmin[k], bsum);
-  }
-  const int n2 = (n + 1) / 2 * 2;
-  std::fill(wi, wi + n2, int16_t{0});
-  *wmin = bsum;
-  if (!finite || wmax == 0.0f) {
-    *winv = finite ? 1.0f : NAN;
-    return;
-  }
-  int ex = 0;
-  std::frexp(wmax, &ex);
-  const int sh = 15 - ex;
-  for (int k = 0; k < n; ++k) {
-    const double v = std::nearbyint(std::ldexp(static_cast<double>(p[k] * vscale[k]), sh));
-    wi[k] = static_cast<int16_t>(std::max(-32767.0, std::min(32767.0, v)));
-  }
-  *winv = static_cast<float>(std::ldexp(1.0, -sh));
-}
-void pair_codes(int16_t* dst, const uint8_t* a, const uint8_t* b, int Dv) { table().pair_codes(dst, a, b, Dv); }
-void accumulate_u8(float* o, const int16_t* wi, int ld_w, const float* winv, const float* wmin, int rows,
-                   const int16_t* vc, int pairs, int Dv) {
-  table().accumulate_u8(o, wi, ld_w, winv, wmin, rows, vc, pairs, Dv);
-}
-void scores_u8(float* s, int ld_s, const int16_t* qi, const float* qsum, const float* qinv, int rows,
-               const int16_t* kc, const float* kscale, const float* kmin, int keys, int D) {
-  table().scores_u8(s, ld_s, qi, qsum, qinv, rows, kc, kscale, kmin, keys, D);
-}
 void scale_row(float* o, float a, int D) { table().scale_row(o, a, D); }
 
 }  // namespace cpu
