@@ -269,13 +269,8 @@ class CpuPlan final : public PlanImpl {
     }
   }
 
-  // Keys [j0, j0 + n) of item's sequence and kv head -> f32 rows of `dst` (K or V). With each row, the
-  // same side's row k of keys [pf_j0, pf_j0 + pf_n) (the next tile) is prefetched (`pf_which`: 1 K, 2 V):
-  // prefetches spread over the loads, one row's lines at a time. The whole next tile's K and V at once
-  // (512-1024 lines) left the row loads waiting on memory: at 32k T=1 0.69x (f16) / 0.75x (u8) the time
-  // of that version, T=8 0.91-0.93x (bench/results/2026-12-01-cpu-prefetch-659df8d-epyc2c).
-  void load_tile(const Params& p, int s, int hk, int j0, int n, bool value, float* dst, int pf_j0 = 0,
-                 int pf_n = 0, int pf_which = 3) const {
+  // Keys [j0, j0 + n) of item's sequence and kv head -> f32 rows of `dst` (K or V).
+  void load_tile(const Params& p, int s, int hk, int j0, int n, bool value, float* dst) const {
     const KVPrecision kv = p.cache.precision();
     const TensorView& data = value ? p.cache.value : p.cache.key;
     const cpu::RowType rt = kv == KVPrecision::f16    ? cpu::RowType::f16
@@ -285,7 +280,6 @@ class CpuPlan final : public PlanImpl {
     const int64_t esize = dtype_size(data.dtype), dd = value ? Dv_ : D_;
     const float fp8_sc = kv == KVPrecision::fp8 ? fp8_scale(value ? p.cache.value_scale : p.cache.key_scale, hk) : 0.0f;
     for (int k = 0; k < n; ++k) {
-      if (k < pf_n) prefetch_tile(p, s, hk, pf_j0 + k, 1, pf_which);
       const int64_t row = cache_row(p, s, j0 + k, hk);
       float sc = fp8_sc, mn = 0.0f;
       if (kv == KVPrecision::u8) {
@@ -297,18 +291,21 @@ class CpuPlan final : public PlanImpl {
     }
   }
 
-  // Software prefetch of keys [j0, j0 + n) (`which`: 1 K, 2 V, 3 both) into the caches: the next tile's
-  // rows are in flight while the current one is computed (block transitions defeat the hardware
-  // prefetcher).
-  void prefetch_tile(const Params& p, int s, int hk, int j0, int n, int which) const {
+  // The next tile's rows (keys [j0, j0 + n): K, then V) into `pf`, its lines spread over the ticks of a
+  // tile of `rows` x `keys`. The next tile's rows are read while the current one is computed (block
+  // transitions defeat the hardware prefetcher); prefetched with each row load instead, the prefetches
+  // stalled the loads and the arithmetic ran with the memory idle: f16 32k T = 1 took the time of the
+  // loads alone plus the arithmetic alone (bench/NOTES.md, "The cpu backend's prefetch inside the arithmetic").
+  void plan_prefetch(cpu::Prefetch& pf, const Params& p, int s, int hk, int j0, int n, int rows, int keys) const {
+    pf.clear();
     const int64_t es = static_cast<int64_t>(dtype_size(p.cache.key.dtype)), kbytes = D_ * es, vbytes = Dv_ * es;
-    for (int k = 0; k < n; ++k) {
-      const int64_t row = cache_row(p, s, j0 + k, hk);
-      if (which & 1)
-        for (int64_t b = 0; b < kbytes; b += 64) __builtin_prefetch(static_cast<const char*>(p.cache.key.data) + row * kbytes + b);
-      if (which & 2)
-        for (int64_t b = 0; b < vbytes; b += 64) __builtin_prefetch(static_cast<const char*>(p.cache.value.data) + row * vbytes + b);
-    }
+    for (int which = 0; which < 2; ++which)
+      for (int k = 0; k < n; ++k) {
+        const int64_t row = cache_row(p, s, j0 + k, hk), rb = which ? vbytes : kbytes;
+        pf.add(static_cast<const char*>(which ? p.cache.value.data : p.cache.key.data) + row * rb, static_cast<int>(rb));
+      }
+    const int ticks = std::max(1, cpu::tile_ticks(rows, keys, D_, Dv_));
+    pf.per = std::max(1, (pf.lines() + ticks - 1) / ticks);
   }
 
   void attend(const Params& p, const Item& it, float scale, float* scr) {
@@ -340,18 +337,20 @@ class CpuPlan final : public PlanImpl {
     const uint8_t* qq = p.qq_bias.present() ? p.qq_bias.ptr<const uint8_t>() + p.qq_bias_begins.ptr<const int32_t>()[s] : nullptr;
     // Tiles of kTile keys from the item's first key; invariant: on the absolute kTile grid and always
     // kTile wide, the keys [a, b) of the item loaded and the rest of the tile zero (and masked below)
+    cpu::Prefetch pf;
     for (int j0 = invariant_ ? it.kb / kTile * kTile : it.kb; j0 < it.ke; j0 += kTile) {
       const int a = std::max(j0, it.kb), b = std::min(j0 + kTile, it.ke);
       const int n = invariant_ ? kTile : b - j0;
-      const int pf_n = b < it.ke ? std::min(kTile, it.ke - b) : 0;  // the next tile's keys
-      auto load = [&](bool value, float* dst, int which) {
+      pf.drain();  // what the previous tile's ticks left of this one
+      plan_prefetch(pf, p, s, it.hk, b, b < it.ke ? std::min(kTile, it.ke - b) : 0, rows_k, n);
+      auto load = [&](bool value, float* dst) {
         const size_t dd = static_cast<size_t>(value ? Dv_ : D_);
         if (a > j0) std::fill(dst, dst + static_cast<size_t>(a - j0) * dd, 0.0f);
-        load_tile(p, s, it.hk, a, b - a, value, dst + static_cast<size_t>(a - j0) * dd, b, pf_n, which);
+        load_tile(p, s, it.hk, a, b - a, value, dst + static_cast<size_t>(a - j0) * dd);
         if (j0 + n > b) std::fill(dst + static_cast<size_t>(b - j0) * dd, dst + static_cast<size_t>(n) * dd, 0.0f);
       };
-      load(false, kt, 1);
-      cpu::scores(sc, kTile, q, rows_k, kt, n, D_);
+      load(false, kt);
+      cpu::scores(sc, kTile, q, rows_k, kt, n, D_, &pf);
       // masks (causal, window, tree), ALiBi, online softmax. An interior tile (every key visible to
       // every row: before the first row's causal limit, inside the last row's window, in the cached
       // prefix when there is a tree) without ALiBi needs only the row max.
@@ -391,8 +390,8 @@ class CpuPlan final : public PlanImpl {
         l[r] += cpu::exp2_sum(sr, sr, n, m[r]);
       }
       if (!any) continue;
-      load(true, vt, 2);
-      cpu::accumulate(o, sc, kTile, rows_k, vt, n, Dv_);
+      load(true, vt);
+      cpu::accumulate(o, sc, kTile, rows_k, vt, n, Dv_, &pf);
     }
     if (c.parts > 1) {  // partial: (m, l, O) per row
       float* dst = partials_.data() + static_cast<size_t>(c.slot + it.hk * c.parts + it.p) * kMaxRows * (Dv_ + 2);

@@ -81,11 +81,13 @@ PA_CPU_BODY void load_row_body(float* dst, const void* src, RowType t, int D, fl
 
 // Four keys per pass over a query row: each q element loaded once for four dot products. (A 4-row x
 // 4-key register block measured 1.8-2.6x slower here: GCC spilled its accumulators.)
-PA_CPU_BODY void scores_body(float* s, int ld_s, const float* q, int rows, const float* kt, int keys, int D) {
+PA_CPU_BODY void scores_body(float* s, int ld_s, const float* q, int rows, const float* kt, int keys, int D,
+                             Prefetch* pf) {
   int k = 0;
   for (; k + 4 <= keys; k += 4) {
     const float *k0 = kt + static_cast<int64_t>(k) * D, *k1 = k0 + D, *k2 = k1 + D, *k3 = k2 + D;
     for (int r = 0; r < rows; ++r) {
+      if (pf) pf->tick();
       const float* qr = q + static_cast<int64_t>(r) * D;
       float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
 #pragma omp simd reduction(+ : a0, a1, a2, a3)
@@ -105,6 +107,7 @@ PA_CPU_BODY void scores_body(float* s, int ld_s, const float* q, int rows, const
   for (; k < keys; ++k) {
     const float* kr = kt + static_cast<int64_t>(k) * D;
     for (int r = 0; r < rows; ++r) {
+      if (pf) pf->tick();
       const float* qr = q + static_cast<int64_t>(r) * D;
       float a = 0.0f;
 #pragma omp simd reduction(+ : a)
@@ -114,12 +117,14 @@ PA_CPU_BODY void scores_body(float* s, int ld_s, const float* q, int rows, const
   }
 }
 
-PA_CPU_BODY void accumulate_body(float* o, const float* p, int ld_p, int rows, const float* vt, int keys, int D) {
+PA_CPU_BODY void accumulate_body(float* o, const float* p, int ld_p, int rows, const float* vt, int keys, int D,
+                                 Prefetch* pf) {
   for (int r = 0; r < rows; ++r) {
     float* orow = o + static_cast<int64_t>(r) * D;
     const float* pr = p + static_cast<int64_t>(r) * ld_p;
     int k = 0;
     for (; k + 2 <= keys; k += 2) {  // two keys per pass over the output row
+      if (pf) pf->tick();
       const float p0 = pr[k], p1 = pr[k + 1];
       if (p0 == 0.0f && p1 == 0.0f) continue;  // masked keys
       const float *v0 = vt + static_cast<int64_t>(k) * D, *v1 = v0 + D;
@@ -127,6 +132,7 @@ PA_CPU_BODY void accumulate_body(float* o, const float* p, int ld_p, int rows, c
       for (int d = 0; d < D; ++d) orow[d] += p0 * v0[d] + p1 * v1[d];
     }
     for (; k < keys; ++k) {
+      if (pf) pf->tick();
       const float pk = pr[k];
       if (pk == 0.0f) continue;
       const float* v = vt + static_cast<int64_t>(k) * D;
@@ -176,12 +182,13 @@ PA_CPU_BODY void scale_row_body(float* o, float a, int D) {
   ATTR static void load_row_##LEVEL(float* dst, const void* src, RowType t, int D, float scale, float min) {       \
     load_row_body(dst, src, t, D, scale, min);                                                                   \
   }                                                                                                              \
-  ATTR static void scores_##LEVEL(float* s, int ld_s, const float* q, int rows, const float* kt, int keys, int D) { \
-    scores_body(s, ld_s, q, rows, kt, keys, D);                                                                  \
+  ATTR static void scores_##LEVEL(float* s, int ld_s, const float* q, int rows, const float* kt, int keys, int D,  \
+                                  Prefetch* pf) {                                                                \
+    scores_body(s, ld_s, q, rows, kt, keys, D, pf);                                                              \
   }                                                                                                              \
   ATTR static void accumulate_##LEVEL(float* o, const float* p, int ld_p, int rows, const float* vt, int keys,    \
-                                      int D) {                                                                   \
-    accumulate_body(o, p, ld_p, rows, vt, keys, D);                                                              \
+                                      int D, Prefetch* pf) {                                                     \
+    accumulate_body(o, p, ld_p, rows, vt, keys, D, pf);                                                          \
   }                                                                                                              \
   ATTR static float exp2_sum_##LEVEL(float* p, const float* x, int n, float m) { return exp2_sum_body(p, x, n, m); } \
   ATTR static void scale_row_##LEVEL(float* o, float a, int D) { scale_row_body(o, a, D); }
@@ -200,10 +207,11 @@ PA_CPU_LEVEL(v4, __attribute__((target("arch=x86-64-v4"))))
 // through the generic loops): 4 rows x 4 keys of S per pass over D, 16 accumulators, 8 loads per 16
 // FMAs; O += P V on 4 rows x 64 columns, 16 accumulators across the tile's keys, 8 loads per 16 FMAs.
 __attribute__((target("avx512f"))) static void scores_avx512(float* s, int ld_s, const float* q, int rows,
-                                                             const float* kt, int keys, int D) {
+                                                             const float* kt, int keys, int D, Prefetch* pf) {
   const int r4 = rows / 4 * 4, k4 = keys / 4 * 4;
   for (int r = 0; r < r4; r += 4)
     for (int k = 0; k < k4; k += 4) {
+      if (pf) pf->tick();
       __m512 acc[4][4];
       for (int i = 0; i < 4; ++i)
         for (int j = 0; j < 4; ++j) acc[i][j] = _mm512_setzero_ps();
@@ -228,12 +236,13 @@ __attribute__((target("avx512f"))) static void scores_avx512(float* s, int ld_s,
         _mm_storeu_ps(s + static_cast<int64_t>(r + i) * ld_s + k, sum);
       }
     }
-  if (r4 < rows) scores_v4(s + static_cast<int64_t>(r4) * ld_s, ld_s, q + static_cast<int64_t>(r4) * D, rows - r4, kt, keys, D);
-  if (k4 < keys && r4 > 0) scores_v4(s + k4, ld_s, q, r4, kt + static_cast<int64_t>(k4) * D, keys - k4, D);
+  if (r4 < rows)
+    scores_v4(s + static_cast<int64_t>(r4) * ld_s, ld_s, q + static_cast<int64_t>(r4) * D, rows - r4, kt, keys, D, pf);
+  if (k4 < keys && r4 > 0) scores_v4(s + k4, ld_s, q, r4, kt + static_cast<int64_t>(k4) * D, keys - k4, D, pf);
 }
 
 __attribute__((target("avx512f"))) static void accumulate_avx512(float* o, const float* p, int ld_p, int rows,
-                                                                 const float* vt, int keys, int D) {
+                                                                 const float* vt, int keys, int D, Prefetch* pf) {
   const int r4 = rows / 4 * 4;
   for (int r = 0; r < r4; r += 4) {
     int d0 = 0;
@@ -242,6 +251,7 @@ __attribute__((target("avx512f"))) static void accumulate_avx512(float* o, const
       for (int i = 0; i < 4; ++i)
         for (int c = 0; c < 4; ++c) acc[i][c] = _mm512_loadu_ps(o + static_cast<int64_t>(r + i) * D + d0 + 16 * c);
       for (int k = 0; k < keys; ++k) {
+        if (pf) pf->tick();
         __m512 v[4];
         for (int c = 0; c < 4; ++c) v[c] = _mm512_loadu_ps(vt + static_cast<int64_t>(k) * D + d0 + 16 * c);
         for (int i = 0; i < 4; ++i) {
@@ -256,6 +266,7 @@ __attribute__((target("avx512f"))) static void accumulate_avx512(float* o, const
       __m512 acc[4];
       for (int i = 0; i < 4; ++i) acc[i] = _mm512_loadu_ps(o + static_cast<int64_t>(r + i) * D + d0);
       for (int k = 0; k < keys; ++k) {
+        if (pf) pf->tick();
         const __m512 v = _mm512_loadu_ps(vt + static_cast<int64_t>(k) * D + d0);
         for (int i = 0; i < 4; ++i) acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(p[static_cast<int64_t>(r + i) * ld_p + k]), v, acc[i]);
       }
@@ -263,7 +274,7 @@ __attribute__((target("avx512f"))) static void accumulate_avx512(float* o, const
     }
   }
   if (r4 < rows)
-    accumulate_v4(o + static_cast<int64_t>(r4) * D, p + static_cast<int64_t>(r4) * ld_p, ld_p, rows - r4, vt, keys, D);
+    accumulate_v4(o + static_cast<int64_t>(r4) * D, p + static_cast<int64_t>(r4) * ld_p, ld_p, rows - r4, vt, keys, D, pf);
 }
 
 #pragma GCC diagnostic pop
@@ -328,13 +339,17 @@ static void load_row_avx512_or_v4(float* dst, const void* src, RowType t, int D,
   if (D % 16 == 0) return load_row_avx512(dst, src, t, D, scale, min);
   load_row_v4(dst, src, t, D, scale, min);
 }
-static void scores_avx512_or_v4(float* s, int ld_s, const float* q, int rows, const float* kt, int keys, int D) {
-  if (D % 16 == 0 && rows >= 4 && keys >= 4) return scores_avx512(s, ld_s, q, rows, kt, keys, D);
-  scores_v4(s, ld_s, q, rows, kt, keys, D);
+static bool scores_blocked(int rows, int keys, int D) { return D % 16 == 0 && rows >= 4 && keys >= 4; }
+static bool accumulate_blocked(int rows, int D) { return D % 16 == 0 && rows >= 4; }
+static void scores_avx512_or_v4(float* s, int ld_s, const float* q, int rows, const float* kt, int keys, int D,
+                                Prefetch* pf) {
+  if (scores_blocked(rows, keys, D)) return scores_avx512(s, ld_s, q, rows, kt, keys, D, pf);
+  scores_v4(s, ld_s, q, rows, kt, keys, D, pf);
 }
-static void accumulate_avx512_or_v4(float* o, const float* p, int ld_p, int rows, const float* vt, int keys, int D) {
-  if (D % 16 == 0 && rows >= 4) return accumulate_avx512(o, p, ld_p, rows, vt, keys, D);
-  accumulate_v4(o, p, ld_p, rows, vt, keys, D);
+static void accumulate_avx512_or_v4(float* o, const float* p, int ld_p, int rows, const float* vt, int keys, int D,
+                                    Prefetch* pf) {
+  if (accumulate_blocked(rows, D)) return accumulate_avx512(o, p, ld_p, rows, vt, keys, D, pf);
+  accumulate_v4(o, p, ld_p, rows, vt, keys, D, pf);
 }
 #endif
 
@@ -372,8 +387,8 @@ static void load_row_avx2_or_v3(float* dst, const void* src, RowType t, int D, f
 // cap it (the tests run every level the machine has this way).
 struct Table {
   void (*load_row)(float*, const void*, RowType, int, float, float);
-  void (*scores)(float*, int, const float*, int, const float*, int, int);
-  void (*accumulate)(float*, const float*, int, int, const float*, int, int);
+  void (*scores)(float*, int, const float*, int, const float*, int, int, Prefetch*);
+  void (*accumulate)(float*, const float*, int, int, const float*, int, int, Prefetch*);
   float (*exp2_sum)(float*, const float*, int, float);
   void (*scale_row)(float*, float, int);
   const char* name;
@@ -410,11 +425,35 @@ const char* isa_name() { return table().name; }
 void load_row(float* dst, const void* src, RowType t, int D, float scale, float min) {
   table().load_row(dst, src, t, D, scale, min);
 }
-void scores(float* s, int ld_s, const float* q, int rows, const float* kt, int keys, int D) {
-  table().scores(s, ld_s, q, rows, kt, keys, D);
+void scores(float* s, int ld_s, const float* q, int rows, const float* kt, int keys, int D, Prefetch* pf) {
+  table().scores(s, ld_s, q, rows, kt, keys, D, pf);
 }
-void accumulate(float* o, const float* p, int ld_p, int rows, const float* vt, int keys, int D) {
-  table().accumulate(o, p, ld_p, rows, vt, keys, D);
+void accumulate(float* o, const float* p, int ld_p, int rows, const float* vt, int keys, int D, Prefetch* pf) {
+  table().accumulate(o, p, ld_p, rows, vt, keys, D, pf);
+}
+
+// The generic loops tick once per (row, 4 keys) and per (row, tail key) in S, per (row, 2 keys) and per
+// (row, tail key) in P V; the AVX-512 kernels once per 4 x 4 block in S and per (4 rows, column block,
+// key) in P V, their tails through the generic loops.
+int tile_ticks(int rows, int keys, int D, int Dv) {
+  auto generic_s = [](int r, int k) { return r * (k / 4 + k % 4); };
+  auto generic_pv = [](int r, int k) { return r * (k / 2 + k % 2); };
+#if defined(PA_CPU_AVX512)
+  if (std::strcmp(table().name, "avx512") == 0) {
+    int t = 0;
+    const int r4 = rows / 4 * 4, k4 = keys / 4 * 4;
+    if (scores_blocked(rows, keys, D))
+      t += (r4 / 4) * (k4 / 4) + generic_s(rows - r4, keys) + (k4 < keys ? generic_s(r4, keys - k4) : 0);
+    else
+      t += generic_s(rows, keys);
+    if (accumulate_blocked(rows, Dv))
+      t += (r4 / 4) * (Dv / 64 + (Dv % 64) / 16) * keys + generic_pv(rows - r4, keys);
+    else
+      t += generic_pv(rows, keys);
+    return t;
+  }
+#endif
+  return generic_s(rows, keys) + generic_pv(rows, keys);
 }
 float exp2_sum(float* p, const float* x, int n, float m) { return table().exp2_sum(p, x, n, m); }
 void scale_row(float* o, float a, int D) { table().scale_row(o, a, D); }

@@ -16,11 +16,53 @@ enum class RowType : int { f16 = 0, bf16 = 1, u8 = 2, fp8 = 3 };
 // oracle's).
 void load_row(float* dst, const void* src, RowType t, int D, float scale, float min);
 
-// s[r * ld_s + k] = dot(q[r * D .. +D), kt[k * D .. +D)) for r < rows, k < keys.
-void scores(float* s, int ld_s, const float* q, int rows, const float* kt, int keys, int D);
+// The next key tile's cache lines, prefetched a few at a time from inside the S and P V loops (tick), so
+// that the memory stream runs under the arithmetic, and into L2 (prefetcht2): a burst of prefetches stalls
+// the core once its miss buffers are taken, and the work after it then runs with the memory idle; into
+// L1, the lines compete with the tile kernels' own f32 rows, which overflow it (bench/NOTES.md, "The cpu
+// backend's prefetch inside the arithmetic").
+struct Prefetch {
+  static constexpr int kRows = 64;
+  const char* row[kRows];
+  int bytes[kRows];
+  int rows = 0, cur = 0, off = 0;
+  int per = 1;  // lines per tick
 
-// o[r * D + d] += sum_k p[r * ld_p + k] * vt[k * D + d] for r < rows.
-void accumulate(float* o, const float* p, int ld_p, int rows, const float* vt, int keys, int D);
+  void clear() { rows = cur = off = 0; }
+  void add(const void* p, int nbytes) {  // a row to prefetch, in order; past kRows: at once
+    if (rows < kRows) {
+      row[rows] = static_cast<const char*>(p);
+      bytes[rows++] = nbytes;
+    } else {
+      for (int b = 0; b < nbytes; b += 64) __builtin_prefetch(static_cast<const char*>(p) + b, 0, 1);
+    }
+  }
+  int lines() const {
+    int n = 0;
+    for (int i = 0; i < rows; ++i) n += (bytes[i] + 63) / 64;
+    return n;
+  }
+  void issue(int n) {
+    for (; n > 0 && cur < rows; --n) {
+      __builtin_prefetch(row[cur] + off, 0, 1);  // (locality 1: prefetcht2)
+      off += 64;
+      if (off >= bytes[cur]) off = 0, ++cur;
+    }
+  }
+  void tick() { issue(per); }
+  void drain() { issue(1 << 30); }
+};
+
+// How many ticks scores() and accumulate() give one tile of `rows` x `keys` at this level (the S and
+// P V loops' block counts): a Prefetch's `per` is its lines over this.
+int tile_ticks(int rows, int keys, int D, int Dv);
+
+// s[r * ld_s + k] = dot(q[r * D .. +D), kt[k * D .. +D)) for r < rows, k < keys; pf (if any) ticks.
+void scores(float* s, int ld_s, const float* q, int rows, const float* kt, int keys, int D, Prefetch* pf = nullptr);
+
+// o[r * D + d] += sum_k p[r * ld_p + k] * vt[k * D + d] for r < rows; pf (if any) ticks.
+void accumulate(float* o, const float* p, int ld_p, int rows, const float* vt, int keys, int D,
+                Prefetch* pf = nullptr);
 
 // p[i] = 2^(x[i] - m) for i < n (x = -inf gives 0); returns the sum. Relative error ~2e-7.
 float exp2_sum(float* p, const float* x, int n, float m);
