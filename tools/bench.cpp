@@ -448,8 +448,9 @@ std::vector<std::vector<double>> time_cpu(const EnqueueCall& run, std::size_t ca
 }
 
 #ifdef PAGEDATTN_WITH_CUDA
-// Captures each (call, set) in one CUDA graph; round r replays set r % sets of every call in turn, each
-// replay timed with events.
+// Captures each (call, set) in one CUDA graph; replay k (round k / calls) runs call k % calls on set
+// k % sets, so that consecutive replays never read the same copy of the caches (each set is reused only
+// every `sets` replays, as with one call); each replay timed with events.
 std::vector<std::vector<double>> time_cuda(const EnqueueCall& run, std::size_t calls, std::size_t sets,
                                            cudaStream_t stream, int warmup, int repeats) {
   std::vector<cudaGraphExec_t> execs(calls * sets, nullptr);  // [call][set]
@@ -485,8 +486,7 @@ std::vector<std::vector<double>> time_cuda(const EnqueueCall& run, std::size_t c
   std::vector<std::vector<double>> us(calls);
   cudaError_t err = cudaEventRecord(ev[0], stream);
   for (std::size_t k = 0; k < n && err == cudaSuccess; ++k) {
-    const std::size_t c = k % calls, r = k / calls;
-    err = cudaGraphLaunch(execs[c * sets + r % sets], stream);
+    err = cudaGraphLaunch(execs[(k % calls) * sets + k % sets], stream);
     if (err == cudaSuccess) err = cudaEventRecord(ev[k + 1], stream);
   }
   if (err == cudaSuccess) err = cudaStreamSynchronize(stream);
@@ -626,6 +626,9 @@ void run_config(const BenchOptions& opt, const Env& env, KVPrecision kv, int bat
   auto check_call = [&](const Call& c) {
     check_finite_out(L[0][0].out, opt.qdtype, static_cast<int64_t>(c.m.num_tokens) * opt.heads * opt.dv());
   };
+  std::vector<std::pair<int, bool>> order;  // (T, tree)
+  for (int T : tokens) order.emplace_back(T, false);
+  for (int T : trees) order.emplace_back(T, true);
   auto emit = [&](const Call& c, const std::vector<double>& us) {
     Row r;
     r.kv = kv_precision_name(kv);
@@ -638,7 +641,7 @@ void run_config(const BenchOptions& opt, const Env& env, KVPrecision kv, int bat
     r.value_head_size = opt.dv();
     r.group = opt.heads / opt.kv_heads;
     r.tree = c.tree;
-    r.interleaved = opt.interleave;
+    r.interleaved = opt.interleave && order.size() > 1;
     r.us = median(us);
     r.us_min = *std::min_element(us.begin(), us.end());
     if (!c.tree && c.T == tokens.front()) us_t1 = r.us;
@@ -656,9 +659,6 @@ void run_config(const BenchOptions& opt, const Env& env, KVPrecision kv, int bat
                   r.ratio, r.bytes.total() / 1e6, r.gbs, r.pct);
     std::fflush(stdout);
   };
-  std::vector<std::pair<int, bool>> order;  // (T, tree)
-  for (int T : tokens) order.emplace_back(T, false);
-  for (int T : trees) order.emplace_back(T, true);
   if (!opt.interleave) {  // one call at a time: its plans, its replays, its row
     for (const auto& [T, tree] : order) {
       const Call c = make_call(T, tree);
@@ -1304,7 +1304,7 @@ int run_bench(const BenchOptions& opt) {
               opt.heads, opt.kv_heads, opt.head_size, opt.layers, opt.block_size, dtype_name(opt.qdtype),
               kvlist.c_str(), opt.fill.c_str(), opt.repeats,
               opt.backend == Backend::cuda ? ", one CUDA graph of all layers per replay" : ", wall clock",
-              opt.interleave ? ", a configuration's T rows in rotation (--interleave)" : "");
+              opt.interleave ? ", seed/batch/sweep: a configuration's T rows in rotation (--interleave)" : "");
   std::printf("read ceiling: %.1f GB/s (%s)\n", env.ceiling_gbs, env.ceiling_method.c_str());
   std::printf("bytes moved per layer and sequence, ctx = L + T: K+V ctx*Hk*D*2*sizeof(kv)"
               " + u8 scale/min ctx*Hk*2*2*2 + Q T*H*D*sizeof(q) + O T*H*D*sizeof(q) + new K/V T*Hk*D*2*sizeof(q)\n");
@@ -1375,7 +1375,7 @@ int run_bench(const BenchOptions& opt) {
                    {"lse", opt.lse},
                    {"timing", std::string(opt.backend == Backend::cuda ? "median of CUDA graph replays (cudaEvent)"
                                                                        : "median wall clock") +
-                                  (opt.interleave ? "; each configuration's rows in rotation (--interleave)" : "")}};
+                                  (opt.interleave ? "; seed, batch and sweep: each configuration's rows in rotation (--interleave)" : "")}};
     j["bytes_formula"] = {
         {"kv", "ctx*Hk*(D+Dv)*sizeof(kv), ctx = L+T"}, {"kv_params", "u8: ctx*Hk*2*2*sizeof(f16)"},
         {"q", "T*H*D*sizeof(q)"}, {"o", "T*H*Dv*sizeof(q)"}, {"new_kv", "T*Hk*(D+Dv)*sizeof(q)"},

@@ -297,12 +297,16 @@ class CpuPlan final : public PlanImpl {
   // stalled the loads and the arithmetic ran with the memory idle: f16 32k T = 1 took the time of the
   // loads alone plus the arithmetic alone (bench/NOTES.md, "The cpu backend's prefetch inside the arithmetic").
   void plan_prefetch(cpu::Prefetch& pf, const Params& p, int s, int hk, int j0, int n, int rows, int keys) const {
+    static_assert(2 * kTile <= cpu::Prefetch::kRows, "a tile's K and V rows fit the prefetch list");
     pf.clear();
     const int64_t es = static_cast<int64_t>(dtype_size(p.cache.key.dtype)), kbytes = D_ * es, vbytes = Dv_ * es;
+    int64_t rows_at[kTile];
+    for (int k = 0; k < n; ++k) rows_at[k] = cache_row(p, s, j0 + k, hk);
     for (int which = 0; which < 2; ++which)
       for (int k = 0; k < n; ++k) {
-        const int64_t row = cache_row(p, s, j0 + k, hk), rb = which ? vbytes : kbytes;
-        pf.add(static_cast<const char*>(which ? p.cache.value.data : p.cache.key.data) + row * rb, static_cast<int>(rb));
+        const int64_t rb = which ? vbytes : kbytes;
+        pf.add(static_cast<const char*>(which ? p.cache.value.data : p.cache.key.data) + rows_at[k] * rb,
+               static_cast<int>(rb));
       }
     const int ticks = std::max(1, cpu::tile_ticks(rows, keys, D_, Dv_));
     pf.per = std::max(1, (pf.lines() + ticks - 1) / ticks);
