@@ -162,6 +162,7 @@ class CpuPlan final : public PlanImpl {
     // row access of the tile kernels could split two cache lines, by the heap's state (bf16 T = 8 at 8k:
     // 28-30 ms aligned, 35-39 ms as it fell; bench/NOTES.md, "The cpu backend's scratch alignment")
     scratch_stride_ = (scratch_stride_ + 1023) / 1024 * 1024;
+    zeros_.assign(static_cast<size_t>(std::max(D_, Dv_)), 0);
     scratch_.assign(scratch_stride_ * threads_ + 1024, 0.0f);
   }
 
@@ -339,6 +340,14 @@ class CpuPlan final : public PlanImpl {
     std::fill(o, o + static_cast<size_t>(rows_k) * Dv_, 0.0f);
     const float* alibi = p.alibi_slopes.present() ? p.alibi_slopes.ptr<const float>() : nullptr;
     const uint8_t* qq = p.qq_bias.present() ? p.qq_bias.ptr<const uint8_t>() + p.qq_bias_begins.ptr<const int32_t>()[s] : nullptr;
+    // 4 rows of an f16 or bf16 cache (not in the invariant mode, whose rows must run one path whatever
+    // their count): S and P V straight from the cache rows (cpu::scores_direct)
+    const KVPrecision kvp = p.cache.precision();
+    const cpu::RowType rt = kvp == KVPrecision::bf16 ? cpu::RowType::bf16 : cpu::RowType::f16;
+    const bool direct = !invariant_ && (kvp == KVPrecision::f16 || kvp == KVPrecision::bf16) &&
+                        cpu::has_direct(rt, rows_k, D_, Dv_);
+    const void* krow[kTile];
+    const void* vrow[kTile];
     // Tiles of kTile keys from the item's first key; invariant: on the absolute kTile grid and always
     // kTile wide, the keys [a, b) of the item loaded and the rest of the tile zero (and masked below)
     cpu::Prefetch pf;
@@ -353,8 +362,18 @@ class CpuPlan final : public PlanImpl {
         load_tile(p, s, it.hk, a, b - a, value, dst + static_cast<size_t>(a - j0) * dd);
         if (j0 + n > b) std::fill(dst + static_cast<size_t>(b - j0) * dd, dst + static_cast<size_t>(n) * dd, 0.0f);
       };
-      load(false, kt);
-      cpu::scores(sc, kTile, q, rows_k, kt, n, D_, &pf);
+      if (direct) {  // the rows' addresses (keys outside [a, b): zeros)
+        for (int k = 0; k < n; ++k) {
+          const int j = j0 + k;
+          const int64_t row = j >= a && j < b ? cache_row(p, s, j, it.hk) : -1;
+          krow[k] = row < 0 ? zeros_.data() : p.cache.key.ptr<const uint16_t>() + row * D_;
+          vrow[k] = row < 0 ? zeros_.data() : p.cache.value.ptr<const uint16_t>() + row * Dv_;
+        }
+        cpu::scores_direct(sc, kTile, q, rows_k, krow, rt, n, D_, &pf);
+      } else {
+        load(false, kt);
+        cpu::scores(sc, kTile, q, rows_k, kt, n, D_, &pf);
+      }
       // masks (causal, window, tree), ALiBi, online softmax. An interior tile (every key visible to
       // every row: before the first row's causal limit, inside the last row's window, in the cached
       // prefix when there is a tree) without ALiBi needs only the row max.
@@ -394,8 +413,12 @@ class CpuPlan final : public PlanImpl {
         l[r] += cpu::exp2_sum(sr, sr, n, m[r]);
       }
       if (!any) continue;
-      load(true, vt);
-      cpu::accumulate(o, sc, kTile, rows_k, vt, n, Dv_, &pf);
+      if (direct) {
+        cpu::accumulate_direct(o, sc, kTile, rows_k, vrow, rt, n, Dv_, &pf);
+      } else {
+        load(true, vt);
+        cpu::accumulate(o, sc, kTile, rows_k, vt, n, Dv_, &pf);
+      }
     }
     if (c.parts > 1) {  // partial: (m, l, O) per row
       float* dst = partials_.data() + static_cast<size_t>(c.slot + it.hk * c.parts + it.p) * kMaxRows * (Dv_ + 2);
@@ -522,6 +545,7 @@ class CpuPlan final : public PlanImpl {
   std::vector<int64_t> score_base_;                 // scores: offset of each sequence
   std::vector<float> partials_, row_stats_, scratch_;
   size_t scratch_stride_ = 0;
+  std::vector<uint16_t> zeros_;  // a cache row of zeros (f16, bf16), for keys of a tile outside its item
 };
 }  // namespace
 

@@ -206,9 +206,33 @@ PA_CPU_LEVEL(v4, __attribute__((target("arch=x86-64-v4"))))
 // AVX-512 register blocks (where the CPU has it; D a multiple of 16, rows and keys in fours, tails
 // through the generic loops): 4 rows x 4 keys of S per pass over D, 16 accumulators, 8 loads per 16
 // FMAs; O += P V on 4 rows x 64 columns, 16 accumulators across the tile's keys, 8 loads per 16 FMAs.
-__attribute__((target("avx512f"))) static void scores_avx512(float* s, int ld_s, const float* q, int rows,
-                                                             const float* kt, int keys, int D, Prefetch* pf) {
-  const int r4 = rows / 4 * 4, k4 = keys / 4 * 4;
+// The K and V elements come from the f32 tiles (kF32) or, for the decode without tiles, straight from
+// f16 / bf16 cache rows (RowType), 16 at a time.
+constexpr int kF32 = -1;
+template <int T>
+__attribute__((target("avx512f,avx512bw"))) static inline __m512 row16(const void* row, int d) {
+  if constexpr (T == kF32) {
+    return _mm512_loadu_ps(static_cast<const float*>(row) + d);
+  } else {
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(row) + d));
+    if constexpr (T == static_cast<int>(RowType::f16)) return _mm512_cvtph_ps(x);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(x), 16));  // bf16
+  }
+}
+struct TileRows {  // rows of an f32 tile
+  const float* base;
+  int ld;
+  const void* operator[](int k) const { return base + static_cast<int64_t>(k) * ld; }
+};
+struct CacheRows {  // one pointer per key
+  const void* const* row;
+  const void* operator[](int k) const { return row[k]; }
+};
+
+// S for rows [0, r4) x keys [0, k4) in 4 x 4 blocks.
+template <int T, class Rows>
+__attribute__((target("avx512f,avx512bw"))) static void scores_blocks(float* s, int ld_s, const float* q, int r4,
+                                                                     Rows kr, int k4, int D, Prefetch* pf) {
   for (int r = 0; r < r4; r += 4)
     for (int k = 0; k < k4; k += 4) {
       if (pf) pf->tick();
@@ -218,7 +242,7 @@ __attribute__((target("avx512f"))) static void scores_avx512(float* s, int ld_s,
       for (int d = 0; d < D; d += 16) {
         __m512 qv[4], kv[4];
         for (int i = 0; i < 4; ++i) qv[i] = _mm512_loadu_ps(q + static_cast<int64_t>(r + i) * D + d);
-        for (int j = 0; j < 4; ++j) kv[j] = _mm512_loadu_ps(kt + static_cast<int64_t>(k + j) * D + d);
+        for (int j = 0; j < 4; ++j) kv[j] = row16<T>(kr[k + j], d);
         for (int i = 0; i < 4; ++i)
           for (int j = 0; j < 4; ++j) acc[i][j] = _mm512_fmadd_ps(qv[i], kv[j], acc[i][j]);
       }
@@ -236,14 +260,12 @@ __attribute__((target("avx512f"))) static void scores_avx512(float* s, int ld_s,
         _mm_storeu_ps(s + static_cast<int64_t>(r + i) * ld_s + k, sum);
       }
     }
-  if (r4 < rows)
-    scores_v4(s + static_cast<int64_t>(r4) * ld_s, ld_s, q + static_cast<int64_t>(r4) * D, rows - r4, kt, keys, D, pf);
-  if (k4 < keys && r4 > 0) scores_v4(s + k4, ld_s, q, r4, kt + static_cast<int64_t>(k4) * D, keys - k4, D, pf);
 }
 
-__attribute__((target("avx512f"))) static void accumulate_avx512(float* o, const float* p, int ld_p, int rows,
-                                                                 const float* vt, int keys, int D, Prefetch* pf) {
-  const int r4 = rows / 4 * 4;
+// O += P V for rows [0, r4) in 4-row blocks, over every key.
+template <int T, class Rows>
+__attribute__((target("avx512f,avx512bw"))) static void accumulate_blocks(float* o, const float* p, int ld_p, int r4,
+                                                                         Rows vr, int keys, int D, Prefetch* pf) {
   for (int r = 0; r < r4; r += 4) {
     int d0 = 0;
     for (; d0 + 64 <= D; d0 += 64) {
@@ -253,7 +275,7 @@ __attribute__((target("avx512f"))) static void accumulate_avx512(float* o, const
       for (int k = 0; k < keys; ++k) {
         if (pf) pf->tick();
         __m512 v[4];
-        for (int c = 0; c < 4; ++c) v[c] = _mm512_loadu_ps(vt + static_cast<int64_t>(k) * D + d0 + 16 * c);
+        for (int c = 0; c < 4; ++c) v[c] = row16<T>(vr[k], d0 + 16 * c);
         for (int i = 0; i < 4; ++i) {
           const __m512 pk = _mm512_set1_ps(p[static_cast<int64_t>(r + i) * ld_p + k]);
           for (int c = 0; c < 4; ++c) acc[i][c] = _mm512_fmadd_ps(pk, v[c], acc[i][c]);
@@ -267,14 +289,46 @@ __attribute__((target("avx512f"))) static void accumulate_avx512(float* o, const
       for (int i = 0; i < 4; ++i) acc[i] = _mm512_loadu_ps(o + static_cast<int64_t>(r + i) * D + d0);
       for (int k = 0; k < keys; ++k) {
         if (pf) pf->tick();
-        const __m512 v = _mm512_loadu_ps(vt + static_cast<int64_t>(k) * D + d0);
+        const __m512 v = row16<T>(vr[k], d0);
         for (int i = 0; i < 4; ++i) acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(p[static_cast<int64_t>(r + i) * ld_p + k]), v, acc[i]);
       }
       for (int i = 0; i < 4; ++i) _mm512_storeu_ps(o + static_cast<int64_t>(r + i) * D + d0, acc[i]);
     }
   }
+}
+
+__attribute__((target("avx512f"))) static void scores_avx512(float* s, int ld_s, const float* q, int rows,
+                                                             const float* kt, int keys, int D, Prefetch* pf) {
+  const int r4 = rows / 4 * 4, k4 = keys / 4 * 4;
+  scores_blocks<kF32>(s, ld_s, q, r4, TileRows{kt, D}, k4, D, pf);
+  if (r4 < rows)
+    scores_v4(s + static_cast<int64_t>(r4) * ld_s, ld_s, q + static_cast<int64_t>(r4) * D, rows - r4, kt, keys, D, pf);
+  if (k4 < keys && r4 > 0) scores_v4(s + k4, ld_s, q, r4, kt + static_cast<int64_t>(k4) * D, keys - k4, D, pf);
+}
+
+__attribute__((target("avx512f"))) static void accumulate_avx512(float* o, const float* p, int ld_p, int rows,
+                                                                 const float* vt, int keys, int D, Prefetch* pf) {
+  const int r4 = rows / 4 * 4;
+  accumulate_blocks<kF32>(o, p, ld_p, r4, TileRows{vt, D}, keys, D, pf);
   if (r4 < rows)
     accumulate_v4(o + static_cast<int64_t>(r4) * D, p + static_cast<int64_t>(r4) * ld_p, ld_p, rows - r4, vt, keys, D, pf);
+}
+
+// The decode without f32 tiles (tile.h): the blocks on the cache rows; the last keys' S one (row, key) at
+// a time.
+template <int T>
+__attribute__((target("avx512f,avx512bw"))) static void scores_direct_avx512(float* s, int ld_s, const float* q, int rows,
+                                                                            const void* const* krow, int keys, int D,
+                                                                            Prefetch* pf) {
+  const int k4 = keys / 4 * 4;
+  scores_blocks<T>(s, ld_s, q, rows, CacheRows{krow}, k4, D, pf);
+  for (int r = 0; r < rows; ++r)
+    for (int k = k4; k < keys; ++k) {
+      if (pf) pf->tick();
+      __m512 acc = _mm512_setzero_ps();
+      for (int d = 0; d < D; d += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + static_cast<int64_t>(r) * D + d), row16<T>(krow[k], d), acc);
+      s[static_cast<int64_t>(r) * ld_s + k] = _mm512_reduce_add_ps(acc);
+    }
 }
 
 #pragma GCC diagnostic pop
@@ -430,6 +484,35 @@ void scores(float* s, int ld_s, const float* q, int rows, const float* kt, int k
 }
 void accumulate(float* o, const float* p, int ld_p, int rows, const float* vt, int keys, int D, Prefetch* pf) {
   table().accumulate(o, p, ld_p, rows, vt, keys, D, pf);
+}
+
+bool has_direct(RowType t, int rows, int D, int Dv) {
+#if defined(PA_CPU_AVX512)
+  return std::strcmp(table().name, "avx512") == 0 && (t == RowType::f16 || t == RowType::bf16) && rows == 4 &&
+         D % 16 == 0 && Dv % 16 == 0;
+#else
+  (void)t, (void)rows, (void)D, (void)Dv;
+  return false;
+#endif
+}
+void scores_direct(float* s, int ld_s, const float* q, int rows, const void* const* krow, RowType t, int keys, int D,
+                   Prefetch* pf) {
+#if defined(PA_CPU_AVX512)
+  if (t == RowType::bf16) return scores_direct_avx512<static_cast<int>(RowType::bf16)>(s, ld_s, q, rows, krow, keys, D, pf);
+  return scores_direct_avx512<static_cast<int>(RowType::f16)>(s, ld_s, q, rows, krow, keys, D, pf);
+#else
+  (void)s, (void)ld_s, (void)q, (void)rows, (void)krow, (void)t, (void)keys, (void)D, (void)pf;
+#endif
+}
+void accumulate_direct(float* o, const float* p, int ld_p, int rows, const void* const* vrow, RowType t, int keys,
+                       int Dv, Prefetch* pf) {
+#if defined(PA_CPU_AVX512)
+  if (t == RowType::bf16)
+    return accumulate_blocks<static_cast<int>(RowType::bf16)>(o, p, ld_p, rows, CacheRows{vrow}, keys, Dv, pf);
+  return accumulate_blocks<static_cast<int>(RowType::f16)>(o, p, ld_p, rows, CacheRows{vrow}, keys, Dv, pf);
+#else
+  (void)o, (void)p, (void)ld_p, (void)rows, (void)vrow, (void)t, (void)keys, (void)Dv, (void)pf;
+#endif
 }
 
 // The generic loops tick once per (row, 4 keys) and per (row, tail key) in S, per (row, 2 keys) and per
