@@ -162,7 +162,11 @@ class CpuPlan final : public PlanImpl {
     // row access of the tile kernels could split two cache lines, by the heap's state (bf16 T = 8 at 8k:
     // 28-30 ms aligned, 35-39 ms as it fell; bench/NOTES.md, "The cpu backend's scratch alignment")
     scratch_stride_ = (scratch_stride_ + 1023) / 1024 * 1024;
-    zeros_.assign(static_cast<size_t>(std::max(D_, Dv_)), 0);
+    // decodes of 4 rows on f16/bf16 caches without the f32 tiles (tile.h; never in the invariant mode,
+    // where a row must run the same arithmetic whatever its chunk's row count)
+    const KVPrecision kvp = p.cache.precision();
+    direct_ok_ = !invariant_ && (kvp == KVPrecision::f16 || kvp == KVPrecision::bf16) &&
+                 cpu::has_direct(kvp == KVPrecision::bf16 ? cpu::RowType::bf16 : cpu::RowType::f16, 4, D_, Dv_);
     scratch_.assign(scratch_stride_ * threads_ + 1024, 0.0f);
   }
 
@@ -342,10 +346,8 @@ class CpuPlan final : public PlanImpl {
     const uint8_t* qq = p.qq_bias.present() ? p.qq_bias.ptr<const uint8_t>() + p.qq_bias_begins.ptr<const int32_t>()[s] : nullptr;
     // 4 rows of an f16 or bf16 cache (not in the invariant mode, whose rows must run one path whatever
     // their count): S and P V straight from the cache rows (cpu::scores_direct)
-    const KVPrecision kvp = p.cache.precision();
-    const cpu::RowType rt = kvp == KVPrecision::bf16 ? cpu::RowType::bf16 : cpu::RowType::f16;
-    const bool direct = !invariant_ && (kvp == KVPrecision::f16 || kvp == KVPrecision::bf16) &&
-                        cpu::has_direct(rt, rows_k, D_, Dv_);
+    const cpu::RowType rt = p.cache.precision() == KVPrecision::bf16 ? cpu::RowType::bf16 : cpu::RowType::f16;
+    const bool direct = direct_ok_ && rows_k == 4;
     const void* krow[kTile];
     const void* vrow[kTile];
     // Tiles of kTile keys from the item's first key; invariant: on the absolute kTile grid and always
@@ -362,12 +364,11 @@ class CpuPlan final : public PlanImpl {
         load_tile(p, s, it.hk, a, b - a, value, dst + static_cast<size_t>(a - j0) * dd);
         if (j0 + n > b) std::fill(dst + static_cast<size_t>(b - j0) * dd, dst + static_cast<size_t>(n) * dd, 0.0f);
       };
-      if (direct) {  // the rows' addresses (keys outside [a, b): zeros)
+      if (direct) {  // the rows' addresses (not invariant: the tile is keys [a, b), a = j0, b = j0 + n)
         for (int k = 0; k < n; ++k) {
-          const int j = j0 + k;
-          const int64_t row = j >= a && j < b ? cache_row(p, s, j, it.hk) : -1;
-          krow[k] = row < 0 ? zeros_.data() : p.cache.key.ptr<const uint16_t>() + row * D_;
-          vrow[k] = row < 0 ? zeros_.data() : p.cache.value.ptr<const uint16_t>() + row * Dv_;
+          const int64_t row = cache_row(p, s, j0 + k, it.hk);
+          krow[k] = p.cache.key.ptr<const uint16_t>() + row * D_;
+          vrow[k] = p.cache.value.ptr<const uint16_t>() + row * Dv_;
         }
         cpu::scores_direct(sc, kTile, q, rows_k, krow, rt, n, D_, &pf);
       } else {
@@ -535,6 +536,7 @@ class CpuPlan final : public PlanImpl {
   Params planned_;
   bool reference_ = false;
   bool invariant_ = false;  // Options::deterministic: see kInvariantPart
+  bool direct_ok_ = false;  // 4-row chunks skip the f32 tiles (cpu::has_direct)
   int threads_ = 1, num_seqs_ = 0, H_ = 0, Hk_ = 0, G_ = 1, D_ = 0, Dv_ = 0;  // D: queries, keys; Dv: values, out
   std::vector<int32_t> past_, begins_;
   std::vector<int32_t> qpos0_;  // each sequence's first new token's position (past_len, or new_token_positions)
@@ -545,7 +547,6 @@ class CpuPlan final : public PlanImpl {
   std::vector<int64_t> score_base_;                 // scores: offset of each sequence
   std::vector<float> partials_, row_stats_, scratch_;
   size_t scratch_stride_ = 0;
-  std::vector<uint16_t> zeros_;  // a cache row of zeros (f16, bf16), for keys of a tile outside its item
 };
 }  // namespace
 

@@ -210,7 +210,7 @@ PA_CPU_LEVEL(v4, __attribute__((target("arch=x86-64-v4"))))
 // f16 / bf16 cache rows (RowType), 16 at a time.
 constexpr int kF32 = -1;
 template <int T>
-__attribute__((target("avx512f,avx512bw"))) static inline __m512 row16(const void* row, int d) {
+__attribute__((target("avx512f"))) static inline __m512 row16(const void* row, int d) {
   if constexpr (T == kF32) {
     return _mm512_loadu_ps(static_cast<const float*>(row) + d);
   } else {
@@ -231,7 +231,7 @@ struct CacheRows {  // one pointer per key
 
 // S for rows [0, r4) x keys [0, k4) in 4 x 4 blocks.
 template <int T, class Rows>
-__attribute__((target("avx512f,avx512bw"))) static void scores_blocks(float* s, int ld_s, const float* q, int r4,
+__attribute__((target("avx512f"))) static void scores_blocks(float* s, int ld_s, const float* q, int r4,
                                                                      Rows kr, int k4, int D, Prefetch* pf) {
   for (int r = 0; r < r4; r += 4)
     for (int k = 0; k < k4; k += 4) {
@@ -264,7 +264,7 @@ __attribute__((target("avx512f,avx512bw"))) static void scores_blocks(float* s, 
 
 // O += P V for rows [0, r4) in 4-row blocks, over every key.
 template <int T, class Rows>
-__attribute__((target("avx512f,avx512bw"))) static void accumulate_blocks(float* o, const float* p, int ld_p, int r4,
+__attribute__((target("avx512f"))) static void accumulate_blocks(float* o, const float* p, int ld_p, int r4,
                                                                          Rows vr, int keys, int D, Prefetch* pf) {
   for (int r = 0; r < r4; r += 4) {
     int d0 = 0;
@@ -317,7 +317,7 @@ __attribute__((target("avx512f"))) static void accumulate_avx512(float* o, const
 // The decode without f32 tiles (tile.h): the blocks on the cache rows; the last keys' S one (row, key) at
 // a time.
 template <int T>
-__attribute__((target("avx512f,avx512bw"))) static void scores_direct_avx512(float* s, int ld_s, const float* q, int rows,
+__attribute__((target("avx512f"))) static void scores_direct_avx512(float* s, int ld_s, const float* q, int rows,
                                                                             const void* const* krow, int keys, int D,
                                                                             Prefetch* pf) {
   const int k4 = keys / 4 * 4;
@@ -517,7 +517,8 @@ void accumulate_direct(float* o, const float* p, int ld_p, int rows, const void*
 
 // The generic loops tick once per (row, 4 keys) and per (row, tail key) in S, per (row, 2 keys) and per
 // (row, tail key) in P V; the AVX-512 kernels once per 4 x 4 block in S and per (4 rows, column block,
-// key) in P V, their tails through the generic loops.
+// key) in P V, their tails through the generic loops (the decode without tiles: its S tail once per
+// (row, key), the same count).
 int tile_ticks(int rows, int keys, int D, int Dv) {
   auto generic_s = [](int r, int k) { return r * (k / 4 + k % 4); };
   auto generic_pv = [](int r, int k) { return r * (k / 2 + k % 2); };

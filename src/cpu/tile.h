@@ -74,7 +74,7 @@ void scale_row(float* o, float a, int D);
 // of 4 query rows at the AVX-512 level (has_direct): each key's elements converted in registers once, as
 // the tiles do, minus the tiles' stores and loads (at 8 rows each key would be converted twice, and the
 // tiles were faster; u8 was level; bench/NOTES.md, "The cpu backend's decode without f32 tiles"). krow
-// and vrow give each key's row; keys outside the call point at zeros. The blocked kernels' ticks.
+// and vrow give each key's row. The blocked kernels' ticks.
 bool has_direct(RowType t, int rows, int D, int Dv);
 void scores_direct(float* s, int ld_s, const float* q, int rows, const void* const* krow, RowType t, int keys, int D,
                    Prefetch* pf);
