@@ -488,7 +488,7 @@ void accumulate(float* o, const float* p, int ld_p, int rows, const float* vt, i
 
 bool has_direct(RowType t, int rows, int D, int Dv) {
 #if defined(PA_CPU_AVX512)
-  return std::strcmp(table().name, "avx512") == 0 && (t == RowType::f16 || t == RowType::bf16) && rows == 4 &&
+  return table().scores == scores_avx512_or_v4 && (t == RowType::f16 || t == RowType::bf16) && rows == 4 &&
          D % 16 == 0 && Dv % 16 == 0;
 #else
   (void)t, (void)rows, (void)D, (void)Dv;
@@ -523,7 +523,7 @@ int tile_ticks(int rows, int keys, int D, int Dv) {
   auto generic_s = [](int r, int k) { return r * (k / 4 + k % 4); };
   auto generic_pv = [](int r, int k) { return r * (k / 2 + k % 2); };
 #if defined(PA_CPU_AVX512)
-  if (std::strcmp(table().name, "avx512") == 0) {
+  if (table().scores == scores_avx512_or_v4) {
     int t = 0;
     const int r4 = rows / 4 * 4, k4 = keys / 4 * 4;
     if (scores_blocked(rows, keys, D))
