@@ -294,6 +294,101 @@ TEST(Numeric, Fp8RowConversionMatchesTheDecodeForEveryCode) {
   }
 }
 
+// The cpu backend's decode without f32 tiles (cpu::scores_direct / accumulate_direct, 4 rows at the
+// AVX-512 level) against the tile kernels on load_row's f32 rows: f16 and bf16 bit for bit (the same
+// conversion and sums; S's last keys past the 4-key blocks within roundings: the tails sum in another
+// order); fp8, whose direct rows are the values / 2^8 with 2^8 x the scale folded into q
+// and o, within a few f32 roundings of the sum of |products|, NaN codes giving NaN in the same places.
+// Every code appears in the fp8 keys; 35 keys take the 4-key blocks and the tail.
+TEST(Numeric, DirectDecodeMatchesTheTiles) {
+  constexpr int rows = 4, keys = 35;
+  for (cpu::RowType t : {cpu::RowType::f16, cpu::RowType::bf16, cpu::RowType::fp8}) {
+    for (int D : {256, 64}) {
+      if (!cpu::has_direct(t, rows, D, D))
+        GTEST_SKIP() << "no decode without tiles at this level (" << cpu::isa_name() << ")";
+      const uint64_t seed = base_seed() + static_cast<uint64_t>(t) * 1000 + static_cast<uint64_t>(D);
+      SCOPED_TRACE("seed " + std::to_string(seed) + " type " + std::to_string(static_cast<int>(t)) + " D " +
+                   std::to_string(D));
+      std::mt19937_64 rng(seed);
+      std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+      const bool fp8 = t == cpu::RowType::fp8;
+      const int es = fp8 ? 1 : 2;
+      std::vector<uint8_t> kc(static_cast<size_t>(keys) * D * es), vc(kc.size());
+      for (size_t i = 0; i < kc.size() / es; ++i) {
+        for (std::vector<uint8_t>* c : {&kc, &vc}) {
+          if (fp8) {  // every code, NaN codes taken out here and put into keys 5 and 22 below
+            uint8_t code = static_cast<uint8_t>((i + rng() % 2 * 128) & 0xff);
+            if ((code & 0x7f) == 0x7f) code = static_cast<uint8_t>(code - 1);
+            (*c)[i] = code;
+          } else {
+            const float x = u(rng);
+            const uint16_t b = t == cpu::RowType::f16 ? num::f32_to_f16_bits(x) : num::f32_to_bf16_bits(x);
+            std::memcpy(c->data() + 2 * i, &b, 2);
+          }
+        }
+      }
+      if (fp8) {
+        kc[static_cast<size_t>(5) * D + 7] = 0x7f;
+        vc[static_cast<size_t>(22) * D + static_cast<size_t>(D) - 1] = 0xff;
+      }
+      const float ksc = fp8 ? 0.37f : 1.0f, vsc = fp8 ? 3.1f : 1.0f;
+      std::vector<float> q(static_cast<size_t>(rows) * D), qd(q.size()), p(static_cast<size_t>(rows) * keys);
+      for (size_t i = 0; i < q.size(); ++i) {
+        q[i] = u(rng);
+        qd[i] = fp8 ? q[i] * 256.0f * ksc : q[i];
+      }
+      for (size_t i = 0; i < p.size(); ++i) p[i] = i % 7 == 3 ? 0.0f : std::abs(u(rng)) / 2;
+      // the tiles
+      std::vector<float> kt(static_cast<size_t>(keys) * D), vt(kt.size());
+      std::vector<const void*> krow(keys), vrow(keys);
+      for (int k = 0; k < keys; ++k) {
+        krow[static_cast<size_t>(k)] = kc.data() + static_cast<size_t>(k) * D * es;
+        vrow[static_cast<size_t>(k)] = vc.data() + static_cast<size_t>(k) * D * es;
+        cpu::load_row(kt.data() + static_cast<size_t>(k) * D, krow[static_cast<size_t>(k)], t, D, ksc, 0.0f);
+        cpu::load_row(vt.data() + static_cast<size_t>(k) * D, vrow[static_cast<size_t>(k)], t, D, vsc, 0.0f);
+      }
+      std::vector<float> st(static_cast<size_t>(rows) * keys, NAN), sd(st), ot(static_cast<size_t>(rows) * D, 0.0f),
+          od(ot);
+      cpu::scores(st.data(), keys, q.data(), rows, kt.data(), keys, D);
+      cpu::scores_direct(sd.data(), keys, qd.data(), rows, krow.data(), t, keys, D, nullptr);
+      cpu::accumulate(ot.data(), p.data(), keys, rows, vt.data(), keys, D);
+      cpu::accumulate_direct(od.data(), p.data(), keys, rows, vrow.data(), t, keys, D, nullptr);
+      if (fp8)
+        for (float& x : od) x = x * 256.0f * vsc;
+      for (int r = 0; r < rows; ++r) {
+        for (int k = 0; k < keys; ++k) {
+          const size_t i = static_cast<size_t>(r) * keys + k;
+          double mag = 0;  // sum of |q k|
+          for (int d = 0; d < D; ++d)
+            mag += std::abs(static_cast<double>(q[static_cast<size_t>(r) * D + d]) * kt[static_cast<size_t>(k) * D + d]);
+          if (fp8 && k == 5) {
+            ASSERT_TRUE(std::isnan(sd[i]) && std::isnan(st[i])) << "row " << r << ": a NaN key code gives NaN";
+            continue;
+          }
+          if (fp8 || k >= keys / 4 * 4)
+            ASSERT_LE(std::abs(sd[i] - st[i]), 1e-6 * mag) << "S row " << r << " key " << k;
+          else
+            ASSERT_EQ(to_bits(sd[i]), to_bits(st[i])) << "S row " << r << " key " << k;
+        }
+        for (int d = 0; d < D; ++d) {
+          const size_t i = static_cast<size_t>(r) * D + d;
+          double mag = 0;  // sum of |p v|
+          for (int k = 0; k < keys; ++k)
+            mag += std::abs(static_cast<double>(p[static_cast<size_t>(r) * keys + k]) * vt[static_cast<size_t>(k) * D + d]);
+          if (fp8 && d == D - 1 && p[static_cast<size_t>(r) * keys + 22] != 0.0f) {
+            ASSERT_TRUE(std::isnan(od[i]) && std::isnan(ot[i])) << "row " << r << ": a NaN value code gives NaN";
+            continue;
+          }
+          if (fp8)
+            ASSERT_LE(std::abs(od[i] - ot[i]), 1e-6 * mag) << "O row " << r << " column " << d;
+          else
+            ASSERT_EQ(to_bits(od[i]), to_bits(ot[i])) << "O row " << r << " column " << d;
+        }
+      }
+    }
+  }
+}
+
 // The cpu backend's f16 row conversion (cpu::load_row: vcvtph2ps 8 or 16 at a time at the AVX2 / AVX-512
 // levels for D a multiple of 8 / 16, else the scalar loop) against the bit-level decode, for every f16
 // bit pattern: subnormals, infinities and NaNs included.

@@ -162,11 +162,9 @@ class CpuPlan final : public PlanImpl {
     // row access of the tile kernels could split two cache lines, by the heap's state (bf16 T = 8 at 8k:
     // 28-30 ms aligned, 35-39 ms as it fell; bench/NOTES.md, "The cpu backend's scratch alignment")
     scratch_stride_ = (scratch_stride_ + 1023) / 1024 * 1024;
-    // decodes of 4 rows on f16/bf16 caches without the f32 tiles (tile.h; never in the invariant mode,
-    // where a row must run the same arithmetic whatever its chunk's row count)
-    const KVPrecision kvp = p.cache.precision();
-    direct_ok_ = !invariant_ && (kvp == KVPrecision::f16 || kvp == KVPrecision::bf16) &&
-                 cpu::has_direct(kvp == KVPrecision::bf16 ? cpu::RowType::bf16 : cpu::RowType::f16, 4, D_, Dv_);
+    // decodes of 4 rows on f16/bf16/fp8 caches without the f32 tiles (tile.h; never in the invariant
+    // mode, where a row must run the same arithmetic whatever its chunk's row count)
+    direct_ok_ = !invariant_ && cpu::has_direct(row_type(p.cache.precision()), 4, D_, Dv_);
     scratch_.assign(scratch_stride_ * threads_ + 1024, 0.0f);
   }
 
@@ -274,14 +272,18 @@ class CpuPlan final : public PlanImpl {
     }
   }
 
+  static cpu::RowType row_type(KVPrecision kv) {
+    return kv == KVPrecision::f16    ? cpu::RowType::f16
+           : kv == KVPrecision::bf16 ? cpu::RowType::bf16
+           : kv == KVPrecision::fp8  ? cpu::RowType::fp8
+                                     : cpu::RowType::u8;
+  }
+
   // Keys [j0, j0 + n) of item's sequence and kv head -> f32 rows of `dst` (K or V).
   void load_tile(const Params& p, int s, int hk, int j0, int n, bool value, float* dst) const {
     const KVPrecision kv = p.cache.precision();
     const TensorView& data = value ? p.cache.value : p.cache.key;
-    const cpu::RowType rt = kv == KVPrecision::f16    ? cpu::RowType::f16
-                            : kv == KVPrecision::bf16 ? cpu::RowType::bf16
-                            : kv == KVPrecision::fp8  ? cpu::RowType::fp8
-                                                      : cpu::RowType::u8;
+    const cpu::RowType rt = row_type(kv);
     const int64_t esize = dtype_size(data.dtype), dd = value ? Dv_ : D_;
     const float fp8_sc = kv == KVPrecision::fp8 ? fp8_scale(value ? p.cache.value_scale : p.cache.key_scale, hk) : 0.0f;
     for (int k = 0; k < n; ++k) {
@@ -329,25 +331,30 @@ class CpuPlan final : public PlanImpl {
     float* o = sc + 2 * kMaxRows * kTile;           // [rows][Dv]
     float* m = o + static_cast<size_t>(kMaxRows) * dmax;   // [rows]
     float* l = m + kMaxRows;
+    // invariant (Options::deterministic): rows padded to a multiple of 4 through the S and P V kernels
+    const int rows_k = invariant_ ? (rows + 3) / 4 * 4 : rows;
+    // 4 rows of an f16, bf16 or fp8 cache (not in the invariant mode, whose rows must run one path
+    // whatever their count): S and P V straight from the cache rows (cpu::scores_direct). fp8 rows come
+    // as their values / 2^8, unscaled: 2^8 x the key scale goes into q, 2^8 x the value scale into o.
+    const cpu::RowType rt = row_type(p.cache.precision());
+    const bool direct = direct_ok_ && rows_k == 4, fold = direct && rt == cpu::RowType::fp8;
+    const float kfold = fold ? fp8_scale(p.cache.key_scale, it.hk) : 1.0f;
     // query rows: row r = token t0 + r / G, head hk * G + r % G; scaled to log2 units
     const float qs = scale * kLog2e;
     for (int r = 0; r < rows; ++r) {
       const int64_t base = static_cast<int64_t>(begins_[s] + c.t0 + r / G_) * H_ * D_ +
                            static_cast<int64_t>(it.hk * G_ + r % G_) * D_;
-      for (int d = 0; d < D_; ++d) q[static_cast<size_t>(r) * D_ + d] = load_f(p.query, base + d) * qs;
+      float* qr = q + static_cast<size_t>(r) * D_;
+      for (int d = 0; d < D_; ++d) qr[d] = load_f(p.query, base + d) * qs;
+      if (fold)
+        for (int d = 0; d < D_; ++d) qr[d] = qr[d] * 256.0f * kfold;
       m[r] = -INFINITY;
       l[r] = 0.0f;
     }
-    // invariant (Options::deterministic): rows padded to a multiple of 4 through the S and P V kernels
-    const int rows_k = invariant_ ? (rows + 3) / 4 * 4 : rows;
     std::fill(q + static_cast<size_t>(rows) * D_, q + static_cast<size_t>(rows_k) * D_, 0.0f);
     std::fill(o, o + static_cast<size_t>(rows_k) * Dv_, 0.0f);
     const float* alibi = p.alibi_slopes.present() ? p.alibi_slopes.ptr<const float>() : nullptr;
     const uint8_t* qq = p.qq_bias.present() ? p.qq_bias.ptr<const uint8_t>() + p.qq_bias_begins.ptr<const int32_t>()[s] : nullptr;
-    // 4 rows of an f16 or bf16 cache (not in the invariant mode, whose rows must run one path whatever
-    // their count): S and P V straight from the cache rows (cpu::scores_direct)
-    const cpu::RowType rt = p.cache.precision() == KVPrecision::bf16 ? cpu::RowType::bf16 : cpu::RowType::f16;
-    const bool direct = direct_ok_ && rows_k == 4;
     const void* krow[kTile];
     const void* vrow[kTile];
     // Tiles of kTile keys from the item's first key; invariant: on the absolute kTile grid and always
@@ -365,10 +372,11 @@ class CpuPlan final : public PlanImpl {
         if (j0 + n > b) std::fill(dst + static_cast<size_t>(b - j0) * dd, dst + static_cast<size_t>(n) * dd, 0.0f);
       };
       if (direct) {  // the rows' addresses (not invariant: the tile is keys [a, b), a = j0, b = j0 + n)
+        const int64_t es = static_cast<int64_t>(dtype_size(p.cache.key.dtype));
         for (int k = 0; k < n; ++k) {
           const int64_t row = cache_row(p, s, j0 + k, it.hk);
-          krow[k] = p.cache.key.ptr<const uint16_t>() + row * D_;
-          vrow[k] = p.cache.value.ptr<const uint16_t>() + row * Dv_;
+          krow[k] = static_cast<const char*>(p.cache.key.data) + row * D_ * es;
+          vrow[k] = static_cast<const char*>(p.cache.value.data) + row * Dv_ * es;
         }
         cpu::scores_direct(sc, kTile, q, rows_k, krow, rt, n, D_, &pf);
       } else {
@@ -419,6 +427,13 @@ class CpuPlan final : public PlanImpl {
       } else {
         load(true, vt);
         cpu::accumulate(o, sc, kTile, rows_k, vt, n, Dv_, &pf);
+      }
+    }
+    if (fold) {  // o's rows times 2^8 (exact), then times the value scale
+      const float vfold = fp8_scale(p.cache.value_scale, it.hk);
+      for (int r = 0; r < rows; ++r) {
+        cpu::scale_row(o + static_cast<size_t>(r) * Dv_, 256.0f, Dv_);
+        cpu::scale_row(o + static_cast<size_t>(r) * Dv_, vfold, Dv_);
       }
     }
     if (c.parts > 1) {  // partial: (m, l, O) per row

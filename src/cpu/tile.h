@@ -70,11 +70,12 @@ float exp2_sum(float* p, const float* x, int n, float m);
 // o[0..D) *= a
 void scale_row(float* o, float a, int D);
 
-// S and P V straight from the cache rows of an f16 or bf16 cache, without the f32 tiles, for one block
-// of 4 query rows at the AVX-512 level (has_direct): each key's elements converted in registers once, as
-// the tiles do, minus the tiles' stores and loads (at 8 rows each key would be converted twice, and the
-// tiles were faster; u8 was level; bench/NOTES.md, "The cpu backend's decode without f32 tiles"). krow
-// and vrow give each key's row. The blocked kernels' ticks.
+// S and P V straight from the cache rows of an f16, bf16 or fp8 cache, without the f32 tiles, for one
+// block of 4 query rows at the AVX-512 level (has_direct): each key's elements converted in registers
+// once, as the tiles do, minus the tiles' stores and loads (at 8 rows each key would be converted twice,
+// and the tiles were faster; u8 was level; bench/NOTES.md, "The cpu backend's decode without f32 tiles").
+// fp8 rows give their e4m3 values / 2^8 (exact in f16), unscaled: the caller folds 2^8 x the key scale
+// into q and 2^8 x the value scale into o. krow and vrow give each key's row. The blocked kernels' ticks.
 bool has_direct(RowType t, int rows, int D, int Dv);
 void scores_direct(float* s, int ld_s, const float* q, int rows, const void* const* krow, RowType t, int keys, int D,
                    Prefetch* pf);
