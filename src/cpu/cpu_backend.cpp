@@ -162,9 +162,11 @@ class CpuPlan final : public PlanImpl {
     // row access of the tile kernels could split two cache lines, by the heap's state (bf16 T = 8 at 8k:
     // 28-30 ms aligned, 35-39 ms as it fell; bench/NOTES.md, "The cpu backend's scratch alignment")
     scratch_stride_ = (scratch_stride_ + 1023) / 1024 * 1024;
-    // decodes of 4 rows on f16/bf16/fp8 caches without the f32 tiles (tile.h; never in the invariant
-    // mode, where a row must run the same arithmetic whatever its chunk's row count)
-    direct_ok_ = !invariant_ && cpu::has_direct(row_type(p.cache.precision()), 4, D_, Dv_);
+    // decodes of 4 rows on f16/bf16/fp8 caches without the f32 tiles (tile.h). The invariant mode may
+    // take them too: on its kTile-wide tiles (no tail keys) they run the tiles' arithmetic bit for bit
+    // (tests/test_numeric.cpp, DirectDecodeMatchesTheTiles), keys outside the item reading a zero row.
+    direct_ok_ = cpu::has_direct(row_type(p.cache.precision()), 4, D_, Dv_);
+    zero_row_.assign(static_cast<size_t>(std::max(D_, Dv_)) * 2, 0);
     scratch_.assign(scratch_stride_ * threads_ + 1024, 0.0f);
   }
 
@@ -279,16 +281,21 @@ class CpuPlan final : public PlanImpl {
                                      : cpu::RowType::u8;
   }
 
+  // fp8 caches are read as their values / 2^8 (exact in f16 and f32) on every path, tiles or not: 2^8 x
+  // the key scale goes into q, 2^8 x the value scale into o at the end (the scales are per kv head or per
+  // cache, so nothing per key). One arithmetic for the direct path and the tiles keeps the invariant
+  // mode's rows equal whichever path a chunk takes.
+  static constexpr float kFp8Fold = 256.0f;
+
   // Keys [j0, j0 + n) of item's sequence and kv head -> f32 rows of `dst` (K or V).
   void load_tile(const Params& p, int s, int hk, int j0, int n, bool value, float* dst) const {
     const KVPrecision kv = p.cache.precision();
     const TensorView& data = value ? p.cache.value : p.cache.key;
     const cpu::RowType rt = row_type(kv);
     const int64_t esize = dtype_size(data.dtype), dd = value ? Dv_ : D_;
-    const float fp8_sc = kv == KVPrecision::fp8 ? fp8_scale(value ? p.cache.value_scale : p.cache.key_scale, hk) : 0.0f;
     for (int k = 0; k < n; ++k) {
       const int64_t row = cache_row(p, s, j0 + k, hk);
-      float sc = fp8_sc, mn = 0.0f;
+      float sc = 1.0f / kFp8Fold, mn = 0.0f;  // (fp8: the values / 2^8, unscaled)
       if (kv == KVPrecision::u8) {
         sc = num::f16_bits_to_f32((value ? p.cache.value_scale : p.cache.key_scale).ptr<const uint16_t>()[row]);
         mn = num::f16_bits_to_f32((value ? p.cache.value_min : p.cache.key_min).ptr<const uint16_t>()[row]);
@@ -333,11 +340,9 @@ class CpuPlan final : public PlanImpl {
     float* l = m + kMaxRows;
     // invariant (Options::deterministic): rows padded to a multiple of 4 through the S and P V kernels
     const int rows_k = invariant_ ? (rows + 3) / 4 * 4 : rows;
-    // 4 rows of an f16, bf16 or fp8 cache (not in the invariant mode, whose rows must run one path
-    // whatever their count): S and P V straight from the cache rows (cpu::scores_direct). fp8 rows come
-    // as their values / 2^8, unscaled: 2^8 x the key scale goes into q, 2^8 x the value scale into o.
+    // 4 rows of an f16, bf16 or fp8 cache: S and P V straight from the cache rows (cpu::scores_direct)
     const cpu::RowType rt = row_type(p.cache.precision());
-    const bool direct = direct_ok_ && rows_k == 4, fold = direct && rt == cpu::RowType::fp8;
+    const bool direct = direct_ok_ && rows_k == 4, fold = rt == cpu::RowType::fp8;
     const float kfold = fold ? fp8_scale(p.cache.key_scale, it.hk) : 1.0f;
     // query rows: row r = token t0 + r / G, head hk * G + r % G; scaled to log2 units
     const float qs = scale * kLog2e;
@@ -347,7 +352,7 @@ class CpuPlan final : public PlanImpl {
       float* qr = q + static_cast<size_t>(r) * D_;
       for (int d = 0; d < D_; ++d) qr[d] = load_f(p.query, base + d) * qs;
       if (fold)
-        for (int d = 0; d < D_; ++d) qr[d] = qr[d] * 256.0f * kfold;
+        for (int d = 0; d < D_; ++d) qr[d] = qr[d] * kFp8Fold * kfold;
       m[r] = -INFINITY;
       l[r] = 0.0f;
     }
@@ -371,9 +376,13 @@ class CpuPlan final : public PlanImpl {
         load_tile(p, s, it.hk, a, b - a, value, dst + static_cast<size_t>(a - j0) * dd);
         if (j0 + n > b) std::fill(dst + static_cast<size_t>(b - j0) * dd, dst + static_cast<size_t>(n) * dd, 0.0f);
       };
-      if (direct) {  // the rows' addresses (not invariant: the tile is keys [a, b), a = j0, b = j0 + n)
+      if (direct) {  // the rows' addresses; an invariant tile's keys outside [a, b) read zeros
         const int64_t es = static_cast<int64_t>(dtype_size(p.cache.key.dtype));
         for (int k = 0; k < n; ++k) {
+          if (j0 + k < a || j0 + k >= b) {
+            krow[k] = vrow[k] = zero_row_.data();
+            continue;
+          }
           const int64_t row = cache_row(p, s, j0 + k, it.hk);
           krow[k] = static_cast<const char*>(p.cache.key.data) + row * D_ * es;
           vrow[k] = static_cast<const char*>(p.cache.value.data) + row * Dv_ * es;
@@ -432,7 +441,7 @@ class CpuPlan final : public PlanImpl {
     if (fold) {  // o's rows times 2^8 (exact), then times the value scale
       const float vfold = fp8_scale(p.cache.value_scale, it.hk);
       for (int r = 0; r < rows; ++r) {
-        cpu::scale_row(o + static_cast<size_t>(r) * Dv_, 256.0f, Dv_);
+        cpu::scale_row(o + static_cast<size_t>(r) * Dv_, kFp8Fold, Dv_);
         cpu::scale_row(o + static_cast<size_t>(r) * Dv_, vfold, Dv_);
       }
     }
@@ -522,7 +531,9 @@ class CpuPlan final : public PlanImpl {
         for (int k = 0; k < n; ++k) p.scores.ptr<float>()[base[s] + j0 + k] = 0.0f;
         continue;
       }
+      const bool fp8 = p.cache.precision() == KVPrecision::fp8;
       for (int hk = 0; hk < Hk_; ++hk) {
+        const float kfold = fp8 ? fp8_scale(p.cache.key_scale, hk) : 1.0f;
         load_tile(p, s, hk, first, j0 + n - first, false, kt);
         for (int t = t_lo; t < T; ++t) {
           const int qpos = past + t;
@@ -531,6 +542,8 @@ class CpuPlan final : public PlanImpl {
             const int h = hk * G_ + g;
             const int64_t qb = static_cast<int64_t>(begins_[s] + t) * H_ * D_ + static_cast<int64_t>(h) * D_;
             for (int d = 0; d < D_; ++d) qrow[d] = load_f(p.query, qb + d) * qs;
+            if (fp8)  // (kFp8Fold, as attend's rows)
+              for (int d = 0; d < D_; ++d) qrow[d] = qrow[d] * kFp8Fold * kfold;
             const float M = row_stats_[static_cast<size_t>((begins_[s] + t) * H_ + h) * 2];
             const float L = row_stats_[static_cast<size_t>((begins_[s] + t) * H_ + h) * 2 + 1];
             const float slope = alibi ? alibi[h] * kLog2e : 0.0f;
@@ -552,6 +565,7 @@ class CpuPlan final : public PlanImpl {
   bool reference_ = false;
   bool invariant_ = false;  // Options::deterministic: see kInvariantPart
   bool direct_ok_ = false;  // 4-row chunks skip the f32 tiles (cpu::has_direct)
+  std::vector<uint8_t> zero_row_;  // the direct path's rows outside an invariant tile's keys
   int threads_ = 1, num_seqs_ = 0, H_ = 0, Hk_ = 0, G_ = 1, D_ = 0, Dv_ = 0;  // D: queries, keys; Dv: values, out
   std::vector<int32_t> past_, begins_;
   std::vector<int32_t> qpos0_;  // each sequence's first new token's position (past_len, or new_token_positions)
