@@ -470,6 +470,7 @@ float load_as_float(const uint8_t* data, DType t, int64_t i) {
       return num::bf16_bits_to_f32(b);
     }
     case DType::u8: return static_cast<float>(data[i]);
+    case DType::f8e4m3: return num::e4m3_bits_to_f32(data[i]);
     case DType::i32: {
       int32_t v;
       std::memcpy(&v, data + 4 * i, 4);
