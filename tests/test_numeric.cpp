@@ -294,84 +294,88 @@ TEST(Numeric, Fp8RowConversionMatchesTheDecodeForEveryCode) {
   }
 }
 
-// The cpu backend's decode without f32 tiles (cpu::scores_direct / accumulate_direct, 4 rows at the
-// AVX-512 level) against the tile kernels on load_row's f32 rows, as the backend runs them (fp8 rows as
+// The cpu backend's chunks without f32 tiles (cpu::scores_direct / accumulate_direct, 4 and 8 rows at
+// the AVX-512 level) against the tile kernels on load_row's f32 rows, as the backend runs them (fp8 rows as
 // their values / 2^8 on both paths, the scales folded into q and o): bit for bit, which the invariant
 // mode relies on, except S's last keys past the 4-key blocks (the tails sum in another order; the
 // invariant mode's tiles have none): within roundings. fp8 NaN codes give NaN in the same places; every
 // code appears in the fp8 keys; 35 keys take the 4-key blocks and the tail.
 TEST(Numeric, DirectDecodeMatchesTheTiles) {
-  constexpr int rows = 4, keys = 35;
+  constexpr int keys = 35;
   for (cpu::RowType t : {cpu::RowType::f16, cpu::RowType::bf16, cpu::RowType::fp8}) {
-    for (int D : {256, 64}) {
-      if (!cpu::has_direct(t, rows, D, D))
-        GTEST_SKIP() << "no decode without tiles at this level (" << cpu::isa_name() << ")";
-      const uint64_t seed = base_seed() + static_cast<uint64_t>(t) * 1000 + static_cast<uint64_t>(D);
-      SCOPED_TRACE("seed " + std::to_string(seed) + " type " + std::to_string(static_cast<int>(t)) + " D " +
-                   std::to_string(D));
-      std::mt19937_64 rng(seed);
-      std::uniform_real_distribution<float> u(-2.0f, 2.0f);
-      const bool fp8 = t == cpu::RowType::fp8;
-      const int es = fp8 ? 1 : 2;
-      std::vector<uint8_t> kc(static_cast<size_t>(keys) * D * es), vc(kc.size());
-      for (size_t i = 0; i < kc.size() / es; ++i) {
-        for (std::vector<uint8_t>* c : {&kc, &vc}) {
-          if (fp8) {  // every code, NaN codes taken out here and put into keys 5 and 22 below
-            uint8_t code = static_cast<uint8_t>((i + rng() % 2 * 128) & 0xff);
-            if ((code & 0x7f) == 0x7f) code = static_cast<uint8_t>(code - 1);
-            (*c)[i] = code;
-          } else {
-            const float x = u(rng);
-            const uint16_t b = t == cpu::RowType::f16 ? num::f32_to_f16_bits(x) : num::f32_to_bf16_bits(x);
-            std::memcpy(c->data() + 2 * i, &b, 2);
+    for (int D : {256, 64, 48}) {
+      for (int rows : {4, 8}) {
+        if (!cpu::has_direct(t, rows, D, D))
+          GTEST_SKIP() << "no decode without tiles at this level (" << cpu::isa_name() << ")";
+        const uint64_t seed =
+            base_seed() + static_cast<uint64_t>(t) * 1000 + static_cast<uint64_t>(D) * 10 + static_cast<uint64_t>(rows);
+        SCOPED_TRACE("seed " + std::to_string(seed) + " type " + std::to_string(static_cast<int>(t)) + " D " +
+                     std::to_string(D) + " rows " + std::to_string(rows));
+        std::mt19937_64 rng(seed);
+        std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+        const bool fp8 = t == cpu::RowType::fp8;
+        const int es = fp8 ? 1 : 2;
+        std::vector<uint8_t> kc(static_cast<size_t>(keys) * D * es), vc(kc.size());
+        for (size_t i = 0; i < kc.size() / es; ++i) {
+          for (std::vector<uint8_t>* c : {&kc, &vc}) {
+            if (fp8) {  // every code, NaN codes taken out here and put into keys 5 and 22 below
+              uint8_t code = static_cast<uint8_t>((i + rng() % 2 * 128) & 0xff);
+              if ((code & 0x7f) == 0x7f) code = static_cast<uint8_t>(code - 1);
+              (*c)[i] = code;
+            } else {
+              const float x = u(rng);
+              const uint16_t b = t == cpu::RowType::f16 ? num::f32_to_f16_bits(x) : num::f32_to_bf16_bits(x);
+              std::memcpy(c->data() + 2 * i, &b, 2);
+            }
           }
         }
-      }
-      if (fp8) {
-        kc[static_cast<size_t>(5) * D + 7] = 0x7f;
-        vc[static_cast<size_t>(22) * D + static_cast<size_t>(D) - 1] = 0xff;
-      }
-      const float row_scale = fp8 ? 1.0f / 256.0f : 1.0f;  // the backend's load_tile
-      std::vector<float> q(static_cast<size_t>(rows) * D), p(static_cast<size_t>(rows) * keys);
-      for (float& x : q) x = u(rng);
-      for (size_t i = 0; i < p.size(); ++i) p[i] = i % 7 == 3 ? 0.0f : std::abs(u(rng)) / 2;
-      // the tiles
-      std::vector<float> kt(static_cast<size_t>(keys) * D), vt(kt.size());
-      std::vector<const void*> krow(keys), vrow(keys);
-      for (int k = 0; k < keys; ++k) {
-        krow[static_cast<size_t>(k)] = kc.data() + static_cast<size_t>(k) * D * es;
-        vrow[static_cast<size_t>(k)] = vc.data() + static_cast<size_t>(k) * D * es;
-        cpu::load_row(kt.data() + static_cast<size_t>(k) * D, krow[static_cast<size_t>(k)], t, D, row_scale, 0.0f);
-        cpu::load_row(vt.data() + static_cast<size_t>(k) * D, vrow[static_cast<size_t>(k)], t, D, row_scale, 0.0f);
-      }
-      std::vector<float> st(static_cast<size_t>(rows) * keys, NAN), sd(st), ot(static_cast<size_t>(rows) * D, 0.0f),
-          od(ot);
-      cpu::scores(st.data(), keys, q.data(), rows, kt.data(), keys, D);
-      cpu::scores_direct(sd.data(), keys, q.data(), rows, krow.data(), t, keys, D, nullptr);
-      cpu::accumulate(ot.data(), p.data(), keys, rows, vt.data(), keys, D);
-      cpu::accumulate_direct(od.data(), p.data(), keys, rows, vrow.data(), t, keys, D, nullptr);
-      for (int r = 0; r < rows; ++r) {
+        if (fp8) {
+          kc[static_cast<size_t>(5) * D + 7] = 0x7f;
+          vc[static_cast<size_t>(22) * D + static_cast<size_t>(D) - 1] = 0xff;
+        }
+        const float row_scale = fp8 ? 1.0f / 256.0f : 1.0f;  // the backend's load_tile
+        std::vector<float> q(static_cast<size_t>(rows) * D), p(static_cast<size_t>(rows) * keys);
+        for (float& x : q) x = u(rng);
+        for (size_t i = 0; i < p.size(); ++i) p[i] = i % 7 == 3 ? 0.0f : std::abs(u(rng)) / 2;
+        // the tiles
+        std::vector<float> kt(static_cast<size_t>(keys) * D), vt(kt.size());
+        std::vector<const void*> krow(keys), vrow(keys);
         for (int k = 0; k < keys; ++k) {
-          const size_t i = static_cast<size_t>(r) * keys + k;
-          double mag = 0;  // sum of |q k|
-          for (int d = 0; d < D; ++d)
-            mag += std::abs(static_cast<double>(q[static_cast<size_t>(r) * D + d]) * kt[static_cast<size_t>(k) * D + d]);
-          if (fp8 && k == 5) {
-            ASSERT_TRUE(std::isnan(sd[i]) && std::isnan(st[i])) << "row " << r << ": a NaN key code gives NaN";
-            continue;
-          }
-          if (k >= keys / 4 * 4)
-            ASSERT_LE(std::abs(sd[i] - st[i]), 1e-6 * mag) << "S row " << r << " key " << k;
-          else
-            ASSERT_EQ(to_bits(sd[i]), to_bits(st[i])) << "S row " << r << " key " << k;
+          krow[static_cast<size_t>(k)] = kc.data() + static_cast<size_t>(k) * D * es;
+          vrow[static_cast<size_t>(k)] = vc.data() + static_cast<size_t>(k) * D * es;
+          cpu::load_row(kt.data() + static_cast<size_t>(k) * D, krow[static_cast<size_t>(k)], t, D, row_scale, 0.0f);
+          cpu::load_row(vt.data() + static_cast<size_t>(k) * D, vrow[static_cast<size_t>(k)], t, D, row_scale, 0.0f);
         }
-        for (int d = 0; d < D; ++d) {
-          const size_t i = static_cast<size_t>(r) * D + d;
-          if (fp8 && d == D - 1 && p[static_cast<size_t>(r) * keys + 22] != 0.0f) {
-            ASSERT_TRUE(std::isnan(od[i]) && std::isnan(ot[i])) << "row " << r << ": a NaN value code gives NaN";
-            continue;
+        std::vector<float> st(static_cast<size_t>(rows) * keys, NAN), sd(st), ot(static_cast<size_t>(rows) * D, 0.0f),
+            od(ot);
+        cpu::scores(st.data(), keys, q.data(), rows, kt.data(), keys, D);
+        cpu::scores_direct(sd.data(), keys, q.data(), rows, krow.data(), t, keys, D, nullptr);
+        cpu::accumulate(ot.data(), p.data(), keys, rows, vt.data(), keys, D);
+        cpu::accumulate_direct(od.data(), p.data(), keys, rows, vrow.data(), t, keys, D, nullptr);
+        for (int r = 0; r < rows; ++r) {
+          for (int k = 0; k < keys; ++k) {
+            const size_t i = static_cast<size_t>(r) * keys + k;
+            double mag = 0;  // sum of |q k|
+            for (int d = 0; d < D; ++d)
+              mag +=
+                  std::abs(static_cast<double>(q[static_cast<size_t>(r) * D + d]) * kt[static_cast<size_t>(k) * D + d]);
+            if (fp8 && k == 5) {
+              ASSERT_TRUE(std::isnan(sd[i]) && std::isnan(st[i])) << "row " << r << ": a NaN key code gives NaN";
+              continue;
+            }
+            if (k >= keys / 4 * 4)
+              ASSERT_LE(std::abs(sd[i] - st[i]), 1e-6 * mag) << "S row " << r << " key " << k;
+            else
+              ASSERT_EQ(to_bits(sd[i]), to_bits(st[i])) << "S row " << r << " key " << k;
           }
-          ASSERT_EQ(to_bits(od[i]), to_bits(ot[i])) << "O row " << r << " column " << d;
+          for (int d = 0; d < D; ++d) {
+            const size_t i = static_cast<size_t>(r) * D + d;
+            if (fp8 && d == D - 1 && p[static_cast<size_t>(r) * keys + 22] != 0.0f) {
+              ASSERT_TRUE(std::isnan(od[i]) && std::isnan(ot[i])) << "row " << r << ": a NaN value code gives NaN";
+              continue;
+            }
+            ASSERT_EQ(to_bits(od[i]), to_bits(ot[i])) << "O row " << r << " column " << d;
+          }
         }
       }
     }

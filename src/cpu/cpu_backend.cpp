@@ -162,7 +162,7 @@ class CpuPlan final : public PlanImpl {
     // row access of the tile kernels could split two cache lines, by the heap's state (bf16 T = 8 at 8k:
     // 28-30 ms aligned, 35-39 ms as it fell; bench/NOTES.md, "The cpu backend's scratch alignment")
     scratch_stride_ = (scratch_stride_ + 1023) / 1024 * 1024;
-    // decodes of 4 rows on f16/bf16/fp8 caches without the f32 tiles (tile.h). The invariant mode may
+    // chunks of 4 or 8 rows on f16/bf16/fp8 caches without the f32 tiles (tile.h). The invariant mode may
     // take them too: on its kTile-wide tiles (no tail keys) they run the tiles' arithmetic bit for bit
     // (tests/test_numeric.cpp, DirectDecodeMatchesTheTiles), keys outside the item reading a zero row.
     direct_ok_ = cpu::has_direct(row_type(p.cache.precision()), 4, D_, Dv_);
@@ -310,7 +310,8 @@ class CpuPlan final : public PlanImpl {
   // transitions defeat the hardware prefetcher); prefetched with each row load instead, the prefetches
   // stalled the loads and the arithmetic ran with the memory idle: f16 32k T = 1 took the time of the
   // loads alone plus the arithmetic alone (bench/NOTES.md, "The cpu backend's prefetch inside the arithmetic").
-  void plan_prefetch(cpu::Prefetch& pf, const Params& p, int s, int hk, int j0, int n, int rows, int keys) const {
+  void plan_prefetch(cpu::Prefetch& pf, const Params& p, int s, int hk, int j0, int n, int rows, int keys,
+                     bool direct) const {
     static_assert(2 * kTile <= cpu::Prefetch::kRows, "a tile's K and V rows fit the prefetch list");
     pf.clear();
     const int64_t es = static_cast<int64_t>(dtype_size(p.cache.key.dtype)), kbytes = D_ * es, vbytes = Dv_ * es;
@@ -322,7 +323,7 @@ class CpuPlan final : public PlanImpl {
         pf.add(static_cast<const char*>(which ? p.cache.value.data : p.cache.key.data) + rows_at[k] * rb,
                static_cast<int>(rb));
       }
-    const int ticks = std::max(1, cpu::tile_ticks(rows, keys, D_, Dv_));
+    const int ticks = std::max(1, cpu::tile_ticks(rows, keys, D_, Dv_, direct));
     pf.per = std::max(1, (pf.lines() + ticks - 1) / ticks);
   }
 
@@ -340,9 +341,9 @@ class CpuPlan final : public PlanImpl {
     float* l = m + kMaxRows;
     // invariant (Options::deterministic): rows padded to a multiple of 4 through the S and P V kernels
     const int rows_k = invariant_ ? (rows + 3) / 4 * 4 : rows;
-    // 4 rows of an f16, bf16 or fp8 cache: S and P V straight from the cache rows (cpu::scores_direct)
+    // 4 or 8 rows of an f16, bf16 or fp8 cache: S and P V straight from the cache rows (cpu::scores_direct)
     const cpu::RowType rt = row_type(p.cache.precision());
-    const bool direct = direct_ok_ && rows_k == 4, fold = rt == cpu::RowType::fp8;
+    const bool direct = direct_ok_ && (rows_k == 4 || rows_k == 8), fold = rt == cpu::RowType::fp8;
     const float kfold = fold ? fp8_scale(p.cache.key_scale, it.hk) : 1.0f;
     // query rows: row r = token t0 + r / G, head hk * G + r % G; scaled to log2 units
     const float qs = scale * kLog2e;
@@ -369,7 +370,7 @@ class CpuPlan final : public PlanImpl {
       const int a = std::max(j0, it.kb), b = std::min(j0 + kTile, it.ke);
       const int n = invariant_ ? kTile : b - j0;
       pf.drain();  // what the previous tile's ticks left of this one
-      plan_prefetch(pf, p, s, it.hk, b, b < it.ke ? std::min(kTile, it.ke - b) : 0, rows_k, n);
+      plan_prefetch(pf, p, s, it.hk, b, b < it.ke ? std::min(kTile, it.ke - b) : 0, rows_k, n, direct);
       auto load = [&](bool value, float* dst) {
         const size_t dd = static_cast<size_t>(value ? Dv_ : D_);
         if (a > j0) std::fill(dst, dst + static_cast<size_t>(a - j0) * dd, 0.0f);
@@ -564,7 +565,7 @@ class CpuPlan final : public PlanImpl {
   Params planned_;
   bool reference_ = false;
   bool invariant_ = false;  // Options::deterministic: see kInvariantPart
-  bool direct_ok_ = false;  // 4-row chunks skip the f32 tiles (cpu::has_direct)
+  bool direct_ok_ = false;  // 4- and 8-row chunks skip the f32 tiles (cpu::has_direct)
   std::vector<uint8_t> zero_row_;  // the direct path's rows outside an invariant tile's keys
   int threads_ = 1, num_seqs_ = 0, H_ = 0, Hk_ = 0, G_ = 1, D_ = 0, Dv_ = 0;  // D: queries, keys; Dv: values, out
   std::vector<int32_t> past_, begins_;

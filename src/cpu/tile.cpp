@@ -244,70 +244,78 @@ struct CacheRows {  // one pointer per key
   const void* operator[](int k) const { return row[k]; }
 };
 
-// S for rows [0, r4) x keys [0, k4) in 4 x 4 blocks.
-template <int T, class Rows>
-PA_AVX512 static void scores_blocks(float* s, int ld_s, const float* q, int r4,
-                                                                     Rows kr, int k4, int D, Prefetch* pf) {
-  for (int r = 0; r < r4; r += 4)
-    for (int k = 0; k < k4; k += 4) {
+// S for rows [0, rb) x keys [0, kb) in RB x (16 / RB) blocks: RB = 4, 4 x 4 (the tiles, and a decode's
+// 4 rows); RB = 8, 8 x 2, which converts a cache row's elements once for 8 rows. Either shape gives each
+// (row, key) the same instructions (one accumulator over D in steps of 16, the same folds), so the same
+// bits.
+template <int T, int RB, class Rows>
+PA_AVX512 static void scores_blocks(float* s, int ld_s, const float* q, int rb, Rows kr, int kb, int D, Prefetch* pf) {
+  constexpr int KB = 16 / RB;
+  for (int r = 0; r < rb; r += RB)
+    for (int k = 0; k < kb; k += KB) {
       if (pf) pf->tick();
-      __m512 acc[4][4];
-      for (int i = 0; i < 4; ++i)
-        for (int j = 0; j < 4; ++j) acc[i][j] = _mm512_setzero_ps();
+      __m512 acc[RB][KB];
+      for (int i = 0; i < RB; ++i)
+        for (int j = 0; j < KB; ++j) acc[i][j] = _mm512_setzero_ps();
       for (int d = 0; d < D; d += 16) {
-        __m512 qv[4], kv[4];
-        for (int i = 0; i < 4; ++i) qv[i] = _mm512_loadu_ps(q + static_cast<int64_t>(r + i) * D + d);
-        for (int j = 0; j < 4; ++j) kv[j] = row16<T>(kr[k + j], d);
-        for (int i = 0; i < 4; ++i)
-          for (int j = 0; j < 4; ++j) acc[i][j] = _mm512_fmadd_ps(qv[i], kv[j], acc[i][j]);
+        __m512 kv[KB];
+        for (int j = 0; j < KB; ++j) kv[j] = row16<T>(kr[k + j], d);
+        for (int i = 0; i < RB; ++i) {
+          const __m512 qv = _mm512_loadu_ps(q + static_cast<int64_t>(r + i) * D + d);
+          for (int j = 0; j < KB; ++j) acc[i][j] = _mm512_fmadd_ps(qv, kv[j], acc[i][j]);
+        }
       }
-      // 16 horizontal sums at once: fold 512 -> 256 -> 128 bits pairwise, then two hadds
-      __m256 h[16];
-      for (int i = 0; i < 4; ++i)
-        for (int j = 0; j < 4; ++j)
-          h[i * 4 + j] = _mm256_add_ps(_mm512_castps512_ps256(acc[i][j]),
-                                       _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc[i][j]), 1)));
-      for (int i = 0; i < 4; ++i) {
+      // the horizontal sums, four keys at a time (two: the pair twice): fold 512 -> 256 -> 128 bits
+      // pairwise, then two hadds
+      for (int i = 0; i < RB; ++i) {
         __m128 x[4];
-        for (int j = 0; j < 4; ++j)
-          x[j] = _mm_add_ps(_mm256_castps256_ps128(h[i * 4 + j]), _mm256_extractf128_ps(h[i * 4 + j], 1));
-        const __m128 sum = _mm_hadd_ps(_mm_hadd_ps(x[0], x[1]), _mm_hadd_ps(x[2], x[3]));  // keys j..j+3
-        _mm_storeu_ps(s + static_cast<int64_t>(r + i) * ld_s + k, sum);
+        for (int j = 0; j < 4; ++j) {
+          const __m512 a = acc[i][j % KB];
+          const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(a), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
+          x[j] = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+        }
+        const __m128 sum = _mm_hadd_ps(_mm_hadd_ps(x[0], x[1]), _mm_hadd_ps(x[2], x[3]));  // keys k..k+3
+        float* dst = s + static_cast<int64_t>(r + i) * ld_s + k;
+        if constexpr (KB == 4)
+          _mm_storeu_ps(dst, sum);
+        else
+          _mm_storel_pi(reinterpret_cast<__m64*>(dst), sum);
       }
     }
 }
 
-// O += P V for rows [0, r4) in 4-row blocks, over every key.
-template <int T, class Rows>
-PA_AVX512 static void accumulate_blocks(float* o, const float* p, int ld_p, int r4,
-                                                                         Rows vr, int keys, int D, Prefetch* pf) {
-  for (int r = 0; r < r4; r += 4) {
+// O += P V for rows [0, rb) in RB-row blocks of 16 / RB column blocks (4 x 64 or 8 x 32 columns), over
+// every key; each (row, 16 columns) accumulator takes the same products in the same order in either shape.
+template <int T, int RB, class Rows>
+PA_AVX512 static void accumulate_blocks(float* o, const float* p, int ld_p, int rb, Rows vr, int keys, int D, Prefetch* pf) {
+  constexpr int CB = 16 / RB;
+  for (int r = 0; r < rb; r += RB) {
     int d0 = 0;
-    for (; d0 + 64 <= D; d0 += 64) {
-      __m512 acc[4][4];
-      for (int i = 0; i < 4; ++i)
-        for (int c = 0; c < 4; ++c) acc[i][c] = _mm512_loadu_ps(o + static_cast<int64_t>(r + i) * D + d0 + 16 * c);
+    for (; d0 + 16 * CB <= D; d0 += 16 * CB) {
+      __m512 acc[RB][CB];
+      for (int i = 0; i < RB; ++i)
+        for (int c = 0; c < CB; ++c) acc[i][c] = _mm512_loadu_ps(o + static_cast<int64_t>(r + i) * D + d0 + 16 * c);
       for (int k = 0; k < keys; ++k) {
         if (pf) pf->tick();
-        __m512 v[4];
-        for (int c = 0; c < 4; ++c) v[c] = row16<T>(vr[k], d0 + 16 * c);
-        for (int i = 0; i < 4; ++i) {
+        __m512 v[CB];
+        for (int c = 0; c < CB; ++c) v[c] = row16<T>(vr[k], d0 + 16 * c);
+        for (int i = 0; i < RB; ++i) {
           const __m512 pk = _mm512_set1_ps(p[static_cast<int64_t>(r + i) * ld_p + k]);
-          for (int c = 0; c < 4; ++c) acc[i][c] = _mm512_fmadd_ps(pk, v[c], acc[i][c]);
+          for (int c = 0; c < CB; ++c) acc[i][c] = _mm512_fmadd_ps(pk, v[c], acc[i][c]);
         }
       }
-      for (int i = 0; i < 4; ++i)
-        for (int c = 0; c < 4; ++c) _mm512_storeu_ps(o + static_cast<int64_t>(r + i) * D + d0 + 16 * c, acc[i][c]);
+      for (int i = 0; i < RB; ++i)
+        for (int c = 0; c < CB; ++c) _mm512_storeu_ps(o + static_cast<int64_t>(r + i) * D + d0 + 16 * c, acc[i][c]);
     }
     for (; d0 < D; d0 += 16) {
-      __m512 acc[4];
-      for (int i = 0; i < 4; ++i) acc[i] = _mm512_loadu_ps(o + static_cast<int64_t>(r + i) * D + d0);
+      __m512 acc[RB];
+      for (int i = 0; i < RB; ++i) acc[i] = _mm512_loadu_ps(o + static_cast<int64_t>(r + i) * D + d0);
       for (int k = 0; k < keys; ++k) {
         if (pf) pf->tick();
         const __m512 v = row16<T>(vr[k], d0);
-        for (int i = 0; i < 4; ++i) acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(p[static_cast<int64_t>(r + i) * ld_p + k]), v, acc[i]);
+        for (int i = 0; i < RB; ++i) acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(p[static_cast<int64_t>(r + i) * ld_p + k]), v, acc[i]);
       }
-      for (int i = 0; i < 4; ++i) _mm512_storeu_ps(o + static_cast<int64_t>(r + i) * D + d0, acc[i]);
+      for (int i = 0; i < RB; ++i) _mm512_storeu_ps(o + static_cast<int64_t>(r + i) * D + d0, acc[i]);
     }
   }
 }
@@ -315,7 +323,7 @@ PA_AVX512 static void accumulate_blocks(float* o, const float* p, int ld_p, int 
 PA_AVX512 static void scores_avx512(float* s, int ld_s, const float* q, int rows,
                                                              const float* kt, int keys, int D, Prefetch* pf) {
   const int r4 = rows / 4 * 4, k4 = keys / 4 * 4;
-  scores_blocks<kF32>(s, ld_s, q, r4, TileRows{kt, D}, k4, D, pf);
+  scores_blocks<kF32, 4>(s, ld_s, q, r4, TileRows{kt, D}, k4, D, pf);
   if (r4 < rows)
     scores_v4(s + static_cast<int64_t>(r4) * ld_s, ld_s, q + static_cast<int64_t>(r4) * D, rows - r4, kt, keys, D, pf);
   if (k4 < keys && r4 > 0) scores_v4(s + k4, ld_s, q, r4, kt + static_cast<int64_t>(k4) * D, keys - k4, D, pf);
@@ -324,21 +332,20 @@ PA_AVX512 static void scores_avx512(float* s, int ld_s, const float* q, int rows
 PA_AVX512 static void accumulate_avx512(float* o, const float* p, int ld_p, int rows,
                                                                  const float* vt, int keys, int D, Prefetch* pf) {
   const int r4 = rows / 4 * 4;
-  accumulate_blocks<kF32>(o, p, ld_p, r4, TileRows{vt, D}, keys, D, pf);
+  accumulate_blocks<kF32, 4>(o, p, ld_p, r4, TileRows{vt, D}, keys, D, pf);
   if (r4 < rows)
     accumulate_v4(o + static_cast<int64_t>(r4) * D, p + static_cast<int64_t>(r4) * ld_p, ld_p, rows - r4, vt, keys, D, pf);
 }
 
-// The decode without f32 tiles (tile.h): the blocks on the cache rows; the last keys' S one (row, key) at
-// a time.
-template <int T>
-PA_AVX512 static void scores_direct_avx512(float* s, int ld_s, const float* q, int rows,
-                                                                            const void* const* krow, int keys, int D,
-                                                                            Prefetch* pf) {
-  const int k4 = keys / 4 * 4;
-  scores_blocks<T>(s, ld_s, q, rows, CacheRows{krow}, k4, D, pf);
+// The chunks without f32 tiles (tile.h): the blocks on the cache rows (4 rows: 4 x 4, 8 rows: 8 x 2); the
+// last keys' S one (row, key) at a time.
+template <int T, int RB>
+PA_AVX512 static void scores_direct_avx512(float* s, int ld_s, const float* q, int rows, const void* const* krow,
+                                           int keys, int D, Prefetch* pf) {
+  const int kb = keys / (16 / RB) * (16 / RB);
+  scores_blocks<T, RB>(s, ld_s, q, rows, CacheRows{krow}, kb, D, pf);
   for (int r = 0; r < rows; ++r)
-    for (int k = k4; k < keys; ++k) {
+    for (int k = kb; k < keys; ++k) {
       if (pf) pf->tick();
       __m512 acc = _mm512_setzero_ps();
       for (int d = 0; d < D; d += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + static_cast<int64_t>(r) * D + d), row16<T>(krow[k], d), acc);
@@ -497,18 +504,33 @@ void accumulate(float* o, const float* p, int ld_p, int rows, const float* vt, i
 
 bool has_direct(RowType t, int rows, int D, int Dv) {
 #if defined(PA_CPU_AVX512)
-  return table().scores == scores_avx512_or_v4 && t != RowType::u8 && rows == 4 && D % 16 == 0 && Dv % 16 == 0;
+  return table().scores == scores_avx512_or_v4 && t != RowType::u8 && (rows == 4 || rows == 8) && D % 16 == 0 &&
+         Dv % 16 == 0;
 #else
   (void)t, (void)rows, (void)D, (void)Dv;
   return false;
 #endif
 }
+#if defined(PA_CPU_AVX512)
+template <int T>
+static void scores_direct_rows(float* s, int ld_s, const float* q, int rows, const void* const* krow, int keys, int D,
+                               Prefetch* pf) {
+  if (rows == 8) return scores_direct_avx512<T, 8>(s, ld_s, q, rows, krow, keys, D, pf);
+  scores_direct_avx512<T, 4>(s, ld_s, q, rows, krow, keys, D, pf);
+}
+template <int T>
+static void accumulate_direct_rows(float* o, const float* p, int ld_p, int rows, const void* const* vrow, int keys,
+                                   int Dv, Prefetch* pf) {
+  if (rows == 8) return accumulate_blocks<T, 8>(o, p, ld_p, rows, CacheRows{vrow}, keys, Dv, pf);
+  accumulate_blocks<T, 4>(o, p, ld_p, rows, CacheRows{vrow}, keys, Dv, pf);
+}
+#endif
 void scores_direct(float* s, int ld_s, const float* q, int rows, const void* const* krow, RowType t, int keys, int D,
                    Prefetch* pf) {
 #if defined(PA_CPU_AVX512)
-  if (t == RowType::bf16) return scores_direct_avx512<static_cast<int>(RowType::bf16)>(s, ld_s, q, rows, krow, keys, D, pf);
-  if (t == RowType::fp8) return scores_direct_avx512<static_cast<int>(RowType::fp8)>(s, ld_s, q, rows, krow, keys, D, pf);
-  return scores_direct_avx512<static_cast<int>(RowType::f16)>(s, ld_s, q, rows, krow, keys, D, pf);
+  if (t == RowType::bf16) return scores_direct_rows<static_cast<int>(RowType::bf16)>(s, ld_s, q, rows, krow, keys, D, pf);
+  if (t == RowType::fp8) return scores_direct_rows<static_cast<int>(RowType::fp8)>(s, ld_s, q, rows, krow, keys, D, pf);
+  return scores_direct_rows<static_cast<int>(RowType::f16)>(s, ld_s, q, rows, krow, keys, D, pf);
 #else
   (void)s, (void)ld_s, (void)q, (void)rows, (void)krow, (void)t, (void)keys, (void)D, (void)pf;
 #endif
@@ -517,10 +539,10 @@ void accumulate_direct(float* o, const float* p, int ld_p, int rows, const void*
                        int Dv, Prefetch* pf) {
 #if defined(PA_CPU_AVX512)
   if (t == RowType::bf16)
-    return accumulate_blocks<static_cast<int>(RowType::bf16)>(o, p, ld_p, rows, CacheRows{vrow}, keys, Dv, pf);
+    return accumulate_direct_rows<static_cast<int>(RowType::bf16)>(o, p, ld_p, rows, vrow, keys, Dv, pf);
   if (t == RowType::fp8)
-    return accumulate_blocks<static_cast<int>(RowType::fp8)>(o, p, ld_p, rows, CacheRows{vrow}, keys, Dv, pf);
-  return accumulate_blocks<static_cast<int>(RowType::f16)>(o, p, ld_p, rows, CacheRows{vrow}, keys, Dv, pf);
+    return accumulate_direct_rows<static_cast<int>(RowType::fp8)>(o, p, ld_p, rows, vrow, keys, Dv, pf);
+  return accumulate_direct_rows<static_cast<int>(RowType::f16)>(o, p, ld_p, rows, vrow, keys, Dv, pf);
 #else
   (void)o, (void)p, (void)ld_p, (void)rows, (void)vrow, (void)t, (void)keys, (void)Dv, (void)pf;
 #endif
@@ -529,11 +551,13 @@ void accumulate_direct(float* o, const float* p, int ld_p, int rows, const void*
 // The generic loops tick once per (row, 4 keys) and per (row, tail key) in S, per (row, 2 keys) and per
 // (row, tail key) in P V; the AVX-512 kernels once per 4 x 4 block in S and per (4 rows, column block,
 // key) in P V, their tails through the generic loops (the decode without tiles: its S tail once per
-// (row, key), the same count).
-int tile_ticks(int rows, int keys, int D, int Dv) {
+// (row, key), the same count); 8 rows without tiles once per 8 x 2 block and per (8 rows, 32 or 16
+// columns, key), its S tail once per (row, key).
+int tile_ticks(int rows, int keys, int D, int Dv, bool direct) {
   auto generic_s = [](int r, int k) { return r * (k / 4 + k % 4); };
   auto generic_pv = [](int r, int k) { return r * (k / 2 + k % 2); };
 #if defined(PA_CPU_AVX512)
+  if (direct && rows == 8) return keys / 2 + rows * (keys % 2) + (Dv / 32 + (Dv % 32) / 16) * keys;
   if (table().scores == scores_avx512_or_v4) {
     int t = 0;
     const int r4 = rows / 4 * 4, k4 = keys / 4 * 4;
