@@ -294,8 +294,8 @@ TEST(Numeric, Fp8RowConversionMatchesTheDecodeForEveryCode) {
   }
 }
 
-// The cpu backend's chunks without f32 tiles (cpu::scores_direct / accumulate_direct, 4 and 8 rows at
-// the AVX-512 level) against the tile kernels on load_row's f32 rows, as the backend runs them (fp8 rows as
+// The cpu backend's chunks without f32 tiles (cpu::scores_direct / accumulate_direct, 4, 8 and 12 rows
+// at the AVX-512 level) against the tile kernels on load_row's f32 rows, as the backend runs them (fp8 rows as
 // their values / 2^8 on both paths, the scales folded into q and o): bit for bit, which the invariant
 // mode relies on, except S's last keys past the 4-key blocks (the tails sum in another order; the
 // invariant mode's tiles have none): within roundings. fp8 NaN codes give NaN in the same places; every
@@ -304,7 +304,7 @@ TEST(Numeric, DirectDecodeMatchesTheTiles) {
   constexpr int keys = 35;
   for (cpu::RowType t : {cpu::RowType::f16, cpu::RowType::bf16, cpu::RowType::fp8}) {
     for (int D : {256, 64, 48}) {
-      for (int rows : {4, 8}) {
+      for (int rows : {4, 8, 12}) {
         if (!cpu::has_direct(t, rows, D, D))
           GTEST_SKIP() << "no decode without tiles at this level (" << cpu::isa_name() << ")";
         const uint64_t seed =

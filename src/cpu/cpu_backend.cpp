@@ -162,7 +162,7 @@ class CpuPlan final : public PlanImpl {
     // row access of the tile kernels could split two cache lines, by the heap's state (bf16 T = 8 at 8k:
     // 28-30 ms aligned, 35-39 ms as it fell; bench/NOTES.md, "The cpu backend's scratch alignment")
     scratch_stride_ = (scratch_stride_ + 1023) / 1024 * 1024;
-    // chunks of 4 or 8 rows on f16/bf16/fp8 caches without the f32 tiles (tile.h). The invariant mode may
+    // chunks of 4, 8 or 12 rows on f16/bf16/fp8 caches without the f32 tiles (tile.h). The invariant mode may
     // take them too: on its kTile-wide tiles (no tail keys) they run the tiles' arithmetic bit for bit
     // (tests/test_numeric.cpp, DirectDecodeMatchesTheTiles), keys outside the item reading a zero row.
     direct_ok_ = cpu::has_direct(row_type(p.cache.precision()), 4, D_, Dv_);
@@ -341,9 +341,9 @@ class CpuPlan final : public PlanImpl {
     float* l = m + kMaxRows;
     // invariant (Options::deterministic): rows padded to a multiple of 4 through the S and P V kernels
     const int rows_k = invariant_ ? (rows + 3) / 4 * 4 : rows;
-    // 4 or 8 rows of an f16, bf16 or fp8 cache: S and P V straight from the cache rows (cpu::scores_direct)
+    // 4, 8 or 12 rows of an f16, bf16 or fp8 cache: S and P V straight from the cache rows (cpu::scores_direct)
     const cpu::RowType rt = row_type(p.cache.precision());
-    const bool direct = direct_ok_ && (rows_k == 4 || rows_k == 8), fold = rt == cpu::RowType::fp8;
+    const bool direct = direct_ok_ && cpu::has_direct(rt, rows_k, D_, Dv_), fold = rt == cpu::RowType::fp8;
     const float kfold = fold ? fp8_scale(p.cache.key_scale, it.hk) : 1.0f;
     // query rows: row r = token t0 + r / G, head hk * G + r % G; scaled to log2 units
     const float qs = scale * kLog2e;
@@ -565,7 +565,7 @@ class CpuPlan final : public PlanImpl {
   Params planned_;
   bool reference_ = false;
   bool invariant_ = false;  // Options::deterministic: see kInvariantPart
-  bool direct_ok_ = false;  // 4- and 8-row chunks skip the f32 tiles (cpu::has_direct)
+  bool direct_ok_ = false;  // the kind and level allow chunks without f32 tiles (cpu::has_direct)
   std::vector<uint8_t> zero_row_;  // the direct path's rows outside an invariant tile's keys
   int threads_ = 1, num_seqs_ = 0, H_ = 0, Hk_ = 0, G_ = 1, D_ = 0, Dv_ = 0;  // D: queries, keys; Dv: values, out
   std::vector<int32_t> past_, begins_;

@@ -271,7 +271,8 @@ PA_AVX512 static void scores_blocks(float* s, int ld_s, const float* q, int rb, 
         __m128 x[4];
         for (int j = 0; j < 4; ++j) {
           const __m512 a = acc[i][j % KB];
-          const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(a), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
+          const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(a),
+                                         _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
           x[j] = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
         }
         const __m128 sum = _mm_hadd_ps(_mm_hadd_ps(x[0], x[1]), _mm_hadd_ps(x[2], x[3]));  // keys k..k+3
@@ -287,7 +288,8 @@ PA_AVX512 static void scores_blocks(float* s, int ld_s, const float* q, int rb, 
 // O += P V for rows [0, rb) in RB-row blocks of 16 / RB column blocks (4 x 64 or 8 x 32 columns), over
 // every key; each (row, 16 columns) accumulator takes the same products in the same order in either shape.
 template <int T, int RB, class Rows>
-PA_AVX512 static void accumulate_blocks(float* o, const float* p, int ld_p, int rb, Rows vr, int keys, int D, Prefetch* pf) {
+PA_AVX512 static void accumulate_blocks(float* o, const float* p, int ld_p, int rb, Rows vr, int keys, int D,
+                                        Prefetch* pf) {
   constexpr int CB = 16 / RB;
   for (int r = 0; r < rb; r += RB) {
     int d0 = 0;
@@ -313,15 +315,16 @@ PA_AVX512 static void accumulate_blocks(float* o, const float* p, int ld_p, int 
       for (int k = 0; k < keys; ++k) {
         if (pf) pf->tick();
         const __m512 v = row16<T>(vr[k], d0);
-        for (int i = 0; i < RB; ++i) acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(p[static_cast<int64_t>(r + i) * ld_p + k]), v, acc[i]);
+        for (int i = 0; i < RB; ++i)
+          acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(p[static_cast<int64_t>(r + i) * ld_p + k]), v, acc[i]);
       }
       for (int i = 0; i < RB; ++i) _mm512_storeu_ps(o + static_cast<int64_t>(r + i) * D + d0, acc[i]);
     }
   }
 }
 
-PA_AVX512 static void scores_avx512(float* s, int ld_s, const float* q, int rows,
-                                                             const float* kt, int keys, int D, Prefetch* pf) {
+PA_AVX512 static void scores_avx512(float* s, int ld_s, const float* q, int rows, const float* kt, int keys, int D,
+                                    Prefetch* pf) {
   const int r4 = rows / 4 * 4, k4 = keys / 4 * 4;
   scores_blocks<kF32, 4>(s, ld_s, q, r4, TileRows{kt, D}, k4, D, pf);
   if (r4 < rows)
@@ -329,12 +332,13 @@ PA_AVX512 static void scores_avx512(float* s, int ld_s, const float* q, int rows
   if (k4 < keys && r4 > 0) scores_v4(s + k4, ld_s, q, r4, kt + static_cast<int64_t>(k4) * D, keys - k4, D, pf);
 }
 
-PA_AVX512 static void accumulate_avx512(float* o, const float* p, int ld_p, int rows,
-                                                                 const float* vt, int keys, int D, Prefetch* pf) {
+PA_AVX512 static void accumulate_avx512(float* o, const float* p, int ld_p, int rows, const float* vt, int keys, int D,
+                                        Prefetch* pf) {
   const int r4 = rows / 4 * 4;
   accumulate_blocks<kF32, 4>(o, p, ld_p, r4, TileRows{vt, D}, keys, D, pf);
   if (r4 < rows)
-    accumulate_v4(o + static_cast<int64_t>(r4) * D, p + static_cast<int64_t>(r4) * ld_p, ld_p, rows - r4, vt, keys, D, pf);
+    accumulate_v4(o + static_cast<int64_t>(r4) * D, p + static_cast<int64_t>(r4) * ld_p, ld_p, rows - r4, vt, keys, D,
+                  pf);
 }
 
 // The chunks without f32 tiles (tile.h): the blocks on the cache rows (4 rows: 4 x 4, 8 rows: 8 x 2); the
@@ -348,7 +352,8 @@ PA_AVX512 static void scores_direct_avx512(float* s, int ld_s, const float* q, i
     for (int k = kb; k < keys; ++k) {
       if (pf) pf->tick();
       __m512 acc = _mm512_setzero_ps();
-      for (int d = 0; d < D; d += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + static_cast<int64_t>(r) * D + d), row16<T>(krow[k], d), acc);
+      for (int d = 0; d < D; d += 16)
+        acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + static_cast<int64_t>(r) * D + d), row16<T>(krow[k], d), acc);
       s[static_cast<int64_t>(r) * ld_s + k] = _mm512_reduce_add_ps(acc);
     }
 }
@@ -364,8 +369,7 @@ PA_AVX512 static void scores_direct_avx512(float* s, int ld_s, const float* q, i
 // 16 elements per step: vcvtph2ps (f16), a 16-bit shift (bf16), zero-extend + convert + FMA (u8),
 // shifts into f16 bits + vcvtph2ps (fp8).
 // (GCC 12 leaves the _Float16 loop scalar: one vcvtph2ps per element, 20% of a decode's time.)
-PA_AVX512 static void load_row_avx512(float* dst, const void* src, RowType t, int D,
-                                                               float scale, float min) {
+PA_AVX512 static void load_row_avx512(float* dst, const void* src, RowType t, int D, float scale, float min) {
   switch (t) {
     case RowType::f16:
       for (int d = 0; d < D; d += 16)
@@ -428,7 +432,7 @@ static void accumulate_avx512_or_v4(float* o, const float* p, int ld_p, int rows
 // F16C, which every AVX2 CPU has): the same values as the table (times 2^8 exact, then one rounding by
 // the scale), without its scalar lookups (bench/NOTES.md, "fp8 rows on the cpu backend's AVX2 level").
 __attribute__((target("arch=x86-64-v3"))) static void load_row_fp8_v3(float* dst, const uint8_t* src, int D,
-                                                                       float scale) {
+                                                                      float scale) {
   const __m256 v256 = _mm256_set1_ps(256.0f), vs = _mm256_set1_ps(scale), vnan = _mm256_set1_ps(NAN);
   const __m128i m7f = _mm_set1_epi16(0x7f), m80 = _mm_set1_epi16(0x80);
   for (int d = 0; d < D; d += 8) {
@@ -467,8 +471,9 @@ struct Table {
 // every AVX2 + FMA + BMI2 CPU).
 #if defined(PA_CPU_AVX512)
 static bool has_v4() {
-  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx2");
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+         __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx2");
 }
 static bool has_v3() {
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("bmi2");
@@ -502,33 +507,45 @@ void accumulate(float* o, const float* p, int ld_p, int rows, const float* vt, i
   table().accumulate(o, p, ld_p, rows, vt, keys, D, pf);
 }
 
+// The most rows a chunk takes without tiles: each cache element is converted once per 8-row block, and
+// past 12 rows the tiles' one conversion wins (16 rows: f16 0.98x, fp8 1.02-1.03x the tiles' time; 32
+// rows: 1.05x / 1.12-1.14x; 12 rows 0.91x / 0.94-0.99x; bench/NOTES.md, run cpu-r12).
+constexpr int kDirectRows = 12;
 bool has_direct(RowType t, int rows, int D, int Dv) {
 #if defined(PA_CPU_AVX512)
-  return table().scores == scores_avx512_or_v4 && t != RowType::u8 && (rows == 4 || rows == 8) && D % 16 == 0 &&
-         Dv % 16 == 0;
+  return table().scores == scores_avx512_or_v4 && t != RowType::u8 && rows % 4 == 0 && rows > 0 &&
+         rows <= kDirectRows && D % 16 == 0 && Dv % 16 == 0;
 #else
   (void)t, (void)rows, (void)D, (void)Dv;
   return false;
 #endif
 }
 #if defined(PA_CPU_AVX512)
+// rows: blocks of 8, then one of 4 (rows a multiple of 4)
 template <int T>
 static void scores_direct_rows(float* s, int ld_s, const float* q, int rows, const void* const* krow, int keys, int D,
                                Prefetch* pf) {
-  if (rows == 8) return scores_direct_avx512<T, 8>(s, ld_s, q, rows, krow, keys, D, pf);
-  scores_direct_avx512<T, 4>(s, ld_s, q, rows, krow, keys, D, pf);
+  const int r8 = rows / 8 * 8;
+  if (r8 > 0) scores_direct_avx512<T, 8>(s, ld_s, q, r8, krow, keys, D, pf);
+  if (r8 < rows)
+    scores_direct_avx512<T, 4>(s + static_cast<int64_t>(r8) * ld_s, ld_s, q + static_cast<int64_t>(r8) * D, 4, krow,
+                               keys, D, pf);
 }
 template <int T>
 static void accumulate_direct_rows(float* o, const float* p, int ld_p, int rows, const void* const* vrow, int keys,
                                    int Dv, Prefetch* pf) {
-  if (rows == 8) return accumulate_blocks<T, 8>(o, p, ld_p, rows, CacheRows{vrow}, keys, Dv, pf);
-  accumulate_blocks<T, 4>(o, p, ld_p, rows, CacheRows{vrow}, keys, Dv, pf);
+  const int r8 = rows / 8 * 8;
+  if (r8 > 0) accumulate_blocks<T, 8>(o, p, ld_p, r8, CacheRows{vrow}, keys, Dv, pf);
+  if (r8 < rows)
+    accumulate_blocks<T, 4>(o + static_cast<int64_t>(r8) * Dv, p + static_cast<int64_t>(r8) * ld_p, ld_p, 4,
+                            CacheRows{vrow}, keys, Dv, pf);
 }
 #endif
 void scores_direct(float* s, int ld_s, const float* q, int rows, const void* const* krow, RowType t, int keys, int D,
                    Prefetch* pf) {
 #if defined(PA_CPU_AVX512)
-  if (t == RowType::bf16) return scores_direct_rows<static_cast<int>(RowType::bf16)>(s, ld_s, q, rows, krow, keys, D, pf);
+  if (t == RowType::bf16)
+    return scores_direct_rows<static_cast<int>(RowType::bf16)>(s, ld_s, q, rows, krow, keys, D, pf);
   if (t == RowType::fp8) return scores_direct_rows<static_cast<int>(RowType::fp8)>(s, ld_s, q, rows, krow, keys, D, pf);
   return scores_direct_rows<static_cast<int>(RowType::f16)>(s, ld_s, q, rows, krow, keys, D, pf);
 #else
@@ -551,13 +568,17 @@ void accumulate_direct(float* o, const float* p, int ld_p, int rows, const void*
 // The generic loops tick once per (row, 4 keys) and per (row, tail key) in S, per (row, 2 keys) and per
 // (row, tail key) in P V; the AVX-512 kernels once per 4 x 4 block in S and per (4 rows, column block,
 // key) in P V, their tails through the generic loops (the decode without tiles: its S tail once per
-// (row, key), the same count); 8 rows without tiles once per 8 x 2 block and per (8 rows, 32 or 16
-// columns, key), its S tail once per (row, key).
+// (row, key), the same count); rows without tiles in blocks of 8 once per 8 x 2 block and per (8 rows, 32
+// or 16 columns, key), then a 4-row block as the tiles' blocks, the S tails once per (row, key).
 int tile_ticks(int rows, int keys, int D, int Dv, bool direct) {
   auto generic_s = [](int r, int k) { return r * (k / 4 + k % 4); };
   auto generic_pv = [](int r, int k) { return r * (k / 2 + k % 2); };
 #if defined(PA_CPU_AVX512)
-  if (direct && rows == 8) return keys / 2 + rows * (keys % 2) + (Dv / 32 + (Dv % 32) / 16) * keys;
+  if (direct) {
+    const int r8 = rows / 8 * 8, r4 = rows - r8;
+    return (r8 / 8) * (keys / 2 + (Dv / 32 + (Dv % 32) / 16) * keys) + r8 * (keys % 2) +
+           (r4 / 4) * (keys / 4 + (Dv / 64 + (Dv % 64) / 16) * keys) + r4 * (keys % 4);
+  }
   if (table().scores == scores_avx512_or_v4) {
     int t = 0;
     const int r4 = rows / 4 * 4, k4 = keys / 4 * 4;

@@ -71,11 +71,11 @@ float exp2_sum(float* p, const float* x, int n, float m);
 // o[0..D) *= a
 void scale_row(float* o, float a, int D);
 
-// S and P V straight from the cache rows of an f16, bf16 or fp8 cache, without the f32 tiles, for 4 or 8
-// query rows at the AVX-512 level (has_direct): each key's elements converted in registers once, as the
-// tiles do, minus the tiles' stores and loads; 4 rows in 4 x 4 S blocks and 4 x 64 P V blocks, 8 rows in
-// 8 x 2 and 8 x 32 (so each element is still converted once), every (row, key) sum in the tiles' order
-// (u8 was level with its tiles; bench/NOTES.md, "The cpu backend's decode without f32 tiles").
+// S and P V straight from the cache rows of an f16, bf16 or fp8 cache, without the f32 tiles, for 4, 8 or
+// 12 query rows at the AVX-512 level (has_direct): each key's elements converted in registers, minus the
+// tiles' stores and loads; 8-row blocks in 8 x 2 S blocks and 8 x 32 P V blocks (each element converted
+// once per 8 rows), a 4-row block in the tiles' 4 x 4 and 4 x 64; every (row, key) sum in the tiles'
+// order (u8 was level with its tiles; bench/NOTES.md, "The cpu backend's decode without f32 tiles").
 // fp8 rows give their e4m3 values / 2^8 (exact in f16), unscaled: the caller folds 2^8 x the key scale
 // into q and 2^8 x the value scale into o. krow and vrow give each key's row. The blocked kernels' ticks.
 bool has_direct(RowType t, int rows, int D, int Dv);
