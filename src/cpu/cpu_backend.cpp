@@ -341,9 +341,16 @@ class CpuPlan final : public PlanImpl {
     float* l = m + kMaxRows;
     // invariant (Options::deterministic): rows padded to a multiple of 4 through the S and P V kernels
     const int rows_k = invariant_ ? (rows + 3) / 4 * 4 : rows;
-    // 4, 8 or 12 rows of an f16, bf16 or fp8 cache: S and P V straight from the cache rows (cpu::scores_direct)
+    // 4, 8 or 12 rows of an f16, bf16 or fp8 cache, 4 of a u8 cache: S and P V straight from the cache rows
+    // (cpu::scores_direct). u8 rows come as code - 128 there (the GPU kernels' centring): S = scale * (q .
+    // (codes - 128)) + (min + 128 scale) * sum(q) per key, and P V takes p * scale per key plus sum(p * (min
+    // + 128 scale)) per row (`affine`; not in the invariant mode, whose tiles apply scale and minimum per
+    // element).
     const cpu::RowType rt = row_type(p.cache.precision());
-    const bool direct = direct_ok_ && cpu::has_direct(rt, rows_k, D_, Dv_), fold = rt == cpu::RowType::fp8;
+    const bool u8 = rt == cpu::RowType::u8;
+    const bool direct = direct_ok_ && cpu::has_direct(rt, rows_k, D_, Dv_) && !(u8 && invariant_),
+               fold = rt == cpu::RowType::fp8, affine = direct && u8;
+    float qsum[kMaxRows], ks[kTile], km[kTile], vs[kTile], vm[kTile], pm[kMaxRows];
     const float kfold = fold ? fp8_scale(p.cache.key_scale, it.hk) : 1.0f;
     // query rows: row r = token t0 + r / G, head hk * G + r % G; scaled to log2 units
     const float qs = scale * kLog2e;
@@ -358,6 +365,12 @@ class CpuPlan final : public PlanImpl {
       l[r] = 0.0f;
     }
     std::fill(q + static_cast<size_t>(rows) * D_, q + static_cast<size_t>(rows_k) * D_, 0.0f);
+    if (affine)
+      for (int r = 0; r < rows_k; ++r) {
+        float a = 0.0f;
+        for (int d = 0; d < D_; ++d) a += q[static_cast<size_t>(r) * D_ + d];
+        qsum[r] = a;
+      }
     std::fill(o, o + static_cast<size_t>(rows_k) * Dv_, 0.0f);
     const float* alibi = p.alibi_slopes.present() ? p.alibi_slopes.ptr<const float>() : nullptr;
     const uint8_t* qq = p.qq_bias.present() ? p.qq_bias.ptr<const uint8_t>() + p.qq_bias_begins.ptr<const int32_t>()[s] : nullptr;
@@ -387,8 +400,17 @@ class CpuPlan final : public PlanImpl {
           const int64_t row = cache_row(p, s, j0 + k, it.hk);
           krow[k] = static_cast<const char*>(p.cache.key.data) + row * D_ * es;
           vrow[k] = static_cast<const char*>(p.cache.value.data) + row * Dv_ * es;
+          if (affine) {
+            ks[k] = num::f16_bits_to_f32(p.cache.key_scale.ptr<const uint16_t>()[row]);
+            km[k] = num::f16_bits_to_f32(p.cache.key_min.ptr<const uint16_t>()[row]) + 128.0f * ks[k];
+            vs[k] = num::f16_bits_to_f32(p.cache.value_scale.ptr<const uint16_t>()[row]);
+            vm[k] = num::f16_bits_to_f32(p.cache.value_min.ptr<const uint16_t>()[row]) + 128.0f * vs[k];
+          }
         }
         cpu::scores_direct(sc, kTile, q, rows_k, krow, rt, n, D_, &pf);
+        if (affine)
+          for (int r = 0; r < rows_k; ++r)
+            for (int k = 0; k < n; ++k) sc[r * kTile + k] = sc[r * kTile + k] * ks[k] + km[k] * qsum[r];
       } else {
         load(false, kt);
         cpu::scores(sc, kTile, q, rows_k, kt, n, D_, &pf);
@@ -433,7 +455,19 @@ class CpuPlan final : public PlanImpl {
       }
       if (!any) continue;
       if (direct) {
+        if (affine)
+          for (int r = 0; r < rows_k; ++r) {
+            float a = 0.0f;
+            for (int k = 0; k < n; ++k) {
+              a += sc[r * kTile + k] * vm[k];
+              sc[r * kTile + k] *= vs[k];
+            }
+            pm[r] = a;
+          }
         cpu::accumulate_direct(o, sc, kTile, rows_k, vrow, rt, n, Dv_, &pf);
+        if (affine)
+          for (int r = 0; r < rows_k; ++r)
+            for (int d = 0; d < Dv_; ++d) o[static_cast<size_t>(r) * Dv_ + d] += pm[r];
       } else {
         load(true, vt);
         cpu::accumulate(o, sc, kTile, rows_k, vt, n, Dv_, &pf);

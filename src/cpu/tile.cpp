@@ -228,6 +228,12 @@ PA_AVX512 static inline __m512 row16(const void* row, int d) {
     return _mm512_loadu_ps(static_cast<const float*>(row) + d);
   } else if constexpr (T == static_cast<int>(RowType::fp8)) {  // the values / 2^8 (the caller folds 2^8 x scale)
     return _mm512_cvtph_ps(e4m3x16_f16(static_cast<const uint8_t*>(row) + d));
+  } else if constexpr (T == static_cast<int>(RowType::u8)) {
+    // the codes - 128 (the top bit flipped, then sign-extended; the caller folds scale and minimum): a
+    // fold on the raw codes sums terms of 128 x the values' scale that cancel, and its error grew with the
+    // keys summed (design.md, "u8 values centred in the kernels")
+    const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint8_t*>(row) + d));
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_xor_si128(c, _mm_set1_epi8(static_cast<char>(0x80)))));
   } else {
     const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(row) + d));
     if constexpr (T == static_cast<int>(RowType::f16)) return _mm512_cvtph_ps(x);
@@ -509,12 +515,13 @@ void accumulate(float* o, const float* p, int ld_p, int rows, const float* vt, i
 
 // The most rows a chunk takes without tiles: each cache element is converted once per 8-row block, and
 // past 12 rows the tiles' one conversion wins (16 rows: f16 0.98x, fp8 1.02-1.03x the tiles' time; 32
-// rows: 1.05x / 1.12-1.14x; 12 rows 0.91x / 0.94-0.99x; bench/NOTES.md, run cpu-r12).
+// rows: 1.05x / 1.12-1.14x; 12 rows 0.91x / 0.94-0.99x; bench/NOTES.md, run cpu-r12). u8: 4 rows (8 / 12
+// rows 1.00x / 1.05x the tiles' time, run cpu-u8d).
 constexpr int kDirectRows = 12;
 bool has_direct(RowType t, int rows, int D, int Dv) {
 #if defined(PA_CPU_AVX512)
-  return table().scores == scores_avx512_or_v4 && t != RowType::u8 && rows % 4 == 0 && rows > 0 &&
-         rows <= kDirectRows && D % 16 == 0 && Dv % 16 == 0;
+  return table().scores == scores_avx512_or_v4 && rows % 4 == 0 && rows > 0 &&
+         rows <= (t == RowType::u8 ? 4 : kDirectRows) && D % 16 == 0 && Dv % 16 == 0;
 #else
   (void)t, (void)rows, (void)D, (void)Dv;
   return false;
@@ -547,6 +554,7 @@ void scores_direct(float* s, int ld_s, const float* q, int rows, const void* con
   if (t == RowType::bf16)
     return scores_direct_rows<static_cast<int>(RowType::bf16)>(s, ld_s, q, rows, krow, keys, D, pf);
   if (t == RowType::fp8) return scores_direct_rows<static_cast<int>(RowType::fp8)>(s, ld_s, q, rows, krow, keys, D, pf);
+  if (t == RowType::u8) return scores_direct_rows<static_cast<int>(RowType::u8)>(s, ld_s, q, rows, krow, keys, D, pf);
   return scores_direct_rows<static_cast<int>(RowType::f16)>(s, ld_s, q, rows, krow, keys, D, pf);
 #else
   (void)s, (void)ld_s, (void)q, (void)rows, (void)krow, (void)t, (void)keys, (void)D, (void)pf;
@@ -559,6 +567,8 @@ void accumulate_direct(float* o, const float* p, int ld_p, int rows, const void*
     return accumulate_direct_rows<static_cast<int>(RowType::bf16)>(o, p, ld_p, rows, vrow, keys, Dv, pf);
   if (t == RowType::fp8)
     return accumulate_direct_rows<static_cast<int>(RowType::fp8)>(o, p, ld_p, rows, vrow, keys, Dv, pf);
+  if (t == RowType::u8)
+    return accumulate_direct_rows<static_cast<int>(RowType::u8)>(o, p, ld_p, rows, vrow, keys, Dv, pf);
   return accumulate_direct_rows<static_cast<int>(RowType::f16)>(o, p, ld_p, rows, vrow, keys, Dv, pf);
 #else
   (void)o, (void)p, (void)ld_p, (void)rows, (void)vrow, (void)t, (void)keys, (void)Dv, (void)pf;
