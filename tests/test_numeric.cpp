@@ -295,11 +295,12 @@ TEST(Numeric, Fp8RowConversionMatchesTheDecodeForEveryCode) {
 }
 
 // The cpu backend's chunks without f32 tiles (cpu::scores_direct / accumulate_direct, 4, 8 and 12 rows
-// at the AVX-512 level) against the tile kernels on load_row's f32 rows, as the backend runs them (fp8 rows as
-// their values / 2^8 on both paths, the scales folded into q and o): bit for bit, which the invariant
-// mode relies on, except S's last keys past the 4-key blocks (the tails sum in another order; the
-// invariant mode's tiles have none): within roundings. fp8 NaN codes give NaN in the same places; every
-// code appears in the fp8 keys; 35 keys take the 4-key blocks and the tail.
+// at the AVX-512 level) against the tile kernels on load_row's f32 rows, as the backend runs them (fp8
+// rows as their values / 2^8 on both paths): bit for bit, which the invariant mode relies on, except S's
+// last keys past the 4-key blocks (the tails sum in another order; the invariant mode's tiles have none):
+// within roundings. fp8 NaN codes give NaN in the same places; every code appears in the fp8 keys (both
+// paths share e4m3x16_f16, which Fp8RowConversionMatchesTheDecodeForEveryCode checks); 35 keys take the
+// 4-key blocks and the tail. (u8's direct rows need the backend's fold: the ctests cover them.)
 TEST(Numeric, DirectDecodeMatchesTheTiles) {
   constexpr int keys = 35;
   for (cpu::RowType t : {cpu::RowType::f16, cpu::RowType::bf16, cpu::RowType::fp8}) {
@@ -318,8 +319,8 @@ TEST(Numeric, DirectDecodeMatchesTheTiles) {
         std::vector<uint8_t> kc(static_cast<size_t>(keys) * D * es), vc(kc.size());
         for (size_t i = 0; i < kc.size() / es; ++i) {
           for (std::vector<uint8_t>* c : {&kc, &vc}) {
-            if (fp8) {  // every code, NaN codes taken out here and put into keys 5 and 22 below
-              uint8_t code = static_cast<uint8_t>((i + rng() % 2 * 128) & 0xff);
+            if (fp8) {  // every code in the first 256, NaN codes taken out here and put into keys 5 and 22 below
+              uint8_t code = static_cast<uint8_t>((i + i / 256 * 11 + (c == &vc ? 128 : 0)) & 0xff);
               if ((code & 0x7f) == 0x7f) code = static_cast<uint8_t>(code - 1);
               (*c)[i] = code;
             } else {

@@ -4,11 +4,12 @@
 // rows share every K/V row read); each chunk's key range [window start of its first token, causal limit
 // of its last) is cut into partitions, so that the work items (chunk, kv head, partition) keep every
 // thread busy. An item loads its query rows once (f32), streams its keys in tiles of kTile rows
-// gathered through the block table and converted to f32 once for all rows (u8: min + code * scale),
-// computes S = Q K^T, masks, the online softmax (log2 units) and O += P V (tile.h, vectorised and
-// dispatched by ISA), and leaves (m, l, O) as a partial, or the final row when the chunk has one
-// partition. Partials merge in partition order (sinks join there). Scores, when asked for, are
-// recomputed per key tile against the rows' final (m, l). OpenMP threads; no allocation in run().
+// gathered through the block table and converted to f32 once for all rows (u8: min + code * scale), or
+// for chunks of 4-12 rows read straight from the cache rows (cpu::scores_direct), computes S = Q K^T,
+// masks, the online softmax (log2 units) and O += P V (tile.h, vectorised and dispatched by ISA), and
+// leaves (m, l, O) as a partial, or the final row when the chunk has one partition. Partials merge in
+// partition order (sinks join there). Scores, when asked for, are recomputed per key tile against the
+// rows' final (m, l). OpenMP threads; no allocation in run().
 // Options::cpu_reference (or PAGEDATTN_CPU_ORACLE=1) runs the oracle instead: the reference of the tests.
 #include <algorithm>
 #include <cmath>
@@ -44,6 +45,7 @@ constexpr int kMinPart = 512;  // smallest partition (keys)
 // keys wide (keys outside the item zero-filled and masked), rows padded to a multiple of 4 (the S and P
 // V kernels' register blocks: every (row, key) on the same instruction sequence).
 constexpr int kInvariantPart = 2048;
+static_assert(kTile % 4 == 0, "the invariant mode's tiles have no tail keys (direct path and tiles agree)");
 
 int env_int(const char* name, int fallback) {
   const char* v = std::getenv(name);
@@ -162,9 +164,9 @@ class CpuPlan final : public PlanImpl {
     // row access of the tile kernels could split two cache lines, by the heap's state (bf16 T = 8 at 8k:
     // 28-30 ms aligned, 35-39 ms as it fell; bench/NOTES.md, "The cpu backend's scratch alignment")
     scratch_stride_ = (scratch_stride_ + 1023) / 1024 * 1024;
-    // chunks of 4, 8 or 12 rows on f16/bf16/fp8 caches without the f32 tiles (tile.h). The invariant mode may
-    // take them too: on its kTile-wide tiles (no tail keys) they run the tiles' arithmetic bit for bit
-    // (tests/test_numeric.cpp, DirectDecodeMatchesTheTiles), keys outside the item reading a zero row.
+    // chunks of 4-12 rows (u8: 4) without the f32 tiles (tile.h). The invariant mode may take them on
+    // f16/bf16/fp8 caches: on its kTile-wide tiles (no tail keys) they run the tiles' arithmetic bit for
+    // bit (tests/test_numeric.cpp, DirectDecodeMatchesTheTiles), keys outside the item reading a zero row.
     direct_ok_ = cpu::has_direct(row_type(p.cache.precision()), 4, D_, Dv_);
     zero_row_.assign(static_cast<size_t>(std::max(D_, Dv_)) * 2, 0);
     scratch_.assign(scratch_stride_ * threads_ + 1024, 0.0f);
@@ -395,6 +397,7 @@ class CpuPlan final : public PlanImpl {
         for (int k = 0; k < n; ++k) {
           if (j0 + k < a || j0 + k >= b) {
             krow[k] = vrow[k] = zero_row_.data();
+            ks[k] = km[k] = vs[k] = vm[k] = 0.0f;  // (u8 is not direct in the invariant mode; zeros all the same)
             continue;
           }
           const int64_t row = cache_row(p, s, j0 + k, it.hk);
@@ -542,7 +545,9 @@ class CpuPlan final : public PlanImpl {
   }
 
   // scores[j] of each sequence: the weights of its last w new tokens summed over heads, recomputed per
-  // key tile from the final row statistics (fixed order: kv head, token, head).
+  // key tile from the final row statistics (fixed order: kv head, token, head). S comes from the tiles
+  // here; a u8 decode's statistics came from the affine fold, so its weights can differ from attend's in
+  // the last bits (the sum of a row's weights 1 within roundings).
   void score(const Params& p, float scale) {
     const std::vector<std::pair<int, int>>& tiles = score_tiles_;
     const std::vector<int64_t>& base = score_base_;

@@ -71,13 +71,15 @@ float exp2_sum(float* p, const float* x, int n, float m);
 // o[0..D) *= a
 void scale_row(float* o, float a, int D);
 
-// S and P V straight from the cache rows of an f16, bf16 or fp8 cache, without the f32 tiles, for 4, 8 or
-// 12 query rows at the AVX-512 level (has_direct): each key's elements converted in registers, minus the
-// tiles' stores and loads; 8-row blocks in 8 x 2 S blocks and 8 x 32 P V blocks (each element converted
-// once per 8 rows), a 4-row block in the tiles' 4 x 4 and 4 x 64; every (row, key) sum in the tiles'
-// order (u8 was level with its tiles; bench/NOTES.md, "The cpu backend's decode without f32 tiles").
-// fp8 rows give their e4m3 values / 2^8 (exact in f16), unscaled: the caller folds 2^8 x the key scale
-// into q and 2^8 x the value scale into o. krow and vrow give each key's row. The blocked kernels' ticks.
+// S and P V straight from the cache rows, without the f32 tiles, at the AVX-512 level (has_direct): 4, 8 or
+// 12 query rows of an f16, bf16 or fp8 cache, 4 of a u8 cache. Each key's elements are converted in
+// registers, minus the tiles' stores and loads; 8-row blocks run 8 x 2 S blocks and 8 x 32 P V blocks
+// (each element converted once per 8 rows), a 4-row block the tiles' 4 x 4 and 4 x 64. Keys in whole
+// blocks get the tiles' per-(row, key) instructions, so the same bits on the same values (the last keys
+// of a tile whose key count is not a multiple of 4 are summed in another order). fp8 rows give their
+// e4m3 values / 2^8 (exact in f16), unscaled: the caller folds 2^8 x the key scale into q and 2^8 x the
+// value scale into o. u8 rows give code - 128: the caller folds each key's scale and minimum (the
+// backend's `affine` form). krow and vrow give each key's row. The blocked kernels' ticks.
 bool has_direct(RowType t, int rows, int D, int Dv);
 void scores_direct(float* s, int ld_s, const float* q, int rows, const void* const* krow, RowType t, int keys, int D,
                    Prefetch* pf);
