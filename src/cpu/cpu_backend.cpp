@@ -164,11 +164,13 @@ class CpuPlan final : public PlanImpl {
     // row access of the tile kernels could split two cache lines, by the heap's state (bf16 T = 8 at 8k:
     // 28-30 ms aligned, 35-39 ms as it fell; bench/NOTES.md, "The cpu backend's scratch alignment")
     scratch_stride_ = (scratch_stride_ + 1023) / 1024 * 1024;
-    // chunks of 4-12 rows (u8: 4) without the f32 tiles (tile.h). The invariant mode may take them on
-    // f16/bf16/fp8 caches: on its kTile-wide tiles (no tail keys) they run the tiles' arithmetic bit for
-    // bit (tests/test_numeric.cpp, DirectDecodeMatchesTheTiles), keys outside the item reading a zero row.
+    // chunks of 4-12 rows (u8: 4) without the f32 tiles (tile.h). The invariant mode takes them too: on its
+    // kTile-wide tiles (no tail keys) they run the tiles' arithmetic bit for bit (the same values: fp8
+    // values / 2^8, u8 codes - 128, folds on both paths; tests/test_numeric.cpp DirectDecodeMatchesTheTiles),
+    // keys outside the item reading a zero row.
     direct_ok_ = cpu::has_direct(row_type(p.cache.precision()), 4, D_, Dv_);
-    zero_row_.assign(static_cast<size_t>(std::max(D_, Dv_)) * 2, 0);
+    // (u8: code 128, the centred zero)
+    zero_row_.assign(static_cast<size_t>(std::max(D_, Dv_)) * 2, p.cache.precision() == KVPrecision::u8 ? 0x80 : 0);
     scratch_.assign(scratch_stride_ * threads_ + 1024, 0.0f);
   }
 
@@ -289,8 +291,9 @@ class CpuPlan final : public PlanImpl {
   // mode's rows equal whichever path a chunk takes.
   static constexpr float kFp8Fold = 256.0f;
 
-  // Keys [j0, j0 + n) of item's sequence and kv head -> f32 rows of `dst` (K or V).
-  void load_tile(const Params& p, int s, int hk, int j0, int n, bool value, float* dst) const {
+  // Keys [j0, j0 + n) of item's sequence and kv head -> f32 rows of `dst` (K or V); u8 `centred`: the
+  // codes - 128 (attend's fold), else the values.
+  void load_tile(const Params& p, int s, int hk, int j0, int n, bool value, float* dst, bool centred = false) const {
     const KVPrecision kv = p.cache.precision();
     const TensorView& data = value ? p.cache.value : p.cache.key;
     const cpu::RowType rt = row_type(kv);
@@ -298,7 +301,9 @@ class CpuPlan final : public PlanImpl {
     for (int k = 0; k < n; ++k) {
       const int64_t row = cache_row(p, s, j0 + k, hk);
       float sc = 1.0f / kFp8Fold, mn = 0.0f;  // (fp8: the values / 2^8, unscaled)
-      if (kv == KVPrecision::u8) {
+      if (kv == KVPrecision::u8 && centred) {
+        sc = 1.0f, mn = -128.0f;  // (exact)
+      } else if (kv == KVPrecision::u8) {
         sc = num::f16_bits_to_f32((value ? p.cache.value_scale : p.cache.key_scale).ptr<const uint16_t>()[row]);
         mn = num::f16_bits_to_f32((value ? p.cache.value_min : p.cache.key_min).ptr<const uint16_t>()[row]);
       }
@@ -344,15 +349,16 @@ class CpuPlan final : public PlanImpl {
     // invariant (Options::deterministic): rows padded to a multiple of 4 through the S and P V kernels
     const int rows_k = invariant_ ? (rows + 3) / 4 * 4 : rows;
     // 4, 8 or 12 rows of an f16, bf16 or fp8 cache, 4 of a u8 cache: S and P V straight from the cache rows
-    // (cpu::scores_direct). u8 rows come as code - 128 there (the GPU kernels' centring): S = scale * (q .
-    // (codes - 128)) + (min + 128 scale) * sum(q) per key, and P V takes p * scale per key plus sum(p * (min
-    // + 128 scale)) per row (`affine`; not in the invariant mode, whose tiles apply scale and minimum per
-    // element).
+    // (cpu::scores_direct). u8 rows come as code - 128 there (the GPU kernels' centring), and so do the
+    // invariant mode's u8 tiles (one arithmetic for both paths, as fp8's fold): S = scale * (q . (codes -
+    // 128)) + (min + 128 scale) * sum(q) per key, and P V takes p * scale per key plus sum(p * (min + 128
+    // scale)) per row, kept apart in `ob` and added to O at the end. The default mode's u8 tiles apply
+    // scale and minimum per element instead (the fold's per-key steps cost those rows 1.06-1.19x).
     const cpu::RowType rt = row_type(p.cache.precision());
-    const bool u8 = rt == cpu::RowType::u8;
-    const bool direct = direct_ok_ && cpu::has_direct(rt, rows_k, D_, Dv_) && !(u8 && invariant_),
-               fold = rt == cpu::RowType::fp8, affine = direct && u8;
-    float qsum[kMaxRows], ks[kTile], km[kTile], vs[kTile], vm[kTile], pm[kMaxRows];
+    const bool direct = direct_ok_ && cpu::has_direct(rt, rows_k, D_, Dv_), fold = rt == cpu::RowType::fp8,
+               affine = rt == cpu::RowType::u8 && (direct || invariant_);
+    float qsum[kMaxRows], ob[kMaxRows], ks[kTile], km[kTile], vs[kTile], vm[kTile], pm[kMaxRows];
+    uint16_t meta[4][kTile];  // u8: the tile's f16 scales and minima (K, then V)
     const float kfold = fold ? fp8_scale(p.cache.key_scale, it.hk) : 1.0f;
     // query rows: row r = token t0 + r / G, head hk * G + r % G; scaled to log2 units
     const float qs = scale * kLog2e;
@@ -372,6 +378,7 @@ class CpuPlan final : public PlanImpl {
         float a = 0.0f;
         for (int d = 0; d < D_; ++d) a += q[static_cast<size_t>(r) * D_ + d];
         qsum[r] = a;
+        ob[r] = 0.0f;
       }
     std::fill(o, o + static_cast<size_t>(rows_k) * Dv_, 0.0f);
     const float* alibi = p.alibi_slopes.present() ? p.alibi_slopes.ptr<const float>() : nullptr;
@@ -389,35 +396,46 @@ class CpuPlan final : public PlanImpl {
       auto load = [&](bool value, float* dst) {
         const size_t dd = static_cast<size_t>(value ? Dv_ : D_);
         if (a > j0) std::fill(dst, dst + static_cast<size_t>(a - j0) * dd, 0.0f);
-        load_tile(p, s, it.hk, a, b - a, value, dst + static_cast<size_t>(a - j0) * dd);
+        load_tile(p, s, it.hk, a, b - a, value, dst + static_cast<size_t>(a - j0) * dd, affine);
         if (j0 + n > b) std::fill(dst + static_cast<size_t>(b - j0) * dd, dst + static_cast<size_t>(n) * dd, 0.0f);
       };
-      if (direct) {  // the rows' addresses; an invariant tile's keys outside [a, b) read zeros
+      if (direct || affine) {  // the rows' addresses and u8 factors; an invariant tile's keys outside [a, b)
+                               // read zeros (u8: code 128) and take factors 0
         const int64_t es = static_cast<int64_t>(dtype_size(p.cache.key.dtype));
         for (int k = 0; k < n; ++k) {
           if (j0 + k < a || j0 + k >= b) {
             krow[k] = vrow[k] = zero_row_.data();
-            ks[k] = km[k] = vs[k] = vm[k] = 0.0f;  // (u8 is not direct in the invariant mode; zeros all the same)
+            meta[0][k] = meta[1][k] = meta[2][k] = meta[3][k] = 0;
             continue;
           }
           const int64_t row = cache_row(p, s, j0 + k, it.hk);
           krow[k] = static_cast<const char*>(p.cache.key.data) + row * D_ * es;
           vrow[k] = static_cast<const char*>(p.cache.value.data) + row * Dv_ * es;
           if (affine) {
-            ks[k] = num::f16_bits_to_f32(p.cache.key_scale.ptr<const uint16_t>()[row]);
-            km[k] = num::f16_bits_to_f32(p.cache.key_min.ptr<const uint16_t>()[row]) + 128.0f * ks[k];
-            vs[k] = num::f16_bits_to_f32(p.cache.value_scale.ptr<const uint16_t>()[row]);
-            vm[k] = num::f16_bits_to_f32(p.cache.value_min.ptr<const uint16_t>()[row]) + 128.0f * vs[k];
+            meta[0][k] = p.cache.key_scale.ptr<const uint16_t>()[row];
+            meta[1][k] = p.cache.key_min.ptr<const uint16_t>()[row];
+            meta[2][k] = p.cache.value_scale.ptr<const uint16_t>()[row];
+            meta[3][k] = p.cache.value_min.ptr<const uint16_t>()[row];
           }
         }
+        if (affine) {  // the f16 factors converted 32 at a time; zeros stay zeros
+          float* f[4] = {ks, km, vs, vm};
+          for (int i = 0; i < 4; ++i) cpu::load_row(f[i], meta[i], cpu::RowType::f16, n, 1.0f, 0.0f);
+          for (int k = 0; k < n; ++k) {
+            km[k] += 128.0f * ks[k];
+            vm[k] += 128.0f * vs[k];
+          }
+        }
+      }
+      if (direct) {
         cpu::scores_direct(sc, kTile, q, rows_k, krow, rt, n, D_, &pf);
-        if (affine)
-          for (int r = 0; r < rows_k; ++r)
-            for (int k = 0; k < n; ++k) sc[r * kTile + k] = sc[r * kTile + k] * ks[k] + km[k] * qsum[r];
       } else {
         load(false, kt);
         cpu::scores(sc, kTile, q, rows_k, kt, n, D_, &pf);
       }
+      if (affine)
+        for (int r = 0; r < rows_k; ++r)
+          for (int k = 0; k < n; ++k) sc[r * kTile + k] = sc[r * kTile + k] * ks[k] + km[k] * qsum[r];
       // masks (causal, window, tree), ALiBi, online softmax. An interior tile (every key visible to
       // every row: before the first row's causal limit, inside the last row's window, in the cached
       // prefix when there is a tree) without ALiBi needs only the row max.
@@ -451,31 +469,35 @@ class CpuPlan final : public PlanImpl {
         if (m_new != m[r]) {
           const float a = m[r] == -INFINITY ? 0.0f : std::exp2(m[r] - m_new);
           cpu::scale_row(o + static_cast<size_t>(r) * Dv_, a, Dv_);
+          if (affine) ob[r] *= a;
           l[r] *= a;
           m[r] = m_new;
         }
         l[r] += cpu::exp2_sum(sr, sr, n, m[r]);
       }
       if (!any) continue;
-      if (direct) {
-        if (affine)
-          for (int r = 0; r < rows_k; ++r) {
-            float a = 0.0f;
-            for (int k = 0; k < n; ++k) {
-              a += sc[r * kTile + k] * vm[k];
-              sc[r * kTile + k] *= vs[k];
-            }
-            pm[r] = a;
+      if (affine)
+        for (int r = 0; r < rows_k; ++r) {
+          float a = 0.0f;
+#pragma omp simd reduction(+ : a)
+          for (int k = 0; k < n; ++k) {
+            a += sc[r * kTile + k] * vm[k];
+            sc[r * kTile + k] *= vs[k];
           }
+          pm[r] = a;
+        }
+      if (direct) {
         cpu::accumulate_direct(o, sc, kTile, rows_k, vrow, rt, n, Dv_, &pf);
-        if (affine)
-          for (int r = 0; r < rows_k; ++r)
-            for (int d = 0; d < Dv_; ++d) o[static_cast<size_t>(r) * Dv_ + d] += pm[r];
       } else {
         load(true, vt);
         cpu::accumulate(o, sc, kTile, rows_k, vt, n, Dv_, &pf);
       }
+      if (affine)
+        for (int r = 0; r < rows_k; ++r) ob[r] += pm[r];
     }
+    if (affine)
+      for (int r = 0; r < rows; ++r)
+        for (int d = 0; d < Dv_; ++d) o[static_cast<size_t>(r) * Dv_ + d] += ob[r];
     if (fold) {  // o's rows times 2^8 (exact), then times the value scale
       const float vfold = fp8_scale(p.cache.value_scale, it.hk);
       for (int r = 0; r < rows; ++r) {
