@@ -41,10 +41,20 @@ constexpr int kTile = 32;      // keys per tile
 constexpr int kMinPart = 512;  // smallest partition (keys)
 // Options::deterministic on the cpu backend: each row's result depends only on its own keys, so a chain
 // verify's row equals the decode of the same prefix and a sequence's rows do not depend on the batch:
-// partitions at absolute multiples of kInvariantPart, tiles on the absolute kTile grid and always kTile
-// keys wide (keys outside the item zero-filled and masked), rows padded to a multiple of 4 (the S and P
-// V kernels' register blocks: every (row, key) on the same instruction sequence).
+// partitions at absolute multiples of invariant_part() keys, tiles on the absolute kTile grid and always
+// kTile keys wide (keys outside the item zero-filled and masked), rows padded to a multiple of 4 (the S
+// and P V kernels' register blocks: every (row, key) on the same instruction sequence).
 constexpr int kInvariantPart = 2048;
+// The invariant partition: the largest of 2048, 4096 and 8192 keys that still gives every thread two
+// items at 8k keys (Hk x 8192 / part >= 2 x threads). It follows the model (Hk) and the machine's
+// threads, which a verify and its decodes share, never the batch. Fewer, longer partitions save each
+// item's cold first tile and the merge: 8192 against 2048 took f16 32k T = 1 / 2 0.90 / 0.94x and 8k
+// T = 2 0.83x the time on 2 threads at Hk = 4 (bench/NOTES.md, run cpu-ipart).
+inline int invariant_part(int hk, int threads) {
+  int part = kInvariantPart;
+  while (part < 4 * kInvariantPart && static_cast<int64_t>(hk) * 8192 / (2 * part) >= 2 * threads) part *= 2;
+  return part;
+}
 static_assert(kTile % 4 == 0, "the invariant mode's tiles have no tail keys (direct path and tiles agree)");
 
 int env_int(const char* name, int fallback) {
@@ -122,7 +132,7 @@ class CpuPlan final : public PlanImpl {
     if (opt.partition_tokens > 0) {
       part = opt.partition_tokens;
     } else if (invariant_) {  // fixed absolute partitions (a multiple of kTile: tiles stay on the grid)
-      part = kInvariantPart;
+      part = invariant_part(Hk_, threads_);
     } else if (static_cast<int64_t>(chunks_.size()) * Hk_ < 4 * threads_ && keys > 0) {
       const int64_t want = 4 * static_cast<int64_t>(threads_) / Hk_ + 1;
       part = static_cast<int>(std::max<int64_t>(kMinPart, (keys / want + kMinPart - 1) / kMinPart * kMinPart));
@@ -625,7 +635,7 @@ class CpuPlan final : public PlanImpl {
 
   Params planned_;
   bool reference_ = false;
-  bool invariant_ = false;  // Options::deterministic: see kInvariantPart
+  bool invariant_ = false;  // Options::deterministic: see invariant_part
   bool direct_ok_ = false;  // the kind and level allow chunks without f32 tiles (cpu::has_direct)
   std::vector<uint8_t> zero_row_;  // the direct path's rows outside an invariant tile's keys
   int threads_ = 1, num_seqs_ = 0, H_ = 0, Hk_ = 0, G_ = 1, D_ = 0, Dv_ = 0;  // D: queries, keys; Dv: values, out
