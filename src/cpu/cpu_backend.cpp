@@ -367,7 +367,7 @@ class CpuPlan final : public PlanImpl {
     const cpu::RowType rt = row_type(p.cache.precision());
     const bool direct = direct_ok_ && cpu::has_direct(rt, rows_k, D_, Dv_), fold = rt == cpu::RowType::fp8,
                affine = rt == cpu::RowType::u8 && (direct || invariant_);
-    float qsum[kMaxRows], ob[kMaxRows], ks[kTile], km[kTile], vs[kTile], vm[kTile], pm[kMaxRows];
+    float qsum[kMaxRows], ob[kMaxRows], ks[kTile], km[kTile], vs[kTile], vm[kTile];
     uint16_t meta[4][kTile];  // u8: the tile's f16 scales and minima (K, then V)
     const float kfold = fold ? fp8_scale(p.cache.key_scale, it.hk) : 1.0f;
     // query rows: row r = token t0 + r / G, head hk * G + r % G; scaled to log2 units
@@ -494,7 +494,7 @@ class CpuPlan final : public PlanImpl {
             a += sc[r * kTile + k] * vm[k];
             sc[r * kTile + k] *= vs[k];
           }
-          pm[r] = a;
+          ob[r] += a;
         }
       if (direct) {
         cpu::accumulate_direct(o, sc, kTile, rows_k, vrow, rt, n, Dv_, &pf);
@@ -502,8 +502,6 @@ class CpuPlan final : public PlanImpl {
         load(true, vt);
         cpu::accumulate(o, sc, kTile, rows_k, vt, n, Dv_, &pf);
       }
-      if (affine)
-        for (int r = 0; r < rows_k; ++r) ob[r] += pm[r];
     }
     if (affine)
       for (int r = 0; r < rows; ++r)
