@@ -179,6 +179,10 @@ class CpuPlan final : public PlanImpl {
     // values / 2^8, u8 codes - 128, folds on both paths; tests/test_numeric.cpp DirectDecodeMatchesTheTiles),
     // keys outside the item reading a zero row.
     direct_ok_ = cpu::has_direct(row_type(p.cache.precision()), 4, D_, Dv_);
+    // bf16 queries on a bf16 cache, in the tiles' chunks of the default mode: S by vdpbf16ps on the query's
+    // own bits and the cache rows (cpu::scores_bf16dot), the scale applied to S
+    bf16dot_ok_ = !invariant_ && p.query.dtype == DType::bf16 && p.cache.precision() == KVPrecision::bf16 &&
+                  cpu::has_bf16dot(D_);
     // (u8: code 128, the centred zero)
     zero_row_.assign(static_cast<size_t>(std::max(D_, Dv_)) * 2, p.cache.precision() == KVPrecision::u8 ? 0x80 : 0);
     scratch_.assign(scratch_stride_ * threads_ + 1024, 0.0f);
@@ -366,7 +370,8 @@ class CpuPlan final : public PlanImpl {
     // scale and minimum per element instead (the fold's per-key steps cost those rows 1.06-1.19x).
     const cpu::RowType rt = row_type(p.cache.precision());
     const bool direct = direct_ok_ && cpu::has_direct(rt, rows_k, D_, Dv_), fold = rt == cpu::RowType::fp8,
-               affine = rt == cpu::RowType::u8 && (direct || invariant_);
+               affine = rt == cpu::RowType::u8 && (direct || invariant_), bf16dot = bf16dot_ok_;
+    uint16_t* qh = reinterpret_cast<uint16_t*>(kt);  // bf16dot: the query rows' bits (K needs no tile)
     float qsum[kMaxRows], ob[kMaxRows], ks[kTile], km[kTile], vs[kTile], vm[kTile];
     uint16_t meta[4][kTile];  // u8: the tile's f16 scales and minima (K, then V)
     const float kfold = fold ? fp8_scale(p.cache.key_scale, it.hk) : 1.0f;
@@ -377,12 +382,15 @@ class CpuPlan final : public PlanImpl {
                            static_cast<int64_t>(it.hk * G_ + r % G_) * D_;
       float* qr = q + static_cast<size_t>(r) * D_;
       for (int d = 0; d < D_; ++d) qr[d] = load_f(p.query, base + d) * qs;
+      if (bf16dot)
+        std::memcpy(qh + static_cast<size_t>(r) * D_, p.query.ptr<const uint16_t>() + base, sizeof(uint16_t) * D_);
       if (fold)
         for (int d = 0; d < D_; ++d) qr[d] = qr[d] * kFp8Fold * kfold;
       m[r] = -INFINITY;
       l[r] = 0.0f;
     }
     std::fill(q + static_cast<size_t>(rows) * D_, q + static_cast<size_t>(rows_k) * D_, 0.0f);
+    if (bf16dot) std::fill(qh + static_cast<size_t>(rows) * D_, qh + static_cast<size_t>(rows_k) * D_, uint16_t{0});
     if (affine)
       for (int r = 0; r < rows_k; ++r) {
         float a = 0.0f;
@@ -409,7 +417,7 @@ class CpuPlan final : public PlanImpl {
         load_tile(p, s, it.hk, a, b - a, value, dst + static_cast<size_t>(a - j0) * dd, affine);
         if (j0 + n > b) std::fill(dst + static_cast<size_t>(b - j0) * dd, dst + static_cast<size_t>(n) * dd, 0.0f);
       };
-      if (direct || affine) {  // the rows' addresses and u8 factors; an invariant tile's keys outside [a, b)
+      if (direct || affine || bf16dot) {  // the rows' addresses and u8 factors; an invariant tile's keys outside [a, b)
                                // read zeros (u8: code 128) and take factors 0
         const int64_t es = static_cast<int64_t>(dtype_size(p.cache.key.dtype));
         for (int k = 0; k < n; ++k) {
@@ -437,7 +445,11 @@ class CpuPlan final : public PlanImpl {
           }
         }
       }
-      if (direct) {
+      if (bf16dot) {
+        cpu::scores_bf16dot(sc, kTile, qh, rows_k, krow, n, D_, &pf);
+        for (int r = 0; r < rows_k; ++r)
+          for (int k = 0; k < n; ++k) sc[r * kTile + k] *= qs;
+      } else if (direct) {
         cpu::scores_direct(sc, kTile, q, rows_k, krow, rt, n, D_, &pf);
       } else {
         load(false, kt);
@@ -634,6 +646,7 @@ class CpuPlan final : public PlanImpl {
   Params planned_;
   bool reference_ = false;
   bool invariant_ = false;  // Options::deterministic: see invariant_part
+  bool bf16dot_ok_ = false;  // see cpu::scores_bf16dot
   bool direct_ok_ = false;  // the kind and level allow chunks without f32 tiles (cpu::has_direct)
   std::vector<uint8_t> zero_row_;  // the direct path's rows outside an invariant tile's keys
   int threads_ = 1, num_seqs_ = 0, H_ = 0, Hk_ = 0, G_ = 1, D_ = 0, Dv_ = 0;  // D: queries, keys; Dv: values, out

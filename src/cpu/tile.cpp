@@ -16,6 +16,8 @@
 // The AVX-512 kernels' target: F plus BW and VL (16-bit lanes, 256-bit forms), which every CPU of the
 // v4 level has (has_v4).
 #define PA_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
+// ... plus BF16 (vdpbf16ps) for the bf16 scores (has_bf16dot checks the CPU)
+#define PA_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 #endif
 
 // The loop bodies are inlined into each level's wrappers (PA_CPU_LEVEL), which set the target ISA.
@@ -250,6 +252,24 @@ struct CacheRows {  // one pointer per key
   const void* operator[](int k) const { return row[k]; }
 };
 
+// The horizontal sums of KB (4 or 2) accumulators into dst[0..KB), four at a time (two: the pair twice):
+// fold 512 -> 256 -> 128 bits pairwise, then two hadds
+template <int KB>
+PA_AVX512 static inline void store_sums(float* dst, const __m512* acc) {
+  __m128 x[4];
+  for (int j = 0; j < 4; ++j) {
+    const __m512 a = acc[j % KB];
+    const __m256 h =
+        _mm256_add_ps(_mm512_castps512_ps256(a), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
+    x[j] = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  }
+  const __m128 sum = _mm_hadd_ps(_mm_hadd_ps(x[0], x[1]), _mm_hadd_ps(x[2], x[3]));
+  if constexpr (KB == 4)
+    _mm_storeu_ps(dst, sum);
+  else
+    _mm_storel_pi(reinterpret_cast<__m64*>(dst), sum);
+}
+
 // S for rows [0, rb) x keys [0, kb) in RB x (16 / RB) blocks: RB = 4, 4 x 4 (the tiles, and a decode's
 // 4 rows); RB = 8, 8 x 2, which converts a cache row's elements once for 8 rows. Either shape gives each
 // (row, key) the same instructions (one accumulator over D in steps of 16, the same folds), so the same
@@ -271,23 +291,7 @@ PA_AVX512 static void scores_blocks(float* s, int ld_s, const float* q, int rb, 
           for (int j = 0; j < KB; ++j) acc[i][j] = _mm512_fmadd_ps(qv, kv[j], acc[i][j]);
         }
       }
-      // the horizontal sums, four keys at a time (two: the pair twice): fold 512 -> 256 -> 128 bits
-      // pairwise, then two hadds
-      for (int i = 0; i < RB; ++i) {
-        __m128 x[4];
-        for (int j = 0; j < 4; ++j) {
-          const __m512 a = acc[i][j % KB];
-          const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(a),
-                                         _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1)));
-          x[j] = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
-        }
-        const __m128 sum = _mm_hadd_ps(_mm_hadd_ps(x[0], x[1]), _mm_hadd_ps(x[2], x[3]));  // keys k..k+3
-        float* dst = s + static_cast<int64_t>(r + i) * ld_s + k;
-        if constexpr (KB == 4)
-          _mm_storeu_ps(dst, sum);
-        else
-          _mm_storel_pi(reinterpret_cast<__m64*>(dst), sum);
-      }
+      for (int i = 0; i < RB; ++i) store_sums<KB>(s + static_cast<int64_t>(r + i) * ld_s + k, acc[i]);
     }
 }
 
@@ -360,6 +364,43 @@ PA_AVX512 static void scores_direct_avx512(float* s, int ld_s, const float* q, i
       __m512 acc = _mm512_setzero_ps();
       for (int d = 0; d < D; d += 16)
         acc = _mm512_fmadd_ps(_mm512_loadu_ps(q + static_cast<int64_t>(r) * D + d), row16<T>(krow[k], d), acc);
+      s[static_cast<int64_t>(r) * ld_s + k] = _mm512_reduce_add_ps(acc);
+    }
+}
+
+// S of bf16 query rows on bf16 cache rows by vdpbf16ps (AVX512-BF16): each instruction takes 16 pairs of
+// products into 16 f32 sums, two elements per lane where an f32 FMA takes one, and reads the cache rows
+// as they are (no conversion). bf16 x bf16 products are exact in f32; the instruction adds each lane's pair
+// into its sum with round-to-nearest-even and flushes subnormals (inputs and results below 2^-126: far
+// below a score's resolution). 4 x 4 blocks over D in steps of 32, the last rows and keys one at a time.
+PA_AVX512_BF16 static inline __m512bh bf16x32(const void* row, int d) {
+  return (__m512bh)_mm512_loadu_si512(static_cast<const uint16_t*>(row) + d);
+}
+PA_AVX512_BF16 static void scores_bf16dot_avx512(float* s, int ld_s, const uint16_t* q, int rows,
+                                                  const void* const* krow, int keys, int D, Prefetch* pf) {
+  const int r4 = rows / 4 * 4, k4 = keys / 4 * 4;
+  for (int r = 0; r < r4; r += 4)
+    for (int k = 0; k < k4; k += 4) {
+      if (pf) pf->tick();
+      __m512 acc[4][4];
+      for (int i = 0; i < 4; ++i)
+        for (int j = 0; j < 4; ++j) acc[i][j] = _mm512_setzero_ps();
+      for (int d = 0; d < D; d += 32) {
+        __m512bh kv[4];
+        for (int j = 0; j < 4; ++j) kv[j] = bf16x32(krow[k + j], d);
+        for (int i = 0; i < 4; ++i) {
+          const __m512bh qv = bf16x32(q + static_cast<int64_t>(r + i) * D, d);
+          for (int j = 0; j < 4; ++j) acc[i][j] = _mm512_dpbf16_ps(acc[i][j], qv, kv[j]);
+        }
+      }
+      for (int i = 0; i < 4; ++i) store_sums<4>(s + static_cast<int64_t>(r + i) * ld_s + k, acc[i]);
+    }
+  for (int r = 0; r < rows; ++r)
+    for (int k = r < r4 ? k4 : 0; k < keys; ++k) {
+      if (pf) pf->tick();
+      __m512 acc = _mm512_setzero_ps();
+      for (int d = 0; d < D; d += 32)
+        acc = _mm512_dpbf16_ps(acc, bf16x32(q + static_cast<int64_t>(r) * D, d), bf16x32(krow[k], d));
       s[static_cast<int64_t>(r) * ld_s + k] = _mm512_reduce_add_ps(acc);
     }
 }
@@ -558,6 +599,23 @@ void scores_direct(float* s, int ld_s, const float* q, int rows, const void* con
   return scores_direct_rows<static_cast<int>(RowType::f16)>(s, ld_s, q, rows, krow, keys, D, pf);
 #else
   (void)s, (void)ld_s, (void)q, (void)rows, (void)krow, (void)t, (void)keys, (void)D, (void)pf;
+#endif
+}
+bool has_bf16dot(int D) {
+#if defined(PA_CPU_AVX512)
+  static const bool cpu = __builtin_cpu_supports("avx512bf16");
+  return table().scores == scores_avx512_or_v4 && cpu && D % 32 == 0;
+#else
+  (void)D;
+  return false;
+#endif
+}
+void scores_bf16dot(float* s, int ld_s, const uint16_t* q, int rows, const void* const* krow, int keys, int D,
+                    Prefetch* pf) {
+#if defined(PA_CPU_AVX512)
+  scores_bf16dot_avx512(s, ld_s, q, rows, krow, keys, D, pf);
+#else
+  (void)s, (void)ld_s, (void)q, (void)rows, (void)krow, (void)keys, (void)D, (void)pf;
 #endif
 }
 void accumulate_direct(float* o, const float* p, int ld_p, int rows, const void* const* vrow, RowType t, int keys,

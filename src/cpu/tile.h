@@ -86,6 +86,13 @@ void scores_direct(float* s, int ld_s, const float* q, int rows, const void* con
 void accumulate_direct(float* o, const float* p, int ld_p, int rows, const void* const* vrow, RowType t, int keys,
                        int Dv, Prefetch* pf);
 
+// S = Q K^T on bf16 query rows (q: rows x D bf16 bits, unscaled) and bf16 cache rows by vdpbf16ps, where
+// the CPU has AVX512-BF16 and D is a multiple of 32 (has_bf16dot): half the instructions of the f32 tiles'
+// FMAs and no conversion of K. Exact products, f32 sums in pairs (other bits than scores()).
+bool has_bf16dot(int D);
+void scores_bf16dot(float* s, int ld_s, const uint16_t* q, int rows, const void* const* krow, int keys, int D,
+                    Prefetch* pf);
+
 // The level the functions above run at: "avx512", "avx2" or "baseline".
 const char* isa_name();
 
