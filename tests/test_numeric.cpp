@@ -383,6 +383,47 @@ TEST(Numeric, DirectDecodeMatchesTheTiles) {
   }
 }
 
+// S by vdpbf16ps (cpu::scores_bf16dot) on bf16 queries and bf16 rows, against f64 sums of the same
+// products: exact products, so its error is the f32 sums' (<= ~D * 2^-24 of sum |q k|, bounded here by
+// 1e-6 of it); every block shape (4 x 4 blocks, the last rows and keys alone); a NaN element gives its
+// key's scores NaN and no other.
+TEST(Numeric, Bf16DotScoresMatchF64) {
+  constexpr int keys = 35;
+  for (int D : {256, 64, 32}) {
+    if (!cpu::has_bf16dot(D)) GTEST_SKIP() << "no AVX512-BF16 at this level (" << cpu::isa_name() << ")";
+    for (int rows : {1, 4, 7, 16, 17}) {
+      const uint64_t seed = base_seed() + 7000 + static_cast<uint64_t>(D) * 100 + static_cast<uint64_t>(rows);
+      SCOPED_TRACE("seed " + std::to_string(seed) + " D " + std::to_string(D) + " rows " + std::to_string(rows));
+      std::mt19937_64 rng(seed);
+      std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+      std::vector<uint16_t> q(static_cast<size_t>(rows) * D), kc(static_cast<size_t>(keys) * D);
+      for (uint16_t& x : q) x = num::f32_to_bf16_bits(u(rng));
+      for (uint16_t& x : kc) x = num::f32_to_bf16_bits(u(rng));
+      kc[static_cast<size_t>(9) * D + 3] = 0x7fc0;  // NaN in key 9
+      std::vector<const void*> krow(keys);
+      for (int k = 0; k < keys; ++k) krow[static_cast<size_t>(k)] = kc.data() + static_cast<size_t>(k) * D;
+      std::vector<float> s(static_cast<size_t>(rows) * keys, -1.0f);
+      cpu::scores_bf16dot(s.data(), keys, q.data(), rows, krow.data(), keys, D, nullptr);
+      for (int r = 0; r < rows; ++r)
+        for (int k = 0; k < keys; ++k) {
+          const float got = s[static_cast<size_t>(r) * keys + k];
+          if (k == 9) {
+            ASSERT_TRUE(std::isnan(got)) << "row " << r << ": a NaN key element gives NaN";
+            continue;
+          }
+          double ref = 0, mag = 0;
+          for (int d = 0; d < D; ++d) {
+            const double x = static_cast<double>(num::bf16_bits_to_f32(q[static_cast<size_t>(r) * D + d])) *
+                             num::bf16_bits_to_f32(kc[static_cast<size_t>(k) * D + d]);
+            ref += x;
+            mag += std::abs(x);
+          }
+          ASSERT_LE(std::abs(got - ref), 1e-6 * mag) << "S row " << r << " key " << k;
+        }
+    }
+  }
+}
+
 // The cpu backend's f16 row conversion (cpu::load_row: vcvtph2ps 8 or 16 at a time at the AVX2 / AVX-512
 // levels for D a multiple of 8 / 16, else the scalar loop) against the bit-level decode, for every f16
 // bit pattern: subnormals, infinities and NaNs included.
