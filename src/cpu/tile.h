@@ -88,7 +88,7 @@ void accumulate_direct(float* o, const float* p, int ld_p, int rows, const void*
 
 // S = Q K^T on bf16 query rows (q: rows x D bf16 bits, unscaled) and bf16 cache rows by vdpbf16ps, where
 // the CPU has AVX512-BF16 and D is a multiple of 32 (has_bf16dot): half the instructions of the f32 tiles'
-// FMAs and no conversion of K. Exact products, f32 sums in pairs (other bits than scores()).
+// FMAs and no conversion of K. Exact products, f32 sums in pairs (other bits than scores(); run cpu-bf16dot).
 bool has_bf16dot(int D);
 void scores_bf16dot(float* s, int ld_s, const uint16_t* q, int rows, const void* const* krow, int keys, int D,
                     Prefetch* pf);
