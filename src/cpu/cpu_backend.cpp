@@ -180,12 +180,12 @@ class CpuPlan final : public PlanImpl {
     // values / 2^8, u8 codes - 128, folds on both paths; tests/test_numeric.cpp DirectDecodeMatchesTheTiles),
     // keys outside the item reading a zero row.
     direct_ok_ = cpu::has_direct(row_type(p.cache.precision()), 4, D_, Dv_);
-    // bf16 queries on a bf16 cache, every chunk of the default mode: S by vdpbf16ps on the query's own bits
-    // and the cache rows (cpu::scores_bf16dot), the scale applied to S; P V as before (tiles, or the rows for
-    // 4-12 rows). T = 2-8 0.78-0.80x the f32 FMAs' time (run cpu-bf16dot). Not in the invariant mode, whose
-    // decodes and verifies share the f32 arithmetic.
-    bf16dot_ok_ =
-        !invariant_ && p.query.dtype == DType::bf16 && p.cache.precision() == KVPrecision::bf16 && cpu::has_bf16dot(D_);
+    // bf16 queries on a bf16 cache, every chunk: S by vdpbf16ps on the query's own bits and the cache rows
+    // (cpu::scores_bf16dot), the scale applied to S; P V as before (tiles, or the rows for 4-12 rows). T = 2-8
+    // 0.78-0.80x the f32 FMAs' time (run cpu-bf16dot). The invariant mode's chunks are whole 4 x 4 blocks
+    // (rows padded to 4, tiles 32 keys wide), so every (row, key) gets the same instructions on its
+    // decodes and its verifies.
+    bf16dot_ok_ = p.query.dtype == DType::bf16 && p.cache.precision() == KVPrecision::bf16 && cpu::has_bf16dot(D_);
     // (u8: code 128, the centred zero)
     zero_row_.assign(static_cast<size_t>(std::max(D_, Dv_)) * 2, p.cache.precision() == KVPrecision::u8 ? 0x80 : 0);
     scratch_.assign(scratch_stride_ * threads_ + 1024, 0.0f);
