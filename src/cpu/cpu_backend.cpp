@@ -420,8 +420,9 @@ class CpuPlan final : public PlanImpl {
         load_tile(p, s, it.hk, a, b - a, value, dst + static_cast<size_t>(a - j0) * dd, affine);
         if (j0 + n > b) std::fill(dst + static_cast<size_t>(b - j0) * dd, dst + static_cast<size_t>(n) * dd, 0.0f);
       };
-      if (direct || affine || bf16dot) {  // the rows' addresses and u8 factors; an invariant tile's keys outside [a, b)
-                               // read zeros (u8: code 128) and take factors 0
+      // the rows' addresses and u8 factors; an invariant tile's keys outside [a, b) read zeros (u8: code
+      // 128) and take factors 0
+      if (direct || affine || bf16dot) {
         const int64_t es = static_cast<int64_t>(dtype_size(p.cache.key.dtype));
         for (int k = 0; k < n; ++k) {
           if (j0 + k < a || j0 + k >= b) {
