@@ -424,6 +424,34 @@ TEST(Numeric, Bf16DotScoresMatchF64) {
   }
 }
 
+// What the invariant mode needs of cpu::scores_bf16dot: in whole 4 x 4 blocks (rows and keys multiples of
+// 4, as the mode's padded rows and 32-key tiles), a (row, key)'s bits do not depend on how many rows the
+// call has or where the row sits among them: a decode's rows against a verify's.
+TEST(Numeric, Bf16DotScoresIndependentOfTheRows) {
+  constexpr int D = 128, keys = 32, rows = 64;
+  if (!cpu::has_bf16dot(D)) GTEST_SKIP() << "no AVX512-BF16 at this level (" << cpu::isa_name() << ")";
+  const uint64_t seed = base_seed() + 7999;
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+  std::vector<uint16_t> q(static_cast<size_t>(rows) * D), kc(static_cast<size_t>(keys) * D);
+  for (uint16_t& x : q) x = num::f32_to_bf16_bits(u(rng));
+  for (uint16_t& x : kc) x = num::f32_to_bf16_bits(u(rng));
+  std::vector<const void*> krow(keys);
+  for (int k = 0; k < keys; ++k) krow[static_cast<size_t>(k)] = kc.data() + static_cast<size_t>(k) * D;
+  std::vector<float> all(static_cast<size_t>(rows) * keys);
+  cpu::scores_bf16dot(all.data(), keys, q.data(), rows, krow.data(), keys, D, nullptr);
+  for (int r0 = 0; r0 < rows; r0 += 4) {  // each 4-row slice alone, as a decode
+    std::vector<float> part(static_cast<size_t>(4) * keys);
+    cpu::scores_bf16dot(part.data(), keys, q.data() + static_cast<size_t>(r0) * D, 4, krow.data(), keys, D, nullptr);
+    for (int r = 0; r < 4; ++r)
+      for (int k = 0; k < keys; ++k)
+        ASSERT_EQ(to_bits(part[static_cast<size_t>(r) * keys + k]),
+                  to_bits(all[static_cast<size_t>(r0 + r) * keys + k]))
+            << "row " << r0 + r << " key " << k;
+  }
+}
+
 // The cpu backend's f16 row conversion (cpu::load_row: vcvtph2ps 8 or 16 at a time at the AVX2 / AVX-512
 // levels for D a multiple of 8 / 16, else the scalar loop) against the bit-level decode, for every f16
 // bit pattern: subnormals, infinities and NaNs included.
