@@ -384,16 +384,20 @@ class CpuPlan final : public PlanImpl {
       const int64_t base = static_cast<int64_t>(begins_[s] + c.t0 + r / G_) * H_ * D_ +
                            static_cast<int64_t>(it.hk * G_ + r % G_) * D_;
       float* qr = q + static_cast<size_t>(r) * D_;
-      for (int d = 0; d < D_; ++d) qr[d] = load_f(p.query, base + d) * qs;
-      if (bf16dot)
+      if (bf16dot) {  // (S's only reader of the query)
         std::memcpy(qh + static_cast<size_t>(r) * D_, p.query.ptr<const uint16_t>() + base, sizeof(uint16_t) * D_);
-      if (fold)
-        for (int d = 0; d < D_; ++d) qr[d] = qr[d] * kFp8Fold * kfold;
+      } else {
+        for (int d = 0; d < D_; ++d) qr[d] = load_f(p.query, base + d) * qs;
+        if (fold)
+          for (int d = 0; d < D_; ++d) qr[d] = qr[d] * kFp8Fold * kfold;
+      }
       m[r] = -INFINITY;
       l[r] = 0.0f;
     }
-    std::fill(q + static_cast<size_t>(rows) * D_, q + static_cast<size_t>(rows_k) * D_, 0.0f);
-    if (bf16dot) std::fill(qh + static_cast<size_t>(rows) * D_, qh + static_cast<size_t>(rows_k) * D_, uint16_t{0});
+    if (bf16dot)
+      std::fill(qh + static_cast<size_t>(rows) * D_, qh + static_cast<size_t>(rows_k) * D_, uint16_t{0});
+    else
+      std::fill(q + static_cast<size_t>(rows) * D_, q + static_cast<size_t>(rows_k) * D_, 0.0f);
     if (affine)
       for (int r = 0; r < rows_k; ++r) {
         float a = 0.0f;
@@ -591,9 +595,10 @@ class CpuPlan final : public PlanImpl {
   }
 
   // scores[j] of each sequence: the weights of its last w new tokens summed over heads, recomputed per
-  // key tile from the final row statistics (fixed order: kv head, token, head). S comes from the tiles
-  // here; a u8 decode's statistics came from the affine fold, so its weights can differ from attend's in
-  // the last bits (the sum of a row's weights 1 within roundings).
+  // key tile from the final row statistics (fixed order: kv head, token, head). S comes from the f32 tiles
+  // here; a u8 decode's statistics came from the affine fold and bf16 queries' from vdpbf16ps
+  // (cpu::scores_bf16dot), so their weights can differ from attend's in the last bits (the sum of a row's
+  // weights 1 within roundings).
   void score(const Params& p, float scale) {
     const std::vector<std::pair<int, int>>& tiles = score_tiles_;
     const std::vector<int64_t>& base = score_base_;
