@@ -23,6 +23,10 @@ run env BUILD_DIR="$BUILD_DIR" JOBS="$JOBS" FUZZ_OPTIONAL=1 bash "$PAGEDATTN_ROO
 # with a message.
 say "ThreadSanitizer: tests/tsan.sh"
 run env BUILD_DIR="$BUILD_DIR" JOBS="$JOBS" TSAN_OPTIONAL=1 bash "$PAGEDATTN_ROOT/tests/tsan.sh"
+# AddressSanitizer and UndefinedBehaviorSanitizer over the cpu-labelled tests (the build's compiler; planted
+# errors must be reported first)
+say "AddressSanitizer + UndefinedBehaviorSanitizer: tests/sanitize.sh"
+run env BUILD_DIR="$BUILD_DIR" JOBS="$JOBS" SANITIZE_OPTIONAL=1 bash "$PAGEDATTN_ROOT/tests/sanitize.sh"
 say "aarch64: tests/aarch64.sh"
 run env BUILD_DIR="$BUILD_DIR" JOBS="$JOBS" AARCH64_OPTIONAL=1 bash "$PAGEDATTN_ROOT/tests/aarch64.sh"
 

@@ -452,6 +452,44 @@ TEST(Numeric, Bf16DotScoresIndependentOfTheRows) {
   }
 }
 
+// cpu::scores' plain loops (every level's tails and rows outside the AVX-512 blocks) sum q . k in 8
+// interleaved lanes combined in a fixed tree, so their bits do not depend on how the compiler vectorizes
+// the loop (an `omp simd` reduction summed in as many lanes as the level has, and in one chain without
+// OpenMP or under a sanitizer). Checked bit for bit against that order written out here, with the products
+// fused (where the level contracts them: FMA) or not; D with and without a tail past the last 8 lanes,
+// 4-key groups and single keys.
+TEST(Numeric, GenericScoresSumInFixedLanes) {
+  const uint64_t seed = base_seed() + 8111;
+  SCOPED_TRACE(std::string("seed ") + std::to_string(seed) + ", level " + cpu::isa_name());
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+  for (int D : {72, 100, 256}) {
+    constexpr int rows = 3, keys = 7;  // rows < 4: outside the AVX-512 blocks at every D
+    std::vector<float> q(static_cast<size_t>(rows) * D), kt(static_cast<size_t>(keys) * D), s(rows * keys);
+    for (float& x : q) x = u(rng);
+    for (float& x : kt) x = u(rng);
+    cpu::scores(s.data(), keys, q.data(), rows, kt.data(), keys, D);
+    int differ[2] = {0, 0};  // against the plain and the fused order
+    for (int fused = 0; fused < 2; ++fused)
+      for (int r = 0; r < rows; ++r)
+        for (int k = 0; k < keys; ++k) {
+          const float* a = q.data() + static_cast<size_t>(r) * D;
+          const float* b = kt.data() + static_cast<size_t>(k) * D;
+          float lane[8] = {};
+          const int Dl = D - D % 8;
+          for (int d = 0; d < D; ++d) {
+            float& l = lane[d < Dl ? d % 8 : d - Dl];
+            l = fused ? std::fma(a[d], b[d], l) : l + a[d] * b[d];
+          }
+          const float want = ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
+          differ[fused] += to_bits(want) != to_bits(s[static_cast<size_t>(r) * keys + k]);
+        }
+    EXPECT_TRUE(differ[0] == 0 || differ[1] == 0)
+        << "D " << D << ": " << differ[0] << " of " << rows * keys << " scores differ from the plain lane order, "
+        << differ[1] << " from the fused one";
+  }
+}
+
 // The cpu backend's f16 row conversion (cpu::load_row: vcvtph2ps 8 or 16 at a time at the AVX2 / AVX-512
 // levels for D a multiple of 8 / 16, else the scalar loop) against the bit-level decode, for every f16
 // bit pattern: subnormals, infinities and NaNs included.

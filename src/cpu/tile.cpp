@@ -1,5 +1,6 @@
-// The cpu backend's inner loops (tile.h). Plain loops written so that the compiler vectorises them (the
-// reductions under `omp simd`), inlined into one wrapper per x86-64 level (v4, v3, baseline), plus
+// The cpu backend's inner loops (tile.h). Plain loops written so that the compiler vectorises them (dot
+// products in explicit lanes, the sums over a tile's keys under `omp simd`), inlined into one wrapper per
+// x86-64 level (v4, v3, baseline), plus
 // AVX-512 intrinsics for the conversion, S and P V at v4; one dispatch table picks a level per process.
 #include "cpu/tile.h"
 
@@ -84,29 +85,45 @@ PA_CPU_BODY void load_row_body(float* dst, const void* src, RowType t, int D, fl
   }
 }
 
+// q . k in kLanes interleaved partial sums, combined in a fixed tree: the bits do not depend on whether
+// or how wide the compiler vectorizes. (An `omp simd` reduction summed in as many lanes as the ISA level
+// has, and in one chain where OpenMP was absent or a sanitizer kept the loop scalar: the scores' error
+// grew 8x there, enough to fail the f32-query tolerance of fp8 cases; tests/sanitize.sh.)
+constexpr int kLanes = 8;
+PA_CPU_BODY float lane_sum(const float* a) { return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7])); }
+
 // Four keys per pass over a query row: each q element loaded once for four dot products. (A 4-row x
 // 4-key register block measured 1.8-2.6x slower here: GCC spilled its accumulators.)
 PA_CPU_BODY void scores_body(float* s, int ld_s, const float* q, int rows, const float* kt, int keys, int D,
                              Prefetch* pf) {
+  const int Dl = D - D % kLanes;
   int k = 0;
   for (; k + 4 <= keys; k += 4) {
     const float *k0 = kt + static_cast<int64_t>(k) * D, *k1 = k0 + D, *k2 = k1 + D, *k3 = k2 + D;
     for (int r = 0; r < rows; ++r) {
       if (pf) pf->tick();
       const float* qr = q + static_cast<int64_t>(r) * D;
-      float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
-#pragma omp simd reduction(+ : a0, a1, a2, a3)
-      for (int d = 0; d < D; ++d) {
-        a0 += qr[d] * k0[d];
-        a1 += qr[d] * k1[d];
-        a2 += qr[d] * k2[d];
-        a3 += qr[d] * k3[d];
+      float a0[kLanes] = {}, a1[kLanes] = {}, a2[kLanes] = {}, a3[kLanes] = {};
+      for (int d = 0; d < Dl; d += kLanes) {
+#pragma omp simd
+        for (int l = 0; l < kLanes; ++l) {
+          a0[l] += qr[d + l] * k0[d + l];
+          a1[l] += qr[d + l] * k1[d + l];
+          a2[l] += qr[d + l] * k2[d + l];
+          a3[l] += qr[d + l] * k3[d + l];
+        }
+      }
+      for (int d = Dl; d < D; ++d) {
+        a0[d - Dl] += qr[d] * k0[d];
+        a1[d - Dl] += qr[d] * k1[d];
+        a2[d - Dl] += qr[d] * k2[d];
+        a3[d - Dl] += qr[d] * k3[d];
       }
       float* sr = s + static_cast<int64_t>(r) * ld_s + k;
-      sr[0] = a0;
-      sr[1] = a1;
-      sr[2] = a2;
-      sr[3] = a3;
+      sr[0] = lane_sum(a0);
+      sr[1] = lane_sum(a1);
+      sr[2] = lane_sum(a2);
+      sr[3] = lane_sum(a3);
     }
   }
   for (; k < keys; ++k) {
@@ -114,10 +131,13 @@ PA_CPU_BODY void scores_body(float* s, int ld_s, const float* q, int rows, const
     for (int r = 0; r < rows; ++r) {
       if (pf) pf->tick();
       const float* qr = q + static_cast<int64_t>(r) * D;
-      float a = 0.0f;
-#pragma omp simd reduction(+ : a)
-      for (int d = 0; d < D; ++d) a += qr[d] * kr[d];
-      s[static_cast<int64_t>(r) * ld_s + k] = a;
+      float a[kLanes] = {};
+      for (int d = 0; d < Dl; d += kLanes) {
+#pragma omp simd
+        for (int l = 0; l < kLanes; ++l) a[l] += qr[d + l] * kr[d + l];
+      }
+      for (int d = Dl; d < D; ++d) a[d - Dl] += qr[d] * kr[d];
+      s[static_cast<int64_t>(r) * ld_s + k] = lane_sum(a);
     }
   }
 }
@@ -167,7 +187,7 @@ PA_CPU_BODY float exp2_sum_body(float* p, const float* x, int n, float m) {
     y = y * f + 1.0f;
     int32_t bits;
     std::memcpy(&bits, &y, 4);
-    bits += static_cast<int32_t>(k) << 23;
+    bits += static_cast<int32_t>(k) * (1 << 23);  // not k << 23: shifting a negative k is undefined
     float v;
     std::memcpy(&v, &bits, 4);
     v = tiny ? 0.0f : v;
