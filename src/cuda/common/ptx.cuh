@@ -92,12 +92,14 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 // Diagnostic build (-DPAGEDATTN_TIMELINE=1, bench/timeline.sh; off by default, and then these compile
 // to nothing): thread 0 of each CTA stamps its phase boundaries (SM clock) and prints one line per CTA
 // at its end: "TL <kernel> <grid x> <grid y> <bx> <by> <smid> <global ns at start> <global ns at end>
-// <cycles 1..7>",
-// the cycles counted from the first stamp.
+// <cycles 1..9>",
+// the cycles counted from the first stamp; where the kernel timed spans (span_begin / span_end: fwd_kernel's
+// partition flushes, which recur inside the key loop), field 9 is their summed duration instead.
 #if defined(PAGEDATTN_TIMELINE) && PAGEDATTN_TIMELINE
 struct Timeline {
   static constexpr int kMax = 10;
   long long c[kMax];
+  long long span_sum = 0, span_t0 = 0;
   unsigned long long g0;
   __device__ Timeline() {
     if (threadIdx.x == 0) {
@@ -109,6 +111,12 @@ struct Timeline {
   __device__ void mark(int i) {
     if (threadIdx.x == 0 && i < kMax) c[i] = clock64();
   }
+  __device__ void span_begin() {
+    if (threadIdx.x == 0) span_t0 = clock64();
+  }
+  __device__ void span_end() {
+    if (threadIdx.x == 0) span_sum += clock64() - span_t0;
+  }
   __device__ void print(const char* kernel, int n) const {
     if (threadIdx.x != 0) return;
     unsigned long long g1;
@@ -117,6 +125,7 @@ struct Timeline {
     asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
     long long d[kMax];
     for (int i = 1; i < kMax; ++i) d[i] = i < n ? c[i] - c[0] : -1;
+    if (span_sum > 0) d[kMax - 1] = span_sum;
     printf("TL %s %d %d %d %d %u %llu %llu %lld %lld %lld %lld %lld %lld %lld %lld %lld\n", kernel,
            static_cast<int>(gridDim.x), static_cast<int>(gridDim.y), static_cast<int>(blockIdx.x),
            static_cast<int>(blockIdx.y), smid, g0, g1, d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9]);
@@ -125,6 +134,8 @@ struct Timeline {
 #else
 struct Timeline {
   __device__ void mark(int) {}
+  __device__ void span_begin() {}
+  __device__ void span_end() {}
   __device__ void print(const char*, int) const {}
 };
 #endif

@@ -815,7 +815,9 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
     }
     if constexpr (kFlush) {
       if (flush_tiles > 0 && (it + 1) % flush_tiles == 0 && it + 1 < n_tiles) {
+        tl.span_begin();
         flush_partition((2 * it + 1) % kStages, w.slot + it / flush_tiles);
+        tl.span_end();
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
