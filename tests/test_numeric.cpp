@@ -490,6 +490,32 @@ TEST(Numeric, GenericScoresSumInFixedLanes) {
   }
 }
 
+// cpu::exp2_sum: each p[i] within 2^-21 of 2^(x[i] - m) (0 for -inf and below 2^-125), and the sum
+// in the lanes and tree tile.h states (cpu::lane_sum16 over p), bit for bit at every level: an `omp simd`
+// reduction summed in as many lanes as the level has (8 at AVX2), or in one chain where the loop stayed scalar.
+TEST(Numeric, Exp2SumInFixedLanes) {
+  const uint64_t seed = base_seed() + 8222;
+  SCOPED_TRACE(std::string("seed ") + std::to_string(seed) + ", level " + cpu::isa_name());
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> u(-30.0f, 0.0f);
+  for (int n : {32, 16, 23, 7, 1}) {
+    std::vector<float> x(static_cast<size_t>(n)), p(static_cast<size_t>(n));
+    for (int i = 0; i < n; ++i) x[static_cast<size_t>(i)] = i % 5 == 3 ? -INFINITY : i % 7 == 1 ? -200.0f : u(rng);
+    const float m = 0.25f;
+    const float sum = cpu::exp2_sum(p.data(), x.data(), n, m);
+    float lanes[cpu::kSumLanes] = {};
+    const int nl = n - n % cpu::kSumLanes;
+    for (int i = 0; i < n; ++i) {
+      const double t = static_cast<double>(x[static_cast<size_t>(i)]) - m;
+      const double want = t < -125.0 ? 0.0 : std::exp2(t);  // (2^t below 2^-125 is taken as 0)
+      EXPECT_LE(std::fabs(p[static_cast<size_t>(i)] - want), want * 0x1p-21) << "n " << n << " i " << i;
+      lanes[i < nl ? i % cpu::kSumLanes : i - nl] += p[static_cast<size_t>(i)];
+    }
+    const float want = cpu::lane_sum16(lanes);
+    EXPECT_EQ(to_bits(sum), to_bits(want)) << "n " << n << ": " << sum << " vs " << want;
+  }
+}
+
 // The cpu backend's f16 row conversion (cpu::load_row: vcvtph2ps 8 or 16 at a time at the AVX2 / AVX-512
 // levels for D a multiple of 8 / 16, else the scalar loop) against the bit-level decode, for every f16
 // bit pattern: subnormals, infinities and NaNs included.

@@ -507,14 +507,22 @@ class CpuPlan final : public PlanImpl {
       }
       if (!any) continue;
       if (affine)
-        for (int r = 0; r < rows_k; ++r) {
-          float a = 0.0f;
-#pragma omp simd reduction(+ : a)
-          for (int k = 0; k < n; ++k) {
-            a += sc[r * kTile + k] * vm[k];
-            sc[r * kTile + k] *= vs[k];
+        for (int r = 0; r < rows_k; ++r) {  // (the sum in cpu::kSumLanes lanes, tile.h)
+          float* sr = sc + r * kTile;
+          float lanes[cpu::kSumLanes] = {};
+          const int nl = n - n % cpu::kSumLanes;
+          for (int k0 = 0; k0 < nl; k0 += cpu::kSumLanes) {
+#pragma omp simd
+            for (int l = 0; l < cpu::kSumLanes; ++l) {
+              lanes[l] += sr[k0 + l] * vm[k0 + l];
+              sr[k0 + l] *= vs[k0 + l];
+            }
           }
-          ob[r] += a;
+          for (int k = nl; k < n; ++k) {
+            lanes[k - nl] += sr[k] * vm[k];
+            sr[k] *= vs[k];
+          }
+          ob[r] += cpu::lane_sum16(lanes);
         }
       if (direct) {
         cpu::accumulate_direct(o, sc, kTile, rows_k, vrow, rt, n, Dv_, &pf);

@@ -167,34 +167,50 @@ PA_CPU_BODY void accumulate_body(float* o, const float* p, int ld_p, int rows, c
   }
 }
 
+// 2^(x - m), 0 below -125 (-inf: masked keys). 2^t = 2^k * 2^f, k = rint(t), f in [-1/2, 1/2]: the Taylor
+// polynomial of degree 6 (its remainder (ln2 / 2)^7 / 7! < 1.3e-7 relative).
+PA_CPU_BODY float exp2_term(float x, float m) {
+  float t = x - m;
+  const bool tiny = !(t >= -125.0f);
+  t = tiny ? 0.0f : t;
+  const float k = std::nearbyint(t);
+  const float f = t - k;
+  float y = 1.5403530e-4f;
+  y = y * f + 1.3333558e-3f;
+  y = y * f + 9.6181291e-3f;
+  y = y * f + 5.5504109e-2f;
+  y = y * f + 2.4022651e-1f;
+  y = y * f + 6.9314718e-1f;
+  y = y * f + 1.0f;
+  int32_t bits;
+  std::memcpy(&bits, &y, 4);
+  bits += static_cast<int32_t>(k) * (1 << 23);  // not k << 23: shifting a negative k is undefined
+  // (0 by an integer mask: a float select here kept GCC 12 from vectorizing the loop at the AVX2 level,
+  // "control flow in loop"; AVX-512's masked moves did not need it)
+  bits &= -static_cast<int32_t>(!tiny);
+  float v;
+  std::memcpy(&v, &bits, 4);
+  return v;
+}
+
+// p = 2^(x - m) and their sum, in kSumLanes lanes (tile.h)
 PA_CPU_BODY float exp2_sum_body(float* p, const float* x, int n, float m) {
-  float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-  for (int i = 0; i < n; ++i) {
-    // 2^t = 2^k * 2^f, k = rint(t), f in [-1/2, 1/2]: the Taylor polynomial of degree 6 (its remainder
-    // (ln2 / 2)^7 / 7! < 1.3e-7 relative); t below -125 (-inf: masked keys) gives 0
-    float t = x[i] - m;
-    const bool tiny = !(t >= -125.0f);
-    t = tiny ? 0.0f : t;
-    const float k = std::nearbyint(t);
-    const float f = t - k;
-    float y = 1.5403530e-4f;
-    y = y * f + 1.3333558e-3f;
-    y = y * f + 9.6181291e-3f;
-    y = y * f + 5.5504109e-2f;
-    y = y * f + 2.4022651e-1f;
-    y = y * f + 6.9314718e-1f;
-    y = y * f + 1.0f;
-    int32_t bits;
-    std::memcpy(&bits, &y, 4);
-    bits += static_cast<int32_t>(k) * (1 << 23);  // not k << 23: shifting a negative k is undefined
-    float v;
-    std::memcpy(&v, &bits, 4);
-    v = tiny ? 0.0f : v;
-    p[i] = v;
-    sum += v;
+  float lanes[kSumLanes] = {};
+  const int nl = n - n % kSumLanes;
+  for (int i0 = 0; i0 < nl; i0 += kSumLanes) {
+#pragma omp simd
+    for (int l = 0; l < kSumLanes; ++l) {
+      const float v = exp2_term(x[i0 + l], m);
+      p[i0 + l] = v;
+      lanes[l] += v;
+    }
   }
-  return sum;
+  for (int i = nl; i < n; ++i) {
+    const float v = exp2_term(x[i], m);
+    p[i] = v;
+    lanes[i - nl] += v;
+  }
+  return lane_sum16(lanes);
 }
 
 PA_CPU_BODY void scale_row_body(float* o, float a, int D) {

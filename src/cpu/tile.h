@@ -65,8 +65,21 @@ void scores(float* s, int ld_s, const float* q, int rows, const float* kt, int k
 void accumulate(float* o, const float* p, int ld_p, int rows, const float* vt, int keys, int D,
                 Prefetch* pf = nullptr);
 
-// p[i] = 2^(x[i] - m) for i < n (x = -inf gives 0); returns the sum. Relative error ~2e-7.
+// p[i] = 2^(x[i] - m) for i < n (x = -inf gives 0); returns the sum (in kSumLanes lanes). Relative
+// error ~2e-7.
 float exp2_sum(float* p, const float* x, int n, float m);
+
+// Sums over a row accumulate element i into lane i % kSumLanes, and the lanes combine in this fixed tree
+// (l + 8 into l, then ((0 + 4) + (2 + 6)) + ((1 + 5) + (3 + 7))), so their bits do not depend on whether
+// or how wide the compiler vectorizes the loop (an `omp simd` reduction sums in as many lanes as the level
+// has, and in one chain where the loop stays scalar: without OpenMP, or under a sanitizer). 16 lanes: one
+// AVX-512 register, two AVX2 ones.
+constexpr int kSumLanes = 16;
+inline float lane_sum16(const float* a) {
+  float b[8];
+  for (int l = 0; l < 8; ++l) b[l] = a[l] + a[l + 8];
+  return ((b[0] + b[4]) + (b[2] + b[6])) + ((b[1] + b[5]) + (b[3] + b[7]));
+}
 
 // o[0..D) *= a
 void scale_row(float* o, float a, int D);
