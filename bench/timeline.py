@@ -2,7 +2,8 @@
 """Summarises the per-CTA timeline lines of a -DPAGEDATTN_TIMELINE=1 build (bench/timeline.sh).
 
 Input lines: "TL <kernel> <grid x> <grid y> <bx> <by> <smid> <g0 ns> <g1 ns> <d1..d9 cycles from the first
-stamp, -1 unset>" (d9 of fwd_kernel: its partition flushes' summed cycles, where it flushed). Takes the last launch of each kernel (the last replay of a --layers 1 run: the last
+stamp, -1 unset>" (d9 of fwd_kernel: its partition flushes' summed cycles, where it flushed). Takes the
+last launch of each kernel (the last replay of a --layers 1 run: the last
 line's grid shape, its latest grid-size lines by start) and prints, relative to the
 earliest attention-CTA start of that replay: start and end spread, and each phase's duration
 (min / median / max over CTAs). Cycles become us at the SM clock the CTAs themselves measured (their
@@ -53,7 +54,8 @@ def attention(fwd, kernel, mhz, t0):
     # partitions per CTA), inside "loop"; absent (-1) where the CTA flushed nothing
     flush = [cyc(r[13]) for r in fwd if r[13] >= 0]
     if flush:
-        print("  %-22s %s  (%d of %d CTAs flushed; inside loop)" % ("flushes, summed", q(flush), len(flush), len(fwd)))
+        print("  %-22s %s  (%d of %d CTAs flushed; inside loop)" %
+              ("flushes, summed", q(flush), len(flush), len(fwd)))
     return mhz
 
 
