@@ -69,16 +69,17 @@ void accumulate(float* o, const float* p, int ld_p, int rows, const float* vt, i
 // error ~2e-7.
 float exp2_sum(float* p, const float* x, int n, float m);
 
-// Sums over a row accumulate element i into lane i % kSumLanes, and the lanes combine in this fixed tree
-// (l + 8 into l, then ((0 + 4) + (2 + 6)) + ((1 + 5) + (3 + 7))), so their bits do not depend on whether
-// or how wide the compiler vectorizes the loop (an `omp simd` reduction sums in as many lanes as the level
-// has, and in one chain where the loop stays scalar: without OpenMP, or under a sanitizer). 16 lanes: one
-// AVX-512 register, two AVX2 ones.
+// Sums over a row accumulate element i into lane i % (8 or kSumLanes), and the lanes combine in a fixed
+// tree (lane_sum8; lane_sum16 adds l + 8 into l first), so their bits do not depend on whether or how wide
+// the compiler vectorizes the loop (an `omp simd` reduction sums in as many lanes as the level has, and in
+// one chain where the loop stays scalar: without OpenMP, or under a sanitizer). 16 lanes: one AVX-512
+// register, two AVX2 ones (cpu::scores' dot products take 8).
+inline float lane_sum8(const float* a) { return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7])); }
 constexpr int kSumLanes = 16;
 inline float lane_sum16(const float* a) {
   float b[8];
   for (int l = 0; l < 8; ++l) b[l] = a[l] + a[l + 8];
-  return ((b[0] + b[4]) + (b[2] + b[6])) + ((b[1] + b[5]) + (b[3] + b[7]));
+  return lane_sum8(b);
 }
 
 // o[0..D) *= a
