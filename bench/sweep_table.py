@@ -8,13 +8,18 @@ FlashInfer, and f16 128k rows under 90% of the read ceiling. Then the draft-tree
 tree's nodes; FlashInfer's paged prefill with the tree as a custom mask, run_peers.py --flashinfer-trees),
 joined by (D, G, context, T, tree); T/T1 against the chain of T = 1 of each.
 
-    python3 bench/sweep_table.py SWEEP_JSON[.gz] [FI_DIR ...] [--kv f16] [--misses]
+    python3 bench/sweep_table.py SWEEP_JSON[.gz] [FI_DIR ...] [--kv f16] [--misses [--mma-tflops R]]
 
 FI_DIRs: sweep_peers.sh's output directories (fi_D*_G*.json, or .json.gz as committed under bench/results; e.g. a
 chain run and a tree run); per key the fastest row of all.
 Without them, the pagedattn columns alone. Last, per KV precision and band of rows per kv head, the T/T1
 range of the rows of one sequence (chains and trees) at 32k and 128k and how many miss the target (f16 and
 fp8 1.10, u8 1.20). --misses adds, per target, every missed row (chains and trees), one per line.
+--mma-tflops R (or D:R,D:R per head size) gives each T/T1 miss its MMA floor: the time the row's S and P V MMAs alone take at R TFLOP/s
+(4 x rows x keys x D x Hk x layers FLOP, the rows themselves, no tile padding), as a multiple of its T = 1
+row's time. Where that floor exceeds the target, no kernel that runs f16/bf16 MMAs at R meets it, whatever
+it overlaps: the row is past the compute/memory ridge. R: the rate the same build reaches on the same GPU
+where the MMAs are the bound, e.g. the prefill scenario's TFLOP/s at that D in the same run.
 """
 import argparse
 import glob
@@ -31,6 +36,9 @@ def main():
     ap.add_argument("--kv", default="f16,u8")
     ap.add_argument("--misses", action="store_true",
                     help="last, every row (chains and trees) that misses one of the three targets, one per line")
+    ap.add_argument("--mma-tflops", default="",
+                    help="with --misses: each T/T1 miss's MMA floor at this rate (R, or D:R,D:R per head size), as a "
+                         "multiple of its T = 1 time")
     a = ap.parse_args()
     sw = json.load(gzip.open(a.sweep) if a.sweep.endswith(".gz") else open(a.sweep))
     pa = {}
@@ -79,7 +87,11 @@ def main():
         print_trees(pa, fi, trees)
     print_bands(pa, a.kv.split(","))
     if a.misses:
-        print_misses(pa, fi, a.kv.split(","))
+        rates = {}
+        for part in filter(None, a.mma_tflops.split(",")):
+            d, _, r = part.rpartition(":")
+            rates[int(d) if d else 0] = float(r)
+        print_misses(pa, fi, a.kv.split(","), rates, sw["config"])
 
 
 def print_trees(pa, fi, trees):
@@ -122,10 +134,31 @@ def print_bands(pa, kvs):
                                                                            sum(1 for x in v if x > TARGET[kv])))
 
 
-def print_misses(pa, fi, kvs):
+def mma_floor(k, r, cfg, rates):
+    """The row's S = Q K^T and O += P V MMA time at its head size's rate (`rates`: D -> TFLOP/s, 0: any
+    other D), over its T = 1 row's time; None without a rate."""
+    kv, D, G, ctx, tree, T = k
+    tflops = rates.get(D, rates.get(0))
+    if not tflops:
+        return None
+    flop = 2.0 * T * G * (ctx + T) * (D + r.get("value_head_size", D)) * cfg["kv_heads"] * r["layers"]
+    return flop / (tflops * 1e12) * 1e6 / (r["us"] / r["t_over_t1"])
+
+
+def print_misses(pa, fi, kvs, rates=None, cfg=None):
     """Every row of one sequence, chains and trees, that misses a target of issue 21: T/T1 at 32k and 128k
     with <= 128 rows per kv head, f16 slower than FlashInfer's row of the same shape, f16 at 128k with
-    <= 128 rows per kv head under 90% of the read ceiling. Sorted by rows per kv head, D, G, context."""
+    <= 128 rows per kv head under 90% of the read ceiling. Sorted by rows per kv head, D, G, context.
+    With `rates`, each T/T1 miss also gets its MMA floor (mma_floor), and the count past the ridge."""
+    rates = rates or {}
+
+    def t_value(k):
+        s = "T/T1 %.2f" % pa[k]["t_over_t1"]
+        f = mma_floor(k, pa[k], cfg, rates)
+        if f is not None:
+            s += "  MMA floor %.2f%s" % (f, " (past the ridge)" if f > TARGET[k[0]] else "")
+        return s
+
     def name(k):
         kv, D, G, ctx, tree, T = k
         return "%-4s D=%-3d G=%-2d %6d %s T=%-2d rows=%-3d" % (kv, D, G, ctx, "tree " if tree else "chain", T, T * G)
@@ -134,7 +167,7 @@ def print_misses(pa, fi, kvs):
     long_ctx = [k for k in keys if k[5] * k[2] <= 128 and k[3] >= 32768]
     lists = [
         ("T/T1 over the target (f16 1.10, u8 1.20)", [k for k in long_ctx if pa[k]["t_over_t1"] > TARGET[k[0]]],
-         lambda k: "T/T1 %.2f" % pa[k]["t_over_t1"]),
+         t_value),
         ("f16 slower than FlashInfer", [k for k in keys if k[0] == "f16" and peer[k] and pa[k]["us"] > peer[k][0]],
          lambda k: "%.1f vs %.1f us (%.3fx, %s)" % (pa[k]["us"], peer[k][0], pa[k]["us"] / peer[k][0], peer[k][1])),
         ("f16 at 128k under 90% of the read ceiling",
@@ -143,6 +176,11 @@ def print_misses(pa, fi, kvs):
     ]
     for title, miss, value in lists:
         print("\nmisses: %s, %d rows" % (title, len(miss)))
+        if rates and value is t_value:
+            floors = [mma_floor(k, pa[k], cfg, rates) for k in miss]
+            past = sum(1 for k, f in zip(miss, floors) if f is not None and f > TARGET[k[0]])
+            print("  (MMA floor at %s TFLOP/s, a multiple of the T = 1 time: %d of them past the ridge)"
+                  % (", ".join("D = %d %.0f" % (d, r) if d else "%.0f" % r for d, r in sorted(rates.items())), past))
         for k in miss:
             print("  %s  %s" % (name(k), value(k)))
 
