@@ -74,7 +74,7 @@ struct FwdTraits {
   // 16 (32-key halves would not fit three stages in half an SM's shared memory).
   // D = 192 takes D = 256's slices (at 32 keys its one-warp groups' rings would hold 2 halves, not 3).
   static constexpr int kKPW = MT == 2 ? 32 : RT >= 4 ? (D > 128 ? 32 : 64)
-                            : (D > 128 ? (kBytes && RT == 2 && WKV == 0 ? 32 : 16) : D == 64 && RT <= 2 && WKV == 0 ? 64 : 32);
+                            : (D > 128 ? (kBytes && RT == 2 && WKV == 0 ? 32 : 16) : 32);
   static constexpr int kTileKV = kWKV * kKPW;             // keys per iteration of the CTA
   static constexpr bool kOneCta = kWarps == 8;           // the 8-warp variants: one CTA per SM
   static constexpr int kMinCtas = kOneCta ? 1 : 2;        // __launch_bounds__ occupancy hint
