@@ -133,6 +133,42 @@ TEST(Cuda, HopperPrefillRandom) {
   }
 }
 
+// D = 64's 128-row f16/bf16 chunks on 128-key tiles where they stream long partitions (tuning::wide_key_tile:
+// past 16k keys and from kWideTileKeys keys per SM over the call's 128-row chunks times their keys and
+// kv heads), else on 64-key tiles (two CTAs per SM past 16k keys: "wg64x2"); then oracle cases on the
+// rule's path.
+TEST(Cuda, WideKeyTileFollowsItsRule) {
+  REQUIRE_GPU();
+  if (const char* why = no_wgmma()) GTEST_SKIP() << why;
+  EnvGuard keys("PAGEDATTN_WGMMA", ""), shared("PAGEDATTN_WG_SHARED", "");
+  int dev = 0, sms = 0;
+  ASSERT_EQ(cudaGetDevice(&dev), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), cudaSuccess);
+  CaseConfig cfg = long_context_config(32000, 32000, 40000);
+  cfg.kv_precisions = {KVPrecision::f16, KVPrecision::bf16};
+  cfg.kv_heads = {4};
+  cfg.group_sizes = {8};
+  cfg.head_sizes = {64};
+  cfg.p_window = 0.0;  // (a window would cut the keys below the rule's)
+  const uint64_t seed = base_seed() + 2400000;
+  // T = 32 (256 rows: two 128-row chunks) and T = 16 (one chunk) over 32000 keys at Hk = 4
+  for (const int t : {16, 32}) {
+    const int64_t key_heads = int64_t{(t * 8 + 127) / 128} * 4 * (32000 + t);
+    const bool long_tiles = key_heads >= 1536 * int64_t{sms};
+    SCOPED_TRACE("T = " + std::to_string(t) + ", " + std::to_string(sms) + " SMs");
+    expect_launched(cfg, t, t, seed + t, long_tiles ? 384 : 256, long_tiles ? "wg128" : "wg64x2");
+  }
+  // 16k keys and fewer: 64-key tiles however many chunks (T = 250: 16 chunks x 4 kv heads, on two CTAs per
+  // SM where those fill the SMs)
+  CaseConfig short_keys = cfg;
+  short_keys.min_past = short_keys.max_past = 16000;
+  const bool two = 16 * 4 >= sms;
+  expect_launched(short_keys, 250, 250, seed + 1, two ? 256 : 384, two ? "wg64x2" : "wg64");
+  cfg.min_tokens = cfg.max_tokens = 32;
+  cfg.min_seqs = cfg.max_seqs = 1;
+  run_suite("wide-key-tile", cfg, seed, 6);
+}
+
 // 64-row prefill chunks at every head size (PAGEDATTN_WIDE_PREFILL=0; the default at D = 256, and the
 // path of devices where the 8-row-tile variant does not fit).
 TEST(Cuda, NarrowPrefillTilesRandom) {
