@@ -62,16 +62,18 @@ int hopper_key_tile(int head_size, bool u8, bool hopper, const Overrides& o) {
 }
 
 // D = 64's 128-row chunks on 128-key tiles (one CTA per SM, 6 ring slots of 32 KB) against the 64-key rule
-// (two CTAs per SM past 16k keys, hopper_shared), PAGEDATTN_WGMMA=128 against the default in the same
-// call, one sequence, Hk = 4 (runs k1 on the H100 and k2 on the H200,
-// bench/results/2026-12-05-k2-2c74cfe-h200/sweep_ratio_k128_new.txt; keys per SM = chunks x keys x Hk / 132):
+// (two CTAs per SM past 16k keys, hopper_shared): PAGEDATTN_WGMMA=128 against the default in the same call,
+// one sequence, Hk = 4, runs k1 (H100) and k2 (H200, bench/results/2026-12-05-k2-2c74cfe-h200/
+// sweep_ratio_k128_new.txt; keys per SM = chunks x keys x Hk / 132):
 // - 128k: 128 rows 0.977-0.982x (H100 0.991-1.004x), 256 rows 0.931x (0.933-0.938x), 512 rows 0.916x
 //   (0.908x); keys per SM 3972 and more;
 // - 32k: 256 rows 0.983-0.993x (0.945-0.973x; 1986 keys per SM), 512 rows 0.954x; 128 rows 1.037-1.046x
 //   slower (1.052-1.066x; 993);
 // - 8k: 1.02-1.09x slower at every row count (1.02-1.12x);
 // - bf16 prefill from zero (32/8/64, 64/8/64): 32k 0.962-0.964x the time, 8k level / 1.039x slower.
-// So past 16k keys and from kWideTileKeys (1536, between the measured 993 and 1986) keys per SM.
+// So past 16k keys and from kWideTileKeys (1536, between the measured 993 and 1986) keys per SM. Run k3
+// (H200), this rule against the one before it in the same call: the rows it moves 0.91-0.99x the time,
+// those it leaves level, bf16 prefill at 32k 0.965x.
 int wide_key_tile(int head_size, KvKind kv, int key_tile, int64_t max_keys, int64_t wide_key_heads, int num_sms,
                   const Overrides& o) {
   if (head_size != 64 || kv != KvKind::f16 || key_tile != 64 || o.wgmma > 0) return key_tile;
