@@ -115,7 +115,6 @@ FwdKernelInfo fwd_kernel_info_kind(int rt, const KernelChoice& c) {
       if constexpr (D == 64 && k16) {  // (two CTAs per SM: KernelChoice::wgs_shared)
         if (c.wgs_shared) return WgVariant<D, KV, kKeys, true, true>::info();
       }
-      if constexpr (D == 64 && k16) return WgVariant<D, KV, 128, true>::info();  // (experiment: 128-key tiles)
       return WgVariant<D, KV, kKeys, true>::info();
     }
     if constexpr (k16) {
