@@ -87,9 +87,10 @@ bool hopper_shared(int head_size, KvKind kv, int key_tile, int64_t max_keys, int
 bool hopper_split_shared(int head_size, KvKind kv, int split, int64_t max_keys, int64_t split_ctas, int num_sms,
                          const Overrides& o);
 /// D = 64's 128-row f16/bf16 chunks on 128-key tiles (KernelChoice::wg = 128, one CTA per SM) instead of
-/// `key_tile` = hopper_key_tile() = 64, where the call's longest key range `max_keys` passes
-/// kSplitShortKeys and its 128-row chunks hold `wide_key_heads` (each sequence's 128-row chunks times its
-/// keys times the kv heads) >= kWideTileKeys per SM of `num_sms`; else `key_tile`. Not with a
+/// `key_tile` = hopper_key_tile() = 64, where the longest key range of the call's sequences of more than
+/// 64 rows per kv head, `max_keys`, passes kSplitShortKeys and their 128-row chunks hold `wide_key_heads`
+/// (each such sequence's 128-row chunks times its keys times the kv heads) >= kWideTileKeys per SM of
+/// `num_sms`; else `key_tile`. Not with a
 /// PAGEDATTN_WGMMA=64 / 128 override (which hopper_key_tile() applied).
 constexpr int64_t kWideTileKeys = 1536;
 int wide_key_tile(int head_size, KvKind kv, int key_tile, int64_t max_keys, int64_t wide_key_heads, int num_sms,
