@@ -15,11 +15,12 @@ chain run and a tree run); per key the fastest row of all.
 Without them, the pagedattn columns alone. Last, per KV precision and band of rows per kv head, the T/T1
 range of the rows of one sequence (chains and trees) at 32k and 128k and how many miss the target (f16 and
 fp8 1.10, u8 1.20). --misses adds, per target, every missed row (chains and trees), one per line.
---mma-tflops R (or D:R,D:R per head size) gives each T/T1 miss its MMA floor: the time the row's S and P V MMAs alone take at R TFLOP/s
-(4 x rows x keys x D x Hk x layers FLOP, the rows themselves, no tile padding), as a multiple of its T = 1
-row's time. Where that floor exceeds the target, no kernel that runs f16/bf16 MMAs at R meets it, whatever
-it overlaps: the row is past the compute/memory ridge. R: the rate the same build reaches on the same GPU
-where the MMAs are the bound, e.g. the prefill scenario's TFLOP/s at that D in the same run.
+--mma-tflops R (or D:R,D:R per head size) gives each T/T1 miss its MMA floor: the time the row's S and P V
+MMAs alone take at R TFLOP/s (4 x rows x keys x D x Hk x layers FLOP, the rows themselves, no tile padding),
+as a multiple of its T = 1 row's time. Where that floor exceeds the target, no kernel that runs f16/bf16
+MMAs at R meets it, whatever it overlaps: the row is past the compute/memory ridge. R: the rate the same
+build reaches on the same GPU where the MMAs are the bound, e.g. the prefill scenario's TFLOP/s at that D
+in the same run.
 """
 import argparse
 import glob

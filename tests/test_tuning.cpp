@@ -195,6 +195,11 @@ TEST(Tuning, WideKeyTile) {  // D = 64's 128-row chunks on 128-key tiles where t
   Overrides o;
   o.wgmma = 64;  // PAGEDATTN_WGMMA=64 keeps 64-key tiles
   EXPECT_EQ(wide_key_tile(64, K::f16, 64, 131072, 64 * per_sm, sms, o), 64);
+  o = Overrides{};
+  o.wg_shared = 1;  // PAGEDATTN_WG_SHARED=1: the two-CTA form (64-key tiles) wherever it may run
+  EXPECT_EQ(wide_key_tile(64, K::f16, 64, 131072, 64 * per_sm, sms, o), 64);
+  o.wg_shared = 0;
+  EXPECT_EQ(wide_key_tile(64, K::f16, 64, 131072, 64 * per_sm, sms, o), 128);
 }
 
 TEST(Tuning, HopperSplit) {  // the least row tiles on the key-split kernel; 0: none

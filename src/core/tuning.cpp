@@ -67,16 +67,18 @@ int hopper_key_tile(int head_size, bool u8, bool hopper, const Overrides& o) {
 // sweep_ratio_k128_new.txt; keys per SM = chunks x keys x Hk / 132):
 // - 128k: 128 rows 0.977-0.982x (H100 0.991-1.004x), 256 rows 0.931x (0.933-0.938x), 512 rows 0.916x
 //   (0.908x); keys per SM 3972 and more;
-// - 32k: 256 rows 0.983-0.993x (0.945-0.973x; 1986 keys per SM), 512 rows 0.954x; 128 rows 1.037-1.046x
-//   slower (1.052-1.066x; 993);
+// - 32k: 256 rows 0.983-0.993x (0.970-0.998x; 1986 keys per SM), 512 rows 0.954x (0.945x); 128 rows
+//   1.037-1.046x slower (1.052-1.076x; 993);
 // - 8k: 1.02-1.09x slower at every row count (1.02-1.12x);
-// - bf16 prefill from zero (32/8/64, 64/8/64): 32k 0.962-0.964x the time, 8k level / 1.039x slower.
+// - bf16 prefill from zero (32/8/64, 64/8/64): 32k 0.961-0.962x the time, 8k level / 1.039x slower.
 // So past 16k keys and from kWideTileKeys (1536, between the measured 993 and 1986) keys per SM. Run k3
 // (H200), this rule against the one before it in the same call: the rows it moves 0.91-0.99x the time,
-// those it leaves level, bf16 prefill at 32k 0.965x.
+// those it leaves level, bf16 prefill at 32k 0.965x. Calls of one sequence only: in a mixed call the
+// backend counts the 128-row chunks of sequences past kSplitShortKeys (unmeasured). Not with
+// PAGEDATTN_WG_SHARED=1, which asks for the two-CTA (64-key) form.
 int wide_key_tile(int head_size, KvKind kv, int key_tile, int64_t max_keys, int64_t wide_key_heads, int num_sms,
                   const Overrides& o) {
-  if (head_size != 64 || kv != KvKind::f16 || key_tile != 64 || o.wgmma > 0) return key_tile;
+  if (head_size != 64 || kv != KvKind::f16 || key_tile != 64 || o.wgmma > 0 || o.wg_shared == 1) return key_tile;
   return max_keys > kSplitShortKeys && wide_key_heads >= kWideTileKeys * num_sms ? 128 : key_tile;
 }
 

@@ -76,7 +76,7 @@ bool hopper_split_small(int head_size, KvKind kv, int split, int64_t small_key_h
 /// 128-row f16/bf16 chunks at D = 64 on the Hopper kernel's two-CTA-per-SM form (KernelChoice::wg_shared):
 /// where the call's longest key range `max_keys` passes kSplitShortKeys, or its 128-row chunks alone
 /// (`wide_ctas`: chunks of more than 64 rows, 128 rows each, times the kv heads) fill `num_sms` CTAs (64-key
-/// tiles only). PAGEDATTN_WG_SHARED=0 / 1: never / wherever it may run.
+/// tiles only: not where wide_key_tile() takes 128). PAGEDATTN_WG_SHARED=0 / 1: never / wherever it may run.
 bool hopper_shared(int head_size, KvKind kv, int key_tile, int64_t max_keys, int64_t wide_ctas, int num_sms,
                    const Overrides& o);
 /// f16/bf16 chunks on the key-split Hopper kernel at D = 64 (`split` = hopper_split() != 0) on its
@@ -88,10 +88,12 @@ bool hopper_split_shared(int head_size, KvKind kv, int split, int64_t max_keys, 
                          const Overrides& o);
 /// D = 64's 128-row f16/bf16 chunks on 128-key tiles (KernelChoice::wg = 128, one CTA per SM) instead of
 /// `key_tile` = hopper_key_tile() = 64, where the longest key range of the call's sequences of more than
-/// 64 rows per kv head, `max_keys`, passes kSplitShortKeys and their 128-row chunks hold `wide_key_heads`
-/// (each such sequence's 128-row chunks times its keys times the kv heads) >= kWideTileKeys per SM of
-/// `num_sms`; else `key_tile`. Not with a
-/// PAGEDATTN_WGMMA=64 / 128 override (which hopper_key_tile() applied).
+/// 64 rows per kv head, `max_keys`, passes kSplitShortKeys and the 128-row chunks of those past it hold
+/// `wide_key_heads` (each such sequence's 128-row chunks times its keys times the kv heads; the backend
+/// counts no sequence of kSplitShortKeys keys or fewer) >= kWideTileKeys per SM of `num_sms`; else
+/// `key_tile`. Not with a PAGEDATTN_WGMMA=64 / 128 override (which hopper_key_tile() applied) or
+/// PAGEDATTN_WG_SHARED=1 (two CTAs per SM, a 64-key form, wherever it may run). Measured on calls of one
+/// sequence (runs k1-k3); mixed calls follow the same sums, unmeasured.
 constexpr int64_t kWideTileKeys = 1536;
 int wide_key_tile(int head_size, KvKind kv, int key_tile, int64_t max_keys, int64_t wide_key_heads, int num_sms,
                   const Overrides& o);

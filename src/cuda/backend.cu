@@ -271,8 +271,9 @@ class CudaPlan final : public detail::PlanImpl {
     choice_.invariant = opt.deterministic;
     int64_t max_keys = 0;   // the longest key range of the call (a window caps it)
     int64_t wide_ctas = 0;  // chunks of more than 64 rows, as 128-row chunks, times the kv heads
-    int64_t wide_key_heads = 0;  // ... times their sequence's keys (tuning::wide_key_tile)
-    int64_t wide_max_keys = 0;   // the longest key range of those sequences
+    // tuning::wide_key_tile: those chunks of sequences past kSplitShortKeys keys times their keys, and the
+    // longest key range of the sequences of such chunks
+    int64_t wide_key_heads = 0, wide_max_keys = 0;
     int64_t split_ctas = 0;  // sequences of 17-64 rows (one chunk each) times the kv heads
     int64_t small_key_heads = 0;  // sequences of <= 16 rows: their keys times the kv heads
     bool mid_rows = false;   // a sequence of 17-32 rows (tuning::min_partition)
@@ -283,7 +284,7 @@ class CudaPlan final : public detail::PlanImpl {
       const int64_t rows = int64_t{sb[s + 1] - sb[s]} * G_;
       if (rows > 64) {
         wide_ctas += (rows + 127) / 128 * Hk_;
-        wide_key_heads += (rows + 127) / 128 * Hk_ * keys;
+        if (keys > tuning::kSplitShortKeys) wide_key_heads += (rows + 127) / 128 * Hk_ * keys;
         wide_max_keys = std::max(wide_max_keys, keys);
       }
       if (rows > 16 && rows <= 64) split_ctas += Hk_;

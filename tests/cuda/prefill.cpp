@@ -1,4 +1,5 @@
 // GPU tests: Prefill and mixed batches: 64- and 128-row chunks on every kernel variant (mma.sync and Hopper).
+#include "core/tuning.h"
 #include "cuda/suite.h"
 
 using namespace gpu_suite;
@@ -154,14 +155,14 @@ TEST(Cuda, WideKeyTileFollowsItsRule) {
   // T = 32 (256 rows: two 128-row chunks) and T = 16 (one chunk) over 32000 keys at Hk = 4
   for (const int t : {16, 32}) {
     const int64_t key_heads = int64_t{(t * 8 + 127) / 128} * 4 * (32000 + t);
-    const bool long_tiles = key_heads >= 1536 * int64_t{sms};
+    const bool long_tiles = key_heads >= tuning::kWideTileKeys * sms;
     SCOPED_TRACE("T = " + std::to_string(t) + ", " + std::to_string(sms) + " SMs");
     expect_launched(cfg, t, t, seed + t, long_tiles ? 384 : 256, long_tiles ? "wg128" : "wg64x2");
   }
   // 16k keys and fewer: 64-key tiles however many chunks (T = 250: 16 chunks x 4 kv heads, on two CTAs per
   // SM where those fill the SMs)
   CaseConfig short_keys = cfg;
-  short_keys.min_past = short_keys.max_past = 16000;
+  short_keys.min_past = short_keys.max_past = static_cast<int>(tuning::kSplitShortKeys) - 384;  // (+ T = 250)
   const bool two = 16 * 4 >= sms;
   expect_launched(short_keys, 250, 250, seed + 1, two ? 256 : 384, two ? "wg64x2" : "wg64");
   cfg.min_tokens = cfg.max_tokens = 32;
