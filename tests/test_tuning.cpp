@@ -180,26 +180,32 @@ TEST(Tuning, WideKeyTile) {  // D = 64's 128-row chunks on 128-key tiles where t
   using K = KvKind;
   const Overrides none;
   const int64_t sms = 132, per_sm = kWideTileKeys * sms;
-  // a 128k sequence of 128 rows at Hk = 4: 4 x 131072 keys over 132 SMs
-  EXPECT_EQ(wide_key_tile(64, K::f16, 64, 131072, 4 * 131072, sms, none), 128);
-  EXPECT_EQ(wide_key_tile(64, K::f16, 64, 32768, 8 * 32768, sms, none), 128);  // 32k, 256 rows
-  EXPECT_EQ(wide_key_tile(64, K::f16, 64, 32768, 4 * 32768, sms, none), 64);   // 32k, 128 rows
-  EXPECT_EQ(wide_key_tile(64, K::f16, 64, 32768, per_sm, sms, none), 128);     // the threshold itself
-  EXPECT_EQ(wide_key_tile(64, K::f16, 64, 32768, per_sm - 1, sms, none), 64);
-  EXPECT_EQ(wide_key_tile(64, K::f16, 64, kSplitShortKeys, 64 * per_sm, sms, none), 64);  // 8k-16k contexts
-  EXPECT_EQ(wide_key_tile(64, K::f16, 64, kSplitShortKeys + 1, 64 * per_sm, sms, none), 128);
-  EXPECT_EQ(wide_key_tile(128, K::f16, 64, 131072, 64 * per_sm, sms, none), 64);  // D = 64 only
-  EXPECT_EQ(wide_key_tile(64, K::u8, 64, 131072, 64 * per_sm, sms, none), 64);    // 16-bit caches only
-  EXPECT_EQ(wide_key_tile(64, K::fp8, 64, 131072, 64 * per_sm, sms, none), 64);
-  EXPECT_EQ(wide_key_tile(64, K::f16, 0, 131072, 64 * per_sm, sms, none), 0);  // the Hopper kernel off
+  auto tile = [&](int64_t rows, int64_t keys) {
+    return wide_key_tile(64, K::f16, 64, long_key_heads(rows, keys, 4), sms, none);
+  };
+  // one sequence at Hk = 4 over 132 SMs: a 128k sequence of 128 rows (4 x 131072 keys)
+  EXPECT_EQ(tile(128, 131072), 128);
+  EXPECT_EQ(tile(256, 32768), 128);  // 32k, 256 rows
+  EXPECT_EQ(tile(128, 32768), 64);   // 32k, 128 rows
+  EXPECT_EQ(wide_key_tile(64, K::f16, 64, per_sm, sms, none), 128);  // the threshold itself
+  EXPECT_EQ(wide_key_tile(64, K::f16, 64, per_sm - 1, sms, none), 64);
+  EXPECT_EQ(tile(64 * 128 * 64, kSplitShortKeys), 64);  // 8k-16k contexts, however many chunks
+  EXPECT_EQ(tile(64 * 128 * 64, kSplitShortKeys + 1), 128);
+  EXPECT_EQ(long_key_heads(64, 131072, 4), 0);  // chunks of more than 64 rows only
+  EXPECT_EQ(long_key_heads(65, 131072, 4), 4 * 131072);
+  EXPECT_EQ(long_key_heads(129, 20000, 2), 2 * 2 * 20000);
+  EXPECT_EQ(wide_key_tile(128, K::f16, 64, 64 * per_sm, sms, none), 64);  // D = 64 only
+  EXPECT_EQ(wide_key_tile(64, K::u8, 64, 64 * per_sm, sms, none), 64);    // 16-bit caches only
+  EXPECT_EQ(wide_key_tile(64, K::fp8, 64, 64 * per_sm, sms, none), 64);
+  EXPECT_EQ(wide_key_tile(64, K::f16, 0, 64 * per_sm, sms, none), 0);  // the Hopper kernel off
   Overrides o;
   o.wgmma = 64;  // PAGEDATTN_WGMMA=64 keeps 64-key tiles
-  EXPECT_EQ(wide_key_tile(64, K::f16, 64, 131072, 64 * per_sm, sms, o), 64);
+  EXPECT_EQ(wide_key_tile(64, K::f16, 64, 64 * per_sm, sms, o), 64);
   o = Overrides{};
   o.wg_shared = 1;  // PAGEDATTN_WG_SHARED=1: the two-CTA form (64-key tiles) wherever it may run
-  EXPECT_EQ(wide_key_tile(64, K::f16, 64, 131072, 64 * per_sm, sms, o), 64);
+  EXPECT_EQ(wide_key_tile(64, K::f16, 64, 64 * per_sm, sms, o), 64);
   o.wg_shared = 0;
-  EXPECT_EQ(wide_key_tile(64, K::f16, 64, 131072, 64 * per_sm, sms, o), 128);
+  EXPECT_EQ(wide_key_tile(64, K::f16, 64, 64 * per_sm, sms, o), 128);
 }
 
 TEST(Tuning, HopperSplit) {  // the least row tiles on the key-split kernel; 0: none

@@ -73,13 +73,12 @@ int hopper_key_tile(int head_size, bool u8, bool hopper, const Overrides& o) {
 // - bf16 prefill from zero (32/8/64, 64/8/64): 32k 0.961-0.962x the time, 8k level / 1.039x slower.
 // So past 16k keys and from kWideTileKeys (1536, between the measured 993 and 1986) keys per SM. Run k3
 // (H200), this rule against the one before it in the same call: the rows it moves 0.91-0.99x the time,
-// those it leaves level, bf16 prefill at 32k 0.965x. Calls of one sequence only: in a mixed call the
-// backend counts the 128-row chunks of sequences past kSplitShortKeys (unmeasured). Not with
+// those it leaves level, bf16 prefill at 32k 0.965x. Calls of one sequence only: a mixed call sums the
+// 128-row chunks of its sequences past kSplitShortKeys (long_key_heads; unmeasured). Not with
 // PAGEDATTN_WG_SHARED=1, which asks for the two-CTA (64-key) form.
-int wide_key_tile(int head_size, KvKind kv, int key_tile, int64_t max_keys, int64_t wide_key_heads, int num_sms,
-                  const Overrides& o) {
+int wide_key_tile(int head_size, KvKind kv, int key_tile, int64_t long_key_heads, int num_sms, const Overrides& o) {
   if (head_size != 64 || kv != KvKind::f16 || key_tile != 64 || o.wgmma > 0 || o.wg_shared == 1) return key_tile;
-  return max_keys > kSplitShortKeys && wide_key_heads >= kWideTileKeys * num_sms ? 128 : key_tile;
+  return long_key_heads >= kWideTileKeys * num_sms ? 128 : key_tile;
 }
 
 // The key-split Hopper kernel (wg_kernel's SPLIT: two warpgroups over alternate key tiles of one 64-row

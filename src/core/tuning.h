@@ -87,16 +87,18 @@ bool hopper_shared(int head_size, KvKind kv, int key_tile, int64_t max_keys, int
 bool hopper_split_shared(int head_size, KvKind kv, int split, int64_t max_keys, int64_t split_ctas, int num_sms,
                          const Overrides& o);
 /// D = 64's 128-row f16/bf16 chunks on 128-key tiles (KernelChoice::wg = 128, one CTA per SM) instead of
-/// `key_tile` = hopper_key_tile() = 64, where the longest key range of the call's sequences of more than
-/// 64 rows per kv head, `max_keys`, passes kSplitShortKeys and the 128-row chunks of those past it hold
-/// `wide_key_heads` (each such sequence's 128-row chunks times its keys times the kv heads; the backend
-/// counts no sequence of kSplitShortKeys keys or fewer) >= kWideTileKeys per SM of `num_sms`; else
-/// `key_tile`. Not with a PAGEDATTN_WGMMA=64 / 128 override (which hopper_key_tile() applied) or
-/// PAGEDATTN_WG_SHARED=1 (two CTAs per SM, a 64-key form, wherever it may run). Measured on calls of one
-/// sequence (runs k1-k3); mixed calls follow the same sums, unmeasured.
+/// `key_tile` = hopper_key_tile() = 64, where the call's `long_key_heads` (the sum of long_key_heads() over
+/// its sequences) reach kWideTileKeys per SM of `num_sms`; else `key_tile`. Not with a PAGEDATTN_WGMMA=64 /
+/// 128 override (which hopper_key_tile() applied) or PAGEDATTN_WG_SHARED=1 (two CTAs per SM, a 64-key form,
+/// wherever it may run). Measured on calls of one sequence (runs k1-k3); mixed calls follow the same sum,
+/// unmeasured.
 constexpr int64_t kWideTileKeys = 1536;
-int wide_key_tile(int head_size, KvKind kv, int key_tile, int64_t max_keys, int64_t wide_key_heads, int num_sms,
-                  const Overrides& o);
+int wide_key_tile(int head_size, KvKind kv, int key_tile, int64_t long_key_heads, int num_sms, const Overrides& o);
+/// A sequence's share of wide_key_tile()'s sum: its 128-row chunks times its keys times the kv heads where it
+/// has more than 64 rows per kv head and more than kSplitShortKeys keys, else 0.
+constexpr int64_t long_key_heads(int64_t rows, int64_t keys, int num_kv_heads) {
+  return rows > 64 && keys > kSplitShortKeys ? (rows + 127) / 128 * num_kv_heads * keys : 0;
+}
 /// 128-row chunks (planner::kMaxRowsWide) where the 8-row-tile variant fits the device
 /// (`wide_fits`); `key_tile` = hopper_key_tile().
 bool wide_chunks(int head_size, int key_tile, bool wide_fits, const Overrides& o);

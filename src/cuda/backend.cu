@@ -271,9 +271,7 @@ class CudaPlan final : public detail::PlanImpl {
     choice_.invariant = opt.deterministic;
     int64_t max_keys = 0;   // the longest key range of the call (a window caps it)
     int64_t wide_ctas = 0;  // chunks of more than 64 rows, as 128-row chunks, times the kv heads
-    // tuning::wide_key_tile: those chunks of sequences past kSplitShortKeys keys times their keys, and the
-    // longest key range of the sequences of such chunks
-    int64_t wide_key_heads = 0, wide_max_keys = 0;
+    int64_t long_key_heads = 0;  // tuning::wide_key_tile's sum
     int64_t split_ctas = 0;  // sequences of 17-64 rows (one chunk each) times the kv heads
     int64_t small_key_heads = 0;  // sequences of <= 16 rows: their keys times the kv heads
     bool mid_rows = false;   // a sequence of 17-32 rows (tuning::min_partition)
@@ -282,17 +280,14 @@ class CudaPlan final : public detail::PlanImpl {
       const int64_t keys = p.sliding_window > 0 ? std::min<int64_t>(all_keys, p.sliding_window) : all_keys;
       max_keys = std::max(max_keys, keys);
       const int64_t rows = int64_t{sb[s + 1] - sb[s]} * G_;
-      if (rows > 64) {
-        wide_ctas += (rows + 127) / 128 * Hk_;
-        if (keys > tuning::kSplitShortKeys) wide_key_heads += (rows + 127) / 128 * Hk_ * keys;
-        wide_max_keys = std::max(wide_max_keys, keys);
-      }
+      if (rows > 64) wide_ctas += (rows + 127) / 128 * Hk_;
+      long_key_heads += tuning::long_key_heads(rows, keys, Hk_);
       if (rows > 16 && rows <= 64) split_ctas += Hk_;
       if (rows > 16 && rows <= 32) mid_rows = true;
       if (rows > 0 && rows <= 16) small_key_heads += keys * Hk_;
     }
     const tuning::KvKind kind = kv_ == kKvU8 ? tuning::KvKind::u8 : kv_ == kKvF8 ? tuning::KvKind::fp8 : tuning::KvKind::f16;
-    choice_.wg = tuning::wide_key_tile(D_, kind, choice_.wg, wide_max_keys, wide_key_heads, in.num_sms, env);
+    choice_.wg = tuning::wide_key_tile(D_, kind, choice_.wg, long_key_heads, in.num_sms, env);
     // (the key-split kernel's two-CTA form, where it runs, also takes D = 64's 17-32-row chunks past 16k keys;
     // 1-16-row chunks take the kernel by the call's work for them where 17-32-row ones take it already,
     // tuning::hopper_split_small)

@@ -154,8 +154,7 @@ TEST(Cuda, WideKeyTileFollowsItsRule) {
   const uint64_t seed = base_seed() + 2400000;
   // T = 32 (256 rows: two 128-row chunks) and T = 16 (one chunk) over 32000 keys at Hk = 4
   for (const int t : {16, 32}) {
-    const int64_t key_heads = int64_t{(t * 8 + 127) / 128} * 4 * (32000 + t);
-    const bool long_tiles = key_heads >= tuning::kWideTileKeys * sms;
+    const bool long_tiles = tuning::long_key_heads(t * 8, 32000 + t, 4) >= tuning::kWideTileKeys * sms;
     SCOPED_TRACE("T = " + std::to_string(t) + ", " + std::to_string(sms) + " SMs");
     expect_launched(cfg, t, t, seed + t, long_tiles ? 384 : 256, long_tiles ? "wg128" : "wg64x2");
   }
