@@ -70,49 +70,9 @@ __device__ __forceinline__ void mma_codes(float (&acc)[4], const uint32_t (&qf)[
 // S = Q K^T of the slice's K half `hb` into acc (zeroed by the caller): each K fragment feeds MT MMAs.
 // u8 and fp8: one ldmatrix.x4 on raw codes covers 8 keys x 4 MMA k-steps (see load_qf for Q's matching
 // order); u8 codes become f16 1024 + code (one PRMT per pair), fp8 codes their f16 values (one cvt).
-// kC: accumulator chains per n-tile (byte codes: k-step e of each ldmatrix group into chain e % kC, the
-// chains summed at the end), so that a slice's S is D / 16 / kC dependent MMAs deep instead of D / 16.
-template <int D, int MT, int kN1, int KV, typename T, int kC = 1, typename Half, typename QFrag>
+template <int D, int MT, int kN1, int KV, typename T, typename Half, typename QFrag>
 __device__ __forceinline__ void qk_step(float (&acc)[MT][kN1][4], const Half& hb, const QFrag& q_frag, int lane) {
-  static_assert(kC == 1 || ((KV == kKvU8 || KV == kKvF8) && D % 64 == 0 && (kC == 2 || kC == 4)), "chains");
-  if constexpr (kC > 1) {
-    float ch[kC][MT][kN1][4];
-#pragma unroll
-    for (int c = 0; c < kC; ++c)
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int n = 0; n < kN1; ++n)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) ch[c][mt][n][e] = 0.0f;
-#pragma unroll
-    for (int ks = 0; ks < D / 64 * 4; ks += 4) {
-      uint32_t qf[MT][4][4];
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) q_frag(qf[mt][e], mt, ks + e);
-#pragma unroll
-      for (int n = 0; n < kN1; ++n) {
-        uint32_t r4[4];
-        ldmatrix_x4(r4, &hb.kv[n * 8 + (lane % 8)][(ks + lane / 8) * 16]);
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) mma_codes<KV, T>(ch[e % kC][mt][n], qf[mt][e], r4[e]);
-      }
-    }
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-      for (int n = 0; n < kN1; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          float v = ch[0][mt][n][e] + ch[1][mt][n][e];
-          if constexpr (kC == 4) v += ch[2][mt][n][e] + ch[3][mt][n][e];
-          acc[mt][n][e] = v;
-        }
-  } else if constexpr (KV == kKvU8 || KV == kKvF8) {
+  if constexpr (KV == kKvU8 || KV == kKvF8) {
     // one ldmatrix.x4 on raw codes: 8 keys x 4 MMA k-steps; each register holds 4 codes of a key
 #pragma unroll
     for (int ks = 0; ks < D / 64 * 4; ks += 4) {
@@ -323,12 +283,6 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
   constexpr bool kU8 = Tr::kU8;
   constexpr bool kBytes = Tr::kBytes;  // u8 or fp8 codes: their Q order and O columns
   constexpr int kN1 = kKPW / 8;   // S n-tiles (8 keys) per warp
-  // S chains (qk_step): byte codes on the default mode's 1-row-tile variant (deterministic mode keeps one
-  // chain in every variant, so a row's S sums in the same order at every row-tile count)
-#ifndef PAGEDATTN_S_CHAINS
-#define PAGEDATTN_S_CHAINS 4
-#endif
-  constexpr int kSChains = Tr::kBytes && RT == 1 && WKV == 0 && D % 64 == 0 ? PAGEDATTN_S_CHAINS : 1;
   constexpr int kK3 = kKPW / 16;  // PV k-steps (16 keys) per warp
   constexpr int kN3 = D / 8;      // O n-tiles per warp
   // Q stays in registers at D <= 128 (one row tile per warp); else it is re-read from shared memory.
@@ -678,7 +632,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
         for (int n = 0; n < kN1; ++n)
 #pragma unroll
           for (int e = 0; e < 4; ++e) acc[mt][n][e] = 0.0f;
-      qk_step<D, MT, kN1, KV, T, kSChains>(acc, hb, q_frag, lane);
+      qk_step<D, MT, kN1, KV, T>(acc, hb, q_frag, lane);
       // scores (log2 units) with masks; element (n, e): row hf = e / 2, key js + n*8 + 2*(lane%4) + e%2
       const bool interior = js + kKPW <= w.kv_end && js + kKPW <= past + w.t0 + 1 &&
                             (P.sliding_window == 0 || js >= past + w.t0 + w.nt - P.sliding_window) &&
