@@ -115,6 +115,10 @@ Inputs random_inputs(std::mt19937_64& rng) {
   in.deterministic = uni(0, 5) == 0;
   if (uni(0, 5) == 0) in.forced_partition = pick({1, 63, 64, 65, 128, 256, 300, 512, 1024, 4096});
   if (uni(0, 3) == 0) in.min_partition = pick({64, 256, 512});  // (tuning::min_partition, its override)
+  if (uni(0, 3) == 0) {  // (tuning::short_wave_ctas_per_sm)
+    in.short_ctas_per_sm = pick({1, 2, 3});
+    in.short_wave_keys = pick({256, 1024, 4096});
+  }
   return in;
 }
 
@@ -420,7 +424,7 @@ void check_flat_plan(const Inputs& in, const Plan& plan) {
 
   // one wave, with the smallest partition that gives it
   if (in.forced_partition <= 0 && !in.deterministic) {
-    const int64_t target = wave_target(in, chunks);
+    int64_t target = wave_target(in, chunks);
     int max_hi = 0;
     for (const auto& kv : chunks) max_hi = std::max(max_hi, kv.second.items.back().kv_end);
     auto ctas_at = [&](int part) {
@@ -429,8 +433,13 @@ void check_flat_plan(const Inputs& in, const Plan& plan) {
         n += parts_needed(kv.second.items.front().kv_begin, kv.second.items.back().kv_end, part);
       return n * Hk;
     };
+    const int least = std::max(pl::kBlockKV, in.min_partition / pl::kBlockKV * pl::kBlockKV);
+    if (in.short_ctas_per_sm > 0 && !chunks.empty()) {  // the short-partition wave: where the one-wave
+      int p = least;                                    // partition is under short_wave_keys
+      while (p < max_hi && ctas_at(p) > target) p += pl::kBlockKV;
+      if (p < in.short_wave_keys) target = static_cast<int64_t>(in.num_sms) * in.short_ctas_per_sm;
+    }
     if (!chunks.empty()) {  // never below the least partition, unless the longest key range is shorter
-      const int least = std::max(pl::kBlockKV, in.min_partition / pl::kBlockKV * pl::kBlockKV);
       EXPECT_GE(P, std::min(least, (max_hi + pl::kBlockKV - 1) / pl::kBlockKV * pl::kBlockKV))
           << "partition below min_partition " << in.min_partition;
     }
@@ -692,4 +701,33 @@ TEST(Planner, MinPartitionRaisesTheOneWaveChoice) {
   EXPECT_EQ(make_plan(in).ctas, 4);
   in.past_lens = {32767};  // the wave rule already takes more: 512 keys
   EXPECT_EQ(make_plan(in).partition_tokens, 512);
+}
+
+// The short-partition wave (Inputs::short_ctas_per_sm, tuning::short_wave_ctas_per_sm): D = 64 one-byte
+// decodes at Hk = 4 on 132 SMs x 3 CTAs. At 32k the one-wave partition (384 keys, 344 CTAs) is under
+// 1024 keys, so the wave counts 2 per SM: 512 keys, 256 CTAs. At 128k it is 1344 keys (392 CTAs) and
+// stays; at 8k both waves give the least partition, 256 keys.
+TEST(Planner, ShortPartitionsTakeTheShortWave) {
+  Inputs in;
+  in.group = 4;
+  in.num_kv_heads = 4;
+  in.num_sms = 132;
+  in.ctas_per_sm = 3;
+  in.min_partition = 256;
+  in.tokens = {1};
+  auto plan_at = [&](int past) {
+    in.past_lens = {past};
+    const Plan plan = make_plan(in);
+    return std::make_pair(plan.partition_tokens, plan.ctas);
+  };
+  EXPECT_EQ(plan_at(32767), std::make_pair(384, int64_t{344}));
+  in.short_ctas_per_sm = 2;
+  in.short_wave_keys = 1024;
+  EXPECT_EQ(plan_at(32767), std::make_pair(512, int64_t{256}));
+  EXPECT_EQ(plan_at(131071), std::make_pair(1344, int64_t{392}));
+  EXPECT_EQ(plan_at(8191), std::make_pair(256, int64_t{128}));
+  in.deterministic = true;  // deterministic mode sizes partitions by the row (the backend passes 0 there)
+  in.short_ctas_per_sm = 0;
+  in.past_lens = {32767};
+  EXPECT_EQ(make_plan(in).partition_tokens, pl::deterministic_partition(32768, 4, 396));
 }

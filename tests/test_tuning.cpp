@@ -65,6 +65,24 @@ TEST(Tuning, MinPartition) {
   EXPECT_EQ(min_partition(64, K::f16, false, o), 512);
 }
 
+// D = 64 one-byte codes in calls of <= 16 rows per kv head: a wave of 2 CTAs per SM where the one-wave
+// partition at 3 would be short; nothing in deterministic mode or for other shapes; the override.
+TEST(Tuning, ShortWave) {
+  const Overrides none;
+  using K = KvKind;
+  EXPECT_EQ(short_wave_ctas_per_sm(64, K::u8, 3, false, false, none), 2);
+  EXPECT_EQ(short_wave_ctas_per_sm(64, K::fp8, 3, false, false, none), 2);
+  EXPECT_EQ(short_wave_ctas_per_sm(64, K::f16, 2, false, false, none), 0);
+  EXPECT_EQ(short_wave_ctas_per_sm(64, K::u8, 2, false, false, none), 0);  // (sm_80's occupancy, say)
+  EXPECT_EQ(short_wave_ctas_per_sm(64, K::u8, 3, true, false, none), 0);
+  EXPECT_EQ(short_wave_ctas_per_sm(64, K::u8, 3, false, true, none), 0);
+  for (int d : {80, 96, 128, 192, 256}) EXPECT_EQ(short_wave_ctas_per_sm(d, K::fp8, 3, false, false, none), 0) << d;
+  EXPECT_EQ(short_wave_ctas_per_sm(64, K::u8, 3, false, false, parse({{"PAGEDATTN_SHORT_WAVE", "0"}})), 0);
+  EXPECT_EQ(short_wave_ctas_per_sm(128, K::f16, 2, true, false, parse({{"PAGEDATTN_SHORT_WAVE", "1"}})), 1);
+  EXPECT_EQ(short_wave_ctas_per_sm(128, K::f16, 2, true, true, parse({{"PAGEDATTN_SHORT_WAVE", "1"}})), 0);
+  for (const char* v : {"", "9", "-1", "x"}) EXPECT_EQ(parse({{"PAGEDATTN_SHORT_WAVE", v}}).short_wave, -1) << v;
+}
+
 TEST(Tuning, OverridesParsed) {
   const Overrides o = parse({{"PAGEDATTN_EARLY_READS", "0"}, {"PAGEDATTN_STALE_MAX", "0"},
                              {"PAGEDATTN_PREFILL_MT2", "0"}, {"PAGEDATTN_WGMMA_U8", "0"}, {"PAGEDATTN_WGMMA", "64"},

@@ -94,10 +94,15 @@ Plan make_plan(const Inputs& in) {
   } else {
     int max_hi = kBlockKV;
     for (const Chunk& c : chunks) max_hi = std::max(max_hi, c.hi);
-    part = std::max(kBlockKV, in.min_partition / kBlockKV * kBlockKV);
-    while (part < max_hi && count_parts(chunks, part) * in.num_kv_heads > target) part += kBlockKV;
-    part = std::min(part, (max_hi + kBlockKV - 1) / kBlockKV * kBlockKV);
-    part = std::max(part, kBlockKV);
+    auto one_wave = [&](int64_t wave) {  // the least partition whose CTAs fit `wave`
+      int p = std::max(kBlockKV, in.min_partition / kBlockKV * kBlockKV);
+      while (p < max_hi && count_parts(chunks, p) * in.num_kv_heads > wave) p += kBlockKV;
+      p = std::min(p, (max_hi + kBlockKV - 1) / kBlockKV * kBlockKV);
+      return std::max(p, kBlockKV);
+    };
+    part = one_wave(target);
+    if (in.short_ctas_per_sm > 0 && part < in.short_wave_keys)
+      part = one_wave(static_cast<int64_t>(in.num_sms) * in.short_ctas_per_sm);
   }
   plan.partition_tokens = part;
   plan.chunk_rows = max_rows;

@@ -38,6 +38,8 @@ Overrides parse_overrides(const std::function<const char*(const char*)>& getenv)
   o.merge_rowwise = is("PAGEDATTN_MERGE_ROWWISE", "0") ? 0 : is("PAGEDATTN_MERGE_ROWWISE", "1") ? 1 : -1;
   const int min_part = number("PAGEDATTN_MIN_PARTITION");
   o.min_partition = min_part >= 64 && min_part <= 4096 && min_part % 64 == 0 ? min_part : 0;
+  if (const char* e = getenv("PAGEDATTN_SHORT_WAVE"); e != nullptr && e[0] >= '0' && e[0] <= '8' && e[1] == '\0')
+    o.short_wave = e[0] - '0';
   o.deterministic_rows = is("PAGEDATTN_DETERMINISTIC_ROWS", "16") ? 16 : 0;
   return o;
 }
@@ -246,6 +248,23 @@ bool merge_rowwise(int64_t merge_rows, int split, int num_sms, const Overrides& 
 // 32 x 8k batch, PAGEDATTN_MIN_PARTITION=256 against the rule of run mp3): fp8 8k T = 8 (32 rows) 0.919x
 // (184.6 -> 169.7 us), so fp8 keeps 128 for 17-32-row calls at D = 128 only; u8 D = 256 8k T = 3 0.911x
 // but T = 1 1.061x: left at 128. 32k and the batch level.
+// D = 64 one-byte codes: the 1-row-tile kernel fits 3 CTAs per SM (129-146 registers, ~66 KB), and the
+// one-wave partition at 3 per SM is uneven where it is short: one 32k decode at Hk = 4 on 132 SMs gets
+// 384-key partitions, 344 CTAs, so 80 SMs run 3 of them and the layer waits for those. A wave of 2 per SM
+// (512 keys, 256 CTAs) took 0.86-1.00x the time on 1-16-row calls at 32k (H100, run wv2: median 0.941,
+// fp8 0.88-0.95, u8 0.86-1.00; H200, run wv1: fp8 0.88-0.98, u8 0.86-1.03), while at 128k the 3-per-SM
+// wave (1344 keys, 392 CTAs) is the faster one (run wv1: 2 per SM took u8 1.19-1.27x, fp8 0.96-1.09x; the
+// 32 x 8k batch's u8 T = 1 1.18x). So the rule applies below kShortWaveKeys, between the measured 384
+// (2 per SM faster) and 1344 (3 faster); the boundary in between is not measured. At 8k both waves give
+// the least partition (256 keys). Rows of 17+ per kv head and f16/bf16 (2 CTAs per SM already) keep the
+// rule before it.
+int short_wave_ctas_per_sm(int head_size, KvKind kv, int occupancy, bool above_16_rows, bool deterministic,
+                           const Overrides& o) {
+  if (deterministic) return 0;
+  if (o.short_wave >= 0) return o.short_wave;
+  return head_size == 64 && kv != KvKind::f16 && !above_16_rows && occupancy > 2 ? 2 : 0;
+}
+
 int min_partition(int head_size, KvKind kv, bool mid_rows, const Overrides& o) {
   if (o.min_partition > 0) return o.min_partition;
   constexpr int kLonger = 256;

@@ -31,6 +31,8 @@ struct Overrides {
                               // thread per 4 columns (the same bits); -1 unset
   int min_partition = 0;      // PAGEDATTN_MIN_PARTITION=N (a multiple of 64, 64-4096): the least keys per
                               // partition for every cache kind and head size; 0 unset
+  int short_wave = -1;        // PAGEDATTN_SHORT_WAVE=0: no short-partition wave (short_wave_ctas_per_sm());
+                              // =N (1-8): N CTAs per SM there for every head size and cache kind; -1 unset
   int deterministic_rows = 0;  // PAGEDATTN_DETERMINISTIC_ROWS=16: deterministic mode's 17-32-row chunks as
                                // 16-row chunks at G <= 16 (the layout of devices without the 8-warp
                                // variant's memory); 0 unset
@@ -108,6 +110,16 @@ bool wide_chunks(int head_size, int key_tile, bool wide_fits, const Overrides& o
 /// a sequence of 17-32 query rows per kv head (`mid_rows`: T * G in 17..32), and for fp8 unless
 /// head_size = 128 and `mid_rows`; else planner::kMinPartition (128). PAGEDATTN_MIN_PARTITION overrides it.
 int min_partition(int head_size, KvKind kv, bool mid_rows, const Overrides& o);
+
+/// Default mode, where the one-wave partition at the kernel's occupancy would be shorter than
+/// kShortWaveKeys: the CTAs per SM of the wave the planner sizes partitions for instead
+/// (planner::Inputs::short_ctas_per_sm; 0: keep the occupancy). 2 for D = 64 one-byte codes (u8, fp8; their
+/// 1-row-tile kernel fits 3 per SM, `occupancy`) where no sequence of the call has more than 16 rows per
+/// kv head (`above_16_rows`); else 0. Deterministic mode: 0 (its partition size may depend on the row
+/// alone, never on the call). PAGEDATTN_SHORT_WAVE overrides the rule.
+constexpr int kShortWaveKeys = 1024;
+int short_wave_ctas_per_sm(int head_size, KvKind kv, int occupancy, bool above_16_rows, bool deterministic,
+                           const Overrides& o);
 
 /// The merge kernel's threads per CTA and its partition groups (threads over the float4 chunks of the
 /// D / split columns a CTA takes).

@@ -1,6 +1,7 @@
 // GPU tests: How calls run: back-to-back plans, the merge's shapes, programmatic launch, CUDA graphs,
 // and bad input (determinism: tests/cuda/invariant.cpp).
 #include "common/numeric.h"
+#include "core/tuning.h"
 #include "cuda/suite.h"
 
 using namespace gpu_suite;
@@ -100,6 +101,45 @@ TEST(Cuda, LeastPartitionFollowsTheRule) {
           forced = plan_info(cfg, seed, opt).partition_tokens;
         }
         EXPECT_EQ(got, forced) << where;
+      }
+}
+
+// The short-partition wave (tuning::short_wave_ctas_per_sm): a 32k decode with D = 64 one-byte codes, G = 8,
+// Hk = 4 takes the 2-per-SM wave's partition where the kernel's own wave gives one under kShortWaveKeys
+// (384 keys on 132 SMs x 3 CTAs), and the own wave's where not; a call with 32 rows per kv head and
+// deterministic mode keep the own wave whatever PAGEDATTN_SHORT_WAVE says. Checked against the plans the
+// override forces, so the device's SM count sets the expected values.
+TEST(Cuda, ShortWaveFollowsItsRule) {
+  REQUIRE_GPU();
+  if (std::getenv("PAGEDATTN_SHORT_WAVE") != nullptr) GTEST_SKIP() << "PAGEDATTN_SHORT_WAVE is set";
+  CaseConfig cfg = few_query_config();
+  cfg.min_seqs = cfg.max_seqs = 1;
+  cfg.min_past = cfg.max_past = 32000;
+  cfg.group_sizes = {8};
+  cfg.kv_heads = {4};
+  cfg.head_sizes = {64};
+  cfg.p_window = cfg.p_tree = cfg.p_scores = 0.0;
+  const uint64_t seed = base_seed() + 1260000;
+  std::printf("[short-wave] base seed %llu\n", static_cast<unsigned long long>(seed));
+  for (KVPrecision kv : {KVPrecision::u8, KVPrecision::fp8})
+    for (int T : {1, 4})
+      for (bool det : {false, true}) {
+        cfg.kv_precisions = {kv};
+        cfg.min_tokens = cfg.max_tokens = T;
+        Options opt{Backend::cuda};
+        opt.deterministic = det;
+        const std::string where = std::string("kv ") + kv_precision_name(kv) + " T " + std::to_string(T) +
+                                  (det ? " deterministic" : "");
+        auto part_with = [&](const char* wave) {
+          EnvGuard g("PAGEDATTN_SHORT_WAVE", wave);
+          return plan_info(cfg, seed, opt).partition_tokens;
+        };
+        const int got = plan_info(cfg, seed, opt).partition_tokens;
+        const int own = part_with("0"), two = part_with("2");
+        const bool rule = !det && T * 8 <= 16 && own < pagedattn::tuning::kShortWaveKeys;
+        EXPECT_EQ(got, rule ? two : own) << where << ": own wave " << own << ", 2 per SM " << two;
+        if (det) EXPECT_EQ(own, two) << where << ": the override moved deterministic mode";
+        std::printf("[short-wave] %s: %d keys (own wave %d, 2 per SM %d)\n", where.c_str(), got, own, two);
       }
 }
 
