@@ -115,6 +115,7 @@ TEST(Cuda, ShortWaveFollowsItsRule) {
   CaseConfig cfg = few_query_config();
   cfg.min_seqs = cfg.max_seqs = 1;
   cfg.min_past = cfg.max_past = 32000;
+  cfg.max_total_context = 40000;
   cfg.group_sizes = {8};
   cfg.kv_heads = {4};
   cfg.head_sizes = {64};
