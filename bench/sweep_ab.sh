@@ -38,8 +38,12 @@ run() {
   fi
 }
 
-[ -x "$B/pagedattn" ] || { echo "no $B/pagedattn (the build stage)"; exit 1; }
-run new "$B/pagedattn" 1
+# the working tree's CLI: the build stage's, else the one the abref stage built beside the refs ($B-cli;
+# run x4f lost its sweep to this check without the fallback)
+bin=$B/pagedattn
+[ -x "$bin" ] || bin=$B-cli/pagedattn
+[ -x "$bin" ] || { echo "no $B/pagedattn or $B-cli/pagedattn (the build or abref stage)"; exit 1; }
+run new "$bin" 1
 refs=()
 for d in "$B"-ref-*/; do
   [ -x "$d/pagedattn" ] || continue
@@ -52,10 +56,10 @@ configs=()
 for spec in ${SWEEP_CONFIGS:-}; do
   [[ $spec == *:* ]] || { echo "SWEEP_CONFIGS entry '$spec' skipped: not NAME:VAR=V[,VAR=V]"; continue; }
   IFS=, read -ra vars <<< "${spec#*:}"
-  run "${spec%%:*}" "$B/pagedattn" 1 "${vars[@]}"
+  run "${spec%%:*}" "$bin" 1 "${vars[@]}"
   configs+=("${spec%%:*}")
 done
-run new2 "$B/pagedattn" 0
+run new2 "$bin" 0
 log done
 
 # summaries (every row is in sweep_ratio_*.txt)
