@@ -250,7 +250,7 @@ bool merge_rowwise(int64_t merge_rows, int split, int num_sms, const Overrides& 
 // but T = 1 1.061x: left at 128. 32k and the batch level.
 // D = 64 one-byte codes: the 1-row-tile kernel fits 3 CTAs per SM (129-146 registers, ~66 KB), and the
 // one-wave partition at 3 per SM is uneven where it is short: one 32k decode at Hk = 4 on 132 SMs gets
-// 384-key partitions, 344 CTAs, so 80 SMs run 3 of them and the layer waits for those. A wave of 2 per SM
+// 384-key partitions, 344 CTAs: 80 SMs run 3 of them, 52 run 2 (no per-SM timeline taken). A wave of 2 per SM
 // (512 keys, 256 CTAs) took 0.86-1.00x the time on 1-16-row calls at 32k (H100, run wv2: median 0.941,
 // fp8 0.88-0.95, u8 0.86-1.00; H200, run wv1: fp8 0.88-0.98, u8 0.86-1.03), while at 128k the 3-per-SM
 // wave (1344 keys, 392 CTAs) is the faster one (run wv1: 2 per SM took u8 1.19-1.27x, fp8 0.96-1.09x; the
