@@ -437,7 +437,8 @@ void check_flat_plan(const Inputs& in, const Plan& plan) {
     if (in.short_ctas_per_sm > 0 && !chunks.empty()) {  // the short-partition wave: where the one-wave
       int p = least;                                    // partition is under short_wave_keys
       while (p < max_hi && ctas_at(p) > target) p += pl::kBlockKV;
-      if (p < in.short_wave_keys) target = static_cast<int64_t>(in.num_sms) * in.short_ctas_per_sm;
+      const int64_t short_wave = static_cast<int64_t>(in.num_sms) * in.short_ctas_per_sm;
+      if (p < in.short_wave_keys && short_wave < target) target = short_wave;  // (never a larger wave)
     }
     if (!chunks.empty()) {  // never below the least partition, unless the longest key range is shorter
       EXPECT_GE(P, std::min(least, (max_hi + pl::kBlockKV - 1) / pl::kBlockKV * pl::kBlockKV))

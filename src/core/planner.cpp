@@ -101,8 +101,8 @@ Plan make_plan(const Inputs& in) {
       return std::max(p, kBlockKV);
     };
     part = one_wave(target);
-    if (in.short_ctas_per_sm > 0 && part < in.short_wave_keys)
-      part = one_wave(static_cast<int64_t>(in.num_sms) * in.short_ctas_per_sm);
+    const int64_t short_wave = static_cast<int64_t>(in.num_sms) * in.short_ctas_per_sm;
+    if (short_wave > 0 && short_wave < target && part < in.short_wave_keys) part = one_wave(short_wave);
   }
   plan.partition_tokens = part;
   plan.chunk_rows = max_rows;

@@ -118,8 +118,8 @@ struct Inputs {
   int forced_partition = 0;                // 0: choose
   int min_partition = kMinPartition;       // the least partition the one-wave rule starts from (a multiple
                                            // of kBlockKV; tuning::min_partition)
-  // Default mode: where the one-wave partition at ctas_per_sm is under short_wave_keys, the wave counts
-  // short_ctas_per_sm CTAs per SM instead (0: never; tuning::short_wave_ctas_per_sm)
+  // Default mode: where the one-wave partition is under short_wave_keys, the wave counts short_ctas_per_sm
+  // CTAs per SM instead, when that is a smaller wave (0: never; tuning::short_wave_ctas_per_sm)
   int short_ctas_per_sm = 0;
   int short_wave_keys = 0;
   int max_rows = kMaxRows;                 // rows per chunk: kMaxRows or kMaxRowsWide (8 row tiles);

@@ -32,7 +32,8 @@ struct Overrides {
   int min_partition = 0;      // PAGEDATTN_MIN_PARTITION=N (a multiple of 64, 64-4096): the least keys per
                               // partition for every cache kind and head size; 0 unset
   int short_wave = -1;        // PAGEDATTN_SHORT_WAVE=0: no short-partition wave (short_wave_ctas_per_sm());
-                              // =N (1-8): N CTAs per SM there for every head size and cache kind; -1 unset
+                              // =N (1-8): N CTAs per SM there (where fewer than the wave's), every head size and
+                              // cache kind; -1 unset
   int deterministic_rows = 0;  // PAGEDATTN_DETERMINISTIC_ROWS=16: deterministic mode's 17-32-row chunks as
                                // 16-row chunks at G <= 16 (the layout of devices without the 8-warp
                                // variant's memory); 0 unset
