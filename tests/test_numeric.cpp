@@ -424,6 +424,120 @@ TEST(Numeric, Bf16DotScoresMatchF64) {
   }
 }
 
+// The AMX tiles (cpu::amx_*) against f64 sums of the same values: S = q . k from each row type's values
+// (f16, bf16, u8 codes - 128, fp8 values / 2^8) with f16 queries (two bf16 parts) and bf16 queries (one),
+// O += P V with P in [0, 1]. Each operand is exact in its parts but P (to 2^-17 of each value), and the
+// products of two low parts are dropped (< 2^-15 of their product), so the error is bounded by 2^-13 of
+// sum |q k| (of sum |p v|, plus O's own f32 rounding). Rows not a multiple of 16 (padded), tail key tiles;
+// S's entries past the keys, the keys' rows past the tile and P's entries past the keys are NaN-poisoned
+// and must not leak; O's padded rows stay zero.
+TEST(Numeric, AmxTilesMatchF64) {
+  const cpu::RowType types[] = {cpu::RowType::f16, cpu::RowType::bf16, cpu::RowType::u8, cpu::RowType::fp8};
+  for (int D : {64, 256})
+    for (int Dv : {32, 128}) {
+      if (!cpu::has_amx(cpu::RowType::f16, D, Dv)) GTEST_SKIP() << "no AMX-BF16 here (" << cpu::isa_name() << ")";
+      for (cpu::RowType t : types)
+        for (int rows : {16, 20, 33, 64})
+          for (int keys : {32, 17, 5})
+            for (int qparts : {1, 2}) {
+              const uint64_t seed =
+                  base_seed() + 9000 +
+                  static_cast<uint64_t>(D * 7 + Dv * 3 + rows * 11 + keys + static_cast<int>(t) * 1000 + qparts);
+              SCOPED_TRACE("seed " + std::to_string(seed) + " D " + std::to_string(D) + " Dv " + std::to_string(Dv) +
+                           " type " + std::to_string(static_cast<int>(t)) + " rows " + std::to_string(rows) + " keys " +
+                           std::to_string(keys) + " qparts " + std::to_string(qparts));
+              std::mt19937_64 rng(seed);
+              std::uniform_real_distribution<float> u(-2.0f, 2.0f), pu(0.0f, 1.0f);
+              const int esize = t == cpu::RowType::f16 || t == cpu::RowType::bf16 ? 2 : 1;
+              // rows' bytes and their values as the tiles read them; key rows past `keys` are NaN bytes
+              auto make = [&](int n, int width, std::vector<uint8_t>& bytes, std::vector<double>& val) {
+                bytes.assign(static_cast<size_t>(n) * width * esize, 0xff);
+                val.assign(static_cast<size_t>(n) * width, 0.0);
+                for (int i = 0; i < keys * width; ++i) {
+                  double v = 0;
+                  if (t == cpu::RowType::f16) {
+                    const uint16_t h = num::f32_to_f16_bits(u(rng));
+                    std::memcpy(&bytes[static_cast<size_t>(i) * 2], &h, 2);
+                    v = num::f16_bits_to_f32(h);
+                  } else if (t == cpu::RowType::bf16) {
+                    const uint16_t h = num::f32_to_bf16_bits(u(rng));
+                    std::memcpy(&bytes[static_cast<size_t>(i) * 2], &h, 2);
+                    v = num::bf16_bits_to_f32(h);
+                  } else if (t == cpu::RowType::u8) {
+                    bytes[static_cast<size_t>(i)] = static_cast<uint8_t>(rng());
+                    v = static_cast<double>(bytes[static_cast<size_t>(i)]) - 128.0;
+                  } else {
+                    uint8_t c = static_cast<uint8_t>(rng());
+                    if ((c & 0x7f) == 0x7f) c = 0x3c;  // (no NaN codes)
+                    bytes[static_cast<size_t>(i)] = c;
+                    v = num::e4m3_bits_to_f32(c) / 256.0;
+                  }
+                  val[static_cast<size_t>(i)] = v;
+                }
+              };
+              std::vector<uint8_t> kb, vb;
+              std::vector<double> kv, vv;
+              make(cpu::kAmxTileKeys, D, kb, kv);
+              make(cpu::kAmxTileKeys, Dv, vb, vv);
+              std::vector<const void*> krow(cpu::kAmxTileKeys), vrow(cpu::kAmxTileKeys);
+              for (int k = 0; k < cpu::kAmxTileKeys; ++k) {
+                krow[static_cast<size_t>(k)] = kb.data() + static_cast<size_t>(k) * D * esize;
+                vrow[static_cast<size_t>(k)] = vb.data() + static_cast<size_t>(k) * Dv * esize;
+              }
+              std::vector<float> q(static_cast<size_t>(rows) * D);
+              for (float& x : q)
+                x = qparts == 1 ? num::round_bf16(u(rng)) : num::f16_bits_to_f32(num::f32_to_f16_bits(u(rng)));
+              std::vector<uint8_t> scratch(cpu::amx_bytes(64, D, Dv) + 64);
+              cpu::Amx a = cpu::amx_setup(scratch.data(), t, rows, D, Dv, q.data(), qparts);
+              const int ld = cpu::kAmxTileKeys;
+              std::vector<float> s(static_cast<size_t>(rows) * ld, NAN), o(static_cast<size_t>(a.rows_pad) * Dv, 0.0f);
+              for (int r = 0; r < rows; ++r)
+                for (int d = 0; d < Dv; ++d) o[static_cast<size_t>(r) * Dv + d] = u(rng);
+              const std::vector<float> o0 = o;
+              cpu::amx_begin();
+              cpu::amx_scores(a, s.data(), ld, krow.data(), keys, nullptr);
+              std::vector<float> pm(static_cast<size_t>(rows) * ld, NAN);
+              for (int r = 0; r < rows; ++r)
+                for (int k = 0; k < keys; ++k) pm[static_cast<size_t>(r) * ld + k] = k % 7 == 3 ? 0.0f : pu(rng);
+              cpu::amx_accumulate(a, o.data(), pm.data(), ld, vrow.data(), keys, nullptr);
+              cpu::amx_end();
+              for (int r = 0; r < rows; ++r)
+                for (int k = 0; k < ld; ++k) {
+                  const float got = s[static_cast<size_t>(r) * ld + k];
+                  if (k >= keys) {
+                    ASSERT_TRUE(std::isnan(got)) << "S entry past the keys written: row " << r << " key " << k;
+                    continue;
+                  }
+                  double ref = 0, mag = 0;
+                  for (int d = 0; d < D; ++d) {
+                    const double x =
+                        static_cast<double>(q[static_cast<size_t>(r) * D + d]) * kv[static_cast<size_t>(k) * D + d];
+                    ref += x;
+                    mag += std::abs(x);
+                  }
+                  ASSERT_LE(std::abs(got - ref), std::ldexp(mag, -13) + 1e-30) << "S row " << r << " key " << k;
+                }
+              for (int r = 0; r < a.rows_pad; ++r)
+                for (int d = 0; d < Dv; ++d) {
+                  const float got = o[static_cast<size_t>(r) * Dv + d];
+                  if (r >= rows) {
+                    ASSERT_EQ(got, 0.0f) << "padded row " << r << " column " << d;
+                    continue;
+                  }
+                  double ref = o0[static_cast<size_t>(r) * Dv + d], mag = 0;
+                  for (int k = 0; k < keys; ++k) {
+                    const double x =
+                        static_cast<double>(pm[static_cast<size_t>(r) * ld + k]) * vv[static_cast<size_t>(k) * Dv + d];
+                    ref += x;
+                    mag += std::abs(x);
+                  }
+                  ASSERT_LE(std::abs(got - ref), std::ldexp(mag, -13) + 1e-6 * std::abs(ref))
+                      << "O row " << r << " column " << d;
+                }
+            }
+    }
+}
+
 // What the invariant mode needs of cpu::scores_bf16dot: in whole 4 x 4 blocks (rows and keys multiples of
 // 4, as the mode's padded rows and 32-key tiles), a (row, key)'s bits do not depend on how many rows the
 // call has or where the row sits among them: a decode's rows against a verify's.

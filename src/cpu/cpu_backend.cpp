@@ -6,7 +6,8 @@
 // thread busy. An item loads its query rows once (f32), streams its keys in tiles of kTile rows
 // gathered through the block table and converted to f32 once for all rows (u8: min + code * scale), or
 // for chunks of 4-12 rows read straight from the cache rows (cpu::scores_direct), computes S = Q K^T
-// (bf16 queries on a bf16 cache: vdpbf16ps on the cache rows, cpu::scores_bf16dot), masks, the online
+// (bf16 queries on a bf16 cache: vdpbf16ps on the cache rows, cpu::scores_bf16dot; chunks of 16+ rows on
+// AMX-BF16 tiles where the CPU has them, cpu::amx_scores, and P V there too), masks, the online
 // softmax (log2 units) and O += P V (tile.h, vectorised and dispatched by ISA), and leaves (m, l, O) as
 // a partial, or the final row when the chunk has one partition. Partials merge in partition order (sinks
 // join there). Scores, when asked for, are recomputed per key tile against the rows' final (m, l).
@@ -40,6 +41,9 @@ constexpr float kLn2 = 0.6931471805599453f;
 constexpr int kMaxRows = 64;   // query rows per chunk (T*G); a longer sequence is cut into chunks
 constexpr int kTile = 32;      // keys per tile
 constexpr int kMinPart = 512;  // smallest partition (keys)
+static_assert(kTile == cpu::kAmxTileKeys, "a key tile is one AMX key tile");
+// Chunks of this many rows or more take the AMX tiles where the CPU has them (cpu::has_amx)
+constexpr int kAmxMinRows = 16;
 // Options::deterministic on the cpu backend: each row's result depends only on its own keys, so a chain
 // verify's row equals the decode of the same prefix and a sequence's rows do not depend on the batch:
 // partitions at absolute multiples of invariant_part() keys, tiles on the absolute kTile grid and always
@@ -175,6 +179,12 @@ class CpuPlan final : public PlanImpl {
     // row access of the tile kernels could split two cache lines, by the heap's state (bf16 T = 8 at 8k:
     // 28-30 ms aligned, 35-39 ms as it fell; bench/NOTES.md, "The cpu backend's scratch alignment")
     scratch_stride_ = (scratch_stride_ + 1023) / 1024 * 1024;
+    // chunks of kAmxMinRows rows or more on AMX-BF16 where the CPU has it (tile.h), default mode only: the
+    // invariant mode's rows must take the decodes' arithmetic. Its operands after the f32 scratch.
+    // f32 queries keep the f32 tiles: their tolerance (1e-5) is below what the tiles' bf16 parts of P keep.
+    amx_ok_ = !invariant_ && p.query.dtype != DType::f32 && cpu::has_amx(row_type(p.cache.precision()), D_, Dv_);
+    amx_offset_ = scratch_stride_;
+    if (amx_ok_) scratch_stride_ += (cpu::amx_bytes(kMaxRows, D_, Dv_) + 4095) / 4096 * 1024;
     // chunks of 4-12 rows (u8: 4) without the f32 tiles (tile.h). The invariant mode takes them too: on its
     // kTile-wide tiles (no tail keys) they run the tiles' arithmetic bit for bit (the same values: fp8
     // values / 2^8, u8 codes - 128, folds on both paths; tests/test_numeric.cpp DirectDecodeMatchesTheTiles),
@@ -213,7 +223,8 @@ class CpuPlan final : public PlanImpl {
     os << "pagedattn plan: backend=cpu" << (reference_ ? " (oracle)" : "")
        << " num_seqs=" << planned_.past_lens.numel() << " num_tokens=" << planned_.query.shape[0];
     if (!reference_)
-      os << " threads=" << threads_ << " isa=" << cpu::isa_name() << " chunks=" << chunks_.size() << " items=" << items_.size()
+      os << " threads=" << threads_ << " isa=" << cpu::isa_name() << (amx_ok_ ? "+amx" : "")
+         << " chunks=" << chunks_.size() << " items=" << items_.size()
          << " partition=" << (chunks_.empty() ? 0 : chunks_[0].part) << " tile=" << kTile;
     return os.str();
   }
@@ -334,8 +345,8 @@ class CpuPlan final : public PlanImpl {
   // transitions defeat the hardware prefetcher); prefetched with each row load instead, the prefetches
   // stalled the loads and the arithmetic ran with the memory idle: f16 32k T = 1 took the time of the
   // loads alone plus the arithmetic alone (bench/NOTES.md, "The cpu backend's prefetch inside the arithmetic").
-  void plan_prefetch(cpu::Prefetch& pf, const Params& p, int s, int hk, int j0, int n, int rows, int keys,
-                     bool direct) const {
+  void plan_prefetch(cpu::Prefetch& pf, const Params& p, int s, int hk, int j0, int n, int rows, int keys, bool direct,
+                     bool amx) const {
     static_assert(2 * kTile <= cpu::Prefetch::kRows, "a tile's K and V rows fit the prefetch list");
     pf.clear();
     const int64_t es = static_cast<int64_t>(dtype_size(p.cache.key.dtype)), kbytes = D_ * es, vbytes = Dv_ * es;
@@ -347,7 +358,7 @@ class CpuPlan final : public PlanImpl {
         pf.add(static_cast<const char*>(which ? p.cache.value.data : p.cache.key.data) + rows_at[k] * rb,
                static_cast<int>(rb));
       }
-    const int ticks = std::max(1, cpu::tile_ticks(rows, keys, D_, Dv_, direct));
+    const int ticks = std::max(1, amx ? cpu::amx_ticks(rows, D_, Dv_) : cpu::tile_ticks(rows, keys, D_, Dv_, direct));
     pf.per = std::max(1, (pf.lines() + ticks - 1) / ticks);
   }
 
@@ -373,7 +384,8 @@ class CpuPlan final : public PlanImpl {
     // scale and minimum per element instead (the fold's per-key steps cost those rows 1.06-1.19x).
     const cpu::RowType rt = row_type(p.cache.precision());
     const bool direct = direct_ok_ && cpu::has_direct(rt, rows_k, D_, Dv_), fold = rt == cpu::RowType::fp8,
-               affine = rt == cpu::RowType::u8 && (direct || invariant_), bf16dot = bf16dot_ok_;
+               amx = amx_ok_ && !direct && rows_k >= kAmxMinRows,
+               affine = rt == cpu::RowType::u8 && (direct || invariant_ || amx), bf16dot = bf16dot_ok_ && !amx;
     uint16_t* qh = reinterpret_cast<uint16_t*>(kt);  // bf16dot: the query rows' bits (K needs no tile)
     float qsum[kMaxRows], ob[kMaxRows], ks[kTile], km[kTile], vs[kTile], vm[kTile];
     uint16_t meta[4][kTile];  // u8: the tile's f16 scales and minima (K, then V)
@@ -387,7 +399,14 @@ class CpuPlan final : public PlanImpl {
       if (bf16dot) {  // (S's only reader of the query)
         std::memcpy(qh + static_cast<size_t>(r) * D_, p.query.ptr<const uint16_t>() + base, sizeof(uint16_t) * D_);
       } else {
-        for (int d = 0; d < D_; ++d) qr[d] = load_f(p.query, base + d) * qs;
+        // the query's own values (amx: into o, which amx_setup packs them from; o is free until then)
+        float* raw = amx ? o + static_cast<size_t>(r) * D_ : qr;
+        if (p.query.dtype == DType::f32)
+          std::memcpy(raw, p.query.ptr<const float>() + base, sizeof(float) * D_);
+        else
+          cpu::load_row(raw, p.query.ptr<const uint16_t>() + base,
+                        p.query.dtype == DType::f16 ? cpu::RowType::f16 : cpu::RowType::bf16, D_, 1.0f, 0.0f);
+        for (int d = 0; d < D_; ++d) qr[d] = raw[d] * qs;
         if (fold)
           for (int d = 0; d < D_; ++d) qr[d] = qr[d] * kFp8Fold * kfold;
       }
@@ -405,7 +424,10 @@ class CpuPlan final : public PlanImpl {
         qsum[r] = a;
         ob[r] = 0.0f;
       }
-    std::fill(o, o + static_cast<size_t>(rows_k) * Dv_, 0.0f);
+    cpu::Amx ax;
+    if (amx) ax = cpu::amx_setup(scr + amx_offset_, rt, rows_k, D_, Dv_, o, p.query.dtype == DType::bf16 ? 1 : 2);
+    std::fill(o, o + static_cast<size_t>(amx ? ax.rows_pad : rows_k) * Dv_, 0.0f);
+    if (amx) cpu::amx_begin();
     const float* alibi = p.alibi_slopes.present() ? p.alibi_slopes.ptr<const float>() : nullptr;
     const uint8_t* qq = p.qq_bias.present() ? p.qq_bias.ptr<const uint8_t>() + p.qq_bias_begins.ptr<const int32_t>()[s] : nullptr;
     const void* krow[kTile];
@@ -417,7 +439,7 @@ class CpuPlan final : public PlanImpl {
       const int a = std::max(j0, it.kb), b = std::min(j0 + kTile, it.ke);
       const int n = invariant_ ? kTile : b - j0;
       pf.drain();  // what the previous tile's ticks left of this one
-      plan_prefetch(pf, p, s, it.hk, b, b < it.ke ? std::min(kTile, it.ke - b) : 0, rows_k, n, direct);
+      plan_prefetch(pf, p, s, it.hk, b, b < it.ke ? std::min(kTile, it.ke - b) : 0, rows_k, n, direct, amx);
       auto load = [&](bool value, float* dst) {
         const size_t dd = static_cast<size_t>(value ? Dv_ : D_);
         if (a > j0) std::fill(dst, dst + static_cast<size_t>(a - j0) * dd, 0.0f);
@@ -426,7 +448,7 @@ class CpuPlan final : public PlanImpl {
       };
       // the rows' addresses and u8 factors; an invariant tile's keys outside [a, b) read zeros (u8: code
       // 128) and take factors 0
-      if (direct || affine || bf16dot) {
+      if (direct || affine || bf16dot || amx) {
         const int64_t es = static_cast<int64_t>(dtype_size(p.cache.key.dtype));
         for (int k = 0; k < n; ++k) {
           if (j0 + k < a || j0 + k >= b) {
@@ -453,7 +475,12 @@ class CpuPlan final : public PlanImpl {
           }
         }
       }
-      if (bf16dot) {
+      if (amx) {  // S of the query's own values: the scale (and fp8's fold) here
+        cpu::amx_scores(ax, sc, kTile, krow, n, &pf);
+        const float f = fold ? qs * kFp8Fold * kfold : qs;
+        for (int r = 0; r < rows_k; ++r)
+          for (int k = 0; k < n; ++k) sc[r * kTile + k] *= f;
+      } else if (bf16dot) {
         cpu::scores_bf16dot(sc, kTile, qh, rows_k, krow, n, D_, &pf);
         for (int r = 0; r < rows_k; ++r)
           for (int k = 0; k < n; ++k) sc[r * kTile + k] *= qs;
@@ -524,13 +551,16 @@ class CpuPlan final : public PlanImpl {
           }
           ob[r] += cpu::lane_sum16(lanes);
         }
-      if (direct) {
+      if (amx) {
+        cpu::amx_accumulate(ax, o, sc, kTile, vrow, n, &pf);
+      } else if (direct) {
         cpu::accumulate_direct(o, sc, kTile, rows_k, vrow, rt, n, Dv_, &pf);
       } else {
         load(true, vt);
         cpu::accumulate(o, sc, kTile, rows_k, vt, n, Dv_, &pf);
       }
     }
+    if (amx) cpu::amx_end();
     if (affine)
       for (int r = 0; r < rows; ++r)
         for (int d = 0; d < Dv_; ++d) o[static_cast<size_t>(r) * Dv_ + d] += ob[r];
@@ -665,6 +695,8 @@ class CpuPlan final : public PlanImpl {
   bool invariant_ = false;  // Options::deterministic: see invariant_part
   bool bf16dot_ok_ = false;  // see cpu::scores_bf16dot
   bool direct_ok_ = false;  // the kind and level allow chunks without f32 tiles (cpu::has_direct)
+  bool amx_ok_ = false;     // the CPU, kind and head sizes allow AMX tiles (cpu::has_amx)
+  size_t amx_offset_ = 0;   // where a thread's AMX operands start in its scratch (floats)
   std::vector<uint8_t> zero_row_;  // the direct path's rows outside an invariant tile's keys
   int threads_ = 1, num_seqs_ = 0, H_ = 0, Hk_ = 0, G_ = 1, D_ = 0, Dv_ = 0;  // D: queries, keys; Dv: values, out
   std::vector<int32_t> past_, begins_;

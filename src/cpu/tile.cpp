@@ -19,6 +19,14 @@
 #define PA_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
 // ... plus BF16 (vdpbf16ps) for the bf16 scores (has_bf16dot checks the CPU)
 #define PA_AVX512_BF16 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+#if defined(__linux__) && (defined(__clang__) || __GNUC__ >= 11)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#define PA_CPU_AMX 1
+// ... plus AMX-TILE and AMX-BF16 for the many-row tiles (has_amx checks the CPU and asks the kernel)
+#define PA_AMX __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16")))
+#endif
 #endif
 
 // The loop bodies are inlined into each level's wrappers (PA_CPU_LEVEL), which set the target ISA.
@@ -567,7 +575,7 @@ static const Table& table() {
     const std::string want = isa ? isa : "";
     (void)want;
 #if defined(PA_CPU_AVX512)
-    if ((want.empty() || want == "avx512") && has_v4())
+    if ((want.empty() || want == "avx512" || want == "amx") && has_v4())
       return Table{load_row_avx512_or_v4, scores_avx512_or_v4, accumulate_avx512_or_v4, exp2_sum_v4, scale_row_v4,
                    "avx512"};
     if (want != "baseline" && has_v3())
@@ -667,6 +675,293 @@ void accumulate_direct(float* o, const float* p, int ld_p, int rows, const void*
   (void)o, (void)p, (void)ld_p, (void)rows, (void)vrow, (void)t, (void)keys, (void)Dv, (void)pf;
 #endif
 }
+
+// ---- Chunks of many rows on AMX-BF16 (tile.h, amx_*) ----
+// S^T = K Q^T and O += P V as 16 x 16 f32 tiles of tdpbf16ps (16 x 16 x 32 products each, ~5.3 ns on
+// this VM's Xeon: 3.1 TFLOP/s on one core, against ~0.19 for the f32 FMAs). Operands in bf16 parts, each
+// part rounded to nearest from what is left of the value: f16 values are exact in two (8 + 3 significant
+// bits), bf16, fp8 values / 2^8 and u8 codes - 128 in one; P (f32) in two, to 2^-17 of each value. The
+// products of the two low parts are dropped (below 2^-16 of their product), so S takes 3 products per
+// element for f16 queries on f16 caches, 2 for one-part caches, and P V 3 or 2. Keys are the M
+// dimension of S^T: K's rows are the A tiles as converted, no transpose; the query's transpose is the B
+// operand, packed once per item; V's B tiles interleave two keys' rows (a 16-bit unpack). O lives in
+// the f32 rows of the caller, loaded and stored as C tiles per key tile.
+#if defined(PA_CPU_AMX)
+#pragma GCC diagnostic push
+#if !defined(__clang__)                                 // (a GCC warning group)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12's intrinsic headers (false positive)
+#endif
+struct alignas(64) AmxConfig {
+  uint8_t palette = 1, start_row = 0, reserved[14] = {};
+  uint16_t colsb[16] = {};
+  uint8_t rows[16] = {};
+  AmxConfig() {
+    for (int i = 0; i < 8; ++i) colsb[i] = 64, rows[i] = 16;  // every tile 16 rows x 64 bytes
+  }
+};
+// The CPU has AMX-TILE, AMX-BF16 and AVX512-BF16, the kernel grants this process the tile state
+// (arch_prctl ARCH_REQ_XCOMP_PERM, Linux 5.16+), and PAGEDATTN_CPU_ISA is unset or "amx".
+static bool amx_allowed() {
+  static const bool ok = [] {
+    const char* isa = std::getenv("PAGEDATTN_CPU_ISA");
+    if (isa && *isa && std::string(isa) != "amx") return false;
+    if (table().scores != scores_avx512_or_v4 || !__builtin_cpu_supports("avx512bf16")) return false;
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 24)) || !(d & (1u << 22))) return false;
+    constexpr long kReqXcompPerm = 0x1023, kXtiledata = 18;
+    return syscall(SYS_arch_prctl, kReqXcompPerm, kXtiledata) == 0;
+  }();
+  return ok;
+}
+// 16 values as bf16 parts in the upper halves of 32-bit lanes: hi = x truncated to bf16, lo = x - hi
+// (exact in f32; a value of at most 16 significant bits, f16's 11 among them, leaves lo exact in bf16 too)
+PA_AMX static inline __m512i amx_hi(__m512 x) {
+  return _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(~0xffff));
+}
+PA_AMX static inline __m512i amx_lo(__m512 x) {
+  return _mm512_castps_si512(_mm512_sub_ps(x, _mm512_castsi512_ps(amx_hi(x))));
+}
+// 32 values exact in bf16 (x0's 16, then x1's) as bf16 words: vcvtne2ps2bf16 (its rounding is a no-op here)
+PA_AMX static inline __m512i amx_words(__m512i x0, __m512i x1) {
+  return (__m512i)_mm512_cvtne2ps_pbh(_mm512_castsi512_ps(x1), _mm512_castsi512_ps(x0));
+}
+// Two rows' upper halves interleaved per lane: b's in the upper half of each 32-bit lane, a's in the lower
+PA_AMX static inline __m512i amx_pair(__m512i a, __m512i b) {
+  return _mm512_ternarylogic_epi32(_mm512_srli_epi32(a, 16), b, _mm512_set1_epi32(~0xffff), 0xf8);  // a' | (b & m)
+}
+// keys [0, n) of krow as A rows ([part][kAmxTileKeys][D]), keys [n, kAmxTileKeys) zero
+template <int T>
+PA_AMX static void amx_key_rows(uint16_t* k, int parts, const void* const* krow, int n, int D) {
+  const size_t part = static_cast<size_t>(kAmxTileKeys) * D;
+  for (int j = 0; j < n; ++j)
+    for (int d = 0; d < D; d += 32) {
+      const __m512 x0 = row16<T>(krow[j], d), x1 = row16<T>(krow[j], d + 16);
+      uint16_t* dst = k + static_cast<size_t>(j) * D + d;
+      _mm512_storeu_si512(dst, amx_words(amx_hi(x0), amx_hi(x1)));
+      if (parts == 2) _mm512_storeu_si512(dst + part, amx_words(amx_lo(x0), amx_lo(x1)));
+    }
+  for (int pt = 0; pt < parts; ++pt)
+    std::memset(k + pt * part + static_cast<size_t>(n) * D, 0, sizeof(uint16_t) * (kAmxTileKeys - n) * D);
+}
+// keys [0, n) of vrow as B tiles ([part][Dv / 16] tiles of 16 key pairs x 16 columns x 2 keys), the rest
+// zero: a pair's two rows interleaved, key 2r in the low half of each 32-bit element
+template <int T>
+PA_AMX static void amx_value_tiles(uint16_t* v, int parts, const void* const* vrow, int n, int Dv) {
+  const size_t part = static_cast<size_t>(kAmxTileKeys) * Dv;
+  for (int r = 0; r < kAmxTileKeys / 2; ++r) {
+    uint16_t* dst = v + r * 32;
+    if (2 * r >= n) {
+      for (int d = 0; d < Dv; d += 16)
+        for (int pt = 0; pt < parts; ++pt) _mm512_store_si512(dst + pt * part + d / 16 * 512, _mm512_setzero_si512());
+      continue;
+    }
+    const void* a = vrow[2 * r];
+    const void* b = 2 * r + 1 < n ? vrow[2 * r + 1] : nullptr;
+    for (int d = 0; d < Dv; d += 16) {
+      const __m512 xa = row16<T>(a, d), xb = b ? row16<T>(b, d) : _mm512_setzero_ps();
+      _mm512_store_si512(dst + d / 16 * 512, amx_pair(_mm512_castps_si512(xa), _mm512_castps_si512(xb)));
+      if (parts == 2) _mm512_store_si512(dst + part + d / 16 * 512, amx_pair(amx_lo(xa), amx_lo(xb)));
+    }
+  }
+}
+// The compiler does not see the tile stores' and loads' memory (GCC's _tile_* are asm without a
+// "memory" clobber): a barrier between them and the plain loads and stores of the same buffers.
+static inline void amx_fence() { asm volatile("" ::: "memory"); }
+
+PA_AMX static void amx_scores_tiles(const Amx& a, int n, Prefetch* pf) {
+  const size_t qtile = 512, qpart = static_cast<size_t>(a.D / 32) * (a.rows_pad / 16) * qtile;
+  const size_t kpart = static_cast<size_t>(kAmxTileKeys) * a.D;
+  const long kstride = 2L * a.D, sstride = 4L * a.rows_pad;
+  amx_fence();
+  for (int rg = 0; rg < a.rows_pad / 16; ++rg) {
+    _tile_zero(0);
+    _tile_zero(1);
+    for (int dc = 0; dc < a.D / 32; ++dc) {
+      if (pf) pf->tick();
+      const uint16_t* q = a.q + (static_cast<size_t>(dc) * (a.rows_pad / 16) + rg) * qtile;
+      const uint16_t* k = a.k + dc * 32;
+      _tile_loadd(2, q, 64);
+      _tile_loadd(4, k, kstride);
+      _tile_dpbf16ps(0, 4, 2);
+      if (n > 16) {
+        _tile_loadd(6, k + 16 * a.D, kstride);
+        _tile_dpbf16ps(1, 6, 2);
+      }
+      if (a.qparts == 2) {
+        _tile_loadd(3, q + qpart, 64);
+        _tile_dpbf16ps(0, 4, 3);
+        if (n > 16) _tile_dpbf16ps(1, 6, 3);
+      }
+      if (a.parts == 2) {
+        _tile_loadd(5, k + kpart, kstride);
+        _tile_dpbf16ps(0, 5, 2);
+        if (n > 16) {
+          _tile_loadd(7, k + kpart + 16 * a.D, kstride);
+          _tile_dpbf16ps(1, 7, 2);
+        }
+      }
+    }
+    _tile_stored(0, a.st + rg * 16, sstride);
+    if (n > 16) _tile_stored(1, a.st + 16 * a.rows_pad + rg * 16, sstride);
+  }
+  amx_fence();
+}
+
+PA_AMX static void amx_accumulate_tiles(const Amx& a, float* o, Prefetch* pf) {
+  const size_t ppart = static_cast<size_t>(a.rows_pad) * kAmxTileKeys, vpart = static_cast<size_t>(kAmxTileKeys) * a.Dv;
+  const long ostride = 4L * a.Dv;
+  amx_fence();
+  for (int rg = 0; rg < a.rows_pad / 16; ++rg) {
+    _tile_loadd(2, a.p + rg * 16 * kAmxTileKeys, 64);
+    _tile_loadd(3, a.p + ppart + rg * 16 * kAmxTileKeys, 64);
+    for (int dt = 0; dt < a.Dv / 16; dt += 2) {
+      if (pf) pf->tick();
+      float* c = o + static_cast<size_t>(rg) * 16 * a.Dv + dt * 16;
+      const uint16_t* v = a.v + static_cast<size_t>(dt) * 512;
+      _tile_loadd(0, c, ostride);
+      _tile_loadd(1, c + 16, ostride);
+      _tile_loadd(4, v, 64);
+      _tile_loadd(6, v + 512, 64);
+      _tile_dpbf16ps(0, 2, 4);
+      _tile_dpbf16ps(1, 2, 6);
+      _tile_dpbf16ps(0, 3, 4);
+      _tile_dpbf16ps(1, 3, 6);
+      if (a.parts == 2) {
+        _tile_loadd(5, v + vpart, 64);
+        _tile_loadd(7, v + vpart + 512, 64);
+        _tile_dpbf16ps(0, 2, 5);
+        _tile_dpbf16ps(1, 2, 7);
+      }
+      _tile_stored(0, c, ostride);
+      _tile_stored(1, c + 16, ostride);
+    }
+  }
+  amx_fence();
+}
+
+PA_AMX static void amx_keys(Amx& a, const void* const* krow, int n) {
+  switch (a.t) {
+    case RowType::f16: return amx_key_rows<static_cast<int>(RowType::f16)>(a.k, a.parts, krow, n, a.D);
+    case RowType::bf16: return amx_key_rows<static_cast<int>(RowType::bf16)>(a.k, a.parts, krow, n, a.D);
+    case RowType::u8: return amx_key_rows<static_cast<int>(RowType::u8)>(a.k, a.parts, krow, n, a.D);
+    case RowType::fp8: return amx_key_rows<static_cast<int>(RowType::fp8)>(a.k, a.parts, krow, n, a.D);
+  }
+}
+PA_AMX static void amx_values(Amx& a, const void* const* vrow, int n) {
+  switch (a.t) {
+    case RowType::f16: return amx_value_tiles<static_cast<int>(RowType::f16)>(a.v, a.parts, vrow, n, a.Dv);
+    case RowType::bf16: return amx_value_tiles<static_cast<int>(RowType::bf16)>(a.v, a.parts, vrow, n, a.Dv);
+    case RowType::u8: return amx_value_tiles<static_cast<int>(RowType::u8)>(a.v, a.parts, vrow, n, a.Dv);
+    case RowType::fp8: return amx_value_tiles<static_cast<int>(RowType::fp8)>(a.v, a.parts, vrow, n, a.Dv);
+  }
+}
+// P's rows [0, rows) x keys [0, n) in two parts as A rows ([2][rows_pad][kAmxTileKeys]); keys past n zero
+PA_AMX static void amx_pack_p(Amx& a, const float* p, int ld_p, int n) {
+  const size_t ppart = static_cast<size_t>(a.rows_pad) * kAmxTileKeys;
+  for (int r = 0; r < a.rows; ++r)
+    for (int k = 0; k < kAmxTileKeys; k += 16) {
+      const __mmask16 m = static_cast<__mmask16>(n - k >= 16 ? 0xffff : n > k ? (1u << (n - k)) - 1 : 0);
+      const __m512 x = _mm512_maskz_loadu_ps(m, p + static_cast<size_t>(r) * ld_p + k);
+      const __m256i h = (__m256i)_mm512_cvtneps_pbh(x);  // P rounded: hi, then the rest
+      const __m512 hf = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(a.p + static_cast<size_t>(r) * kAmxTileKeys + k), h);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(a.p + ppart + static_cast<size_t>(r) * kAmxTileKeys + k),
+                          (__m256i)_mm512_cvtneps_pbh(_mm512_sub_ps(x, hf)));
+    }
+}
+// The query rows' bf16 parts as Q^T's B tiles: a row's 32 columns of a tile are its 16 (pair) dwords,
+// one per tile row, so each goes out by a scatter of stride 16 dwords; rows past a.rows zero
+PA_AMX static void amx_pack_query(Amx& a, const float* qraw) {
+  const size_t qpart = static_cast<size_t>(a.D / 32) * (a.rows_pad / 16) * 512;
+  const __m512i stride =
+      _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), _mm512_set1_epi32(16));
+  for (int n = 0; n < a.rows_pad; ++n)
+    for (int d = 0; d < a.D; d += 32) {
+      const float* row = qraw + static_cast<size_t>(n) * a.D + d;
+      const __m512 x0 = n < a.rows ? _mm512_loadu_ps(row) : _mm512_setzero_ps();
+      const __m512 x1 = n < a.rows ? _mm512_loadu_ps(row + 16) : _mm512_setzero_ps();
+      const __m512bh h = _mm512_cvtne2ps_pbh(x1, x0);  // rounded to nearest, then the rest
+      const __m512i hw = (__m512i)h;
+      const __m512 h0 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(hw)), 16));
+      const __m512 h1 =
+          _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64(hw, 1)), 16));
+      uint16_t* tile = a.q + (static_cast<size_t>(d / 32) * (a.rows_pad / 16) + n / 16) * 512 + (n % 16) * 2;
+      _mm512_i32scatter_epi32(tile, stride, hw, 4);
+      if (a.qparts == 2) {
+        const __m512i lw = (__m512i)_mm512_cvtne2ps_pbh(_mm512_sub_ps(x1, h1), _mm512_sub_ps(x0, h0));
+        _mm512_i32scatter_epi32(tile + qpart, stride, lw, 4);
+      }
+    }
+}
+#pragma GCC diagnostic pop
+#endif
+
+bool has_amx(RowType t, int D, int Dv) {
+#if defined(PA_CPU_AMX)
+  (void)t;
+  return D % 32 == 0 && Dv % 32 == 0 && amx_allowed();
+#else
+  (void)t, (void)D, (void)Dv;
+  return false;
+#endif
+}
+size_t amx_bytes(int max_rows, int D, int Dv) {
+  const size_t rows_pad = static_cast<size_t>(max_rows + 15) / 16 * 16;
+  return 2 * (2 * rows_pad * D + 2 * kAmxTileKeys * static_cast<size_t>(D) +
+              2 * kAmxTileKeys * static_cast<size_t>(Dv) + 2 * rows_pad * kAmxTileKeys) +
+         4 * kAmxTileKeys * rows_pad + 64;
+}
+Amx amx_setup(void* scratch, RowType t, int rows, int D, int Dv, const float* qraw, int qparts) {
+  Amx a;
+  a.t = t;
+  a.rows = rows;
+  a.rows_pad = (rows + 15) / 16 * 16;
+  a.D = D;
+  a.Dv = Dv;
+  a.qparts = qparts;
+  a.parts = t == RowType::f16 ? 2 : 1;
+  auto* base = reinterpret_cast<uint16_t*>((reinterpret_cast<uintptr_t>(scratch) + 63) & ~uintptr_t{63});
+  a.q = base;
+  a.k = a.q + 2 * static_cast<size_t>(a.rows_pad) * D;
+  a.v = a.k + 2 * static_cast<size_t>(kAmxTileKeys) * D;
+  a.p = a.v + 2 * static_cast<size_t>(kAmxTileKeys) * Dv;
+  a.st = reinterpret_cast<float*>(a.p + 2 * static_cast<size_t>(a.rows_pad) * kAmxTileKeys);
+  // Q^T as B tiles: element (pair r, row n, e) of tile (dc, rg) is row 16 rg + n, column 32 dc + 2 r + e
+  amx_pack_query(a, qraw);
+  // P's padded rows stay zero
+  std::memset(a.p, 0, sizeof(uint16_t) * 2 * a.rows_pad * kAmxTileKeys);
+  return a;
+}
+#if defined(PA_CPU_AMX)
+PA_AMX void amx_begin() {
+  static const AmxConfig config;
+  _tile_loadconfig(&config);
+}
+PA_AMX void amx_end() { _tile_release(); }
+#else
+void amx_begin() {}
+void amx_end() {}
+#endif
+void amx_scores(Amx& a, float* s, int ld_s, const void* const* krow, int keys, Prefetch* pf) {
+#if defined(PA_CPU_AMX)
+  amx_keys(a, krow, keys);
+  amx_scores_tiles(a, keys, pf);
+  for (int r = 0; r < a.rows; ++r)
+    for (int k = 0; k < keys; ++k) s[static_cast<size_t>(r) * ld_s + k] = a.st[static_cast<size_t>(k) * a.rows_pad + r];
+#else
+  (void)a, (void)s, (void)ld_s, (void)krow, (void)keys, (void)pf;
+#endif
+}
+void amx_accumulate(Amx& a, float* o, const float* p, int ld_p, const void* const* vrow, int keys, Prefetch* pf) {
+#if defined(PA_CPU_AMX)
+  amx_pack_p(a, p, ld_p, keys);
+  amx_values(a, vrow, keys);
+  amx_accumulate_tiles(a, o, pf);
+#else
+  (void)a, (void)o, (void)p, (void)ld_p, (void)vrow, (void)keys, (void)pf;
+#endif
+}
+int amx_ticks(int rows, int D, int Dv) { return (rows + 15) / 16 * (D / 32 + Dv / 32); }
 
 // The generic loops tick once per (row, 4 keys) and per (row, tail key) in S, per (row, 2 keys) and per
 // (row, tail key) in P V; the AVX-512 kernels once per 4 x 4 block in S and per (4 rows, column block,

@@ -4,6 +4,7 @@
 // one binary runs on any x86-64 (other architectures: the baseline, vectorised for their own SIMD).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace pagedattn {
@@ -106,6 +107,34 @@ void accumulate_direct(float* o, const float* p, int ld_p, int rows, const void*
 bool has_bf16dot(int D);
 void scores_bf16dot(float* s, int ld_s, const uint16_t* q, int rows, const void* const* krow, int keys, int D,
                     Prefetch* pf);
+
+// Chunks of many rows on AMX-BF16 tiles (tile.cpp, "Chunks of many rows on AMX-BF16"): where has_amx
+// (the CPU has AMX-BF16 and AVX512-BF16, the kernel grants the tile state, PAGEDATTN_CPU_ISA is unset or
+// "amx", D and Dv multiples of 32). One item's operands live in an Amx, laid out in the caller's scratch
+// (amx_bytes, for up to max_rows rows) by amx_setup, which packs the query: qraw holds the query's own
+// values (rows x D; exact in qparts bf16 parts: 2 for f16, 1 for bf16; f32 queries in 2 parts keep 16
+// significant bits), unscaled, so the caller scales S. Between amx_begin and amx_end (this thread's tile
+// state) each key tile of at most kAmxTileKeys keys runs amx_scores (s = q . k, rows x keys, from the
+// cache rows: RowType's values, fp8 as values / 2^8 and u8 as codes - 128, as the direct path) and
+// amx_accumulate (o[rows_pad][Dv] += p v, o's rows past `rows` zero). Other bits than the f32 tiles.
+constexpr int kAmxTileKeys = 32;
+struct Amx {
+  RowType t = RowType::f16;
+  int rows = 0, rows_pad = 0, D = 0, Dv = 0, qparts = 0, parts = 0;
+  uint16_t* q = nullptr;  // Q^T as B tiles
+  uint16_t* k = nullptr;  // K as A rows, per part
+  uint16_t* v = nullptr;  // V as B tiles, per part
+  uint16_t* p = nullptr;  // P as A rows, two parts
+  float* st = nullptr;    // S^T as stored from the C tiles
+};
+bool has_amx(RowType t, int D, int Dv);
+size_t amx_bytes(int max_rows, int D, int Dv);
+Amx amx_setup(void* scratch, RowType t, int rows, int D, int Dv, const float* qraw, int qparts);
+void amx_begin();
+void amx_end();
+void amx_scores(Amx& a, float* s, int ld_s, const void* const* krow, int keys, Prefetch* pf);
+void amx_accumulate(Amx& a, float* o, const float* p, int ld_p, const void* const* vrow, int keys, Prefetch* pf);
+int amx_ticks(int rows, int D, int Dv);  // the ticks amx_scores and amx_accumulate give a key tile
 
 // The level the functions above run at: "avx512", "avx2" or "baseline".
 const char* isa_name();
