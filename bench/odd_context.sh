@@ -4,7 +4,7 @@
 # three CTAs per SM, in one process per partition, the rule timed first and last (its drift).
 # For bench/gpu.sh's extra stage (uses $build's CLI, else $build-cli's) or by hand: BIN=... OUT_DIR=...
 #   ODD_CONTEXTS (default 12288 20000 40000), ODD_SHAPES (KV:D:H:HK, default f16:128:16:4 u8:128:16:4
-#   f16:256:16:4), ODD_PARTS (default 192 256 320 384 512 640 768 1024 1280)
+#   f16:256:16:4), ODD_PARTS (default 192 256 320 384 512 640 768 1024 1280), ODD_TOKENS (T, default 1)
 set -u
 R=${OUT_DIR:-${run_dir:?run from bench/gpu.sh extra, or set OUT_DIR}}
 bin=${BIN:-${build:+$build/pagedattn}}
@@ -13,7 +13,7 @@ bin=${BIN:-${build:+$build/pagedattn}}
 for shape in ${ODD_SHAPES:-f16:128:16:4 u8:128:16:4 f16:256:16:4}; do
   IFS=: read -r kv d h hk <<< "$shape"
   for ctx in ${ODD_CONTEXTS:-12288 20000 40000}; do
-    common=(bench --backend cuda --scenario seed --context "$ctx" --tokens 1 --kv "$kv" --head-size "$d"
+    common=(bench --backend cuda --scenario seed --context "$ctx" --tokens "${ODD_TOKENS:-1}" --kv "$kv" --head-size "$d"
             --heads "$h" --kv-heads "$hk" --fill random --layers 8 --repeats 100)
     tag=${kv}_d${d}_${ctx}
     PAGEDATTN_PRINT_PLAN=1 "$bin" "${common[@]}" > "$R/odd_${tag}_rule.log" 2>&1
@@ -34,7 +34,7 @@ for f in sorted(glob.glob(os.path.join(sys.argv[1], "odd_*.log"))):
     if not m:
         continue
     text = open(f).read()
-    t = re.search(r"^\s*(?:f16|u8|fp8|bf16)\s+\d+\s+\d+\s+1\s+([\d.]+)", text, re.M)
+    t = re.search(r"^\s*(?:f16|u8|fp8|bf16)\s+\d+\s+\d+\s+\d+\s+([\d.]+)", text, re.M)
     plan = re.search(r"partition_tokens=(\d+) items=\d+ ctas=(\d+)", text)
     rows.setdefault(m.group(1, 2, 3), {})[m.group(4)] = (float(t.group(1)) if t else None,
                                                      plan.group(1, 2) if plan else None)
