@@ -358,7 +358,7 @@ class CpuPlan final : public PlanImpl {
         pf.add(static_cast<const char*>(which ? p.cache.value.data : p.cache.key.data) + rows_at[k] * rb,
                static_cast<int>(rb));
       }
-    const int ticks = std::max(1, amx ? cpu::amx_ticks(rows, D_, Dv_) : cpu::tile_ticks(rows, keys, D_, Dv_, direct));
+    const int ticks = std::max(1, amx ? cpu::amx_ticks(rows, keys, D_, Dv_) : cpu::tile_ticks(rows, keys, D_, Dv_, direct));
     pf.per = std::max(1, (pf.lines() + ticks - 1) / ticks);
   }
 
@@ -507,7 +507,7 @@ class CpuPlan final : public PlanImpl {
         float* sr = sc + static_cast<size_t>(r) * kTile;
         float mx = -INFINITY;
         if (interior) {
-          for (int k = 0; k < n; ++k) mx = std::max(mx, sr[k]);
+          mx = cpu::row_max(sr, n);
         } else {
           for (int k = 0; k < n; ++k) {
             const int j = j0 + k;

@@ -6,6 +6,7 @@
 
 #include "common/numeric.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -731,24 +732,27 @@ PA_AMX static inline __m512i amx_pair(__m512i a, __m512i b) {
 }
 // keys [0, n) of krow as A rows ([part][kAmxTileKeys][D]), keys [n, kAmxTileKeys) zero
 template <int T>
-PA_AMX static void amx_key_rows(uint16_t* k, int parts, const void* const* krow, int n, int D) {
+PA_AMX static void amx_key_rows(uint16_t* k, int parts, const void* const* krow, int n, int D, Prefetch* pf) {
   const size_t part = static_cast<size_t>(kAmxTileKeys) * D;
-  for (int j = 0; j < n; ++j)
+  for (int j = 0; j < n; ++j) {
+    if (pf) pf->tick();
     for (int d = 0; d < D; d += 32) {
       const __m512 x0 = row16<T>(krow[j], d), x1 = row16<T>(krow[j], d + 16);
       uint16_t* dst = k + static_cast<size_t>(j) * D + d;
       _mm512_storeu_si512(dst, amx_words(amx_hi(x0), amx_hi(x1)));
       if (parts == 2) _mm512_storeu_si512(dst + part, amx_words(amx_lo(x0), amx_lo(x1)));
     }
+  }
   for (int pt = 0; pt < parts; ++pt)
     std::memset(k + pt * part + static_cast<size_t>(n) * D, 0, sizeof(uint16_t) * (kAmxTileKeys - n) * D);
 }
 // keys [0, n) of vrow as B tiles ([part][Dv / 16] tiles of 16 key pairs x 16 columns x 2 keys), the rest
 // zero: a pair's two rows interleaved, key 2r in the low half of each 32-bit element
 template <int T>
-PA_AMX static void amx_value_tiles(uint16_t* v, int parts, const void* const* vrow, int n, int Dv) {
+PA_AMX static void amx_value_tiles(uint16_t* v, int parts, const void* const* vrow, int n, int Dv, Prefetch* pf) {
   const size_t part = static_cast<size_t>(kAmxTileKeys) * Dv;
   for (int r = 0; r < kAmxTileKeys / 2; ++r) {
+    if (pf) pf->tick();
     uint16_t* dst = v + r * 32;
     if (2 * r >= n) {
       for (int d = 0; d < Dv; d += 16)
@@ -839,20 +843,20 @@ PA_AMX static void amx_accumulate_tiles(const Amx& a, float* o, Prefetch* pf) {
   amx_fence();
 }
 
-PA_AMX static void amx_keys(Amx& a, const void* const* krow, int n) {
+PA_AMX static void amx_keys(Amx& a, const void* const* krow, int n, Prefetch* pf) {
   switch (a.t) {
-    case RowType::f16: return amx_key_rows<static_cast<int>(RowType::f16)>(a.k, a.parts, krow, n, a.D);
-    case RowType::bf16: return amx_key_rows<static_cast<int>(RowType::bf16)>(a.k, a.parts, krow, n, a.D);
-    case RowType::u8: return amx_key_rows<static_cast<int>(RowType::u8)>(a.k, a.parts, krow, n, a.D);
-    case RowType::fp8: return amx_key_rows<static_cast<int>(RowType::fp8)>(a.k, a.parts, krow, n, a.D);
+    case RowType::f16: return amx_key_rows<static_cast<int>(RowType::f16)>(a.k, a.parts, krow, n, a.D, pf);
+    case RowType::bf16: return amx_key_rows<static_cast<int>(RowType::bf16)>(a.k, a.parts, krow, n, a.D, pf);
+    case RowType::u8: return amx_key_rows<static_cast<int>(RowType::u8)>(a.k, a.parts, krow, n, a.D, pf);
+    case RowType::fp8: return amx_key_rows<static_cast<int>(RowType::fp8)>(a.k, a.parts, krow, n, a.D, pf);
   }
 }
-PA_AMX static void amx_values(Amx& a, const void* const* vrow, int n) {
+PA_AMX static void amx_values(Amx& a, const void* const* vrow, int n, Prefetch* pf) {
   switch (a.t) {
-    case RowType::f16: return amx_value_tiles<static_cast<int>(RowType::f16)>(a.v, a.parts, vrow, n, a.Dv);
-    case RowType::bf16: return amx_value_tiles<static_cast<int>(RowType::bf16)>(a.v, a.parts, vrow, n, a.Dv);
-    case RowType::u8: return amx_value_tiles<static_cast<int>(RowType::u8)>(a.v, a.parts, vrow, n, a.Dv);
-    case RowType::fp8: return amx_value_tiles<static_cast<int>(RowType::fp8)>(a.v, a.parts, vrow, n, a.Dv);
+    case RowType::f16: return amx_value_tiles<static_cast<int>(RowType::f16)>(a.v, a.parts, vrow, n, a.Dv, pf);
+    case RowType::bf16: return amx_value_tiles<static_cast<int>(RowType::bf16)>(a.v, a.parts, vrow, n, a.Dv, pf);
+    case RowType::u8: return amx_value_tiles<static_cast<int>(RowType::u8)>(a.v, a.parts, vrow, n, a.Dv, pf);
+    case RowType::fp8: return amx_value_tiles<static_cast<int>(RowType::fp8)>(a.v, a.parts, vrow, n, a.Dv, pf);
   }
 }
 // P's rows [0, rows) x keys [0, n) in two parts as A rows ([2][rows_pad][kAmxTileKeys]); keys past n zero
@@ -944,7 +948,7 @@ void amx_end() {}
 #endif
 void amx_scores(Amx& a, float* s, int ld_s, const void* const* krow, int keys, Prefetch* pf) {
 #if defined(PA_CPU_AMX)
-  amx_keys(a, krow, keys);
+  amx_keys(a, krow, keys, pf);
   amx_scores_tiles(a, keys, pf);
   for (int r = 0; r < a.rows; ++r)
     for (int k = 0; k < keys; ++k) s[static_cast<size_t>(r) * ld_s + k] = a.st[static_cast<size_t>(k) * a.rows_pad + r];
@@ -955,13 +959,14 @@ void amx_scores(Amx& a, float* s, int ld_s, const void* const* krow, int keys, P
 void amx_accumulate(Amx& a, float* o, const float* p, int ld_p, const void* const* vrow, int keys, Prefetch* pf) {
 #if defined(PA_CPU_AMX)
   amx_pack_p(a, p, ld_p, keys);
-  amx_values(a, vrow, keys);
+  amx_values(a, vrow, keys, pf);
   amx_accumulate_tiles(a, o, pf);
 #else
   (void)a, (void)o, (void)p, (void)ld_p, (void)vrow, (void)keys, (void)pf;
 #endif
 }
-int amx_ticks(int rows, int D, int Dv) { return (rows + 15) / 16 * (D / 32 + Dv / 32); }
+// per key row and key pair in the conversions, per (16 rows, 32 columns) in S and P V
+int amx_ticks(int rows, int keys, int D, int Dv) { return keys + (keys + 1) / 2 + (rows + 15) / 16 * (D / 32 + Dv / 32); }
 
 // The generic loops tick once per (row, 4 keys) and per (row, tail key) in S, per (row, 2 keys) and per
 // (row, tail key) in P V; the AVX-512 kernels once per 4 x 4 block in S and per (4 rows, column block,
@@ -992,6 +997,29 @@ int tile_ticks(int rows, int keys, int D, int Dv, bool direct) {
   }
 #endif
   return generic_s(rows, keys) + generic_pv(rows, keys);
+}
+#if defined(PA_CPU_AVX512)
+#pragma GCC diagnostic push
+#if !defined(__clang__)  // (a GCC warning group)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"  // GCC 12's _mm512_reduce_max_ps (false positive)
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
+PA_AVX512 static float row_max_avx512(const float* x, int n) {
+  __m512 m = _mm512_set1_ps(-INFINITY);
+  int k = 0;
+  for (; k + 16 <= n; k += 16) m = _mm512_max_ps(_mm512_loadu_ps(x + k), m);  // (a NaN x yields m)
+  if (k < n) m = _mm512_max_ps(_mm512_mask_loadu_ps(m, static_cast<__mmask16>((1u << (n - k)) - 1), x + k), m);
+  return _mm512_reduce_max_ps(m);
+}
+#pragma GCC diagnostic pop
+#endif
+float row_max(const float* x, int n) {
+#if defined(PA_CPU_AVX512)
+  if (table().scores == scores_avx512_or_v4) return row_max_avx512(x, n);
+#endif
+  float m = -INFINITY;
+  for (int k = 0; k < n; ++k) m = std::max(m, x[k]);
+  return m;
 }
 float exp2_sum(float* p, const float* x, int n, float m) { return table().exp2_sum(p, x, n, m); }
 void scale_row(float* o, float a, int D) { table().scale_row(o, a, D); }

@@ -83,6 +83,9 @@ inline float lane_sum16(const float* a) {
   return lane_sum8(b);
 }
 
+// max(x[0..n)), -inf for n = 0; NaN elements are passed over (std::max(m, x) in order, or 16 lanes)
+float row_max(const float* x, int n);
+
 // o[0..D) *= a
 void scale_row(float* o, float a, int D);
 
@@ -134,7 +137,7 @@ void amx_begin();
 void amx_end();
 void amx_scores(Amx& a, float* s, int ld_s, const void* const* krow, int keys, Prefetch* pf);
 void amx_accumulate(Amx& a, float* o, const float* p, int ld_p, const void* const* vrow, int keys, Prefetch* pf);
-int amx_ticks(int rows, int D, int Dv);  // the ticks amx_scores and amx_accumulate give a key tile
+int amx_ticks(int rows, int keys, int D, int Dv);  // the ticks amx_scores and amx_accumulate give a key tile
 
 // The level the functions above run at: "avx512", "avx2" or "baseline".
 const char* isa_name();
