@@ -42,8 +42,11 @@ constexpr int kMaxRows = 64;   // query rows per chunk (T*G); a longer sequence 
 constexpr int kTile = 32;      // keys per tile
 constexpr int kMinPart = 512;  // smallest partition (keys)
 static_assert(kTile == cpu::kAmxTileKeys, "a key tile is one AMX key tile");
-// Chunks of this many rows or more take the AMX tiles where the CPU has them (cpu::has_amx)
-constexpr int kAmxMinRows = 16;
+// Chunks of this many rows or more take the AMX tiles where the CPU has them (cpu::has_amx), before the
+// decode without tiles: f16 caches from 16 rows (two bf16 parts on both sides of S and P V: 12 rows were
+// level with the rows without tiles), one-part caches (bf16, fp8, u8) from 8 (at 32k, 8 / 12 rows: u8 0.78
+// / 0.60x the time, fp8 1.00 / 0.65x, bf16 0.96 / 0.78x; 4 rows 1.3-1.6x slower: run cpu-amx, amxmin.txt)
+inline int amx_min_rows(cpu::RowType t) { return t == cpu::RowType::f16 ? 16 : 8; }
 // Options::deterministic on the cpu backend: each row's result depends only on its own keys, so a chain
 // verify's row equals the decode of the same prefix and a sequence's rows do not depend on the batch:
 // partitions at absolute multiples of invariant_part() keys, tiles on the absolute kTile grid and always
@@ -179,7 +182,7 @@ class CpuPlan final : public PlanImpl {
     // row access of the tile kernels could split two cache lines, by the heap's state (bf16 T = 8 at 8k:
     // 28-30 ms aligned, 35-39 ms as it fell; bench/NOTES.md, "The cpu backend's scratch alignment")
     scratch_stride_ = (scratch_stride_ + 1023) / 1024 * 1024;
-    // chunks of kAmxMinRows rows or more on AMX-BF16 where the CPU has it (tile.h), default mode only: the
+    // chunks of amx_min_rows or more on AMX-BF16 where the CPU has it (tile.h), default mode only: the
     // invariant mode's rows must take the decodes' arithmetic. Its operands after the f32 scratch.
     // f32 queries keep the f32 tiles: their tolerance (1e-5) is below what the tiles' bf16 parts of P keep.
     amx_ok_ = !invariant_ && p.query.dtype != DType::f32 && cpu::has_amx(row_type(p.cache.precision()), D_, Dv_);
@@ -383,8 +386,8 @@ class CpuPlan final : public PlanImpl {
     // scale)) per row, kept apart in `ob` and added to O at the end. The default mode's u8 tiles apply
     // scale and minimum per element instead (the fold's per-key steps cost those rows 1.06-1.19x).
     const cpu::RowType rt = row_type(p.cache.precision());
-    const bool direct = direct_ok_ && cpu::has_direct(rt, rows_k, D_, Dv_), fold = rt == cpu::RowType::fp8,
-               amx = amx_ok_ && !direct && rows_k >= kAmxMinRows,
+    const bool amx = amx_ok_ && rows_k >= amx_min_rows(rt),
+               direct = !amx && direct_ok_ && cpu::has_direct(rt, rows_k, D_, Dv_), fold = rt == cpu::RowType::fp8,
                affine = rt == cpu::RowType::u8 && (direct || invariant_ || amx), bf16dot = bf16dot_ok_ && !amx;
     uint16_t* qh = reinterpret_cast<uint16_t*>(kt);  // bf16dot: the query rows' bits (K needs no tile)
     float qsum[kMaxRows], ob[kMaxRows], ks[kTile], km[kTile], vs[kTile], vm[kTile];
