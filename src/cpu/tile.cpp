@@ -548,7 +548,7 @@ static void load_row_avx2_or_v3(float* dst, const void* src, RowType t, int D, f
 }
 #endif
 
-// The dispatch table: the highest level the CPU has, or PAGEDATTN_CPU_ISA=baseline|avx2|avx512 to
+// The dispatch table: the highest level the CPU has, or PAGEDATTN_CPU_ISA=baseline|avx2|avx512|amx to
 // cap it (the tests run every level the machine has this way).
 struct Table {
   void (*load_row)(float*, const void*, RowType, int, float, float);

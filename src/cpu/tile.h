@@ -1,6 +1,6 @@
 // Internal: the cpu backend's inner loops (rows x keys of one tile), compiled for several x86-64 levels
 // (x86-64-v4 = AVX-512, with intrinsics for the conversion, S and P V; v3 = AVX2 + FMA + F16C; baseline)
-// and picked once per process by the CPU's features, or capped by PAGEDATTN_CPU_ISA=baseline|avx2|avx512;
+// and picked once per process by the CPU's features, or capped by PAGEDATTN_CPU_ISA=baseline|avx2|avx512|amx;
 // one binary runs on any x86-64 (other architectures: the baseline, vectorised for their own SIMD).
 #pragma once
 
