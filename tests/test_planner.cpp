@@ -17,7 +17,9 @@
 //   - ctas == items * Hk; without forcing/determinism the partition is the smallest candidate (a
 //     multiple of kBlockKV from Inputs::min_partition up, never below it unless the keys are fewer)
 //     that fits one wave (ctas <= num_sms * ctas_per_sm, or
-//     the least wg_ctas_per_sm of the chunks' row-tile classes when every chunk's is nonzero) whenever one-partition-per-chunk fits, and one partition per chunk otherwise;
+//     the least wg_ctas_per_sm of the chunks' row-tile classes when every chunk's is nonzero, else the
+//     least of ctas_per_sm and the nonzero fwd_ctas_per_sm of the chunks' classes not on the Hopper kernel)
+//     whenever one-partition-per-chunk fits, and one partition per chunk otherwise;
 //   - deterministic mode gives a sequence the same partition boundaries alone or in any batch, chunks
 //     of deterministic_rows(G) rows (one key-group layout for all), key ranges from a partition start, and a
 //     partial slot and a merge for every chunk;
@@ -112,6 +114,8 @@ Inputs random_inputs(std::mt19937_64& rng) {
   in.ctas_per_sm = pick({0, 1, 1, 2, 3, 4});
   if (uni(0, 2) == 0)  // chunks of some row-tile classes on the Hopper kernel, with their own occupancy
     for (int& w : in.wg_ctas_per_sm) w = uni(0, 1) * pick({1, 1, 2});
+  if (uni(0, 2) == 0)  // fwd_kernel variants of their own occupancy (D = 64's u8 decodes at 4 per SM)
+    for (int& f : in.fwd_ctas_per_sm) f = uni(0, 1) * pick({1, 2, 3, 4});
   in.deterministic = uni(0, 5) == 0;
   if (uni(0, 5) == 0) in.forced_partition = pick({1, 63, 64, 65, 128, 256, 300, 512, 1024, 4096});
   if (uni(0, 3) == 0) in.min_partition = pick({64, 256, 512});  // (tuning::min_partition, its override)
@@ -144,15 +148,17 @@ std::map<std::pair<int, int>, ChunkView> chunks_of(const Plan& plan) {
 int64_t parts_needed(int lo, int hi, int part) { return ceil_div(hi, part) - lo / part; }
 
 // The one-wave target: num_sms x the attention kernel's occupancy (when every chunk runs on the Hopper
-// kernel, the least occupancy of their classes: Inputs::wg_ctas_per_sm).
+// kernel, the least occupancy of their classes: Inputs::wg_ctas_per_sm; else the least of ctas_per_sm
+// and the fwd_kernel classes' own, Inputs::fwd_ctas_per_sm, of the chunks not on the Hopper kernel).
 int64_t wave_target(const Inputs& in, const std::map<std::pair<int, int>, ChunkView>& chunks) {
-  int wg = INT_MAX;
+  int wg = INT_MAX, fwd = std::max(1, in.ctas_per_sm);
   for (const auto& kv : chunks) {
     const int rows = kv.second.nt * in.group;
     const int k = rows <= 16 ? 0 : rows <= 32 ? 1 : rows <= 64 ? 2 : 3;
     wg = std::min(wg, in.wg_ctas_per_sm[k]);
+    if (in.wg_ctas_per_sm[k] == 0 && in.fwd_ctas_per_sm[k] > 0) fwd = std::min(fwd, in.fwd_ctas_per_sm[k]);
   }
-  const int per_sm = !chunks.empty() && wg > 0 && wg != INT_MAX ? wg : std::max(1, in.ctas_per_sm);
+  const int per_sm = !chunks.empty() && wg > 0 && wg != INT_MAX ? wg : fwd;
   return static_cast<int64_t>(in.num_sms) * per_sm;
 }
 
@@ -702,6 +708,39 @@ TEST(Planner, MinPartitionRaisesTheOneWaveChoice) {
   EXPECT_EQ(make_plan(in).ctas, 4);
   in.past_lens = {32767};  // the wave rule already takes more: 512 keys
   EXPECT_EQ(make_plan(in).partition_tokens, 512);
+}
+
+// A call's wave counts the least occupancy of its chunks' kernels (Inputs::fwd_ctas_per_sm): D = 64 u8
+// decodes run 4 CTAs per SM and their 32-row verifies' kernel 3, so a verify's partitions fit 3 per SM
+// (344 CTAs at 32k, as before the decodes' 4), while a decode's keep the wave of 4.
+TEST(Planner, WaveCountsTheChunksKernels) {
+  Inputs in;
+  in.group = 4;
+  in.num_kv_heads = 4;
+  in.num_sms = 132;
+  in.ctas_per_sm = 4;
+  in.min_partition = 256;
+  in.past_lens = {32760};
+  auto plan_with = [&](int tokens, int fwd1) {
+    in.tokens = {tokens};
+    in.fwd_ctas_per_sm[0] = 4;
+    in.fwd_ctas_per_sm[1] = fwd1;
+    const Plan plan = make_plan(in);
+    return std::make_pair(plan.partition_tokens, plan.ctas);
+  };
+  EXPECT_EQ(plan_with(8, 3), std::make_pair(384, int64_t{344}));  // 32 rows: the wave of 3 per SM
+  EXPECT_EQ(plan_with(8, 0), std::make_pair(256, int64_t{512}));  // (unknown: ctas_per_sm's 4)
+  EXPECT_EQ(plan_with(1, 3), std::make_pair(256, int64_t{512}));  // a decode keeps its own 4
+  in.past_lens = {32760, 32760};  // both in one call: the least
+  in.tokens = {1, 8};
+  EXPECT_LE(make_plan(in).ctas, int64_t{132} * 3);
+  in.wg_ctas_per_sm[1] = 1;  // the verify alone on the Hopper kernel: its own 1 per SM
+  in.tokens = {8};
+  in.past_lens = {32760};
+  EXPECT_LE(make_plan(in).ctas, int64_t{132});
+  in.past_lens = {32760, 32760};  // beside a decode on fwd_kernel: the decode's 4 (the Hopper chunk not counted)
+  in.tokens = {1, 8};
+  EXPECT_GT(make_plan(in).ctas, int64_t{132} * 3);
 }
 
 // The short-partition wave (Inputs::short_ctas_per_sm, tuning::short_wave_ctas_per_sm): D = 64 one-byte

@@ -83,7 +83,14 @@ Plan make_plan(const Inputs& in) {
       wg = in.wg_ctas_per_sm[k] > 0 ? std::min(wg, in.wg_ctas_per_sm[k]) : 0;
       if (wg == 0) break;
     }
-    if (!chunks.empty() && wg > 0 && wg != INT_MAX) per_sm = wg;
+    if (!chunks.empty() && wg > 0 && wg != INT_MAX) {
+      per_sm = wg;
+    } else {
+      for (const Chunk& c : chunks) {  // the least occupancy of the chunks' fwd_kernel variants
+        const int k = row_tile_class(c.nt * in.group);
+        if (in.wg_ctas_per_sm[k] == 0 && in.fwd_ctas_per_sm[k] > 0) per_sm = std::min(per_sm, in.fwd_ctas_per_sm[k]);
+      }
+    }
   }
   const int64_t target = static_cast<int64_t>(in.num_sms) * per_sm;
   int part;

@@ -110,6 +110,11 @@ struct Inputs {
   // per SM made two waves of them (H200, run mr1: 128-row chunks at 32k 0.81x the time with the
   // longer partitions).
   int wg_ctas_per_sm[4] = {0, 0, 0, 0};
+  // Occupancy of the chunks of 1, 2, 4 and 8 row tiles where they run on fwd_kernel, else 0. When a call
+  // is not all on the Hopper kernel, the one-wave target counts the least of ctas_per_sm and these over
+  // its chunks: D = 64's u8 decodes run 4 CTAs per SM, their 32-row verifies' 2-row-tile kernel 3, and
+  // partitions sized for 4 made two waves of the verifies (H100, run x4b: 1.14-1.38x the time).
+  int fwd_ctas_per_sm[4] = {0, 0, 0, 0};
   // Partitions of deterministic_partition(the row's keys) at absolute multiples (a sequence's tokens are
   // cut into separate chunks where that size changes), chunks of deterministic_rows(group) rows, key
   // ranges from a partition start, and every chunk through the merge: a row's result is the same in any
