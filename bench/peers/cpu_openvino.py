@@ -3,11 +3,14 @@
 Seed shape (H=16, Hk=4, D=256), one sequence with L cached tokens and T new tokens, one layer per call,
 both ops reading the same cache bytes (pagedattn read-only: key/value absent; OpenVINO with
 write_kv_cache=False), f16 caches and u8 caches (OpenVINO's u8 BY_TOKEN layout holding the same codes),
-f32 queries (OpenVINO's INFERENCE_PRECISION_HINT=f32). Median wall time of N calls each; the machine's
+f32 queries (OpenVINO's INFERENCE_PRECISION_HINT=f32; --query f16 gives pagedattn f16 queries and
+--ov-precision bf16 / f16 OpenVINO's reduced-precision inference, as on a CPU with AMX). Median wall
+time of N calls each; the machine's
 read bandwidth over all threads is measured in the same run, and each row gives its KV bytes / time as
 GB/s and % of it. Needs the pagedattn package (CPU) and openvino.
     usage: python3 bench/peers/cpu_openvino.py [--context 8192,32768] [--tokens 1,2,3,4,8] [--kv f16,u8]
                                                [--batch 8x4096x4] [--repeats 20] [--json FILE]
+                                               [--query f32|f16] [--ov-precision f32|bf16|f16]
 """
 import argparse
 import concurrent.futures
@@ -39,7 +42,7 @@ def read_bandwidth_gbs(threads: int, mib: int = 512) -> float:
     return best
 
 
-def make_case(L: int, T: int, kv: str, rng: np.random.Generator, seqs: int = 1) -> ovt.Case:
+def make_case(L: int, T: int, kv: str, rng: np.random.Generator, seqs: int = 1, qdtype=np.float32) -> ovt.Case:
     """`seqs` sequences, each with L cached tokens and T new ones; their blocks shuffled over one pool."""
     per_seq = -(-(L + T) // ovt.BLOCK_SIZE)
     n_blocks = per_seq * seqs
@@ -48,7 +51,7 @@ def make_case(L: int, T: int, kv: str, rng: np.random.Generator, seqs: int = 1) 
     case = ovt.Case(seed=0, kv=kv, H=H, Hk=HK, D=D, num_blocks=n_blocks, past=np.full(seqs, L, np.int32),
                     T=np.full(seqs, T), begins=np.arange(seqs + 1, dtype=np.int32) * T, block_indices=table,
                     block_indices_begins=np.arange(seqs + 1, dtype=np.int32) * per_seq,
-                    query=rng.standard_normal((seqs * T, H * D)).astype(np.float32),
+                    query=rng.standard_normal((seqs * T, H * D)).astype(qdtype),
                     key_cache=None, value_cache=None)
     for which in ("key", "value"):
         x = rng.standard_normal(shape).astype(np.float32)
@@ -80,20 +83,24 @@ def main() -> int:
     ap.add_argument("--batch", default="8x4096x4", help="batch rows SEQSxLxT, comma-separated ('' for none)")
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--json")
+    ap.add_argument("--query", default="f32", choices=["f32", "f16"], help="pagedattn's query dtype")
+    ap.add_argument("--ov-precision", default="f32", choices=["f32", "bf16", "f16"],
+                    help="OpenVINO's INFERENCE_PRECISION_HINT")
     a = ap.parse_args()
     threads = os.cpu_count() or 1
     bw = read_bandwidth_gbs(threads)
     print(f"read bandwidth, {threads} threads: {bw:.1f} GB/s; pagedattn {pagedattn.__file__}; "
-          f"openvino {ovt.ov.__version__ if hasattr(ovt, 'ov') else '?'}")
+          f"openvino {ovt.ov.__version__ if hasattr(ovt, 'ov') else '?'}; pagedattn query {a.query}, "
+          f"OpenVINO precision {a.ov_precision}")
     print(f"{'kv':4} {'seqs':>4} {'L':>6} {'T':>2} {'pagedattn ms':>13} {'T/T1':>5} {'GB/s':>6} {'%bw':>5} "
           f"{'OpenVINO ms':>12} {'T/T1':>5} {'OV/pa':>6}")
     rows = []
     rng = np.random.default_rng(20261201)
 
     def row(kv, seqs, L, T, base):
-        case = make_case(L, T, kv, rng, seqs)
+        case = make_case(L, T, kv, rng, seqs, np.float16 if a.query == "f16" else np.float32)
         t_pa = timed(lambda: ovt.run_pagedattn(case, score_window=None), a.repeats)
-        t_ov = timed(lambda: ovt.run_openvino(case), a.repeats)
+        t_ov = timed(lambda: ovt.run_openvino(case, precision=a.ov_precision), a.repeats)
         kv_bytes = case.key_cache.nbytes + case.value_cache.nbytes
         gbs = kv_bytes / t_pa / 1e9
         rel = (lambda t, k: f"{t / base.setdefault(k, t):5.2f}") if base is not None else (lambda t, k: f"{'-':>5}")
@@ -112,7 +119,8 @@ def main() -> int:
             row(kv, seqs, L, T, None)
     if a.json:
         with open(a.json, "w") as f:
-            json.dump(dict(read_bandwidth_gbs=bw, threads=threads, shape=[H, HK, D], rows=rows), f, indent=1)
+            json.dump(dict(read_bandwidth_gbs=bw, threads=threads, shape=[H, HK, D], query=a.query,
+                           ov_precision=a.ov_precision, rows=rows), f, indent=1)
     return 0
 
 

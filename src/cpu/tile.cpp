@@ -931,7 +931,11 @@ Amx amx_setup(void* scratch, RowType t, int rows, int D, int Dv, const float* qr
   a.p = a.v + 2 * static_cast<size_t>(kAmxTileKeys) * Dv;
   a.st = reinterpret_cast<float*>(a.p + 2 * static_cast<size_t>(a.rows_pad) * kAmxTileKeys);
   // Q^T as B tiles: element (pair r, row n, e) of tile (dc, rg) is row 16 rg + n, column 32 dc + 2 r + e
+#if defined(PA_CPU_AMX)
   amx_pack_query(a, qraw);
+#else
+  (void)qraw;
+#endif
   // P's padded rows stay zero
   std::memset(a.p, 0, sizeof(uint16_t) * 2 * a.rows_pad * kAmxTileKeys);
   return a;

@@ -213,7 +213,7 @@ def run_pagedattn(case: Case, key=None, value=None, key_cache=None, value_cache=
     """(out [num_tokens, H*D] f32, scores [sum ctx] f32 or None) from pagedattn's CPU backend.
     score_window: its score_aggregation_window (default: T_s per sequence, every new token, as
     run_openvino's default; None: absent, the last token)."""
-    out = np.full(case.query.shape, np.nan, np.float32)
+    out = np.full(case.query.shape, np.nan, case.query.dtype)  # (the query's dtype: f32, or f16)
     scores = np.full(int(case.ctx.sum()), np.nan, np.float32) if case.scores else None
     kw = dict(query=case.query, key=key, value=value,
               key_cache=case.key_cache if key_cache is None else key_cache,
@@ -291,10 +291,11 @@ def build_ov_model(H: int, Hk: int, D: int, *, sinks: bool, write: bool):
     return ov.Model([node.output(0), node.output(1)], params, "paged_attention")
 
 
-def compiled_ov(H: int, Hk: int, D: int, kv: str, *, sinks: bool, write: bool):
-    key = (H, Hk, D, kv, sinks, write)
+def compiled_ov(H: int, Hk: int, D: int, kv: str, *, sinks: bool, write: bool, precision: str = "f32"):
+    """precision: the CPU plugin's INFERENCE_PRECISION_HINT (f32 for the tests; bf16 / f16 in the peers)."""
+    key = (H, Hk, D, kv, sinks, write, precision)
     if key not in _COMPILED:
-        config = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": kv}
+        config = {"INFERENCE_PRECISION_HINT": precision, "KV_CACHE_PRECISION": kv}
         if kv == "u8":
             config["KEY_CACHE_QUANT_MODE"] = "BY_TOKEN"
         _COMPILED[key] = _core().compile_model(build_ov_model(H, Hk, D, sinks=sinks, write=write), "CPU", config)
@@ -319,12 +320,13 @@ def ov_cache(case: Case, which: str) -> np.ndarray:
     return to_ov_u8(getattr(case, f"{which}_cache"), getattr(case, f"{which}_scale"), getattr(case, f"{which}_min"))
 
 
-def run_openvino(case: Case, *, key=None, value=None, key_cache=None, value_cache=None, score_window=None):
+def run_openvino(case: Case, *, key=None, value=None, key_cache=None, value_cache=None, score_window=None,
+                 precision: str = "f32"):
     """(out, scores or None) from OpenVINO's op. key/value None: read-only (write_kv_cache=False, NaN
     key/value inputs); else the op writes them into key_cache/value_cache (in place). score_window:
     OpenVINO's input 13 (default: T_s per sequence, i.e. every new token, as pagedattn sums)."""
     write = key is not None
-    cm = compiled_ov(case.H, case.Hk, case.D, case.kv, sinks=case.sinks is not None, write=write)
+    cm = compiled_ov(case.H, case.Hk, case.D, case.kv, sinks=case.sinks is not None, write=write, precision=precision)
     if not write:
         key = value = np.full((case.num_tokens, case.Hk * case.D), np.nan, np.float32)
     if case.scale is not None:
@@ -332,7 +334,7 @@ def run_openvino(case: Case, *, key=None, value=None, key_cache=None, value_cach
     else:
         scale = 0.0 if case.ov_zero_scale else 1.0 / math.sqrt(case.D)
     feed = {
-        "query": case.query, "key": key, "value": value,
+        "query": np.asarray(case.query, np.float32), "key": key, "value": value,
         "key_cache": ov_cache(case, "key") if key_cache is None else key_cache,
         "value_cache": ov_cache(case, "value") if value_cache is None else value_cache,
         "past_lens": case.past, "subsequence_begins": case.begins, "block_indices": case.block_indices,
