@@ -428,79 +428,79 @@ TEST(Numeric, Bf16DotScoresMatchF64) {
 // (f16, bf16, u8 codes - 128, fp8 values / 2^8) with f16 queries (two bf16 parts) and bf16 queries (one),
 // O += P V with P in [0, 1]. Each operand is exact in its parts but P (to 2^-17 of each value), and the
 // products of two low parts are dropped (< 2^-15 of their product), so the error is bounded by 2^-13 of
-// sum |q k| (of sum |p v|, plus O's own f32 rounding). Rows not a multiple of 16 (padded), tail key tiles;
-// S's entries past the keys, the keys' rows past the tile and P's entries past the keys are NaN-poisoned
-// and must not leak; O's padded rows stay zero.
+// sum |q k| (of sum |p v|, plus O's own f32 rounding). One Amx runs key tiles of 32, 5 and 17 keys in turn
+// on scratch filled with 0xff bytes (NaN) and one byte off 64-byte alignment; rows not a multiple of 16
+// (padded). The keys past a tile's count have null row pointers (never read); S's entries and P's past
+// the keys are NaN-poisoned and must not leak or be written; O's padded rows stay zero.
 TEST(Numeric, AmxTilesMatchF64) {
   const cpu::RowType types[] = {cpu::RowType::f16, cpu::RowType::bf16, cpu::RowType::u8, cpu::RowType::fp8};
+  constexpr int ld = cpu::kAmxTileKeys;
   for (int D : {64, 256})
     for (int Dv : {32, 128}) {
       if (!cpu::has_amx(cpu::RowType::f16, D, Dv)) GTEST_SKIP() << "no AMX-BF16 here (" << cpu::isa_name() << ")";
       for (cpu::RowType t : types)
         for (int rows : {16, 20, 33, 64})
-          for (int keys : {32, 17, 5})
-            for (int qparts : {1, 2}) {
-              const uint64_t seed =
-                  base_seed() + 9000 +
-                  static_cast<uint64_t>(D * 7 + Dv * 3 + rows * 11 + keys + static_cast<int>(t) * 1000 + qparts);
-              SCOPED_TRACE("seed " + std::to_string(seed) + " D " + std::to_string(D) + " Dv " + std::to_string(Dv) +
-                           " type " + std::to_string(static_cast<int>(t)) + " rows " + std::to_string(rows) + " keys " +
-                           std::to_string(keys) + " qparts " + std::to_string(qparts));
-              std::mt19937_64 rng(seed);
-              std::uniform_real_distribution<float> u(-2.0f, 2.0f), pu(0.0f, 1.0f);
-              const int esize = t == cpu::RowType::f16 || t == cpu::RowType::bf16 ? 2 : 1;
-              // rows' bytes and their values as the tiles read them; key rows past `keys` are NaN bytes
-              auto make = [&](int n, int width, std::vector<uint8_t>& bytes, std::vector<double>& val) {
-                bytes.assign(static_cast<size_t>(n) * width * esize, 0xff);
-                val.assign(static_cast<size_t>(n) * width, 0.0);
-                for (int i = 0; i < keys * width; ++i) {
-                  double v = 0;
-                  if (t == cpu::RowType::f16) {
-                    const uint16_t h = num::f32_to_f16_bits(u(rng));
-                    std::memcpy(&bytes[static_cast<size_t>(i) * 2], &h, 2);
-                    v = num::f16_bits_to_f32(h);
-                  } else if (t == cpu::RowType::bf16) {
-                    const uint16_t h = num::f32_to_bf16_bits(u(rng));
-                    std::memcpy(&bytes[static_cast<size_t>(i) * 2], &h, 2);
-                    v = num::bf16_bits_to_f32(h);
-                  } else if (t == cpu::RowType::u8) {
-                    bytes[static_cast<size_t>(i)] = static_cast<uint8_t>(rng());
-                    v = static_cast<double>(bytes[static_cast<size_t>(i)]) - 128.0;
-                  } else {
-                    uint8_t c = static_cast<uint8_t>(rng());
-                    if ((c & 0x7f) == 0x7f) c = 0x3c;  // (no NaN codes)
-                    bytes[static_cast<size_t>(i)] = c;
-                    v = num::e4m3_bits_to_f32(c) / 256.0;
-                  }
-                  val[static_cast<size_t>(i)] = v;
+          for (int qparts : {1, 2}) {
+            const uint64_t seed = base_seed() + 9000 +
+                                  static_cast<uint64_t>(D * 7 + Dv * 3 + rows * 11 + static_cast<int>(t) * 1000 + qparts);
+            SCOPED_TRACE("seed " + std::to_string(seed) + " D " + std::to_string(D) + " Dv " + std::to_string(Dv) +
+                         " type " + std::to_string(static_cast<int>(t)) + " rows " + std::to_string(rows) +
+                         " qparts " + std::to_string(qparts));
+            std::mt19937_64 rng(seed);
+            std::uniform_real_distribution<float> u(-2.0f, 2.0f), pu(0.0f, 1.0f);
+            const int esize = t == cpu::RowType::f16 || t == cpu::RowType::bf16 ? 2 : 1;
+            // n rows' bytes and their values as the tiles read them
+            auto make = [&](int n, int width, std::vector<uint8_t>& bytes, std::vector<double>& val) {
+              bytes.assign(static_cast<size_t>(n) * width * esize, 0);
+              val.assign(static_cast<size_t>(n) * width, 0.0);
+              for (int i = 0; i < n * width; ++i) {
+                double v = 0;
+                if (t == cpu::RowType::f16) {
+                  const uint16_t h = num::f32_to_f16_bits(u(rng));
+                  std::memcpy(&bytes[static_cast<size_t>(i) * 2], &h, 2);
+                  v = num::f16_bits_to_f32(h);
+                } else if (t == cpu::RowType::bf16) {
+                  const uint16_t h = num::f32_to_bf16_bits(u(rng));
+                  std::memcpy(&bytes[static_cast<size_t>(i) * 2], &h, 2);
+                  v = num::bf16_bits_to_f32(h);
+                } else if (t == cpu::RowType::u8) {
+                  bytes[static_cast<size_t>(i)] = static_cast<uint8_t>(rng());
+                  v = static_cast<double>(bytes[static_cast<size_t>(i)]) - 128.0;
+                } else {
+                  uint8_t c = static_cast<uint8_t>(rng());
+                  if ((c & 0x7f) == 0x7f) c = 0x3c;  // (no NaN codes)
+                  bytes[static_cast<size_t>(i)] = c;
+                  v = num::e4m3_bits_to_f32(c) / 256.0;
                 }
-              };
+                val[static_cast<size_t>(i)] = v;
+              }
+            };
+            std::vector<float> q(static_cast<size_t>(rows) * D);
+            for (float& x : q)
+              x = qparts == 1 ? num::round_bf16(u(rng)) : num::f16_bits_to_f32(num::f32_to_f16_bits(u(rng)));
+            std::vector<uint8_t> scratch(cpu::amx_bytes(64, D, Dv) + 128, 0xff);
+            cpu::Amx a = cpu::amx_setup(scratch.data() + 1, t, rows, D, Dv, q.data(), qparts);
+            std::vector<float> o(static_cast<size_t>(a.rows_pad) * Dv, 0.0f);
+            for (int r = 0; r < rows; ++r)
+              for (int d = 0; d < Dv; ++d) o[static_cast<size_t>(r) * Dv + d] = u(rng);
+            cpu::amx_begin();
+            for (int keys : {32, 5, 17}) {
+              SCOPED_TRACE("keys " + std::to_string(keys));
               std::vector<uint8_t> kb, vb;
               std::vector<double> kv, vv;
-              make(cpu::kAmxTileKeys, D, kb, kv);
-              make(cpu::kAmxTileKeys, Dv, vb, vv);
-              std::vector<const void*> krow(cpu::kAmxTileKeys), vrow(cpu::kAmxTileKeys);
-              for (int k = 0; k < cpu::kAmxTileKeys; ++k) {
+              make(keys, D, kb, kv);
+              make(keys, Dv, vb, vv);
+              std::vector<const void*> krow(ld, nullptr), vrow(ld, nullptr);
+              for (int k = 0; k < keys; ++k) {
                 krow[static_cast<size_t>(k)] = kb.data() + static_cast<size_t>(k) * D * esize;
                 vrow[static_cast<size_t>(k)] = vb.data() + static_cast<size_t>(k) * Dv * esize;
               }
-              std::vector<float> q(static_cast<size_t>(rows) * D);
-              for (float& x : q)
-                x = qparts == 1 ? num::round_bf16(u(rng)) : num::f16_bits_to_f32(num::f32_to_f16_bits(u(rng)));
-              std::vector<uint8_t> scratch(cpu::amx_bytes(64, D, Dv) + 64);
-              cpu::Amx a = cpu::amx_setup(scratch.data(), t, rows, D, Dv, q.data(), qparts);
-              const int ld = cpu::kAmxTileKeys;
-              std::vector<float> s(static_cast<size_t>(rows) * ld, NAN), o(static_cast<size_t>(a.rows_pad) * Dv, 0.0f);
-              for (int r = 0; r < rows; ++r)
-                for (int d = 0; d < Dv; ++d) o[static_cast<size_t>(r) * Dv + d] = u(rng);
+              std::vector<float> s(static_cast<size_t>(rows) * ld, NAN), pm(static_cast<size_t>(rows) * ld, NAN);
               const std::vector<float> o0 = o;
-              cpu::amx_begin();
               cpu::amx_scores(a, s.data(), ld, krow.data(), keys, nullptr);
-              std::vector<float> pm(static_cast<size_t>(rows) * ld, NAN);
               for (int r = 0; r < rows; ++r)
                 for (int k = 0; k < keys; ++k) pm[static_cast<size_t>(r) * ld + k] = k % 7 == 3 ? 0.0f : pu(rng);
               cpu::amx_accumulate(a, o.data(), pm.data(), ld, vrow.data(), keys, nullptr);
-              cpu::amx_end();
               for (int r = 0; r < rows; ++r)
                 for (int k = 0; k < ld; ++k) {
                   const float got = s[static_cast<size_t>(r) * ld + k];
@@ -510,8 +510,8 @@ TEST(Numeric, AmxTilesMatchF64) {
                   }
                   double ref = 0, mag = 0;
                   for (int d = 0; d < D; ++d) {
-                    const double x =
-                        static_cast<double>(q[static_cast<size_t>(r) * D + d]) * kv[static_cast<size_t>(k) * D + d];
+                    const double x = static_cast<double>(q[static_cast<size_t>(r) * D + d]) *
+                                     kv[static_cast<size_t>(k) * D + d];
                     ref += x;
                     mag += std::abs(x);
                   }
@@ -526,8 +526,8 @@ TEST(Numeric, AmxTilesMatchF64) {
                   }
                   double ref = o0[static_cast<size_t>(r) * Dv + d], mag = 0;
                   for (int k = 0; k < keys; ++k) {
-                    const double x =
-                        static_cast<double>(pm[static_cast<size_t>(r) * ld + k]) * vv[static_cast<size_t>(k) * Dv + d];
+                    const double x = static_cast<double>(pm[static_cast<size_t>(r) * ld + k]) *
+                                     vv[static_cast<size_t>(k) * Dv + d];
                     ref += x;
                     mag += std::abs(x);
                   }
@@ -535,6 +535,8 @@ TEST(Numeric, AmxTilesMatchF64) {
                       << "O row " << r << " column " << d;
                 }
             }
+            cpu::amx_end();
+          }
     }
 }
 

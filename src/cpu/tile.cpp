@@ -7,6 +7,7 @@
 #include "common/numeric.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -881,9 +882,9 @@ PA_AMX static void amx_pack_query(Amx& a, const float* qraw) {
       _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0), _mm512_set1_epi32(16));
   for (int n = 0; n < a.rows_pad; ++n)
     for (int d = 0; d < a.D; d += 32) {
-      const float* row = qraw + static_cast<size_t>(n) * a.D + d;
-      const __m512 x0 = n < a.rows ? _mm512_loadu_ps(row) : _mm512_setzero_ps();
-      const __m512 x1 = n < a.rows ? _mm512_loadu_ps(row + 16) : _mm512_setzero_ps();
+      const float* row = n < a.rows ? qraw + static_cast<size_t>(n) * a.D + d : nullptr;
+      const __m512 x0 = row ? _mm512_loadu_ps(row) : _mm512_setzero_ps();
+      const __m512 x1 = row ? _mm512_loadu_ps(row + 16) : _mm512_setzero_ps();
       const __m512bh h = _mm512_cvtne2ps_pbh(x1, x0);  // rounded to nearest, then the rest
       const __m512i hw = (__m512i)h;
       const __m512 h0 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(hw)), 16));
@@ -916,6 +917,7 @@ size_t amx_bytes(int max_rows, int D, int Dv) {
          4 * kAmxTileKeys * rows_pad + 64;
 }
 Amx amx_setup(void* scratch, RowType t, int rows, int D, int Dv, const float* qraw, int qparts) {
+  assert(rows > 0 && rows <= 64 && D % 32 == 0 && Dv % 32 == 0);  // (amx_bytes for up to 64 rows)
   Amx a;
   a.t = t;
   a.rows = rows;
@@ -969,8 +971,10 @@ void amx_accumulate(Amx& a, float* o, const float* p, int ld_p, const void* cons
   (void)a, (void)o, (void)p, (void)ld_p, (void)vrow, (void)keys, (void)pf;
 #endif
 }
-// per key row and key pair in the conversions, per (16 rows, 32 columns) in S and P V
-int amx_ticks(int rows, int keys, int D, int Dv) { return keys + (keys + 1) / 2 + (rows + 15) / 16 * (D / 32 + Dv / 32); }
+// per key row and key pair (all kAmxTileKeys / 2) in the conversions, per (16 rows, 32 columns) in S and P V
+int amx_ticks(int rows, int keys, int D, int Dv) {
+  return keys + kAmxTileKeys / 2 + (rows + 15) / 16 * (D / 32 + Dv / 32);
+}
 
 // The generic loops tick once per (row, 4 keys) and per (row, tail key) in S, per (row, 2 keys) and per
 // (row, tail key) in P V; the AVX-512 kernels once per 4 x 4 block in S and per (4 rows, column block,

@@ -119,7 +119,8 @@ void scores_bf16dot(float* s, int ld_s, const uint16_t* q, int rows, const void*
 // significant bits), unscaled, so the caller scales S. Between amx_begin and amx_end (this thread's tile
 // state) each key tile of at most kAmxTileKeys keys runs amx_scores (s = q . k, rows x keys, from the
 // cache rows: RowType's values, fp8 as values / 2^8 and u8 as codes - 128, as the direct path) and
-// amx_accumulate (o[rows_pad][Dv] += p v, o's rows past `rows` zero). Other bits than the f32 tiles.
+// amx_accumulate (o[rows_pad][Dv] += p v, o's rows past `rows` zero). Other bits than the f32 tiles, and
+// an f16 +-inf (query, key or value) gives NaN where the f32 tiles give inf (its low part is inf - inf).
 constexpr int kAmxTileKeys = 32;
 struct Amx {
   RowType t = RowType::f16;
