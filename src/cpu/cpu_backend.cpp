@@ -363,19 +363,6 @@ class CpuPlan final : public PlanImpl {
       }
     const int ticks = std::max(1, amx ? cpu::amx_ticks(rows, keys, D_, Dv_) : cpu::tile_ticks(rows, keys, D_, Dv_, direct));
     pf.per = std::max(1, (pf.lines() + ticks - 1) / ticks);
-    // u8: the rows' f16 scales and minima (4 arrays, a block's rows contiguous: a line or two each per
-    // tile), at once: the tile's first loads of them had missed every cache
-    if (p.cache.precision() == KVPrecision::u8)
-      for (int k0 = 0, k1; k0 < n; k0 = k1) {
-        for (k1 = k0 + 1; k1 < n && rows_at[k1] == rows_at[k1 - 1] + 1;) ++k1;  // a run of consecutive rows
-        for (const TensorView* f : {&p.cache.key_scale, &p.cache.key_min, &p.cache.value_scale, &p.cache.value_min}) {
-          const char* a = reinterpret_cast<const char*>(f->ptr<const uint16_t>() + rows_at[k0]);
-          const char* b = reinterpret_cast<const char*>(f->ptr<const uint16_t>() + rows_at[k1 - 1]);
-          for (uintptr_t l = reinterpret_cast<uintptr_t>(a) & ~uintptr_t{63}; l <= reinterpret_cast<uintptr_t>(b);
-               l += 64)
-            __builtin_prefetch(reinterpret_cast<const char*>(l), 0, 1);
-        }
-      }
   }
 
   void attend(const Params& p, const Item& it, float scale, float* scr) {
