@@ -441,8 +441,8 @@ TEST(Numeric, AmxTilesMatchF64) {
       for (cpu::RowType t : types)
         for (int rows : {16, 20, 33, 64})
           for (int qparts : {1, 2}) {
-            const uint64_t seed = base_seed() + 9000 +
-                                  static_cast<uint64_t>(D * 7 + Dv * 3 + rows * 11 + static_cast<int>(t) * 1000 + qparts);
+            const int salt = D * 7 + Dv * 3 + rows * 11 + static_cast<int>(t) * 1000 + qparts;
+            const uint64_t seed = base_seed() + 9000 + static_cast<uint64_t>(salt);
             SCOPED_TRACE("seed " + std::to_string(seed) + " D " + std::to_string(D) + " Dv " + std::to_string(Dv) +
                          " type " + std::to_string(static_cast<int>(t)) + " rows " + std::to_string(rows) +
                          " qparts " + std::to_string(qparts));

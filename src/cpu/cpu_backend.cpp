@@ -361,7 +361,8 @@ class CpuPlan final : public PlanImpl {
         pf.add(static_cast<const char*>(which ? p.cache.value.data : p.cache.key.data) + rows_at[k] * rb,
                static_cast<int>(rb));
       }
-    const int ticks = std::max(1, amx ? cpu::amx_ticks(rows, keys, D_, Dv_) : cpu::tile_ticks(rows, keys, D_, Dv_, direct));
+    const int ticks =
+        std::max(1, amx ? cpu::amx_ticks(rows, keys, D_, Dv_) : cpu::tile_ticks(rows, keys, D_, Dv_, direct));
     pf.per = std::max(1, (pf.lines() + ticks - 1) / ticks);
   }
 
