@@ -497,7 +497,7 @@ TEST(Numeric, AmxTilesMatchF64) {
               }
               std::vector<float> s(static_cast<size_t>(rows) * ld, NAN), pm(static_cast<size_t>(rows) * ld, NAN);
               const std::vector<float> o0 = o;
-              cpu::amx_scores(a, s.data(), ld, krow.data(), keys, nullptr);
+              cpu::amx_scores(a, s.data(), ld, krow.data(), keys, 1.0f, nullptr);
               for (int r = 0; r < rows; ++r)
                 for (int k = 0; k < keys; ++k) pm[static_cast<size_t>(r) * ld + k] = k % 7 == 3 ? 0.0f : pu(rng);
               cpu::amx_accumulate(a, o.data(), pm.data(), ld, vrow.data(), keys, nullptr);

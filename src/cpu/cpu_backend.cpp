@@ -481,11 +481,8 @@ class CpuPlan final : public PlanImpl {
           }
         }
       }
-      if (amx) {  // S of the query's own values: the scale (and fp8's fold) here
-        cpu::amx_scores(ax, sc, kTile, krow, n, &pf);
-        const float f = fold ? qs * kFp8Fold * kfold : qs;
-        for (int r = 0; r < rows_k; ++r)
-          for (int k = 0; k < n; ++k) sc[r * kTile + k] *= f;
+      if (amx) {  // S of the query's own values: the scale (and fp8's fold) on the way out
+        cpu::amx_scores(ax, sc, kTile, krow, n, fold ? qs * kFp8Fold * kfold : qs, &pf);
       } else if (bf16dot) {
         cpu::scores_bf16dot(sc, kTile, qh, rows_k, krow, n, D_, &pf);
         for (int r = 0; r < rows_k; ++r)

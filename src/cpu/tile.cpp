@@ -680,10 +680,11 @@ void accumulate_direct(float* o, const float* p, int ld_p, int rows, const void*
 
 // ---- Chunks of many rows on AMX-BF16 (tile.h, amx_*) ----
 // S^T = K Q^T and O += P V as 16 x 16 f32 tiles of tdpbf16ps (16 x 16 x 32 products each, ~5.3 ns on
-// this VM's Xeon: 3.1 TFLOP/s on one core, against ~0.19 for the f32 FMAs). Operands in bf16 parts, each
-// part rounded to nearest from what is left of the value: f16 values are exact in two (8 + 3 significant
-// bits), bf16, fp8 values / 2^8 and u8 codes - 128 in one; P (f32) in two, to 2^-17 of each value. The
-// products of the two low parts are dropped (below 2^-16 of their product), so S takes 3 products per
+// this VM's Xeon: 3.1 TFLOP/s on one core, against ~0.19 for the f32 FMAs). Operands in bf16 parts:
+// cache values truncated, then the rest (f16 values are exact in two, 8 + 3 significant bits; bf16, fp8
+// values / 2^8 and u8 codes - 128 in one); the query and P rounded to nearest, then the rest rounded (P
+// to 2^-17 of each value). The products of the two low parts are dropped (below 2^-15 of their product,
+// the cache's low part < 2^-7 of its value, the query's < 2^-8), so S takes 3 products per
 // element for f16 queries on f16 caches, 2 for one-part caches, and P V 3 or 2. Keys are the M
 // dimension of S^T: K's rows are the A tiles as converted, no transpose; the query's transpose is the B
 // operand, packed once per item; V's B tiles interleave two keys' rows (a 16-bit unpack). O lives in
@@ -952,14 +953,15 @@ PA_AMX void amx_end() { _tile_release(); }
 void amx_begin() {}
 void amx_end() {}
 #endif
-void amx_scores(Amx& a, float* s, int ld_s, const void* const* krow, int keys, Prefetch* pf) {
+void amx_scores(Amx& a, float* s, int ld_s, const void* const* krow, int keys, float scale, Prefetch* pf) {
 #if defined(PA_CPU_AMX)
   amx_keys(a, krow, keys, pf);
   amx_scores_tiles(a, keys, pf);
-  for (int r = 0; r < a.rows; ++r)
-    for (int k = 0; k < keys; ++k) s[static_cast<size_t>(r) * ld_s + k] = a.st[static_cast<size_t>(k) * a.rows_pad + r];
+  for (int r = 0; r < a.rows; ++r)  // S^T back to rows x keys, scaled on the way
+    for (int k = 0; k < keys; ++k)
+      s[static_cast<size_t>(r) * ld_s + k] = a.st[static_cast<size_t>(k) * a.rows_pad + r] * scale;
 #else
-  (void)a, (void)s, (void)ld_s, (void)krow, (void)keys, (void)pf;
+  (void)a, (void)s, (void)ld_s, (void)krow, (void)keys, (void)scale, (void)pf;
 #endif
 }
 void amx_accumulate(Amx& a, float* o, const float* p, int ld_p, const void* const* vrow, int keys, Prefetch* pf) {

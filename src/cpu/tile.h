@@ -117,7 +117,7 @@ void scores_bf16dot(float* s, int ld_s, const uint16_t* q, int rows, const void*
 // (amx_bytes, for up to max_rows rows) by amx_setup, which packs the query: qraw holds the query's own
 // values (rows x D; exact in qparts bf16 parts: 2 for f16, 1 for bf16; f32 queries in 2 parts keep 16
 // significant bits), unscaled, so the caller scales S. Between amx_begin and amx_end (this thread's tile
-// state) each key tile of at most kAmxTileKeys keys runs amx_scores (s = q . k, rows x keys, from the
+// state) each key tile of at most kAmxTileKeys keys runs amx_scores (s = scale * (q . k), rows x keys, from the
 // cache rows: RowType's values, fp8 as values / 2^8 and u8 as codes - 128, as the direct path) and
 // amx_accumulate (o[rows_pad][Dv] += p v, o's rows past `rows` zero). Other bits than the f32 tiles, and
 // an f16 +-inf (query, key or value) gives NaN where the f32 tiles give inf (its low part is inf - inf).
@@ -136,7 +136,7 @@ size_t amx_bytes(int max_rows, int D, int Dv);
 Amx amx_setup(void* scratch, RowType t, int rows, int D, int Dv, const float* qraw, int qparts);
 void amx_begin();
 void amx_end();
-void amx_scores(Amx& a, float* s, int ld_s, const void* const* krow, int keys, Prefetch* pf);
+void amx_scores(Amx& a, float* s, int ld_s, const void* const* krow, int keys, float scale, Prefetch* pf);
 void amx_accumulate(Amx& a, float* o, const float* p, int ld_p, const void* const* vrow, int keys, Prefetch* pf);
 int amx_ticks(int rows, int keys, int D, int Dv);  // the ticks amx_scores and amx_accumulate give a key tile
 
