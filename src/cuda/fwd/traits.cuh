@@ -77,14 +77,20 @@ struct FwdTraits {
                             : (D > 128 ? (kBytes && RT == 2 && WKV == 0 ? 32 : 16) : 32);
   static constexpr int kTileKV = kWKV * kKPW;             // keys per iteration of the CTA
   static constexpr bool kOneCta = kWarps == 8;           // the 8-warp variants: one CTA per SM
-  static constexpr int kMinCtas = kOneCta ? 1 : 2;        // __launch_bounds__ occupancy hint
+  // D = 64 u8 decodes (1 row tile, the default layout) at 4 CTAs per SM: 128 registers and a quarter of
+  // the SM's shared memory (4 ring stages). Against 3 per SM (H100, run x4b): <= 16 rows 0.89-1.03x the
+  // time at 32k (median 0.906), 0.90-0.99x at 128k, 8k level; fp8 was not faster at 128k (1.019x).
+  static constexpr bool kFourCtas = D == 64 && kU8 && RT == 1 && WKV == 0;
+  static constexpr int kMinCtas = kOneCta ? 1 : kFourCtas ? 4 : 2;  // __launch_bounds__ occupancy hint
   static constexpr int kLdQ = D + 8;                      // Q row (elements)
   static constexpr int kLdKV = kBytes ? D + 16 : D + 8;   // K/V row (cache elements)
   static constexpr int kParBytes = (kU8 ? 4 : 1) * kKPW * 2;  // u8: key scale, key min, value scale, value min
   static constexpr int kHalfBytes = kKPW * kLdKV * static_cast<int>(sizeof(C)) + kParBytes;
   static constexpr int kQBytes = kRows * kLdQ * static_cast<int>(sizeof(T));
   static constexpr int kFixed = kQBytes + kRows * 4 + kWKV * kRows * 8 + 128;
-  static constexpr int kBudget = kOneCta ? 227 * 1024 : 113 * 1024;  // two CTAs per SM (8-warp variant: one)
+  static constexpr int kBudget = kOneCta     ? 227 * 1024   // one CTA per SM (8-warp variants)
+                                 : kFourCtas ? 55 * 1024    // four
+                                             : 113 * 1024;  // two
   static constexpr int kFit = (kBudget - kFixed) / (kWKV * kHalfBytes);
   static constexpr int kFullStages = kFit > 6 ? 6 : kFit;
   // Options::deterministic's partition flush (fwd_kernel, WKV = 4) passes the key groups' outputs through
