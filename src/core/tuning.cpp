@@ -40,6 +40,7 @@ Overrides parse_overrides(const std::function<const char*(const char*)>& getenv)
   o.min_partition = min_part >= 64 && min_part <= 4096 && min_part % 64 == 0 ? min_part : 0;
   if (const char* e = getenv("PAGEDATTN_SHORT_WAVE"); e != nullptr && e[0] >= '0' && e[0] <= '8' && e[1] == '\0')
     o.short_wave = e[0] - '0';
+  o.half_rows = !is("PAGEDATTN_HALF_ROWS", "0");
   o.deterministic_rows = is("PAGEDATTN_DETERMINISTIC_ROWS", "16") ? 16 : 0;
   return o;
 }
@@ -263,6 +264,19 @@ int short_wave_ctas_per_sm(int head_size, KvKind kv, int occupancy, bool above_1
   if (deterministic) return 0;
   if (o.short_wave >= 0) return o.short_wave;
   return head_size == 64 && kv != KvKind::f16 && !above_16_rows && occupancy > 2 ? 2 : 0;
+}
+
+// fwd_kernel's HR variant against its 16-row variant, PAGEDATTN_HALF_ROWS=0 in the same call (H100, run
+// hr2: one sequence, Hk = 4, G 1 / 4 / 8, T with G x T <= 8, 8k / 32k / 128k; noise 0.99-1.01), time ratios:
+// u8 D = 64 0.945 / 0.947 / 0.979 (8k / 32k / 128k), D = 128 0.960 / 0.997 / 0.991, D = 256 0.966 / 0.997 /
+// 1.004; fp8 D = 64 0.953 / 0.980 / 0.995, but D = 128 0.981 / 1.008 / 1.006 and D = 256 1.046 / 1.022 /
+// 1.014; f16 D = 64 0.884 / 1.028 / 0.999 (its 3 CTAs per SM move the wave), D = 128 / 256 0.985-1.001.
+// The 32 x 8k batch (G = 8, T = 1: 8 rows): u8 0.980 / 0.988 / 1.005 (D = 64 / 128 / 256), fp8 D = 64 0.998.
+// So u8 at every head size and fp8 at D = 64 take it.
+bool half_rows(int head_size, KvKind kv, bool deterministic, const Overrides& o) {
+  if (deterministic || !o.half_rows) return false;
+  const bool width = head_size == 64 || head_size == 128 || head_size == 256;
+  return width && (kv == KvKind::u8 || (kv == KvKind::fp8 && head_size == 64));
 }
 
 int min_partition(int head_size, KvKind kv, bool mid_rows, const Overrides& o) {

@@ -276,6 +276,7 @@ class CudaPlan final : public detail::PlanImpl {
     int64_t small_key_heads = 0;  // sequences of <= 16 rows: their keys times the kv heads
     bool mid_rows = false;   // a sequence of 17-32 rows (tuning::min_partition)
     bool above_16_rows = false;  // a sequence of more than 16 rows (tuning::short_wave_ctas_per_sm)
+    int64_t max_rows = 0;    // the most rows of a sequence (KernelChoice::hr)
     for (int s = 0; s < num_seqs; ++s) {
       const int64_t all_keys = int64_t{past[s]} + (p.prefix_only ? 0 : sb[s + 1] - sb[s]);
       const int64_t keys = p.sliding_window > 0 ? std::min<int64_t>(all_keys, p.sliding_window) : all_keys;
@@ -286,6 +287,7 @@ class CudaPlan final : public detail::PlanImpl {
       if (rows > 16 && rows <= 64) split_ctas += Hk_;
       if (rows > 16 && rows <= 32) mid_rows = true;
       if (rows > 16) above_16_rows = true;
+      max_rows = std::max(max_rows, rows);
       if (rows > 0 && rows <= 16) small_key_heads += keys * Hk_;
     }
     const tuning::KvKind kind = kv_ == kKvU8 ? tuning::KvKind::u8 : kv_ == kKvF8 ? tuning::KvKind::fp8 : tuning::KvKind::f16;
@@ -298,6 +300,9 @@ class CudaPlan final : public detail::PlanImpl {
     choice_.wg_split = tuning::hopper_split(D_, kind, choice_.wg, max_keys, choice_.wgs_shared, env);
     if (tuning::hopper_split_small(D_, kind, choice_.wg_split, small_key_heads, env)) choice_.wg_split = 1;
     choice_.wg_shared = tuning::hopper_shared(D_, kind, choice_.wg, max_keys, wide_ctas, in.num_sms, env);
+    // every sequence of <= 8 rows, so every chunk (a sequence of <= 16 rows is one chunk): the HR variant
+    choice_.hr = max_rows <= 8 && !choice_.pad && has_hr_kernels(D_, kv_) &&
+                 tuning::half_rows(D_, kind, opt.deterministic, env);
     in.ctas_per_sm = fwd_kernel_info(D_, kv_, 1, choice_).ctas_per_sm();
     in.short_ctas_per_sm =
         tuning::short_wave_ctas_per_sm(D_, kind, in.ctas_per_sm, above_16_rows, opt.deterministic, env);

@@ -73,6 +73,41 @@ TEST(Cuda, DecodeOnlyLongContext) {
   run_suite("decode-long", cfg, base_seed() + 100000, 24);
 }
 
+// Calls whose chunks all have <= 8 rows (G x T <= 8: decodes at G <= 8, a G = 4 pair of tokens) run
+// fwd_kernel's HR variant (the MMAs' top halves only; KernelChoice::hr): u8 at D = 64, 128, 256, fp8 at
+// D = 64 (tuning::half_rows). Chains and trees, window, ALiBi, sinks, scores; bands by G so that every
+// case qualifies, then long
+// contexts (many slices and partitions per CTA), under the 3 x 2^16 keys x kv heads from which f16/bf16
+// decodes move to the key-split kernel (tuning::hopper_split_small).
+TEST(Cuda, HalfRowsRandom) {
+  REQUIRE_GPU();
+  EnvGuard on("PAGEDATTN_HALF_ROWS", "");
+  CaseConfig cfg = few_query_config();
+  cfg.kv_precisions = {KVPrecision::u8, KVPrecision::fp8};
+  CaseConfig one = cfg;
+  one.group_sizes = {4};
+  one.kv_precisions = {KVPrecision::u8};
+  for (int d : {64, 128, 256}) {
+    one.head_sizes = {d};
+    expect_launched(one, 1, 2, base_seed() + 3700000 + d, 128, "hr");
+  }
+  one.kv_precisions = {KVPrecision::fp8};
+  one.head_sizes = {64};
+  expect_launched(one, 1, 2, base_seed() + 3700001, 128, "hr");
+  const int bands[4][2] = {{1, 8}, {2, 4}, {4, 2}, {8, 1}};  // G, the most tokens
+  for (int b = 0; b < 4; ++b) {
+    CaseConfig band = cfg;
+    band.group_sizes = {bands[b][0]};
+    band.max_tokens = bands[b][1];
+    run_suite(("half-rows-g" + std::to_string(bands[b][0])).c_str(), band, base_seed() + 3710000 + 1000 * b, 50);
+  }
+  CaseConfig lng = long_context_config(4000, 20000, 40000);
+  lng.kv_precisions = cfg.kv_precisions;
+  lng.group_sizes = {4, 8};
+  lng.max_tokens = 1;
+  run_suite("half-rows-long", lng, base_seed() + 3720000, 24);
+}
+
 // Chunks of 33-64 rows on the key-split Hopper kernel (wg_kernel's SPLIT, "wgs<keys>"): two
 // warpgroups over alternate key tiles of one 64-row tile, combined at the end; f16/bf16 at every head
 // size. Chains and trees, G up to 16 (the few-query cases: chunks of <= 64 rows; those of 33-64 rows

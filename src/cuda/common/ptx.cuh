@@ -5,6 +5,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cstdint>
+#include <type_traits>
 #include <cstdio>
 
 namespace pagedattn {
@@ -66,6 +67,32 @@ __device__ __forceinline__ void mma_16816<__nv_bfloat16>(float (&d)[4], const ui
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// The top half of mma_16816: rows 0-7 of A (a[0], a[2]) and of D (d[0], d[1]); rows 8-15 of A are
+// zero and their outputs are discarded (scratch registers that die at once), so d[2], d[3] are neither
+// read nor written: a caller's accumulator arrays keep 2 live registers per n-tile, not 4. For chunks of
+// at most 8 rows (fwd_kernel's HR variants).
+template <typename T>
+__device__ __forceinline__ void mma_16816_top(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  float x2, x3;
+  if constexpr (std::is_same<T, __half>::value) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%5}, {%7,%8}, {%0,%1,%9,%9};\n"
+        : "+f"(d[0]), "+f"(d[1]), "=f"(x2), "=f"(x3)
+        : "r"(a[0]), "r"(0u), "r"(a[2]), "r"(b0), "r"(b1), "f"(0.0f));
+  } else {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%5}, {%7,%8}, {%0,%1,%9,%9};\n"
+        : "+f"(d[0]), "+f"(d[1]), "=f"(x2), "=f"(x3)
+        : "r"(a[0]), "r"(0u), "r"(a[2]), "r"(b0), "r"(b1), "f"(0.0f));
+  }
+}
+// mma_16816, or its top half (HR: chunks of at most 8 rows).
+template <typename T, bool HR>
+__device__ __forceinline__ void mma_rows(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (HR)
+    mma_16816_top<T>(d, a, b0, b1);
+  else
+    mma_16816<T>(d, a, b0, b1);
 }
 
 // Named barrier over `threads` threads (a multiple of 32); id 0 is __syncthreads.

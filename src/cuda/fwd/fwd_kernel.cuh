@@ -56,13 +56,13 @@ __device__ __forceinline__ float plus_offset(float x, float c) {
 
 // One S MMA k-step on a register of 4 byte codes of a key (B operand): u8 codes as f16 1024 + code (one
 // PRMT per pair), fp8 codes as their f16 values (one cvt per pair).
-template <int KV, typename T>
+template <int KV, typename T, bool HR>
 __device__ __forceinline__ void mma_codes(float (&acc)[4], const uint32_t (&qf)[4], uint32_t codes) {
   if constexpr (KV == kKvF8) {
     const uint2 h = f8x4_to_half2x2(codes);
-    mma_16816<T>(acc, qf, h.x, h.y);
+    mma_rows<T, HR>(acc, qf, h.x, h.y);
   } else {
-    mma_16816<T>(acc, qf, u8x2_biased(codes, kSelB01), u8x2_biased(codes, kSelB23));
+    mma_rows<T, HR>(acc, qf, u8x2_biased(codes, kSelB01), u8x2_biased(codes, kSelB23));
   }
 }
 
@@ -70,7 +70,7 @@ __device__ __forceinline__ void mma_codes(float (&acc)[4], const uint32_t (&qf)[
 // S = Q K^T of the slice's K half `hb` into acc (zeroed by the caller): each K fragment feeds MT MMAs.
 // u8 and fp8: one ldmatrix.x4 on raw codes covers 8 keys x 4 MMA k-steps (see load_qf for Q's matching
 // order); u8 codes become f16 1024 + code (one PRMT per pair), fp8 codes their f16 values (one cvt).
-template <int D, int MT, int kN1, int KV, typename T, typename Half, typename QFrag>
+template <int D, int MT, int kN1, int KV, typename T, bool HR, typename Half, typename QFrag>
 __device__ __forceinline__ void qk_step(float (&acc)[MT][kN1][4], const Half& hb, const QFrag& q_frag, int lane) {
   if constexpr (KV == kKvU8 || KV == kKvF8) {
     // one ldmatrix.x4 on raw codes: 8 keys x 4 MMA k-steps; each register holds 4 codes of a key
@@ -88,7 +88,7 @@ __device__ __forceinline__ void qk_step(float (&acc)[MT][kN1][4], const Half& hb
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-          for (int e = 0; e < 4; ++e) mma_codes<KV, T>(acc[mt][n], qf[mt][e], r4[e]);
+          for (int e = 0; e < 4; ++e) mma_codes<KV, T, HR>(acc[mt][n], qf[mt][e], r4[e]);
       }
     }
     if constexpr (D % 64 != 0) {  // D = 96: the last 32 codes of a key by one ldmatrix.x2 (2 k-steps)
@@ -101,7 +101,10 @@ __device__ __forceinline__ void qk_step(float (&acc)[MT][kN1][4], const Half& hb
         uint32_t r2[2];
         ldmatrix_x2(r2, &hb.kv[n * 8 + (lane % 8)][(ks + (lane / 8) % 2) * 16]);
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) mma_codes<KV, T>(acc[mt][n], qf[mt][0], r2[0]), mma_codes<KV, T>(acc[mt][n], qf[mt][1], r2[1]);
+        for (int mt = 0; mt < MT; ++mt) {
+          mma_codes<KV, T, HR>(acc[mt][n], qf[mt][0], r2[0]);
+          mma_codes<KV, T, HR>(acc[mt][n], qf[mt][1], r2[1]);
+        }
       }
     }
   } else {
@@ -118,8 +121,8 @@ __device__ __forceinline__ void qk_step(float (&acc)[MT][kN1][4], const Half& hb
         ldmatrix_x4(b, &hb.kv[n * 8 + (lane % 8)][ks * 16 + (lane / 8) * 8]);
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
-          mma_16816<T>(acc[mt][n], qf[mt][0], b[0], b[1]);
-          mma_16816<T>(acc[mt][n], qf[mt][1], b[2], b[3]);
+          mma_rows<T, HR>(acc[mt][n], qf[mt][0], b[0], b[1]);
+          mma_rows<T, HR>(acc[mt][n], qf[mt][1], b[2], b[3]);
         }
       }
     }
@@ -133,14 +136,14 @@ __device__ __forceinline__ void qk_step(float (&acc)[MT][kN1][4], const Half& hb
         uint32_t b[2];
         ldmatrix_x2(b, &hb.kv[n * 8 + (lane % 8)][ks * 16 + ((lane / 8) % 2) * 8]);
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt) mma_16816<T>(acc[mt][n], qf[mt], b[0], b[1]);
+        for (int mt = 0; mt < MT; ++mt) mma_rows<T, HR>(acc[mt][n], qf[mt], b[0], b[1]);
       }
     }
   }
 }
 
 // O += P V of the slice's V half `hb` (each V fragment feeds MT MMAs); pa: P as the A fragments.
-template <int D, int MT, int kK3, int KV, typename T, typename Half>
+template <int D, int MT, int kK3, int KV, typename T, bool HR, typename Half>
 __device__ __forceinline__ void value_step(float (&o)[MT][D / 8][4], const uint32_t (&pa)[MT][kK3][4], const Half& hb,
                                            int lane, uint32_t k64) {
   constexpr int kN3 = D / 8;  // O n-tiles
@@ -171,10 +174,10 @@ __device__ __forceinline__ void value_step(float (&o)[MT][D / 8][4], const uint3
         }
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
-          mma_16816<T>(o[mt][4 * b + 0], pa[mt][kk], v0, v1);
-          mma_16816<T>(o[mt][4 * b + 1], pa[mt][kk], v2, v3);
-          mma_16816<T>(o[mt][4 * b + 2], pa[mt][kk], v4, v5);
-          mma_16816<T>(o[mt][4 * b + 3], pa[mt][kk], v6, v7);
+          mma_rows<T, HR>(o[mt][4 * b + 0], pa[mt][kk], v0, v1);
+          mma_rows<T, HR>(o[mt][4 * b + 1], pa[mt][kk], v2, v3);
+          mma_rows<T, HR>(o[mt][4 * b + 2], pa[mt][kk], v4, v5);
+          mma_rows<T, HR>(o[mt][4 * b + 3], pa[mt][kk], v6, v7);
         }
       }
     } else {
@@ -184,8 +187,8 @@ __device__ __forceinline__ void value_step(float (&o)[MT][D / 8][4], const uint3
         ldmatrix_x4_trans(b, &hb.kv[key][(n + lane / 16) * 8]);
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
-          mma_16816<T>(o[mt][n], pa[mt][kk], b[0], b[1]);
-          mma_16816<T>(o[mt][n + 1], pa[mt][kk], b[2], b[3]);
+          mma_rows<T, HR>(o[mt][n], pa[mt][kk], b[0], b[1]);
+          mma_rows<T, HR>(o[mt][n + 1], pa[mt][kk], b[2], b[3]);
         }
       }
     }
@@ -269,12 +272,13 @@ __device__ __forceinline__ void write_rows(const FwdParams& P, const planner::Wo
 // summed before the softmax, measured 0.98-1.01x in run s4a; the variant lived until 5a4d0c0.)
 // PAD: the call's key or value head size (P.Dk, P.Dv) is below D (zero columns past it; see load_half).
 // WKV: the key groups (FwdTraits; 4 at RT = 2: Options::deterministic's layout).
-template <int D, int KV, int RT, int MT = 1, bool PAD = false, int WKV = 0>
-__global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTraits<D, KV, RT, MT, WKV>::kMinCtas)
+template <int D, int KV, int RT, int MT = 1, bool PAD = false, int WKV = 0, bool HR = false>
+__global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV, HR>::kThreads,
+                                  FwdTraits<D, KV, RT, MT, WKV, HR>::kMinCtas)
     fwd_kernel(const __grid_constant__ FwdParams P, const int item_offset) {
-  using Tr = FwdTraits<D, KV, RT, MT, WKV>;
+  using Tr = FwdTraits<D, KV, RT, MT, WKV, HR>;
   using T = typename Tr::T;
-  using Smem = SharedStorage<D, KV, RT, MT, WKV>;
+  using Smem = SharedStorage<D, KV, RT, MT, WKV, HR>;
   constexpr int kWarps = Tr::kWarps;
   constexpr int kThreads = Tr::kThreads;
   constexpr int kKPW = Tr::kKPW;
@@ -286,7 +290,10 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
   constexpr int kK3 = kKPW / 16;  // PV k-steps (16 keys) per warp
   constexpr int kN3 = D / 8;      // O n-tiles per warp
   // Q stays in registers at D <= 128 (one row tile per warp); else it is re-read from shared memory.
+  // (HR at D = 256 with Q in registers, 2 per k-step: f16 254 registers against 200, sm_90a)
   constexpr bool kQRegs = D <= 128 && MT == 1;
+  // The thread's rows per row tile: lane/4 and lane/4 + 8 (hf = 0, 1); HR: lane/4 only (mma_16816_top).
+  constexpr int kHF = HR ? 1 : 2;
 
   extern __shared__ __align__(16) uint8_t smem_raw[];
   Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
@@ -409,7 +416,8 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
       f[2] = u.z;
       f[3] = u.w;
     } else {
-      ldmatrix_x4(f, &sm.u.s.q[r0 + (lane % 16)][ks * 16 + (lane / 16) * 8]);
+      // (HR: the rows 8-15 registers f[1], f[3] are not used; their addresses repeat rows 0-7)
+      ldmatrix_x4(f, &sm.u.s.q[r0 + (lane % (HR ? 8 : 16))][ks * 16 + (lane / 16) * 8]);
     }
   };
   uint32_t qreg[kQRegs ? D / 16 : 1][4];
@@ -434,7 +442,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
+    for (int hf = 0; hf < kHF; ++hf) {
       const int r = (wq * MT + mt) * 16 + lane / 4 + 8 * hf;
       const bool valid = r < rows;
       const int t = w.t0 + (valid ? r / G : 0);
@@ -473,7 +481,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
+    for (int hf = 0; hf < kHF; ++hf) {
       row_m[mt][hf] = -INFINITY;
       row_l[mt][hf] = row_c[mt][hf] = 0.0f;
     }
@@ -512,7 +520,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-      for (int hf = 0; hf < 2; ++hf) {
+      for (int hf = 0; hf < kHF; ++hf) {
         fm[mt][hf] = row_m[mt][hf] - vexp(mt, hf);
         fl[mt][hf] = row_l[mt][hf];
         fc[mt][hf] = row_c[mt][hf];
@@ -536,7 +544,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
 #pragma unroll
     for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-      for (int hf = 0; hf < 2; ++hf) {
+      for (int hf = 0; hf < kHF; ++hf) {
         const int r = (wq * MT + mt) * 16 + lane / 4 + 8 * hf;
         float M = -INFINITY;
 #pragma unroll
@@ -557,7 +565,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-        for (int hf = 0; hf < 2; ++hf) {
+        for (int hf = 0; hf < kHF; ++hf) {
           const int r = (wq * MT + mt) * 16 + lane / 4 + 8 * hf;
           if (r >= rows) continue;
           const float cz = kU8 ? fc[mt][hf] : 0.0f;
@@ -632,7 +640,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
         for (int n = 0; n < kN1; ++n)
 #pragma unroll
           for (int e = 0; e < 4; ++e) acc[mt][n][e] = 0.0f;
-      qk_step<D, MT, kN1, KV, T>(acc, hb, q_frag, lane);
+      qk_step<D, MT, kN1, KV, T, HR>(acc, hb, q_frag, lane);
       // scores (log2 units) with masks; element (n, e): row hf = e / 2, key js + n*8 + 2*(lane%4) + e%2
       const bool interior = js + kKPW <= w.kv_end && js + kKPW <= past + w.t0 + 1 &&
                             (P.sliding_window == 0 || js >= past + w.t0 + w.nt - P.sliding_window) &&
@@ -654,7 +662,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
             kbias = make_float2(fmaf(-kU8Bias, kscale.x, kmin.x), fmaf(-kU8Bias, kscale.y, kmin.y));
           }
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
+          for (int e = 0; e < 2 * kHF; ++e) {
             const int hf = e / 2;
             const int j = js + kc + (e % 2);
             float raw = acc[mt][n][e];
@@ -727,17 +735,17 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
             for (int n = 0; n < kN1; ++n) {
               const float2 vs = __half22float2(*reinterpret_cast<const __half2*>(&hb.par[2][n * 8 + 2 * (lane % 4)]));
 #pragma unroll
-              for (int e = 0; e < 4; ++e)
+              for (int e = 0; e < 2 * kHF; ++e)
                 if (acc[mt][n][e] != -INFINITY) vsmax[e / 2] = fmaxf(vsmax[e / 2], e % 2 ? vs.y : vs.x);
             }
 #pragma unroll
-            for (int hf = 0; hf < 2; ++hf) {
+            for (int hf = 0; hf < kHF; ++hf) {
               vsmax[hf] = fmaxf(vsmax[hf], __shfl_xor_sync(0xffffffffu, vsmax[hf], 1));
               vsmax[hf] = fmaxf(vsmax[hf], __shfl_xor_sync(0xffffffffu, vsmax[hf], 2));
             }
           }
 #pragma unroll
-          for (int hf = 0; hf < 2; ++hf) {
+          for (int hf = 0; hf < kHF; ++hf) {
             if (vsmax[hf] > 0.0f) {  // else (no key seen, or scales all 0: constant rows) E stays
               const float e = u8_value_exp(vsmax[hf]);
               if (vexp(mt, hf) > e || vexp(mt, hf) < e - 8.0f) {
@@ -747,9 +755,9 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
             }
           }
         }
-        float alpha[2], ref[2];
+        float alpha[2] = {1.0f, 1.0f}, ref[2];
 #pragma unroll
-        for (int hf = 0; hf < 2; ++hf) {
+        for (int hf = 0; hf < kHF; ++hf) {
           mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 1));
           mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 2));
           // the reference moves only when the slice's max passes it by more than stale_log2 (see row_m)
@@ -772,7 +780,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
           }
           float p[4];
 #pragma unroll
-          for (int e = 0; e < 4; ++e) {
+          for (int e = 0; e < 2 * kHF; ++e) {
             const int hf = e / 2;
             const float pe = acc[mt][n][e] == -INFINITY ? 0.0f : fast_exp2(acc[mt][n][e] - ref[hf]);
             sum[hf] += pe;
@@ -786,10 +794,10 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
           }
           // accumulator (n) -> A fragment of k-step n/2: registers {0,1} from even n, {2,3} from odd n
           pa[mt][n / 2][(n % 2) * 2 + 0] = pack2<T>(p[0], p[1]);
-          pa[mt][n / 2][(n % 2) * 2 + 1] = pack2<T>(p[2], p[3]);
+          if constexpr (!HR) pa[mt][n / 2][(n % 2) * 2 + 1] = pack2<T>(p[2], p[3]);
         }
 #pragma unroll
-        for (int hf = 0; hf < 2; ++hf) {
+        for (int hf = 0; hf < kHF; ++hf) {
           row_l[mt][hf] = row_l[mt][hf] * alpha[hf] + sum[hf];
           row_c[mt][hf] = row_c[mt][hf] * alpha[hf] + cz[hf];
         }
@@ -798,8 +806,10 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
           for (int n = 0; n < kN3; ++n) {
             o[mt][n][0] *= alpha[0];
             o[mt][n][1] *= alpha[0];
-            o[mt][n][2] *= alpha[1];
-            o[mt][n][3] *= alpha[1];
+            if constexpr (!HR) {
+              o[mt][n][2] *= alpha[1];
+              o[mt][n][3] *= alpha[1];
+            }
           }
         }
       }
@@ -811,7 +821,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
     issue(2 * it + kStages);
     if (active) {
       const auto& hb = sm.u.s.ring[wkv][(2 * it + 1) % kStages];
-      value_step<D, MT, kK3, KV, T>(o, pa, hb, lane, k64);
+      value_step<D, MT, kK3, KV, T, HR>(o, pa, hb, lane, k64);
     }
     if constexpr (kFlush) {
       if (flush_tiles > 0 && (it + 1) % flush_tiles == 0 && it + 1 < n_tiles) {
@@ -821,7 +831,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-          for (int hf = 0; hf < 2; ++hf) {
+          for (int hf = 0; hf < kHF; ++hf) {
             row_m[mt][hf] = -INFINITY;
             row_l[mt][hf] = row_c[mt][hf] = 0.0f;
             vexp(mt, hf) = 0.0f;
@@ -843,7 +853,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
+    for (int hf = 0; hf < kHF; ++hf) {
       row_m[mt][hf] -= vexp(mt, hf);
 #pragma unroll
       for (int x = 1; x <= 2; x *= 2) {
@@ -861,7 +871,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
     for (int mt = 0; mt < MT; ++mt) {
       const int r0 = (wq * MT + mt) * 16 + lane / 4;
       sm.ml[wkv][r0] = make_float2(row_m[mt][0], row_l[mt][0]);
-      sm.ml[wkv][r0 + 8] = make_float2(row_m[mt][1], row_l[mt][1]);
+      if constexpr (!HR) sm.ml[wkv][r0 + 8] = make_float2(row_m[mt][1], row_l[mt][1]);
     }
   }
   __syncthreads();
@@ -869,7 +879,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV>::kThreads, FwdTr
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
+    for (int hf = 0; hf < kHF; ++hf) {
       const int r = (wq * MT + mt) * 16 + lane / 4 + 8 * hf;
       if (r >= rows) continue;
       float M = -INFINITY;

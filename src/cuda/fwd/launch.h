@@ -38,7 +38,15 @@ struct KernelChoice {
                            // PAD variants, no Hopper kernel
   bool invariant = false;  // Options::deterministic: 1- and 2-row-tile chunks on fwd_kernel's WKV = 4 layout
                            // (the 1-row-tile variant's key groups, and the partition flush), no Hopper kernel
+  bool hr = false;         // every chunk has <= 8 rows: the 1-row-tile chunks on fwd_kernel's HR variant
+                           // (where has_hr_kernels; tuning::half_rows; not with pad or invariant)
 };
+
+// The (width, KV kind) pairs with fwd_kernel HR variants (chunks of <= 8 rows; FwdTraits): the ones
+// tuning::half_rows takes.
+constexpr bool has_hr_kernels(int D, int kv) {
+  return (kv == kKvU8 && (D == 64 || D == 128 || D == 256)) || (kv == kKvF8 && D == 64);
+}
 
 // The widths with Hopper kernels (wg_kernel: swizzled 64-column operand blocks); at 80, 96, 112 and 192
 // every chunk runs on fwd_kernel.

@@ -52,8 +52,12 @@ struct KvTraits<kKvF8> {
 // arithmetic (its slices, their order, the group merge) is the same as in a chunk of <= 16 rows
 // (docs/design.md, "Invariant rows"); at RT = 1 the 1-row-tile layout itself. Both carry fwd_kernel's
 // partition flush (WorkItem::part), which the default mode's variants do not compile.
-template <int D, int KV, int RT, int MT = 1, int WKV = 0>
+// HR: chunks of at most 8 rows (G x T <= 8: a G = 4 decode or 2-token verify) on the 1-row-tile layout
+// with the MMAs' top halves only (mma_16816_top): half the accumulator and Q registers, and the rows
+// 8-15 of each tile neither scored nor rescaled.
+template <int D, int KV, int RT, int MT = 1, int WKV = 0, bool HR = false>
 struct FwdTraits {
+  static_assert(!HR || (RT == 1 && MT == 1 && WKV == 0), "HR: the default 1-row-tile layout");
   static_assert(MT == 1 || (MT == 2 && RT == 8 && D <= 128 && (KV == kKvF16 || KV == kKvBF16)),
                 "MT = 2: 8 row tiles, D <= 128, f16/bf16 KV");
   static_assert(WKV == 0 || (WKV == 4 && RT <= 2 && MT == 1), "WKV = 4: 1 or 2 row tiles");
@@ -62,7 +66,8 @@ struct FwdTraits {
   static constexpr bool kU8 = KV == kKvU8;  // affine codes: per-key parameters, folded around the MMAs
   static constexpr bool kF8 = KV == kKvF8;  // e4m3 codes: one scale per kv head, folded into S and O
   static constexpr bool kBytes = kU8 || kF8;  // one-byte codes: their shared-memory rows and fragment order
-  static constexpr int kRows = RT * 16;
+  static constexpr int kRows = HR ? 8 : RT * 16;  // query rows a CTA holds
+  static constexpr int kQRows = RT * 16;          // rows of the Q area (the byte codes' pair units span 16)
   static constexpr int kWQ = RT / MT;                     // warps along rows (MT 16-row tiles each)
   static constexpr int kWKV = WKV > 0 ? WKV : RT == 1 ? 4 : RT == 2 ? 2 : 1;  // key groups (8 row tiles: 8 warps, one group)
   static constexpr int kWarps = kWQ * kWKV;
@@ -81,15 +86,20 @@ struct FwdTraits {
   // the SM's shared memory (4 ring stages). Against 3 per SM (H100, run x4b): <= 16 rows 0.89-1.03x the
   // time at 32k (median 0.906), 0.90-0.99x at 128k, 8k level; fp8 was not faster at 128k (1.019x).
   static constexpr bool kFourCtas = D == 64 && kU8 && RT == 1 && WKV == 0;
-  static constexpr int kMinCtas = kOneCta ? 1 : kFourCtas ? 4 : 2;  // __launch_bounds__ occupancy hint
   static constexpr int kLdQ = D + 8;                      // Q row (elements)
   static constexpr int kLdKV = kBytes ? D + 16 : D + 8;   // K/V row (cache elements)
   static constexpr int kParBytes = (kU8 ? 4 : 1) * kKPW * 2;  // u8: key scale, key min, value scale, value min
   static constexpr int kHalfBytes = kKPW * kLdKV * static_cast<int>(sizeof(C)) + kParBytes;
-  static constexpr int kQBytes = kRows * kLdQ * static_cast<int>(sizeof(T));
+  static constexpr int kQBytes = kQRows * kLdQ * static_cast<int>(sizeof(T));
   static constexpr int kFixed = kQBytes + kRows * 4 + kWKV * kRows * 8 + 128;
+  // HR variants: 3 CTAs per SM at D = 64 (u8: 4, kFourCtas), as its one-byte 16-row variants reach by their
+  // registers, else 2. At 3 per SM (168 registers) ptxas spilled in the key loop at D = 128 (u8 80 bytes)
+  // and D = 256 (u8 120), so the registers HR frees do not buy a third CTA there.
+  static constexpr int kHrCtas = D <= 64 ? 3 : 2;
+  static constexpr int kMinCtas = kOneCta ? 1 : kFourCtas ? 4 : HR ? kHrCtas : 2;  // __launch_bounds__ occupancy hint
   static constexpr int kBudget = kOneCta     ? 227 * 1024   // one CTA per SM (8-warp variants)
                                  : kFourCtas ? 55 * 1024    // four
+                                 : HR        ? 227 * 1024 / kHrCtas - 1024  // HR: 3 (or 2)
                                              : 113 * 1024;  // two
   static constexpr int kFit = (kBudget - kFixed) / (kWKV * kHalfBytes);
   static constexpr int kFullStages = kFit > 6 ? 6 : kFit;
@@ -134,18 +144,24 @@ struct FwdTraits {
                 "native widths: multiples of 16 (byte codes: of 32; docs/design.md, \"Head sizes\")");
 };
 
+// K or V rows of one group slice; the K half of a u8 cache also carries all 4 parameters. (Its own
+// template: the HR variants share the gather's code, load_half, with the variant of 16 rows.)
 template <int D, int KV, int RT, int MT = 1, int WKV = 0>
-struct SharedStorage {
+struct KvHalf {
   using Tr = FwdTraits<D, KV, RT, MT, WKV>;
+  alignas(16) typename Tr::C kv[Tr::kKPW][Tr::kLdKV];
+  alignas(16) uint16_t par[Tr::kU8 ? 4 : 1][Tr::kKPW];
+};
+
+template <int D, int KV, int RT, int MT = 1, int WKV = 0, bool HR = false>
+struct SharedStorage {
+  using Tr = FwdTraits<D, KV, RT, MT, WKV, HR>;
   using T = typename Tr::T;
   using C = typename Tr::C;
-  struct Half {  // K or V rows of one group slice; the K half of a u8 cache also carries all 4 parameters
-    alignas(16) C kv[Tr::kKPW][Tr::kLdKV];
-    alignas(16) uint16_t par[Tr::kU8 ? 4 : 1][Tr::kKPW];
-  };
+  using Half = KvHalf<D, KV, RT, MT, WKV>;
   struct Stream {
     Half ring[Tr::kWKV][Tr::kStages];
-    alignas(16) T q[Tr::kRows][Tr::kLdQ];
+    alignas(16) T q[Tr::kQRows][Tr::kLdQ];
   };
   struct StreamStaged : Stream {  // FwdTraits::kFlushOwn: the partition flush's own area
     alignas(16) float stage[Tr::kWKV][Tr::kRows][Tr::kFlushLd];
