@@ -40,7 +40,7 @@ Overrides parse_overrides(const std::function<const char*(const char*)>& getenv)
   o.min_partition = min_part >= 64 && min_part <= 4096 && min_part % 64 == 0 ? min_part : 0;
   if (const char* e = getenv("PAGEDATTN_SHORT_WAVE"); e != nullptr && e[0] >= '0' && e[0] <= '8' && e[1] == '\0')
     o.short_wave = e[0] - '0';
-  o.half_rows = is("PAGEDATTN_HALF_ROWS", "0") ? 0 : is("PAGEDATTN_HALF_ROWS", "1") ? 1 : -1;
+  o.half_rows = !is("PAGEDATTN_HALF_ROWS", "0");
   o.deterministic_rows = is("PAGEDATTN_DETERMINISTIC_ROWS", "16") ? 16 : 0;
   return o;
 }
@@ -274,9 +274,9 @@ int short_wave_ctas_per_sm(int head_size, KvKind kv, int occupancy, bool above_1
 // The 32 x 8k batch (G = 8, T = 1: 8 rows): u8 0.980 / 0.988 / 1.005 (D = 64 / 128 / 256), fp8 D = 64 0.998.
 // So u8 at every head size and fp8 at D = 64 take it.
 bool half_rows(int head_size, KvKind kv, bool deterministic, const Overrides& o) {
+  if (deterministic || !o.half_rows) return false;
   const bool width = head_size == 64 || head_size == 128 || head_size == 256;
-  if (deterministic || o.half_rows == 0 || !width || kv == KvKind::f16) return false;
-  return o.half_rows == 1 || kv == KvKind::u8 || head_size == 64;
+  return width && (kv == KvKind::u8 || (kv == KvKind::fp8 && head_size == 64));
 }
 
 int min_partition(int head_size, KvKind kv, bool mid_rows, const Overrides& o) {

@@ -34,8 +34,8 @@ struct Overrides {
   int short_wave = -1;        // PAGEDATTN_SHORT_WAVE=0: no short-partition wave (short_wave_ctas_per_sm());
                               // =N (1-8): N CTAs per SM there (where fewer than the wave's), every head size and
                               // cache kind; -1 unset
-  int half_rows = -1;         // PAGEDATTN_HALF_ROWS=0/1: calls of <= 8 rows per sequence on the 16-row
-                              // variant / on the HR variant for both one-byte kinds (half_rows()); -1 unset
+  bool half_rows = true;      // PAGEDATTN_HALF_ROWS=0: calls of <= 8 rows per sequence keep the 16-row
+                              // variant (half_rows())
   int deterministic_rows = 0;  // PAGEDATTN_DETERMINISTIC_ROWS=16: deterministic mode's 17-32-row chunks as
                                // 16-row chunks at G <= 16 (the layout of devices without the 8-warp
                                // variant's memory); 0 unset
@@ -110,9 +110,8 @@ bool wide_chunks(int head_size, int key_tile, bool wide_fits, const Overrides& o
 
 /// Whether a call whose sequences all have <= 8 rows per kv head (G x T <= 8) runs its chunks on fwd_kernel's
 /// HR variant (the MMAs' top halves: KernelChoice::hr): u8 caches at D = 64, 128, 256 and fp8 at D = 64
-/// (launch.h's has_hr_kernels: the one-byte kinds at those widths); not in deterministic mode (its one
-/// layout) or with a padded head size. PAGEDATTN_HALF_ROWS=0 turns it off, =1 on for u8 and fp8 at D = 64,
-/// 128, 256.
+/// (the instantiated ones, launch.h's has_hr_kernels); not in deterministic mode (its one layout) or with a
+/// padded head size. PAGEDATTN_HALF_ROWS=0 turns it off.
 bool half_rows(int head_size, KvKind kv, bool deterministic, const Overrides& o);
 
 /// The least keys per partition (planner::Inputs::min_partition), where the planner's one-wave rule would

@@ -106,18 +106,6 @@ TEST(Cuda, HalfRowsRandom) {
   lng.group_sizes = {4, 8};
   lng.max_tokens = 1;
   run_suite("half-rows-long", lng, base_seed() + 3720000, 24);
-  // PAGEDATTN_HALF_ROWS=1: fp8 at D = 128 and 256 on it too
-  EnvGuard all("PAGEDATTN_HALF_ROWS", "1");
-  CaseConfig wide = cfg;
-  wide.kv_precisions = {KVPrecision::fp8};
-  wide.head_sizes = {128, 256};
-  wide.group_sizes = {4};
-  wide.max_tokens = 2;
-  for (int d : {128, 256}) {
-    one.head_sizes = {d};
-    expect_launched(one, 1, 2, base_seed() + 3700002 + d, 128, "hr");
-  }
-  run_suite("half-rows-fp8-wide", wide, base_seed() + 3730000, 40);
 }
 
 // Chunks of 33-64 rows on the key-split Hopper kernel (wg_kernel's SPLIT, "wgs<keys>"): two

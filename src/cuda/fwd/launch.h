@@ -42,10 +42,10 @@ struct KernelChoice {
                            // (where has_hr_kernels; tuning::half_rows; not with pad or invariant)
 };
 
-// The (width, KV kind) pairs with fwd_kernel HR variants (chunks of <= 8 rows; FwdTraits): the one-byte
-// kinds at D = 64, 128, 256 (tuning::half_rows picks among them).
+// The (width, KV kind) pairs with fwd_kernel HR variants (chunks of <= 8 rows; FwdTraits): the ones
+// tuning::half_rows takes.
 constexpr bool has_hr_kernels(int D, int kv) {
-  return (kv == kKvU8 || kv == kKvF8) && (D == 64 || D == 128 || D == 256);
+  return (kv == kKvU8 && (D == 64 || D == 128 || D == 256)) || (kv == kKvF8 && D == 64);
 }
 
 // The widths with Hopper kernels (wg_kernel: swizzled 64-column operand blocks); at 80, 96, 112 and 192
