@@ -94,6 +94,20 @@ TEST(Cuda, HalfRowsRandom) {
   one.kv_precisions = {KVPrecision::fp8};
   one.head_sizes = {64};
   expect_launched(one, 1, 2, base_seed() + 3700001, 128, "hr");
+  // a call with a sequence of 9-16 rows (or more) keeps every chunk off it, its <= 8-row ones included
+  CaseConfig mixed = cfg;
+  mixed.kv_precisions = {KVPrecision::u8};
+  mixed.group_sizes = {4};
+  mixed.min_seqs = mixed.max_seqs = 4;
+  mixed.max_tokens = 4;
+  for (int i = 0; i < 8; ++i) {
+    const uint64_t seed = base_seed() + 3700100 + i;
+    const Case c = make_random_case(seed, mixed);
+    int most = 0;
+    for (int s = 0; s < c.num_seqs; ++s) most = std::max(most, c.subsequence_begins[s + 1] - c.subsequence_begins[s]);
+    for (const PlanInfo::Launch& l : plan_info(mixed, seed, Options{Backend::cuda}).launches)
+      EXPECT_EQ(l.variant == "hr", most * 4 <= 8) << "seed " << seed << ", longest sequence " << most << " tokens";
+  }
   const int bands[4][2] = {{1, 8}, {2, 4}, {4, 2}, {8, 1}};  // G, the most tokens
   for (int b = 0; b < 4; ++b) {
     CaseConfig band = cfg;

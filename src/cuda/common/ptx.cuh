@@ -71,8 +71,9 @@ __device__ __forceinline__ void mma_16816<__nv_bfloat16>(float (&d)[4], const ui
 
 // The top half of mma_16816: rows 0-7 of A (a[0], a[2]) and of D (d[0], d[1]); rows 8-15 of A are
 // zero and their outputs are discarded (scratch registers that die at once), so d[2], d[3] are neither
-// read nor written: a caller's accumulator arrays keep 2 live registers per n-tile, not 4. For chunks of
-// at most 8 rows (fwd_kernel's HR variants).
+// read nor written and a caller's accumulators for rows 8-15 are dead (ptxas spends most of the registers
+// this frees on its schedule: fwd_kernel u8 D = 256 218 -> 196, D = 64 125 -> 128 at 4 CTAs per SM). For
+// chunks of at most 8 rows (fwd_kernel's HR variants).
 template <typename T>
 __device__ __forceinline__ void mma_16816_top(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   float x2, x3;

@@ -376,7 +376,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV, HR>::kThreads,
   // registers {Q[g][4i..4i+1], Q[g+8][4i..4i+1], Q[g][4i+2..4i+3], Q[g+8][4i+2..4i+3]}: one 16-byte
   // load per fragment and no register moves (two 8-byte loads into a fragment cost 4 moves each, ~10%
   // of the u8 D = 256 key loop, which re-reads Q every slice). Unit i of pair p sits at i ^ 4 when p is
-  // odd, so the two pairs a quarter warp reads lie in different banks. kRows * 2D bytes: within q.
+  // odd, so the two pairs a quarter warp reads lie in different banks. kQRows * 2D bytes: within q.
   auto q_unit = [&](int p, int i) {
     return reinterpret_cast<uint32_t*>(reinterpret_cast<uint8_t*>(&sm.u.s.q[0][0]) + p * (4 * D) +
                                        (i ^ ((p & 1) << 2)) * 16);

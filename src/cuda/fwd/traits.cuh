@@ -53,8 +53,8 @@ struct KvTraits<kKvF8> {
 // (docs/design.md, "Invariant rows"); at RT = 1 the 1-row-tile layout itself. Both carry fwd_kernel's
 // partition flush (WorkItem::part), which the default mode's variants do not compile.
 // HR: chunks of at most 8 rows (G x T <= 8: a G = 4 decode or 2-token verify) on the 1-row-tile layout
-// with the MMAs' top halves only (mma_16816_top): half the accumulator and Q registers, and the rows
-// 8-15 of each tile neither scored nor rescaled.
+// with the MMAs' top halves only (mma_16816_top): the accumulators and Q fragments of rows 8-15 dead, and
+// those rows neither scored nor rescaled.
 template <int D, int KV, int RT, int MT = 1, int WKV = 0, bool HR = false>
 struct FwdTraits {
   static_assert(!HR || (RT == 1 && MT == 1 && WKV == 0), "HR: the default 1-row-tile layout");
