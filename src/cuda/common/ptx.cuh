@@ -73,7 +73,8 @@ __device__ __forceinline__ void mma_16816<__nv_bfloat16>(float (&d)[4], const ui
 // zero and their outputs are discarded (scratch registers that die at once), so d[2], d[3] are neither
 // read nor written and a caller's accumulators for rows 8-15 are dead (ptxas spends most of the registers
 // this frees on its schedule: fwd_kernel u8 D = 256 218 -> 196, D = 64 125 -> 128 at 4 CTAs per SM). For
-// chunks of at most 8 rows (fwd_kernel's HR variants).
+// chunks of at most 8 rows (fwd_kernel's HR variants). (Its own asm: mma_16816 on a copied accumulator
+// and zeroed rows gave the u8 HR kernels other machine code than runs hr1 / hr2 measured, bench/sass_same.sh.)
 template <typename T>
 __device__ __forceinline__ void mma_16816_top(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   float x2, x3;
