@@ -329,7 +329,8 @@ class CudaPlan final : public detail::PlanImpl {
     // 0.93x at 8k T=8 but 1.15-1.33x slower at 32k/128k (runs s4a, s7d); a sequence's chunks over one
     // partition adjacent in the grid, 1.00x on the chunk scenario.)
     wl_ = planner::make_plan(in);
-    if (choice_.hr)  // (the HR variant holds 8 rows: shared-memory arrays of 8; max_rows above keeps every chunk there)
+    // (the HR variant holds 8 rows: shared-memory arrays of 8; max_rows above keeps every chunk there)
+    if (choice_.hr)
       for (const planner::WorkItem& w : wl_.items)
         if (w.row_tiles == 1 && int64_t{w.nt} * G_ > 8)
           throw std::logic_error("pagedattn: a chunk of " + std::to_string(int64_t{w.nt} * G_) +
