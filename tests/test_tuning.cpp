@@ -94,6 +94,20 @@ TEST(Tuning, HalfRows) {
   EXPECT_FALSE(half_rows(64, K::u8, true, none));
   EXPECT_FALSE(half_rows(64, K::u8, false, parse({{"PAGEDATTN_HALF_ROWS", "0"}})));
 }
+// fwd_kernel's KT variant: fp8 only, off in deterministic mode; PAGEDATTN_KEYS_ON_M=1 / 0, unset off.
+TEST(Tuning, KeysOnM) {
+  using K = KvKind;
+  const Overrides none = parse({}), on = parse({{"PAGEDATTN_KEYS_ON_M", "1"}});
+  EXPECT_EQ(none.keys_on_m, -1);
+  EXPECT_EQ(parse({{"PAGEDATTN_KEYS_ON_M", "3"}}).keys_on_m, -1);
+  EXPECT_EQ(parse({{"PAGEDATTN_KEYS_ON_M", "0"}}).keys_on_m, 0);
+  EXPECT_EQ(keys_on_m(K::fp8, false, none), 0);
+  EXPECT_EQ(keys_on_m(K::fp8, false, on), 1);
+  EXPECT_EQ(keys_on_m(K::fp8, false, parse({{"PAGEDATTN_KEYS_ON_M", "2"}})), 2);
+  EXPECT_EQ(keys_on_m(K::fp8, true, on), 0);
+  EXPECT_EQ(keys_on_m(K::u8, false, on), 0);
+  EXPECT_EQ(keys_on_m(K::f16, false, on), 0);
+}
 TEST(Tuning, OverridesParsed) {
   const Overrides o = parse({{"PAGEDATTN_EARLY_READS", "0"}, {"PAGEDATTN_STALE_MAX", "0"},
                              {"PAGEDATTN_PREFILL_MT2", "0"}, {"PAGEDATTN_WGMMA_U8", "0"}, {"PAGEDATTN_WGMMA", "64"},

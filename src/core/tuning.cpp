@@ -41,6 +41,10 @@ Overrides parse_overrides(const std::function<const char*(const char*)>& getenv)
   if (const char* e = getenv("PAGEDATTN_SHORT_WAVE"); e != nullptr && e[0] >= '0' && e[0] <= '8' && e[1] == '\0')
     o.short_wave = e[0] - '0';
   o.half_rows = !is("PAGEDATTN_HALF_ROWS", "0");
+  o.keys_on_m = is("PAGEDATTN_KEYS_ON_M", "0")   ? 0
+                : is("PAGEDATTN_KEYS_ON_M", "1") ? 1
+                : is("PAGEDATTN_KEYS_ON_M", "2") ? 2
+                                                 : -1;
   o.deterministic_rows = is("PAGEDATTN_DETERMINISTIC_ROWS", "16") ? 16 : 0;
   return o;
 }
@@ -277,6 +281,11 @@ bool half_rows(int head_size, KvKind kv, bool deterministic, const Overrides& o)
   if (deterministic || !o.half_rows) return false;
   const bool width = head_size == 64 || head_size == 128 || head_size == 256;
   return width && (kv == KvKind::u8 || (kv == KvKind::fp8 && head_size == 64));
+}
+
+int keys_on_m(KvKind kv, bool deterministic, const Overrides& o) {
+  if (deterministic || kv != KvKind::fp8) return 0;
+  return o.keys_on_m > 0 ? o.keys_on_m : 0;
 }
 
 int min_partition(int head_size, KvKind kv, bool mid_rows, const Overrides& o) {

@@ -304,6 +304,8 @@ class CudaPlan final : public detail::PlanImpl {
     // every sequence of <= 8 rows, so every chunk (a sequence of <= 16 rows is one chunk): the HR variant
     choice_.hr = max_rows <= 8 && !choice_.pad && has_hr_kernels(D_, kv_) &&
                  tuning::half_rows(D_, kind, opt.deterministic, env);
+    choice_.kt =
+        max_rows <= 8 && !choice_.pad && has_kt_kernels(D_, kv_) ? tuning::keys_on_m(kind, opt.deterministic, env) : 0;
     in.ctas_per_sm = fwd_kernel_info(D_, kv_, 1, choice_).ctas_per_sm();
     in.short_ctas_per_sm =
         tuning::short_wave_ctas_per_sm(D_, kind, in.ctas_per_sm, above_16_rows, opt.deterministic, env);
@@ -329,8 +331,9 @@ class CudaPlan final : public detail::PlanImpl {
     // 0.93x at 8k T=8 but 1.15-1.33x slower at 32k/128k (runs s4a, s7d); a sequence's chunks over one
     // partition adjacent in the grid, 1.00x on the chunk scenario.)
     wl_ = planner::make_plan(in);
-    // (the HR variant holds 8 rows: shared-memory arrays of 8; max_rows above keeps every chunk there)
-    if (choice_.hr)
+    // (the HR and KT variants hold 8 rows: shared-memory arrays of 8; max_rows above keeps every chunk
+    // there)
+    if (choice_.hr || choice_.kt)
       for (const planner::WorkItem& w : wl_.items)
         if (w.row_tiles == 1 && int64_t{w.nt} * G_ > 8)
           throw std::logic_error("pagedattn: a chunk of " + std::to_string(int64_t{w.nt} * G_) +

@@ -122,6 +122,51 @@ TEST(Cuda, HalfRowsRandom) {
   run_suite("half-rows-long", lng, base_seed() + 3720000, 24);
 }
 
+// fp8 calls whose chunks all have <= 8 rows on fwd_kernel's KT variant (keys as the MMAs' M dimension:
+// S^T = K Q^T, O^T = V^T P^T; KernelChoice::kt) at D = 64, 128, 256, at both CTA counts
+// (PAGEDATTN_KEYS_ON_M=1: "kt", =2: "kt+"): the bands of HalfRowsRandom (chains and trees, window,
+// ALiBi, sinks, scores), long contexts, and calls with a sequence of 9+ rows, which keep every chunk off it.
+TEST(Cuda, KeysOnMRandom) {
+  REQUIRE_GPU();
+  for (int k = 1; k <= 2; ++k) {
+    EnvGuard on("PAGEDATTN_KEYS_ON_M", std::to_string(k).c_str());
+    const std::string variant = k == 1 ? "kt" : "kt+";
+    const uint64_t seed0 = base_seed() + 3730000 + 100000 * k;
+    CaseConfig cfg = few_query_config();
+    cfg.kv_precisions = {KVPrecision::fp8};
+    CaseConfig one = cfg;
+    one.group_sizes = {4};
+    for (int d : {64, 128, 256}) {
+      one.head_sizes = {d};
+      expect_launched(one, 1, 2, seed0 + d, 128, variant.c_str());
+    }
+    CaseConfig mixed = cfg;
+    mixed.group_sizes = {4};
+    mixed.min_seqs = mixed.max_seqs = 4;
+    mixed.max_tokens = 4;
+    for (int i = 0; i < 8; ++i) {
+      const uint64_t seed = seed0 + 1000 + i;
+      const Case c = make_random_case(seed, mixed);
+      int most = 0;
+      for (int s = 0; s < c.num_seqs; ++s) most = std::max(most, c.subsequence_begins[s + 1] - c.subsequence_begins[s]);
+      for (const PlanInfo::Launch& l : plan_info(mixed, seed, Options{Backend::cuda}).launches)
+        EXPECT_EQ(l.variant == variant, most * 4 <= 8) << "seed " << seed << ", longest sequence " << most << " tokens";
+    }
+    const int bands[4][2] = {{1, 8}, {2, 4}, {4, 2}, {8, 1}};  // G, the most tokens
+    for (int b = 0; b < 4; ++b) {
+      CaseConfig band = cfg;
+      band.group_sizes = {bands[b][0]};
+      band.max_tokens = bands[b][1];
+      run_suite((variant + "-g" + std::to_string(bands[b][0])).c_str(), band, seed0 + 10000 + 1000 * b, 40);
+    }
+    CaseConfig lng = long_context_config(4000, 20000, 40000);
+    lng.kv_precisions = cfg.kv_precisions;
+    lng.group_sizes = {4, 8};
+    lng.max_tokens = 1;
+    run_suite((variant + "-long").c_str(), lng, seed0 + 20000, 16);
+  }
+}
+
 // Chunks of 33-64 rows on the key-split Hopper kernel (wg_kernel's SPLIT, "wgs<keys>"): two
 // warpgroups over alternate key tiles of one 64-row tile, combined at the end; f16/bf16 at every head
 // size. Chains and trees, G up to 16 (the few-query cases: chunks of <= 64 rows; those of 33-64 rows

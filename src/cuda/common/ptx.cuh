@@ -97,6 +97,14 @@ __device__ __forceinline__ void mma_rows(float (&d)[4], const uint32_t (&a)[4], 
     mma_16816<T>(d, a, b0, b1);
 }
 
+// The transpose of an 8x8 matrix of 16-bit elements held as an MMA accumulator fragment (lane l: row l / 4,
+// columns 2 (l % 4), +1): afterwards lane l holds row l / 4 of the transpose, i.e. column l / 4 of the input.
+__device__ __forceinline__ uint32_t movmatrix_trans(uint32_t x) {
+  uint32_t r;
+  asm("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(r) : "r"(x));
+  return r;
+}
+
 // Named barrier over `threads` threads (a multiple of 32); id 0 is __syncthreads.
 __device__ __forceinline__ void named_barrier(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");

@@ -66,6 +66,10 @@ __device__ __forceinline__ void mma_codes(float (&acc)[4], const uint32_t (&qf)[
   }
 }
 
+// A register of ldmatrix.trans on fp8 codes, (d, d + 1) of key k then of key k + 1, as f16 pairs of the two
+// keys at d (x) and at d + 1 (y): one PRMT (bytes 0, 2 low, 1, 3 high) and one cvt per pair.
+__device__ __forceinline__ uint2 f8_key_pairs(uint32_t r) { return f8x4_to_half2x2(__byte_perm(r, 0u, 0x3120u)); }
+
 // --- the key loop's named steps (fwd_kernel, per slice of a key group) ----------------------------------
 // S = Q K^T of the slice's K half `hb` into acc (zeroed by the caller): each K fragment feeds MT MMAs.
 // u8 and fp8: one ldmatrix.x4 on raw codes covers 8 keys x 4 MMA k-steps (see load_qf for Q's matching
@@ -152,18 +156,15 @@ __device__ __forceinline__ void value_step(float (&o)[MT][D / 8][4], const uint3
     const int key = kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
     if constexpr (KV == kKvU8 || KV == kKvF8) {
       // ldmatrix.trans on raw codes: a register holds codes (d, d+1) of keys (k, k+1); split into an
-      // even-d and an odd-d n-tile: n-tile 4b+{0,1,2,3} holds d = 32b + {0,1,16,17} + 2 * col.
-      // (fp8: one PRMT puts bytes 0, 2 in the low and 1, 3 in the high half, then one cvt per half.)
+      // even-d and an odd-d n-tile: n-tile 4b+{0,1,2,3} holds d = 32b + {0,1,16,17} + 2 * col (f8_key_pairs).
 #pragma unroll
       for (int b = 0; b < D / 32; ++b) {
         uint32_t r4[4];
         ldmatrix_x4_trans(r4, &hb.kv[key][32 * b + (lane / 16) * 16]);
         uint32_t v0, v1, v2, v3, v4, v5, v6, v7;
         if constexpr (KV == kKvF8) {
-          const uint2 h0 = f8x4_to_half2x2(__byte_perm(r4[0], 0u, 0x3120u));
-          const uint2 h1 = f8x4_to_half2x2(__byte_perm(r4[1], 0u, 0x3120u));
-          const uint2 h2 = f8x4_to_half2x2(__byte_perm(r4[2], 0u, 0x3120u));
-          const uint2 h3 = f8x4_to_half2x2(__byte_perm(r4[3], 0u, 0x3120u));
+          const uint2 h0 = f8_key_pairs(r4[0]), h1 = f8_key_pairs(r4[1]);
+          const uint2 h2 = f8_key_pairs(r4[2]), h3 = f8_key_pairs(r4[3]);
           v0 = h0.x, v1 = h1.x, v2 = h0.y, v3 = h1.y;
           v4 = h2.x, v5 = h3.x, v6 = h2.y, v7 = h3.y;
         } else {
@@ -191,6 +192,67 @@ __device__ __forceinline__ void value_step(float (&o)[MT][D / 8][4], const uint3
           mma_rows<T, HR>(o[mt][n + 1], pa[mt][kk], b[2], b[3]);
         }
       }
+    }
+  }
+}
+
+// --- KT: keys as the MMAs' M dimension (fp8 chunks of <= 8 rows) ------------------------------------
+// S^T = K Q^T and O^T = V^T P^T: a 16-key m-tile of codes is the A operand, the chunk's 8 rows the n8
+// columns, so every MMA does useful work for 16 keys where the 16-row variants' top halves (HR) did for 8:
+// half the MMAs of S and of P V. Lane l holds keys l / 4 and l / 4 + 8 of an S^T tile for rows
+// 2 (l % 4) and + 1; P^T reaches the B operand of P V through one movmatrix per 8 keys.
+// S^T of the slice's K half: m-tile mk is keys 16 mk .. + 15; one ldmatrix.x4 on raw codes covers its
+// 16 keys x 2 k-steps (a register: 4 codes of one key, in load_qf's head-dim order, so that Q's B
+// fragment of k-step ks is 8 consecutive bytes of its row: qt[ks]). D = 256 (one m-tile) sums its
+// 16 k-steps in two chains.
+template <int D, int kMK, typename Half>
+__device__ __forceinline__ void kt_qk_step(float (&acc)[kMK][4], const Half& hb, const uint32_t (&qt)[D / 16][2],
+                                           int lane) {
+  constexpr int kChains = kMK == 1 ? 2 : 1;
+  float part[kMK][kChains][4];
+#pragma unroll
+  for (int mk = 0; mk < kMK; ++mk)
+#pragma unroll
+    for (int c = 0; c < kChains; ++c)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) part[mk][c][e] = 0.0f;
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ks += 2) {
+#pragma unroll
+    for (int mk = 0; mk < kMK; ++mk) {
+      uint32_t r4[4];  // keys 0-7 / 8-15 of the m-tile at k-step ks, then at ks + 1
+      ldmatrix_x4(r4, &hb.kv[16 * mk + (lane % 8) + ((lane / 8) % 2) * 8][(ks + lane / 16) * 16]);
+      const uint2 h0 = f8x4_to_half2x2(r4[0]), h1 = f8x4_to_half2x2(r4[1]);
+      const uint2 h2 = f8x4_to_half2x2(r4[2]), h3 = f8x4_to_half2x2(r4[3]);
+      const uint32_t a0[4] = {h0.x, h1.x, h0.y, h1.y}, a1[4] = {h2.x, h3.x, h2.y, h3.y};
+      mma_16816<__half>(part[mk][0], a0, qt[ks][0], qt[ks][1]);
+      mma_16816<__half>(part[mk][kChains - 1], a1, qt[ks + 1][0], qt[ks + 1][1]);
+    }
+  }
+#pragma unroll
+  for (int mk = 0; mk < kMK; ++mk)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc[mk][e] = kChains == 2 ? part[mk][0][e] + part[mk][kChains - 1][e] : part[mk][0][e];
+}
+
+// O^T += V^T P^T of the slice's V half: ldmatrix.trans on raw codes, key pairs at d and at d + 1 from each
+// register (f8_key_pairs). O^T tile n (= 2 b + y) holds head dims 32 b + 16 y + 2 (l / 4) (elements 0, 1)
+// and + 1 (elements 2, 3), for rows 2 (l % 4) (elements 0, 2) and + 1 (1, 3).
+template <int D, int kK3, typename Half>
+__device__ __forceinline__ void kt_value_step(float (&o)[D / 16][4], const uint32_t (&pb)[kK3][2], const Half& hb,
+                                              int lane) {
+#pragma unroll
+  for (int kk = 0; kk < kK3; ++kk) {
+    const int key = kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
+#pragma unroll
+    for (int b = 0; b < D / 32; ++b) {
+      uint32_t r4[4];
+      ldmatrix_x4_trans(r4, &hb.kv[key][32 * b + (lane / 16) * 16]);
+      const uint2 h0 = f8_key_pairs(r4[0]), h1 = f8_key_pairs(r4[1]);
+      const uint2 h2 = f8_key_pairs(r4[2]), h3 = f8_key_pairs(r4[3]);
+      const uint32_t ax[4] = {h0.x, h0.y, h1.x, h1.y}, ay[4] = {h2.x, h2.y, h3.x, h3.y};
+      mma_16816<__half>(o[2 * b], ax, pb[kk][0], pb[kk][1]);
+      mma_16816<__half>(o[2 * b + 1], ay, pb[kk][0], pb[kk][1]);
     }
   }
 }
@@ -272,13 +334,16 @@ __device__ __forceinline__ void write_rows(const FwdParams& P, const planner::Wo
 // summed before the softmax, measured 0.98-1.01x in run s4a; the variant lived until 5a4d0c0.)
 // PAD: the call's key or value head size (P.Dk, P.Dv) is below D (zero columns past it; see load_half).
 // WKV: the key groups (FwdTraits; 4 at RT = 2: Options::deterministic's layout).
-template <int D, int KV, int RT, int MT = 1, bool PAD = false, int WKV = 0, bool HR = false>
-__global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV, HR>::kThreads,
-                                  FwdTraits<D, KV, RT, MT, WKV, HR>::kMinCtas)
+// KT: keys as the MMAs' M dimension (kt_qk_step; fp8 chunks of <= 8 rows, on the HR variant's layout) at
+// KT CTAs per SM; 0: off.
+template <int D, int KV, int RT, int MT = 1, bool PAD = false, int WKV = 0, bool HR = false, int KT = 0>
+__global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV, HR, KT>::kThreads,
+                                  FwdTraits<D, KV, RT, MT, WKV, HR, KT>::kMinCtas)
     fwd_kernel(const __grid_constant__ FwdParams P, const int item_offset) {
-  using Tr = FwdTraits<D, KV, RT, MT, WKV, HR>;
+  using Tr = FwdTraits<D, KV, RT, MT, WKV, HR, KT>;
   using T = typename Tr::T;
-  using Smem = SharedStorage<D, KV, RT, MT, WKV, HR>;
+  using Smem = SharedStorage<D, KV, RT, MT, WKV, HR, KT>;
+  static_assert(!KT || (HR && KV == kKvF8), "KT: fp8 on the HR variant's layout");
   constexpr int kWarps = Tr::kWarps;
   constexpr int kThreads = Tr::kThreads;
   constexpr int kKPW = Tr::kKPW;
@@ -288,12 +353,13 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV, HR>::kThreads,
   constexpr bool kBytes = Tr::kBytes;  // u8 or fp8 codes: their Q order and O columns
   constexpr int kN1 = kKPW / 8;   // S n-tiles (8 keys) per warp
   constexpr int kK3 = kKPW / 16;  // PV k-steps (16 keys) per warp
-  constexpr int kN3 = D / 8;      // O n-tiles per warp
+  constexpr int kN3 = KT ? D / 16 : D / 8;  // O n-tiles per warp (KT: O^T m-tiles)
   // Q stays in registers at D <= 128 (one row tile per warp); else it is re-read from shared memory.
   // (HR at D = 256 with Q in registers, 2 per k-step: f16 254 registers against 200, sm_90a)
-  constexpr bool kQRegs = D <= 128 && MT == 1;
-  // The thread's rows per row tile: lane/4 and lane/4 + 8 (hf = 0, 1); HR: lane/4 only (mma_16816_top).
-  constexpr int kHF = HR ? 1 : 2;
+  constexpr bool kQRegs = !KT && D <= 128 && MT == 1;
+  // The thread's rows per row tile: lane/4 and lane/4 + 8 (hf = 0, 1); HR: lane/4 only (mma_16816_top);
+  // KT: 2 (lane % 4) and + 1.
+  constexpr int kHF = HR && !KT ? 1 : 2;
 
   extern __shared__ __align__(16) uint8_t smem_raw[];
   Smem& sm = *reinterpret_cast<Smem*>(smem_raw);
@@ -305,6 +371,9 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV, HR>::kThreads,
   const int hk = blockIdx.y;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int wq = warp % Tr::kWQ, wkv = warp / Tr::kWQ;  // row-tile slot (tiles wq*MT ..), key group
+  auto thread_row = [&](int mt, int hf) {
+    return KT ? 2 * (lane % 4) + hf : (wq * MT + mt) * 16 + lane / 4 + 8 * hf;
+  };
   const int gtid = tid % Tr::kGroupThreads;
   auto group_sync = [&]() {
     if constexpr (Tr::kWQ == 1) {
@@ -421,6 +490,15 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV, HR>::kThreads,
     }
   };
   uint32_t qreg[kQRegs ? D / 16 : 1][4];
+  uint32_t qt[KT ? D / 16 : 1][2];  // KT: Q's B fragments (row lane / 4, 8 bytes per k-step; see kt_qk_step)
+  if constexpr (KT) {
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+      const uint2 u = *reinterpret_cast<const uint2*>(&sm.u.s.q[lane / 4][16 * ks + 4 * (lane % 4)]);
+      qt[ks][0] = u.x;
+      qt[ks][1] = u.y;
+    }
+  }
   if constexpr (kQRegs) {
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) load_qf(qreg[ks], 0, ks);
@@ -443,7 +521,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV, HR>::kThreads,
   for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
     for (int hf = 0; hf < kHF; ++hf) {
-      const int r = (wq * MT + mt) * 16 + lane / 4 + 8 * hf;
+      const int r = thread_row(mt, hf);
       const bool valid = r < rows;
       const int t = w.t0 + (valid ? r / G : 0);
       const int h = hk * G + (valid ? r % G : 0);
@@ -489,6 +567,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV, HR>::kThreads,
     for (int n = 0; n < kN3; ++n) o[mt][n][0] = o[mt][n][1] = o[mt][n][2] = o[mt][n][3] = 0.0f;
   }
   uint32_t pa[MT][kK3][4];  // P of the slice as A fragments of the PV MMAs
+  uint32_t pb[KT ? kK3 : 1][2];  // KT: P^T as B fragments
 
   // 0x64 (the high byte of the f16 1024 + code) from a kernel parameter, so the compiler cannot fold
   // it: with a literal, ptxas takes the PRMT form with the selector in a register and re-creates the
@@ -633,182 +712,251 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV, HR>::kThreads,
     issue(2 * it + kStages - 1);
     if (active) {
       const auto& hb = sm.u.s.ring[wkv][(2 * it) % kStages];
-      float acc[MT][kN1][4];
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-        for (int n = 0; n < kN1; ++n)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) acc[mt][n][e] = 0.0f;
-      qk_step<D, MT, kN1, KV, T, HR>(acc, hb, q_frag, lane);
-      // scores (log2 units) with masks; element (n, e): row hf = e / 2, key js + n*8 + 2*(lane%4) + e%2
-      const bool interior = js + kKPW <= w.kv_end && js + kKPW <= past + w.t0 + 1 &&
-                            (P.sliding_window == 0 || js >= past + w.t0 + w.nt - P.sliding_window) &&
-                            (P.qq_bias == nullptr || js + kKPW <= past);
-      // kPlain: an interior slice without ALiBi, the common case: a score is one multiply (and the
-      // padding-row select); the general pass masks per key and adds the ALiBi term. Two unrolled
-      // copies, chosen per slice (group-uniform), so the plain one has no per-key branches.
-      auto score_pass = [&](auto plain, int mt, float (&mx)[2]) {
-        constexpr bool kPlain = decltype(plain)::value;
-#pragma unroll
-        for (int n = 0; n < kN1; ++n) {
-          const int kc = n * 8 + 2 * (lane % 4);  // key within the slice (and its neighbour kc + 1)
-          // u8: s = kscale * acc + (kmin - 1024 kscale) * sum(q), acc over codes biased by 1024 (two
-          // operations per score, as with the zero point; the bias cancels as it did there)
-          float2 kscale = make_float2(1.0f, 1.0f), kbias = make_float2(0.0f, 0.0f);
-          if constexpr (kU8) {
-            kscale = __half22float2(*reinterpret_cast<const __half2*>(&hb.par[0][kc]));
-            const float2 kmin = __half22float2(*reinterpret_cast<const __half2*>(&hb.par[1][kc]));
-            kbias = make_float2(fmaf(-kU8Bias, kscale.x, kmin.x), fmaf(-kU8Bias, kscale.y, kmin.y));
-          }
-#pragma unroll
-          for (int e = 0; e < 2 * kHF; ++e) {
-            const int hf = e / 2;
-            const int j = js + kc + (e % 2);
-            float raw = acc[mt][n][e];
-            if constexpr (kU8)
-              raw = fmaf(e % 2 ? kscale.y : kscale.x, raw, (e % 2 ? kbias.y : kbias.x) * row_qsum[mt][hf]);
-            float sv;
-            if constexpr (kPlain) {
-              sv = row_valid[mt][hf] ? raw * s_log2 : -INFINITY;
-            } else {
-              const bool vis = row_valid[mt][hf] && j < w.kv_end && j <= row_qpos[mt][hf] && j >= row_lo[mt][hf] &&
-                               (row_qq[mt][hf] == nullptr || j < past || row_qq[mt][hf][j - past] != 0);
-              sv = vis ? raw * s_log2 + row_slope2[mt][hf] * static_cast<float>(j - row_qpos[mt][hf])
-                       : -INFINITY;
-            }
-            acc[mt][n][e] = sv;
-            mx[hf] = fmaxf(mx[hf], sv);
-          }
-        }
-      };
-      const bool plain = interior && P.alibi == nullptr;
-      // u8: E (u8_value_exp) from the largest value scale of the keys in flight; it moves only when that
-      // scale leaves [2^0, 2^9) at the current E, and de joins the softmax's alpha.
-      // kRowExp: each row's own E, from the keys it sees in the slice. In an interior slice every row sees
-      // every key: one max over the slice (the quad's lanes hold every key, so after two shuffles it is
-      // warp-uniform); elsewhere each row's max over its visible keys, so a row's E does not depend on
-      // keys only other rows see (a verify row takes its decode's E steps: Options::deterministic).
-      // Else one E per slice from its keys before kv_end (warp-uniform).
-      float vs_slice = 0.0f, de_w = 0.0f;
-      if constexpr (kU8) {
-        if (!kRowExp || interior) {
-          __half2 vs2 = __float2half2_rn(0.0f);
-          if (js + kKPW <= w.kv_end) {
-#pragma unroll
-            for (int n = 0; n < kN1; ++n)  // NaN (unwritten) scales lose to any number in __hmax2
-              vs2 = __hmax2(vs2, *reinterpret_cast<const __half2*>(&hb.par[2][n * 8 + 2 * (lane % 4)]));
-          } else {  // slots past the partition's end may be unwritten (NaN, or stale scales): not counted
-#pragma unroll
-            for (int n = 0; n < kN1; ++n) {
-              const int kc = n * 8 + 2 * (lane % 4);
-              const __half2 v = *reinterpret_cast<const __half2*>(&hb.par[2][kc]);
-              vs2 = __hmax2(vs2, __halves2half2(js + kc < w.kv_end ? __low2half(v) : __float2half(0.0f),
-                                                 js + kc + 1 < w.kv_end ? __high2half(v) : __float2half(0.0f)));
-            }
-          }
-          vs_slice = fmaxf(__low2float(vs2), __high2float(vs2));
-          vs_slice = fmaxf(vs_slice, __shfl_xor_sync(0xffffffffu, vs_slice, 1));
-          vs_slice = fmaxf(vs_slice, __shfl_xor_sync(0xffffffffu, vs_slice, 2));
-        }
-        if (!kRowExp && vs_slice > 0.0f) {  // else (scales all 0: constant rows, or zero-filled window rows) E stays
-          const float e = u8_value_exp(vs_slice);
-          if (vexp(0, 0) > e || vexp(0, 0) < e - 8.0f) {
-            de_w = e - vexp(0, 0);
-            vexp(0, 0) = e;
-          }
-        }
-      }
-#pragma unroll
-      for (int mt = 0; mt < MT; ++mt) {
+      if constexpr (KT) {
+        // element (mk, e) of S^T: key js + 16 mk + lane / 4 + 8 (e / 2), row 2 (lane % 4) + e % 2
+        float acc[kK3][4];
+        kt_qk_step<D, kK3>(acc, hb, qt, lane);
+        const bool plain = P.alibi == nullptr && js + kKPW <= w.kv_end && js + kKPW <= past + w.t0 + 1 &&
+                           (P.sliding_window == 0 || js >= past + w.t0 + w.nt - P.sliding_window) &&
+                           (P.qq_bias == nullptr || js + kKPW <= past);
         float mx[2] = {-INFINITY, -INFINITY};
+        auto score_pass = [&](auto plain_c) {
+          constexpr bool kPlain = decltype(plain_c)::value;
+#pragma unroll
+          for (int mk = 0; mk < kK3; ++mk)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              const int hf = e % 2, j = js + 16 * mk + lane / 4 + 8 * (e / 2);
+              float sv;
+              if constexpr (kPlain) {
+                sv = row_valid[0][hf] ? acc[mk][e] * s_log2 : -INFINITY;
+              } else {
+                const bool vis = row_valid[0][hf] && j < w.kv_end && j <= row_qpos[0][hf] && j >= row_lo[0][hf] &&
+                                 (row_qq[0][hf] == nullptr || j < past || row_qq[0][hf][j - past] != 0);
+                sv = vis ? acc[mk][e] * s_log2 + row_slope2[0][hf] * static_cast<float>(j - row_qpos[0][hf])
+                         : -INFINITY;
+              }
+              acc[mk][e] = sv;
+              mx[hf] = fmaxf(mx[hf], sv);
+            }
+        };
         if (plain)
-          score_pass(std::true_type{}, mt, mx);
+          score_pass(std::true_type{});
         else
-          score_pass(std::false_type{}, mt, mx);
-        float de[2] = {de_w, de_w};
-        if constexpr (kRowExp) {
-          float vsmax[2] = {vs_slice, vs_slice};
-          if (!interior) {  // visible keys only (a masked key's score is -inf; its scale may be NaN)
-            vsmax[0] = vsmax[1] = 0.0f;
+          score_pass(std::false_type{});
+        // A row's keys lie across the 8 lanes of its lane % 4. The reference moves only where a slice max
+        // passes it by more than stale_log2 (see row_m): one vote, and the butterfly only then.
+        float alpha[2] = {1.0f, 1.0f};
+        if (__any_sync(0xffffffffu, mx[0] > row_m[0][0] + stale || mx[1] > row_m[0][1] + stale)) {
 #pragma unroll
-            for (int n = 0; n < kN1; ++n) {
-              const float2 vs = __half22float2(*reinterpret_cast<const __half2*>(&hb.par[2][n * 8 + 2 * (lane % 4)]));
+          for (int hf = 0; hf < 2; ++hf) {
 #pragma unroll
-              for (int e = 0; e < 2 * kHF; ++e)
-                if (acc[mt][n][e] != -INFINITY) vsmax[e / 2] = fmaxf(vsmax[e / 2], e % 2 ? vs.y : vs.x);
+            for (int x = 4; x <= 16; x *= 2) mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], x));
+            const float m_old = row_m[0][hf];
+            const float m_new = mx[hf] > m_old + stale ? mx[hf] : m_old;
+            alpha[hf] = m_new != m_old && m_old != -INFINITY ? fast_exp2(m_old - m_new) : 1.0f;
+            row_m[0][hf] = m_new;
+          }
+        }
+        float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int mk = 0; mk < kK3; ++mk) {
+          float p[4];
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            p[e] = acc[mk][e] == -INFINITY ? 0.0f : fast_exp2(acc[mk][e] - row_m[0][e % 2]);
+            sum[e % 2] += p[e];
+          }
+          // (key g: rows 2t, 2t + 1) pairs -> B fragments (keys 2t, 2t + 1 of row g), 8 keys per movmatrix
+          pb[mk][0] = movmatrix_trans(pack2<T>(p[0], p[1]));
+          pb[mk][1] = movmatrix_trans(pack2<T>(p[2], p[3]));
+        }
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) row_l[0][hf] = row_l[0][hf] * alpha[hf] + sum[hf];
+        if (!__all_sync(0xffffffffu, alpha[0] == 1.0f && alpha[1] == 1.0f)) {
+#pragma unroll
+          for (int n = 0; n < kN3; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) o[0][n][e] *= alpha[e % 2];
+        }
+      } else {
+        float acc[MT][kN1][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+          for (int n = 0; n < kN1; ++n)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[mt][n][e] = 0.0f;
+        qk_step<D, MT, kN1, KV, T, HR>(acc, hb, q_frag, lane);
+        // scores (log2 units) with masks; element (n, e): row hf = e / 2, key js + n*8 + 2*(lane%4) + e%2
+        const bool interior = js + kKPW <= w.kv_end && js + kKPW <= past + w.t0 + 1 &&
+                              (P.sliding_window == 0 || js >= past + w.t0 + w.nt - P.sliding_window) &&
+                              (P.qq_bias == nullptr || js + kKPW <= past);
+        // kPlain: an interior slice without ALiBi, the common case: a score is one multiply (and the
+        // padding-row select); the general pass masks per key and adds the ALiBi term. Two unrolled
+        // copies, chosen per slice (group-uniform), so the plain one has no per-key branches.
+        auto score_pass = [&](auto plain, int mt, float (&mx)[2]) {
+          constexpr bool kPlain = decltype(plain)::value;
+#pragma unroll
+          for (int n = 0; n < kN1; ++n) {
+            const int kc = n * 8 + 2 * (lane % 4);  // key within the slice (and its neighbour kc + 1)
+            // u8: s = kscale * acc + (kmin - 1024 kscale) * sum(q), acc over codes biased by 1024 (two
+            // operations per score, as with the zero point; the bias cancels as it did there)
+            float2 kscale = make_float2(1.0f, 1.0f), kbias = make_float2(0.0f, 0.0f);
+            if constexpr (kU8) {
+              kscale = __half22float2(*reinterpret_cast<const __half2*>(&hb.par[0][kc]));
+              const float2 kmin = __half22float2(*reinterpret_cast<const __half2*>(&hb.par[1][kc]));
+              kbias = make_float2(fmaf(-kU8Bias, kscale.x, kmin.x), fmaf(-kU8Bias, kscale.y, kmin.y));
+            }
+#pragma unroll
+            for (int e = 0; e < 2 * kHF; ++e) {
+              const int hf = e / 2;
+              const int j = js + kc + (e % 2);
+              float raw = acc[mt][n][e];
+              if constexpr (kU8)
+                raw = fmaf(e % 2 ? kscale.y : kscale.x, raw, (e % 2 ? kbias.y : kbias.x) * row_qsum[mt][hf]);
+              float sv;
+              if constexpr (kPlain) {
+                sv = row_valid[mt][hf] ? raw * s_log2 : -INFINITY;
+              } else {
+                const bool vis = row_valid[mt][hf] && j < w.kv_end && j <= row_qpos[mt][hf] && j >= row_lo[mt][hf] &&
+                                 (row_qq[mt][hf] == nullptr || j < past || row_qq[mt][hf][j - past] != 0);
+                sv = vis ? raw * s_log2 + row_slope2[mt][hf] * static_cast<float>(j - row_qpos[mt][hf])
+                         : -INFINITY;
+              }
+              acc[mt][n][e] = sv;
+              mx[hf] = fmaxf(mx[hf], sv);
+            }
+          }
+        };
+        const bool plain = interior && P.alibi == nullptr;
+        // u8: E (u8_value_exp) from the largest value scale of the keys in flight; it moves only when that
+        // scale leaves [2^0, 2^9) at the current E, and de joins the softmax's alpha.
+        // kRowExp: each row's own E, from the keys it sees in the slice. In an interior slice every row sees
+        // every key: one max over the slice (the quad's lanes hold every key, so after two shuffles it is
+        // warp-uniform); elsewhere each row's max over its visible keys, so a row's E does not depend on
+        // keys only other rows see (a verify row takes its decode's E steps: Options::deterministic).
+        // Else one E per slice from its keys before kv_end (warp-uniform).
+        float vs_slice = 0.0f, de_w = 0.0f;
+        if constexpr (kU8) {
+          if (!kRowExp || interior) {
+            __half2 vs2 = __float2half2_rn(0.0f);
+            if (js + kKPW <= w.kv_end) {
+#pragma unroll
+              for (int n = 0; n < kN1; ++n)  // NaN (unwritten) scales lose to any number in __hmax2
+                vs2 = __hmax2(vs2, *reinterpret_cast<const __half2*>(&hb.par[2][n * 8 + 2 * (lane % 4)]));
+            } else {  // slots past the partition's end may be unwritten (NaN, or stale scales): not counted
+#pragma unroll
+              for (int n = 0; n < kN1; ++n) {
+                const int kc = n * 8 + 2 * (lane % 4);
+                const __half2 v = *reinterpret_cast<const __half2*>(&hb.par[2][kc]);
+                vs2 = __hmax2(vs2, __halves2half2(js + kc < w.kv_end ? __low2half(v) : __float2half(0.0f),
+                                                   js + kc + 1 < w.kv_end ? __high2half(v) : __float2half(0.0f)));
+              }
+            }
+            vs_slice = fmaxf(__low2float(vs2), __high2float(vs2));
+            vs_slice = fmaxf(vs_slice, __shfl_xor_sync(0xffffffffu, vs_slice, 1));
+            vs_slice = fmaxf(vs_slice, __shfl_xor_sync(0xffffffffu, vs_slice, 2));
+          }
+          if (!kRowExp && vs_slice > 0.0f) {  // else (scales all 0: constant rows, or zero-filled window rows) E stays
+            const float e = u8_value_exp(vs_slice);
+            if (vexp(0, 0) > e || vexp(0, 0) < e - 8.0f) {
+              de_w = e - vexp(0, 0);
+              vexp(0, 0) = e;
+            }
+          }
+        }
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          float mx[2] = {-INFINITY, -INFINITY};
+          if (plain)
+            score_pass(std::true_type{}, mt, mx);
+          else
+            score_pass(std::false_type{}, mt, mx);
+          float de[2] = {de_w, de_w};
+          if constexpr (kRowExp) {
+            float vsmax[2] = {vs_slice, vs_slice};
+            if (!interior) {  // visible keys only (a masked key's score is -inf; its scale may be NaN)
+              vsmax[0] = vsmax[1] = 0.0f;
+#pragma unroll
+              for (int n = 0; n < kN1; ++n) {
+                const float2 vs = __half22float2(*reinterpret_cast<const __half2*>(&hb.par[2][n * 8 + 2 * (lane % 4)]));
+#pragma unroll
+                for (int e = 0; e < 2 * kHF; ++e)
+                  if (acc[mt][n][e] != -INFINITY) vsmax[e / 2] = fmaxf(vsmax[e / 2], e % 2 ? vs.y : vs.x);
+              }
+#pragma unroll
+              for (int hf = 0; hf < kHF; ++hf) {
+                vsmax[hf] = fmaxf(vsmax[hf], __shfl_xor_sync(0xffffffffu, vsmax[hf], 1));
+                vsmax[hf] = fmaxf(vsmax[hf], __shfl_xor_sync(0xffffffffu, vsmax[hf], 2));
+              }
             }
 #pragma unroll
             for (int hf = 0; hf < kHF; ++hf) {
-              vsmax[hf] = fmaxf(vsmax[hf], __shfl_xor_sync(0xffffffffu, vsmax[hf], 1));
-              vsmax[hf] = fmaxf(vsmax[hf], __shfl_xor_sync(0xffffffffu, vsmax[hf], 2));
-            }
-          }
-#pragma unroll
-          for (int hf = 0; hf < kHF; ++hf) {
-            if (vsmax[hf] > 0.0f) {  // else (no key seen, or scales all 0: constant rows) E stays
-              const float e = u8_value_exp(vsmax[hf]);
-              if (vexp(mt, hf) > e || vexp(mt, hf) < e - 8.0f) {
-                de[hf] = e - vexp(mt, hf);
-                vexp(mt, hf) = e;
+              if (vsmax[hf] > 0.0f) {  // else (no key seen, or scales all 0: constant rows) E stays
+                const float e = u8_value_exp(vsmax[hf]);
+                if (vexp(mt, hf) > e || vexp(mt, hf) < e - 8.0f) {
+                  de[hf] = e - vexp(mt, hf);
+                  vexp(mt, hf) = e;
+                }
               }
             }
           }
-        }
-        float alpha[2] = {1.0f, 1.0f}, ref[2];
+          float alpha[2] = {1.0f, 1.0f}, ref[2];
 #pragma unroll
-        for (int hf = 0; hf < kHF; ++hf) {
-          mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 1));
-          mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 2));
-          // the reference moves only when the slice's max passes it by more than stale_log2 (see row_m)
-          // (u8: or when E moves; the reference is m - E)
-          const float m_old = row_m[mt][hf];
-          const float m_new = mx[hf] > m_old + stale ? mx[hf] : m_old;
-          alpha[hf] = (m_new != m_old || de[hf] != 0.0f) && m_old != -INFINITY ? fast_exp2(m_old - m_new + de[hf]) : 1.0f;
-          row_m[mt][hf] = m_new;
-          ref[hf] = m_new - vexp(mt, hf);
-        }
-        float sum[2] = {0.0f, 0.0f}, cz[2] = {0.0f, 0.0f};
-#pragma unroll
-        for (int n = 0; n < kN1; ++n) {
-          const int kc = n * 8 + 2 * (lane % 4);
-          float2 vscale = make_float2(1.0f, 1.0f), vbias = make_float2(0.0f, 0.0f);
-          if constexpr (kU8) {
-            vscale = __half22float2(*reinterpret_cast<const __half2*>(&hb.par[2][kc]));
-            const float2 vmin = __half22float2(*reinterpret_cast<const __half2*>(&hb.par[3][kc]));
-            vbias = make_float2(fmaf(kU8Centre, vscale.x, vmin.x), fmaf(kU8Centre, vscale.y, vmin.y));
+          for (int hf = 0; hf < kHF; ++hf) {
+            mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 1));
+            mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 2));
+            // the reference moves only when the slice's max passes it by more than stale_log2 (see row_m)
+            // (u8: or when E moves; the reference is m - E)
+            const float m_old = row_m[mt][hf];
+            const float m_new = mx[hf] > m_old + stale ? mx[hf] : m_old;
+            alpha[hf] = (m_new != m_old || de[hf] != 0.0f) && m_old != -INFINITY ? fast_exp2(m_old - m_new + de[hf]) : 1.0f;
+            row_m[mt][hf] = m_new;
+            ref[hf] = m_new - vexp(mt, hf);
           }
-          float p[4];
+          float sum[2] = {0.0f, 0.0f}, cz[2] = {0.0f, 0.0f};
 #pragma unroll
-          for (int e = 0; e < 2 * kHF; ++e) {
-            const int hf = e / 2;
-            const float pe = acc[mt][n][e] == -INFINITY ? 0.0f : fast_exp2(acc[mt][n][e] - ref[hf]);
-            sum[hf] += pe;
+          for (int n = 0; n < kN1; ++n) {
+            const int kc = n * 8 + 2 * (lane % 4);
+            float2 vscale = make_float2(1.0f, 1.0f), vbias = make_float2(0.0f, 0.0f);
             if constexpr (kU8) {
-              // NOTE: masked keys may carry NaN parameters (unwritten slots): never multiply them
-              p[e] = pe != 0.0f ? pe * (e % 2 ? vscale.y : vscale.x) : 0.0f;  // (rounded to f16 by the pack below)
-              cz[hf] += pe != 0.0f ? pe * (e % 2 ? vbias.y : vbias.x) : 0.0f;
-            } else {
-              p[e] = pe;
+              vscale = __half22float2(*reinterpret_cast<const __half2*>(&hb.par[2][kc]));
+              const float2 vmin = __half22float2(*reinterpret_cast<const __half2*>(&hb.par[3][kc]));
+              vbias = make_float2(fmaf(kU8Centre, vscale.x, vmin.x), fmaf(kU8Centre, vscale.y, vmin.y));
             }
+            float p[4];
+#pragma unroll
+            for (int e = 0; e < 2 * kHF; ++e) {
+              const int hf = e / 2;
+              const float pe = acc[mt][n][e] == -INFINITY ? 0.0f : fast_exp2(acc[mt][n][e] - ref[hf]);
+              sum[hf] += pe;
+              if constexpr (kU8) {
+                // NOTE: masked keys may carry NaN parameters (unwritten slots): never multiply them
+                p[e] = pe != 0.0f ? pe * (e % 2 ? vscale.y : vscale.x) : 0.0f;  // (rounded to f16 by the pack below)
+                cz[hf] += pe != 0.0f ? pe * (e % 2 ? vbias.y : vbias.x) : 0.0f;
+              } else {
+                p[e] = pe;
+              }
+            }
+            // accumulator (n) -> A fragment of k-step n/2: registers {0,1} from even n, {2,3} from odd n
+            pa[mt][n / 2][(n % 2) * 2 + 0] = pack2<T>(p[0], p[1]);
+            if constexpr (!HR) pa[mt][n / 2][(n % 2) * 2 + 1] = pack2<T>(p[2], p[3]);
           }
-          // accumulator (n) -> A fragment of k-step n/2: registers {0,1} from even n, {2,3} from odd n
-          pa[mt][n / 2][(n % 2) * 2 + 0] = pack2<T>(p[0], p[1]);
-          if constexpr (!HR) pa[mt][n / 2][(n % 2) * 2 + 1] = pack2<T>(p[2], p[3]);
-        }
 #pragma unroll
-        for (int hf = 0; hf < kHF; ++hf) {
-          row_l[mt][hf] = row_l[mt][hf] * alpha[hf] + sum[hf];
-          row_c[mt][hf] = row_c[mt][hf] * alpha[hf] + cz[hf];
-        }
-        if (!__all_sync(0xffffffffu, alpha[0] == 1.0f && alpha[1] == 1.0f)) {
+          for (int hf = 0; hf < kHF; ++hf) {
+            row_l[mt][hf] = row_l[mt][hf] * alpha[hf] + sum[hf];
+            row_c[mt][hf] = row_c[mt][hf] * alpha[hf] + cz[hf];
+          }
+          if (!__all_sync(0xffffffffu, alpha[0] == 1.0f && alpha[1] == 1.0f)) {
 #pragma unroll
-          for (int n = 0; n < kN3; ++n) {
-            o[mt][n][0] *= alpha[0];
-            o[mt][n][1] *= alpha[0];
-            if constexpr (!HR) {
-              o[mt][n][2] *= alpha[1];
-              o[mt][n][3] *= alpha[1];
+            for (int n = 0; n < kN3; ++n) {
+              o[mt][n][0] *= alpha[0];
+              o[mt][n][1] *= alpha[0];
+              if constexpr (!HR) {
+                o[mt][n][2] *= alpha[1];
+                o[mt][n][3] *= alpha[1];
+              }
             }
           }
         }
@@ -821,7 +969,10 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV, HR>::kThreads,
     issue(2 * it + kStages);
     if (active) {
       const auto& hb = sm.u.s.ring[wkv][(2 * it + 1) % kStages];
-      value_step<D, MT, kK3, KV, T, HR>(o, pa, hb, lane, k64);
+      if constexpr (KT)
+        kt_value_step<D, kK3>(o[0], pb, hb, lane);
+      else
+        value_step<D, MT, kK3, KV, T, HR>(o, pa, hb, lane, k64);
     }
     if constexpr (kFlush) {
       if (flush_tiles > 0 && (it + 1) % flush_tiles == 0 && it + 1 < n_tiles) {
@@ -850,13 +1001,14 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV, HR>::kThreads,
   pdl_launch_dependents();
 
   // --- the quad's partial sums -> full row sums (u8: the reference m - E from here on) ------------
+  // (KT: a row's keys lie across the lanes of one lane % 4, not in a quad)
 #pragma unroll
   for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
     for (int hf = 0; hf < kHF; ++hf) {
       row_m[mt][hf] -= vexp(mt, hf);
 #pragma unroll
-      for (int x = 1; x <= 2; x *= 2) {
+      for (int x = KT ? 4 : 1; x <= (KT ? 16 : 2); x *= 2) {
         row_l[mt][hf] += __shfl_xor_sync(0xffffffffu, row_l[mt][hf], x);
         if constexpr (kU8) row_c[mt][hf] += __shfl_xor_sync(0xffffffffu, row_c[mt][hf], x);
       }
@@ -866,13 +1018,11 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV, HR>::kThreads,
   // Each group leaves (m, l) per row and its output scaled to the rows' common max; then all threads
   // sum the groups' outputs and write whole rows (coalesced), normalised or as a partial for the merge.
   __syncthreads();  // every group is done with its ring and with Q
-  if (lane % 4 == 0) {
+  if (KT ? lane < 4 : lane % 4 == 0) {
 #pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-      const int r0 = (wq * MT + mt) * 16 + lane / 4;
-      sm.ml[wkv][r0] = make_float2(row_m[mt][0], row_l[mt][0]);
-      if constexpr (!HR) sm.ml[wkv][r0 + 8] = make_float2(row_m[mt][1], row_l[mt][1]);
-    }
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+      for (int hf = 0; hf < kHF; ++hf) sm.ml[wkv][thread_row(mt, hf)] = make_float2(row_m[mt][hf], row_l[mt][hf]);
   }
   __syncthreads();
   if (tid < rows) row_statistics<Tr>(P, w, sm, tid, hk, G);
@@ -880,7 +1030,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV, HR>::kThreads,
   for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
     for (int hf = 0; hf < kHF; ++hf) {
-      const int r = (wq * MT + mt) * 16 + lane / 4 + 8 * hf;
+      const int r = thread_row(mt, hf);
       if (r >= rows) continue;
       float M = -INFINITY;
 #pragma unroll
@@ -890,10 +1040,15 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV, HR>::kThreads,
       auto out = [&](float x) { return plus_offset<kU8>(x, cz) * f; };
 #pragma unroll
       for (int n = 0; n < kN3; ++n) {
-        // (float4/float2 stores here measured level, run s10b)
-        const int c = o_col<kBytes>(n, lane);
-        sm.u.r.red[wkv][r][c] = out(o[mt][n][2 * hf]);
-        sm.u.r.red[wkv][r][c + (kBytes ? 2 : 1)] = out(o[mt][n][2 * hf + 1]);
+        if constexpr (KT) {  // (kt_value_step: head dims c, c + 1 in elements hf, 2 + hf)
+          const int c = 32 * (n / 2) + 16 * (n % 2) + 2 * (lane / 4);
+          *reinterpret_cast<float2*>(&sm.u.r.red[wkv][r][c]) = make_float2(out(o[mt][n][hf]), out(o[mt][n][2 + hf]));
+        } else {
+          // (float4/float2 stores here measured level, run s10b)
+          const int c = o_col<kBytes>(n, lane);
+          sm.u.r.red[wkv][r][c] = out(o[mt][n][2 * hf]);
+          sm.u.r.red[wkv][r][c + (kBytes ? 2 : 1)] = out(o[mt][n][2 * hf + 1]);
+        }
       }
     }
   }

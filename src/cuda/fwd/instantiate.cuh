@@ -13,24 +13,24 @@
 namespace pagedattn {
 namespace cuda {
 
-template <int D, int KV, int RT, int MT = 1, bool PAD = false, int WKV = 0, bool HR = false>
+template <int D, int KV, int RT, int MT = 1, bool PAD = false, int WKV = 0, bool HR = false, int KT = 0>
 struct FwdVariant {
-  using Tr = FwdTraits<D, KV, RT, MT, WKV, HR>;
-  static constexpr std::size_t kSmem = sizeof(SharedStorage<D, KV, RT, MT, WKV, HR>);
+  using Tr = FwdTraits<D, KV, RT, MT, WKV, HR, KT>;
+  static constexpr std::size_t kSmem = sizeof(SharedStorage<D, KV, RT, MT, WKV, HR, KT>);
   static_assert(kSmem <= 227 * 1024, "shared memory of one CTA exceeds the sm_90 limit");
   // NOTE: a per-device attribute: the cuda plan calls this for every variant it will launch.
   static cudaError_t prepare() {
-    return cudaFuncSetAttribute(fwd_kernel<D, KV, RT, MT, PAD, WKV, HR>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    return cudaFuncSetAttribute(fwd_kernel<D, KV, RT, MT, PAD, WKV, HR, KT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 static_cast<int>(kSmem));
   }
   static void launch(const FwdParams& P, int item_offset, int num_items, cudaStream_t stream, bool pdl) {
-    launch_ex(fwd_kernel<D, KV, RT, MT, PAD, WKV, HR>, dim3(num_items, P.Hk), dim3(Tr::kThreads), kSmem, stream, pdl, P,
-              item_offset);
+    launch_ex(fwd_kernel<D, KV, RT, MT, PAD, WKV, HR, KT>, dim3(num_items, P.Hk), dim3(Tr::kThreads), kSmem, stream, pdl,
+              P, item_offset);
   }
   static int ctas_per_sm() {
     if (prepare() != cudaSuccess) return 1;
     int n = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fwd_kernel<D, KV, RT, MT, PAD, WKV, HR>, Tr::kThreads,
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fwd_kernel<D, KV, RT, MT, PAD, WKV, HR, KT>, Tr::kThreads,
                                                       kSmem) != cudaSuccess)
       n = 1;
     return n;
@@ -47,7 +47,8 @@ struct FwdVariant {
   }
   static FwdKernelInfo info() {
     return FwdKernelInfo{&launch, &launch_write, &launch_scores, &ctas_per_sm, &prepare, kSmem, Tr::kThreads,
-                         HR       ? "hr"
+                         KT       ? (KT > Tr::kHrCtas ? "kt+" : "kt")
+                         : HR      ? "hr"
                          : MT == 2 ? "mt2"
                          : WKV     ? (RT == 1 ? (PAD ? "inv1-pad" : "inv1") : PAD ? "inv-pad" : "inv")
                          : PAD     ? "pad"
@@ -140,6 +141,11 @@ FwdKernelInfo fwd_kernel_info_kind(int rt, const KernelChoice& c) {
   }
   if constexpr (kMt2Variants) {
     if (c.mt2 && rt == 8) return FwdVariant<D, KV, 8, 2>::info();
+  }
+  if constexpr (has_kt_kernels(D, KV)) {
+    constexpr int kCtas = FwdTraits<D, KV, 1, 1, 0, true>::kHrCtas;  // (kt = 2: one CTA per SM more)
+    if (c.kt == 1 && rt == 1) return FwdVariant<D, KV, 1, 1, false, 0, true, kCtas>::info();
+    if (c.kt == 2 && rt == 1) return FwdVariant<D, KV, 1, 1, false, 0, true, kCtas + 1>::info();
   }
   if constexpr (has_hr_kernels(D, KV)) {
     if (c.hr && rt == 1) return FwdVariant<D, KV, 1, 1, false, 0, true>::info();

@@ -40,6 +40,9 @@ struct KernelChoice {
                            // (the 1-row-tile variant's key groups, and the partition flush), no Hopper kernel
   bool hr = false;         // every chunk has <= 8 rows: the 1-row-tile chunks on fwd_kernel's HR variant
                            // (where has_hr_kernels; tuning::half_rows; not with pad or invariant)
+  int kt = 0;              // the same chunks with keys as the MMAs' M dimension (fwd_kernel's KT variant;
+                           // where has_kt_kernels; tuning::keys_on_m; before hr): 1, or 2 at one CTA
+                           // per SM more; 0 off
 };
 
 // The (width, KV kind) pairs with fwd_kernel HR variants (chunks of <= 8 rows; FwdTraits): the ones
@@ -47,6 +50,10 @@ struct KernelChoice {
 constexpr bool has_hr_kernels(int D, int kv) {
   return (kv == kKvU8 && (D == 64 || D == 128 || D == 256)) || (kv == kKvF8 && D == 64);
 }
+
+// The (width, KV kind) pairs with fwd_kernel KT variants (chunks of <= 8 rows, keys as the MMAs' M
+// dimension): fp8 at D = 64, 128, 256.
+constexpr bool has_kt_kernels(int D, int kv) { return kv == kKvF8 && (D == 64 || D == 128 || D == 256); }
 
 // The widths with Hopper kernels (wg_kernel: swizzled 64-column operand blocks); at 80, 96, 112 and 192
 // every chunk runs on fwd_kernel.

@@ -55,9 +55,11 @@ struct KvTraits<kKvF8> {
 // HR: chunks of at most 8 rows (G x T <= 8: a G = 4 decode or 2-token verify) on the 1-row-tile layout
 // with the MMAs' top halves only (mma_16816_top): the accumulators and Q fragments of rows 8-15 dead, and
 // those rows neither scored nor rescaled.
-template <int D, int KV, int RT, int MT = 1, int WKV = 0, bool HR = false>
+// KT: HR's chunks with keys as the MMAs' M dimension (fwd_kernel's KT variant), at KT CTAs per SM; 0: not KT.
+template <int D, int KV, int RT, int MT = 1, int WKV = 0, bool HR = false, int KT = 0>
 struct FwdTraits {
   static_assert(!HR || (RT == 1 && MT == 1 && WKV == 0), "HR: the default 1-row-tile layout");
+  static_assert(KT == 0 || (HR && KT >= 2 && KT <= 4), "KT: on HR's layout, 2-4 CTAs per SM");
   static_assert(MT == 1 || (MT == 2 && RT == 8 && D <= 128 && (KV == kKvF16 || KV == kKvBF16)),
                 "MT = 2: 8 row tiles, D <= 128, f16/bf16 KV");
   static_assert(WKV == 0 || (WKV == 4 && RT <= 2 && MT == 1), "WKV = 4: 1 or 2 row tiles");
@@ -96,10 +98,10 @@ struct FwdTraits {
   // registers, else 2. At 3 per SM (168 registers) ptxas spilled in the key loop at D = 128 (u8 80 bytes)
   // and D = 256 (u8 120), so the registers HR frees do not buy a third CTA there.
   static constexpr int kHrCtas = D <= 64 ? 3 : 2;
-  static constexpr int kMinCtas = kOneCta ? 1 : kFourCtas ? 4 : HR ? kHrCtas : 2;  // __launch_bounds__ occupancy hint
+  static constexpr int kMinCtas = kOneCta ? 1 : kFourCtas ? 4 : KT ? KT : HR ? kHrCtas : 2;  // __launch_bounds__ occupancy hint
   static constexpr int kBudget = kOneCta     ? 227 * 1024   // one CTA per SM (8-warp variants)
                                  : kFourCtas ? 55 * 1024    // four
-                                 : HR        ? 227 * 1024 / kHrCtas - 1024  // HR: 3 (or 2)
+                                 : HR        ? 227 * 1024 / kMinCtas - 1024  // HR: 3 (or 2), KT: KT
                                              : 113 * 1024;  // two
   static constexpr int kFit = (kBudget - kFixed) / (kWKV * kHalfBytes);
   static constexpr int kFullStages = kFit > 6 ? 6 : kFit;
@@ -153,9 +155,9 @@ struct KvHalf {
   alignas(16) uint16_t par[Tr::kU8 ? 4 : 1][Tr::kKPW];
 };
 
-template <int D, int KV, int RT, int MT = 1, int WKV = 0, bool HR = false>
+template <int D, int KV, int RT, int MT = 1, int WKV = 0, bool HR = false, int KT = 0>
 struct SharedStorage {
-  using Tr = FwdTraits<D, KV, RT, MT, WKV, HR>;
+  using Tr = FwdTraits<D, KV, RT, MT, WKV, HR, KT>;
   using T = typename Tr::T;
   using C = typename Tr::C;
   using Half = KvHalf<D, KV, RT, MT, WKV>;
