@@ -203,7 +203,7 @@ __device__ __forceinline__ void value_step(float (&o)[MT][D / 8][4], const uint3
 // 2 (l % 4) and + 1; P^T reaches the B operand of P V through one movmatrix per 8 keys.
 // S^T of the slice's K half: m-tile mk is keys 16 mk .. + 15; one ldmatrix.x4 on raw codes covers its
 // 16 keys x 2 k-steps (a register: 4 codes of one key, in load_qf's head-dim order, so that Q's B
-// fragment of k-step ks is 8 consecutive bytes of its row: qt[ks]). D = 256 (one m-tile) sums its
+// fragment of k-step ks is registers 0 and 2 of load_qf's: qt[ks]). D = 256 (one m-tile) sums its
 // 16 k-steps in two chains.
 template <int D, int kMK, typename Half>
 __device__ __forceinline__ void kt_qk_step(float (&acc)[kMK][4], const Half& hb, const uint32_t (&qt)[D / 16][2],
@@ -490,13 +490,16 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV, HR, KT>::kThread
     }
   };
   uint32_t qreg[kQRegs ? D / 16 : 1][4];
-  uint32_t qt[KT ? D / 16 : 1][2];  // KT: Q's B fragments (row lane / 4, 8 bytes per k-step; see kt_qk_step)
+  // KT: Q's B fragments (row lane / 4, head dims 16 ks + 4 (lane % 4) .. + 3; see kt_qk_step): registers
+  // 0 and 2 of the 16-row A fragment
+  uint32_t qt[KT ? D / 16 : 1][2];
   if constexpr (KT) {
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
-      const uint2 u = *reinterpret_cast<const uint2*>(&sm.u.s.q[lane / 4][16 * ks + 4 * (lane % 4)]);
-      qt[ks][0] = u.x;
-      qt[ks][1] = u.y;
+      uint32_t f[4];
+      load_qf(f, 0, ks);
+      qt[ks][0] = f[0];
+      qt[ks][1] = f[2];
     }
   }
   if constexpr (kQRegs) {
