@@ -94,7 +94,7 @@ TEST(Tuning, HalfRows) {
   EXPECT_FALSE(half_rows(64, K::u8, true, none));
   EXPECT_FALSE(half_rows(64, K::u8, false, parse({{"PAGEDATTN_HALF_ROWS", "0"}})));
 }
-// fwd_kernel's KT variant: fp8 only, off in deterministic mode; PAGEDATTN_KEYS_ON_M=1 / 0, unset off.
+// fwd_kernel's KT variant: the one-byte kinds, off in deterministic mode; PAGEDATTN_KEYS_ON_M=1 / 2 / 0, unset off.
 TEST(Tuning, KeysOnM) {
   using K = KvKind;
   const Overrides none = parse({}), on = parse({{"PAGEDATTN_KEYS_ON_M", "1"}});
@@ -105,7 +105,7 @@ TEST(Tuning, KeysOnM) {
   EXPECT_EQ(keys_on_m(K::fp8, false, on), 1);
   EXPECT_EQ(keys_on_m(K::fp8, false, parse({{"PAGEDATTN_KEYS_ON_M", "2"}})), 2);
   EXPECT_EQ(keys_on_m(K::fp8, true, on), 0);
-  EXPECT_EQ(keys_on_m(K::u8, false, on), 0);
+  EXPECT_EQ(keys_on_m(K::u8, false, on), 1);
   EXPECT_EQ(keys_on_m(K::f16, false, on), 0);
 }
 TEST(Tuning, OverridesParsed) {

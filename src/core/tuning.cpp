@@ -284,7 +284,7 @@ bool half_rows(int head_size, KvKind kv, bool deterministic, const Overrides& o)
 }
 
 int keys_on_m(KvKind kv, bool deterministic, const Overrides& o) {
-  if (deterministic || kv != KvKind::fp8) return 0;
+  if (deterministic || kv == KvKind::f16) return 0;
   return o.keys_on_m > 0 ? o.keys_on_m : 0;
 }
 

@@ -36,7 +36,7 @@ struct Overrides {
                               // cache kind; -1 unset
   bool half_rows = true;      // PAGEDATTN_HALF_ROWS=0: calls of <= 8 rows per sequence keep the 16-row
                               // variant (half_rows())
-  int keys_on_m = -1;         // PAGEDATTN_KEYS_ON_M=0/1/2: fp8 calls of <= 8 rows per sequence off / on fwd_kernel's
+  int keys_on_m = -1;         // PAGEDATTN_KEYS_ON_M=0/1/2: one-byte calls of <= 8 rows per sequence off / on fwd_kernel's
                               // KT variant / on it at one CTA per SM more (keys_on_m()); -1 unset
   int deterministic_rows = 0;  // PAGEDATTN_DETERMINISTIC_ROWS=16: deterministic mode's 17-32-row chunks as
                                // 16-row chunks at G <= 16 (the layout of devices without the 8-warp
@@ -116,7 +116,7 @@ bool wide_chunks(int head_size, int key_tile, bool wide_fits, const Overrides& o
 /// padded head size. PAGEDATTN_HALF_ROWS=0 turns it off.
 bool half_rows(int head_size, KvKind kv, bool deterministic, const Overrides& o);
 /// Whether calls whose sequences all have <= 8 rows per kv head run fwd_kernel's KT variant (keys as the
-/// MMAs' M dimension: fp8 at D = 64, 128, 256, launch.h's has_kt_kernels) where it exists, as
+/// MMAs' M dimension: u8 and fp8 at D = 64, 128, 256, launch.h's has_kt_kernels) where it exists, as
 /// KernelChoice::kt (0: off; 1; 2: one CTA per SM more): never in deterministic mode;
 /// PAGEDATTN_KEYS_ON_M=0 / 1 / 2 picks; unset: off (not yet measured).
 int keys_on_m(KvKind kv, bool deterministic, const Overrides& o);

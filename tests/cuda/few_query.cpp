@@ -122,10 +122,11 @@ TEST(Cuda, HalfRowsRandom) {
   run_suite("half-rows-long", lng, base_seed() + 3720000, 24);
 }
 
-// fp8 calls whose chunks all have <= 8 rows on fwd_kernel's KT variant (keys as the MMAs' M dimension:
-// S^T = K Q^T, O^T = V^T P^T; KernelChoice::kt) at D = 64, 128, 256, at both CTA counts
-// (PAGEDATTN_KEYS_ON_M=1: "kt", =2: "kt+"): the bands of HalfRowsRandom (chains and trees, window,
-// ALiBi, sinks, scores), long contexts, and calls with a sequence of 9+ rows, which keep every chunk off it.
+// u8 and fp8 calls whose chunks all have <= 8 rows on fwd_kernel's KT variant (keys as the MMAs' M
+// dimension: S^T = K Q^T, O^T = V^T P^T; KernelChoice::kt) at D = 64, 128, 256, at both CTA counts
+// (PAGEDATTN_KEYS_ON_M=1: "kt", =2: "kt+", but u8 at D = 64, 4 per SM either way): the bands of
+// HalfRowsRandom (chains and trees, window, ALiBi, sinks, scores), long contexts, and calls with a
+// sequence of 9+ rows, which keep every chunk off it.
 TEST(Cuda, KeysOnMRandom) {
   REQUIRE_GPU();
   for (int k = 1; k <= 2; ++k) {
@@ -133,14 +134,18 @@ TEST(Cuda, KeysOnMRandom) {
     const std::string variant = k == 1 ? "kt" : "kt+";
     const uint64_t seed0 = base_seed() + 3730000 + 100000 * k;
     CaseConfig cfg = few_query_config();
-    cfg.kv_precisions = {KVPrecision::fp8};
+    cfg.kv_precisions = {KVPrecision::fp8, KVPrecision::u8};
     CaseConfig one = cfg;
     one.group_sizes = {4};
-    for (int d : {64, 128, 256}) {
-      one.head_sizes = {d};
-      expect_launched(one, 1, 2, seed0 + d, 128, variant.c_str());
+    for (KVPrecision kv : {KVPrecision::fp8, KVPrecision::u8}) {
+      one.kv_precisions = {kv};
+      for (int d : {64, 128, 256}) {
+        one.head_sizes = {d};
+        expect_launched(one, 1, 2, seed0 + d, 128, kv == KVPrecision::u8 && d == 64 ? "kt" : variant.c_str());
+      }
     }
     CaseConfig mixed = cfg;
+    mixed.kv_precisions = {KVPrecision::fp8};
     mixed.group_sizes = {4};
     mixed.min_seqs = mixed.max_seqs = 4;
     mixed.max_tokens = 4;
@@ -157,13 +162,13 @@ TEST(Cuda, KeysOnMRandom) {
       CaseConfig band = cfg;
       band.group_sizes = {bands[b][0]};
       band.max_tokens = bands[b][1];
-      run_suite((variant + "-g" + std::to_string(bands[b][0])).c_str(), band, seed0 + 10000 + 1000 * b, 40);
+      run_suite((variant + "-g" + std::to_string(bands[b][0])).c_str(), band, seed0 + 10000 + 1000 * b, 50);
     }
     CaseConfig lng = long_context_config(4000, 20000, 40000);
     lng.kv_precisions = cfg.kv_precisions;
     lng.group_sizes = {4, 8};
     lng.max_tokens = 1;
-    run_suite((variant + "-long").c_str(), lng, seed0 + 20000, 16);
+    run_suite((variant + "-long").c_str(), lng, seed0 + 20000, 20);
   }
 }
 

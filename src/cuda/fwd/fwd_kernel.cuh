@@ -205,9 +205,16 @@ __device__ __forceinline__ void value_step(float (&o)[MT][D / 8][4], const uint3
 // 16 keys x 2 k-steps (a register: 4 codes of one key, in load_qf's head-dim order, so that Q's B
 // fragment of k-step ks is registers 0 and 2 of load_qf's: qt[ks]). D = 256 (one m-tile) sums its
 // 16 k-steps in two chains.
-template <int D, int kMK, typename Half>
+template <int D, int KV, int kMK, typename Half>
 __device__ __forceinline__ void kt_qk_step(float (&acc)[kMK][4], const Half& hb, const uint32_t (&qt)[D / 16][2],
                                            int lane) {
+  // a register of 4 codes of a key -> its two A registers (k-steps 2t.. and 2t + 8..): fp8 values, u8 1024 + code
+  auto codes = [](uint32_t r) {
+    if constexpr (KV == kKvF8)
+      return f8x4_to_half2x2(r);
+    else
+      return make_uint2(u8x2_biased(r, kSelB01), u8x2_biased(r, kSelB23));
+  };
   constexpr int kChains = kMK == 1 ? 2 : 1;
   float part[kMK][kChains][4];
 #pragma unroll
@@ -222,8 +229,7 @@ __device__ __forceinline__ void kt_qk_step(float (&acc)[kMK][4], const Half& hb,
     for (int mk = 0; mk < kMK; ++mk) {
       uint32_t r4[4];  // keys 0-7 / 8-15 of the m-tile at k-step ks, then at ks + 1
       ldmatrix_x4(r4, &hb.kv[16 * mk + (lane % 8) + ((lane / 8) % 2) * 8][(ks + lane / 16) * 16]);
-      const uint2 h0 = f8x4_to_half2x2(r4[0]), h1 = f8x4_to_half2x2(r4[1]);
-      const uint2 h2 = f8x4_to_half2x2(r4[2]), h3 = f8x4_to_half2x2(r4[3]);
+      const uint2 h0 = codes(r4[0]), h1 = codes(r4[1]), h2 = codes(r4[2]), h3 = codes(r4[3]);
       const uint32_t a0[4] = {h0.x, h1.x, h0.y, h1.y}, a1[4] = {h2.x, h3.x, h2.y, h3.y};
       mma_16816<__half>(part[mk][0], a0, qt[ks][0], qt[ks][1]);
       mma_16816<__half>(part[mk][kChains - 1], a1, qt[ks + 1][0], qt[ks + 1][1]);
@@ -238,9 +244,16 @@ __device__ __forceinline__ void kt_qk_step(float (&acc)[kMK][4], const Half& hb,
 // O^T += V^T P^T of the slice's V half: ldmatrix.trans on raw codes, key pairs at d and at d + 1 from each
 // register (f8_key_pairs). O^T tile n (= 2 b + y) holds head dims 32 b + 16 y + 2 (l / 4) (elements 0, 1)
 // and + 1 (elements 2, 3), for rows 2 (l % 4) (elements 0, 2) and + 1 (1, 3).
-template <int D, int kK3, typename Half>
+template <int D, int KV, int kK3, typename Half>
 __device__ __forceinline__ void kt_value_step(float (&o)[D / 16][4], const uint32_t (&pb)[kK3][2], const Half& hb,
-                                              int lane) {
+                                              int lane, uint32_t k64) {
+  // u8: codes - 128 (the centred values), the same pairs by two PRMT (u8x2_to_half2)
+  auto pairs = [&](uint32_t r) {
+    if constexpr (KV == kKvF8)
+      return f8_key_pairs(r);
+    else
+      return make_uint2(u8x2_to_half2(r, kSelB02, k64), u8x2_to_half2(r, kSelB13, k64));
+  };
 #pragma unroll
   for (int kk = 0; kk < kK3; ++kk) {
     const int key = kk * 16 + (lane % 8) + ((lane / 8) % 2) * 8;
@@ -248,8 +261,7 @@ __device__ __forceinline__ void kt_value_step(float (&o)[D / 16][4], const uint3
     for (int b = 0; b < D / 32; ++b) {
       uint32_t r4[4];
       ldmatrix_x4_trans(r4, &hb.kv[key][32 * b + (lane / 16) * 16]);
-      const uint2 h0 = f8_key_pairs(r4[0]), h1 = f8_key_pairs(r4[1]);
-      const uint2 h2 = f8_key_pairs(r4[2]), h3 = f8_key_pairs(r4[3]);
+      const uint2 h0 = pairs(r4[0]), h1 = pairs(r4[1]), h2 = pairs(r4[2]), h3 = pairs(r4[3]);
       const uint32_t ax[4] = {h0.x, h0.y, h1.x, h1.y}, ay[4] = {h2.x, h2.y, h3.x, h3.y};
       mma_16816<__half>(o[2 * b], ax, pb[kk][0], pb[kk][1]);
       mma_16816<__half>(o[2 * b + 1], ay, pb[kk][0], pb[kk][1]);
@@ -343,7 +355,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV, HR, KT>::kThread
   using Tr = FwdTraits<D, KV, RT, MT, WKV, HR, KT>;
   using T = typename Tr::T;
   using Smem = SharedStorage<D, KV, RT, MT, WKV, HR, KT>;
-  static_assert(!KT || (HR && KV == kKvF8), "KT: fp8 on the HR variant's layout");
+  static_assert(!KT || (HR && (KV == kKvF8 || KV == kKvU8)), "KT: the one-byte kinds on the HR variant's layout");
   constexpr int kWarps = Tr::kWarps;
   constexpr int kThreads = Tr::kThreads;
   constexpr int kKPW = Tr::kKPW;
@@ -718,10 +730,14 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV, HR, KT>::kThread
       if constexpr (KT) {
         // element (mk, e) of S^T: key js + 16 mk + lane / 4 + 8 (e / 2), row 2 (lane % 4) + e % 2
         float acc[kK3][4];
-        kt_qk_step<D, kK3>(acc, hb, qt, lane);
-        const bool plain = P.alibi == nullptr && js + kKPW <= w.kv_end && js + kKPW <= past + w.t0 + 1 &&
-                           (P.sliding_window == 0 || js >= past + w.t0 + w.nt - P.sliding_window) &&
-                           (P.qq_bias == nullptr || js + kKPW <= past);
+        kt_qk_step<D, KV, kK3>(acc, hb, qt, lane);
+        const bool interior = js + kKPW <= w.kv_end && js + kKPW <= past + w.t0 + 1 &&
+                              (P.sliding_window == 0 || js >= past + w.t0 + w.nt - P.sliding_window) &&
+                              (P.qq_bias == nullptr || js + kKPW <= past);
+        // u8: a key's parameters (its m-tile row: the thread's keys lane / 4 and + 8)
+        auto par = [&](int a, int mk, int e) {
+          return __half2float(*reinterpret_cast<const __half*>(&hb.par[a][16 * mk + lane / 4 + 8 * (e / 2)]));
+        };
         float mx[2] = {-INFINITY, -INFINITY};
         auto score_pass = [&](auto plain_c) {
           constexpr bool kPlain = decltype(plain_c)::value;
@@ -730,52 +746,96 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV, HR, KT>::kThread
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
               const int hf = e % 2, j = js + 16 * mk + lane / 4 + 8 * (e / 2);
+              float raw = acc[mk][e];
+              if constexpr (kU8) {  // (as fwd_kernel's u8 scores: s = kscale acc + (kmin - 1024 kscale) sum(q))
+                const float ks = par(0, mk, e);
+                raw = fmaf(ks, raw, fmaf(-kU8Bias, ks, par(1, mk, e)) * row_qsum[0][hf]);
+              }
               float sv;
               if constexpr (kPlain) {
-                sv = row_valid[0][hf] ? acc[mk][e] * s_log2 : -INFINITY;
+                sv = row_valid[0][hf] ? raw * s_log2 : -INFINITY;
               } else {
                 const bool vis = row_valid[0][hf] && j < w.kv_end && j <= row_qpos[0][hf] && j >= row_lo[0][hf] &&
                                  (row_qq[0][hf] == nullptr || j < past || row_qq[0][hf][j - past] != 0);
-                sv = vis ? acc[mk][e] * s_log2 + row_slope2[0][hf] * static_cast<float>(j - row_qpos[0][hf])
-                         : -INFINITY;
+                sv = vis ? raw * s_log2 + row_slope2[0][hf] * static_cast<float>(j - row_qpos[0][hf]) : -INFINITY;
               }
               acc[mk][e] = sv;
               mx[hf] = fmaxf(mx[hf], sv);
             }
         };
-        if (plain)
+        if (interior && P.alibi == nullptr)
           score_pass(std::true_type{});
         else
           score_pass(std::false_type{});
+        // u8: each row's E (u8_value_exp) from the largest value scale of the keys it sees (as the 16-row
+        // variant's kRowExp: in an interior slice every row sees every key, so one max over the slice; a
+        // lane's keys do not depend on lane % 4); de joins alpha. NaN (unwritten) scales lose to any number
+        // in fmaxf; masked keys are not counted.
+        float de[2] = {0.0f, 0.0f};
+        if constexpr (kU8) {
+          float vsmax[2] = {0.0f, 0.0f};
+#pragma unroll
+          for (int mk = 0; mk < kK3; ++mk)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+              if (interior ? js + 16 * mk + lane / 4 + 8 * (e / 2) < w.kv_end : acc[mk][e] != -INFINITY)
+                vsmax[e % 2] = fmaxf(vsmax[e % 2], par(2, mk, e));
+          if (interior) vsmax[0] = vsmax[1] = fmaxf(vsmax[0], vsmax[1]);
+#pragma unroll
+          for (int hf = 0; hf < 2; ++hf) {
+#pragma unroll
+            for (int x = 4; x <= 16; x *= 2) vsmax[hf] = fmaxf(vsmax[hf], __shfl_xor_sync(0xffffffffu, vsmax[hf], x));
+            if (vsmax[hf] > 0.0f) {  // else (no key seen, or scales all 0: constant rows) E stays
+              const float ex = u8_value_exp(vsmax[hf]);
+              if (vexp(0, hf) > ex || vexp(0, hf) < ex - 8.0f) {
+                de[hf] = ex - vexp(0, hf);
+                vexp(0, hf) = ex;
+              }
+            }
+          }
+        }
         // A row's keys lie across the 8 lanes of its lane % 4. The reference moves only where a slice max
-        // passes it by more than stale_log2 (see row_m): one vote, and the butterfly only then.
+        // passes it by more than stale_log2 (see row_m), or E moves: one vote, and the butterfly only then.
         float alpha[2] = {1.0f, 1.0f};
-        if (__any_sync(0xffffffffu, mx[0] > row_m[0][0] + stale || mx[1] > row_m[0][1] + stale)) {
+        if (__any_sync(0xffffffffu, mx[0] > row_m[0][0] + stale || mx[1] > row_m[0][1] + stale || de[0] != 0.0f ||
+                                        de[1] != 0.0f)) {
 #pragma unroll
           for (int hf = 0; hf < 2; ++hf) {
 #pragma unroll
             for (int x = 4; x <= 16; x *= 2) mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], x));
             const float m_old = row_m[0][hf];
             const float m_new = mx[hf] > m_old + stale ? mx[hf] : m_old;
-            alpha[hf] = m_new != m_old && m_old != -INFINITY ? fast_exp2(m_old - m_new) : 1.0f;
+            alpha[hf] = (m_new != m_old || de[hf] != 0.0f) && m_old != -INFINITY ? fast_exp2(m_old - m_new + de[hf]) : 1.0f;
             row_m[0][hf] = m_new;
           }
         }
-        float sum[2] = {0.0f, 0.0f};
+        const float ref[2] = {row_m[0][0] - vexp(0, 0), row_m[0][1] - vexp(0, 1)};
+        float sum[2] = {0.0f, 0.0f}, cz[2] = {0.0f, 0.0f};
 #pragma unroll
         for (int mk = 0; mk < kK3; ++mk) {
           float p[4];
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            p[e] = acc[mk][e] == -INFINITY ? 0.0f : fast_exp2(acc[mk][e] - row_m[0][e % 2]);
-            sum[e % 2] += p[e];
+            const float pe = acc[mk][e] == -INFINITY ? 0.0f : fast_exp2(acc[mk][e] - ref[e % 2]);
+            sum[e % 2] += pe;
+            if constexpr (kU8) {
+              // NOTE: masked keys may carry NaN parameters (unwritten slots): never multiply them
+              const float vs = par(2, mk, e);
+              p[e] = pe != 0.0f ? pe * vs : 0.0f;
+              cz[e % 2] += pe != 0.0f ? pe * fmaf(kU8Centre, vs, par(3, mk, e)) : 0.0f;
+            } else {
+              p[e] = pe;
+            }
           }
           // (key g: rows 2t, 2t + 1) pairs -> B fragments (keys 2t, 2t + 1 of row g), 8 keys per movmatrix
           pb[mk][0] = movmatrix_trans(pack2<T>(p[0], p[1]));
           pb[mk][1] = movmatrix_trans(pack2<T>(p[2], p[3]));
         }
 #pragma unroll
-        for (int hf = 0; hf < 2; ++hf) row_l[0][hf] = row_l[0][hf] * alpha[hf] + sum[hf];
+        for (int hf = 0; hf < 2; ++hf) {
+          row_l[0][hf] = row_l[0][hf] * alpha[hf] + sum[hf];
+          row_c[0][hf] = row_c[0][hf] * alpha[hf] + cz[hf];
+        }
         if (!__all_sync(0xffffffffu, alpha[0] == 1.0f && alpha[1] == 1.0f)) {
 #pragma unroll
           for (int n = 0; n < kN3; ++n)
@@ -973,7 +1033,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV, HR, KT>::kThread
     if (active) {
       const auto& hb = sm.u.s.ring[wkv][(2 * it + 1) % kStages];
       if constexpr (KT)
-        kt_value_step<D, kK3>(o[0], pb, hb, lane);
+        kt_value_step<D, KV, kK3>(o[0], pb, hb, lane, k64);
       else
         value_step<D, MT, kK3, KV, T, HR>(o, pa, hb, lane, k64);
     }

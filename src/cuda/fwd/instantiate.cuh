@@ -47,7 +47,7 @@ struct FwdVariant {
   }
   static FwdKernelInfo info() {
     return FwdKernelInfo{&launch, &launch_write, &launch_scores, &ctas_per_sm, &prepare, kSmem, Tr::kThreads,
-                         KT       ? (KT > Tr::kHrCtas ? "kt+" : "kt")
+                         KT       ? (KT > FwdTraits<D, KV, 1, 1, 0, true>::kMinCtas ? "kt+" : "kt")
                          : HR      ? "hr"
                          : MT == 2 ? "mt2"
                          : WKV     ? (RT == 1 ? (PAD ? "inv1-pad" : "inv1") : PAD ? "inv-pad" : "inv")
@@ -143,9 +143,10 @@ FwdKernelInfo fwd_kernel_info_kind(int rt, const KernelChoice& c) {
     if (c.mt2 && rt == 8) return FwdVariant<D, KV, 8, 2>::info();
   }
   if constexpr (has_kt_kernels(D, KV)) {
-    constexpr int kCtas = FwdTraits<D, KV, 1, 1, 0, true>::kHrCtas;  // (kt = 2: one CTA per SM more)
+    // the HR variant's CTAs per SM (kt = 2: one more, at most 4)
+    constexpr int kCtas = FwdTraits<D, KV, 1, 1, 0, true>::kMinCtas, kMore = kCtas < 4 ? kCtas + 1 : 4;
     if (c.kt == 1 && rt == 1) return FwdVariant<D, KV, 1, 1, false, 0, true, kCtas>::info();
-    if (c.kt == 2 && rt == 1) return FwdVariant<D, KV, 1, 1, false, 0, true, kCtas + 1>::info();
+    if (c.kt == 2 && rt == 1) return FwdVariant<D, KV, 1, 1, false, 0, true, kMore>::info();
   }
   if constexpr (has_hr_kernels(D, KV)) {
     if (c.hr && rt == 1) return FwdVariant<D, KV, 1, 1, false, 0, true>::info();

@@ -98,10 +98,11 @@ struct FwdTraits {
   // registers, else 2. At 3 per SM (168 registers) ptxas spilled in the key loop at D = 128 (u8 80 bytes)
   // and D = 256 (u8 120), so the registers HR frees do not buy a third CTA there.
   static constexpr int kHrCtas = D <= 64 ? 3 : 2;
-  static constexpr int kMinCtas = kOneCta ? 1 : kFourCtas ? 4 : KT ? KT : HR ? kHrCtas : 2;  // __launch_bounds__ occupancy hint
+  static constexpr int kMinCtas = kOneCta ? 1 : KT ? KT : kFourCtas ? 4 : HR ? kHrCtas : 2;  // __launch_bounds__ occupancy hint
   static constexpr int kBudget = kOneCta     ? 227 * 1024   // one CTA per SM (8-warp variants)
+                                 : KT        ? 227 * 1024 / KT - 1024
                                  : kFourCtas ? 55 * 1024    // four
-                                 : HR        ? 227 * 1024 / kMinCtas - 1024  // HR: 3 (or 2), KT: KT
+                                 : HR        ? 227 * 1024 / kHrCtas - 1024  // HR: 3 (or 2)
                                              : 113 * 1024;  // two
   static constexpr int kFit = (kBudget - kFixed) / (kWKV * kHalfBytes);
   static constexpr int kFullStages = kFit > 6 ? 6 : kFit;
