@@ -97,16 +97,25 @@ TEST(Tuning, HalfRows) {
 // fwd_kernel's KT variant: the one-byte kinds, off in deterministic mode; PAGEDATTN_KEYS_ON_M=1 / 2 / 0, unset off.
 TEST(Tuning, KeysOnM) {
   using K = KvKind;
-  const Overrides none = parse({}), on = parse({{"PAGEDATTN_KEYS_ON_M", "1"}});
+  const Overrides none = parse({}), on = parse({{"PAGEDATTN_KEYS_ON_M", "1"}}), off = parse({{"PAGEDATTN_KEYS_ON_M", "0"}});
   EXPECT_EQ(none.keys_on_m, -1);
   EXPECT_EQ(parse({{"PAGEDATTN_KEYS_ON_M", "3"}}).keys_on_m, -1);
-  EXPECT_EQ(parse({{"PAGEDATTN_KEYS_ON_M", "0"}}).keys_on_m, 0);
-  EXPECT_EQ(keys_on_m(K::fp8, false, none), 0);
-  EXPECT_EQ(keys_on_m(K::fp8, false, on), 1);
-  EXPECT_EQ(keys_on_m(K::fp8, false, parse({{"PAGEDATTN_KEYS_ON_M", "2"}})), 2);
-  EXPECT_EQ(keys_on_m(K::fp8, true, on), 0);
-  EXPECT_EQ(keys_on_m(K::u8, false, on), 1);
-  EXPECT_EQ(keys_on_m(K::f16, false, on), 0);
+  EXPECT_EQ(off.keys_on_m, 0);
+  // the measured rule (runs kt2, kt3): D = 256 one CTA per SM more, fp8 D = 128 at HR's count, else off
+  EXPECT_EQ(keys_on_m(256, K::fp8, false, none), 2);
+  EXPECT_EQ(keys_on_m(256, K::u8, false, none), 2);
+  EXPECT_EQ(keys_on_m(128, K::fp8, false, none), 1);
+  EXPECT_EQ(keys_on_m(128, K::u8, false, none), 0);
+  EXPECT_EQ(keys_on_m(64, K::fp8, false, none), 0);
+  EXPECT_EQ(keys_on_m(64, K::u8, false, none), 0);
+  EXPECT_EQ(keys_on_m(256, K::f16, false, none), 0);
+  EXPECT_EQ(keys_on_m(256, K::fp8, true, none), 0);
+  // the override, at every one-byte width
+  EXPECT_EQ(keys_on_m(64, K::fp8, false, on), 1);
+  EXPECT_EQ(keys_on_m(128, K::u8, false, parse({{"PAGEDATTN_KEYS_ON_M", "2"}})), 2);
+  EXPECT_EQ(keys_on_m(256, K::u8, false, off), 0);
+  EXPECT_EQ(keys_on_m(256, K::fp8, true, on), 0);
+  EXPECT_EQ(keys_on_m(128, K::f16, false, on), 0);
 }
 TEST(Tuning, OverridesParsed) {
   const Overrides o = parse({{"PAGEDATTN_EARLY_READS", "0"}, {"PAGEDATTN_STALE_MAX", "0"},

@@ -283,9 +283,19 @@ bool half_rows(int head_size, KvKind kv, bool deterministic, const Overrides& o)
   return width && (kv == KvKind::u8 || (kv == KvKind::fp8 && head_size == 64));
 }
 
-int keys_on_m(KvKind kv, bool deterministic, const Overrides& o) {
+// fwd_kernel's KT variant against the default (the HR variant where half_rows takes it, else the 16-row one),
+// PAGEDATTN_KEYS_ON_M=1 / 2 in the same call (H100, runs kt2 and kt3: the seed rows, the 32 x 8k batch, and
+// one sequence at G 1 / 4 / 8, T with G x T <= 8, 8k / 32k / 128k; the 16-row rows of the same sweep, on
+// the default kernel in both builds, 0.996-1.006), time ratios, KT / KT+ (one CTA per SM more):
+// fp8 D = 256 sweep medians 0.976 / 0.967 (KT+ 0.891-1.006), seed 0.950-0.978 / 0.910-0.984, batch 0.981 /
+// 0.977; fp8 D = 128 0.989 / 0.975, but KT+ 1.062-1.114 at 32k (every G: its third CTA per SM moves the
+// partition wave) where KT is 0.978-0.999; u8 D = 256 0.989 / 0.972 (KT+ 0.917-1.005), seed KT+ 1.003-1.005
+// at 8k and 0.964-0.976 at 32k / 128k, batch 0.976; u8 D = 128 1.019 / 0.998 (KT+ 1.039-1.117 at 32k);
+// D = 64 u8 1.031 / 1.032, fp8 1.000 / 1.002 (run kt2). So D = 256 takes KT+, fp8 D = 128 KT, the rest HR.
+int keys_on_m(int head_size, KvKind kv, bool deterministic, const Overrides& o) {
   if (deterministic || kv == KvKind::f16) return 0;
-  return o.keys_on_m > 0 ? o.keys_on_m : 0;
+  if (o.keys_on_m >= 0) return o.keys_on_m;
+  return head_size == 256 ? 2 : head_size == 128 && kv == KvKind::fp8 ? 1 : 0;
 }
 
 int min_partition(int head_size, KvKind kv, bool mid_rows, const Overrides& o) {

@@ -116,10 +116,11 @@ bool wide_chunks(int head_size, int key_tile, bool wide_fits, const Overrides& o
 /// padded head size. PAGEDATTN_HALF_ROWS=0 turns it off.
 bool half_rows(int head_size, KvKind kv, bool deterministic, const Overrides& o);
 /// Whether calls whose sequences all have <= 8 rows per kv head run fwd_kernel's KT variant (keys as the
-/// MMAs' M dimension: u8 and fp8 at D = 64, 128, 256, launch.h's has_kt_kernels) where it exists, as
-/// KernelChoice::kt (0: off; 1; 2: one CTA per SM more): never in deterministic mode;
-/// PAGEDATTN_KEYS_ON_M=0 / 1 / 2 picks; unset: off (not yet measured).
-int keys_on_m(KvKind kv, bool deterministic, const Overrides& o);
+/// MMAs' M dimension: u8 and fp8 at D = 64, 128, 256, launch.h's has_kt_kernels; before the HR variant), as
+/// KernelChoice::kt (0: off; 1: at the HR variant's CTAs per SM; 2: one more): u8 and fp8 at D = 256 2,
+/// fp8 at D = 128 1, else 0 (runs kt2, kt3); never in deterministic mode. PAGEDATTN_KEYS_ON_M=0 / 1 / 2
+/// picks for every u8 / fp8 width with the variant.
+int keys_on_m(int head_size, KvKind kv, bool deterministic, const Overrides& o);
 
 /// The least keys per partition (planner::Inputs::min_partition), where the planner's one-wave rule would
 /// choose fewer: 256 for f16/bf16 caches at head_size <= 128, for u8 at head_size <= 128 unless the call has

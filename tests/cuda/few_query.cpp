@@ -75,13 +75,14 @@ TEST(Cuda, DecodeOnlyLongContext) {
 
 // Calls whose chunks all have <= 8 rows (G x T <= 8: decodes at G <= 8, a G = 4 pair of tokens) run
 // fwd_kernel's HR variant (the MMAs' top halves only; KernelChoice::hr): u8 at D = 64, 128, 256, fp8 at
-// D = 64 (tuning::half_rows). Chains and trees, window, ALiBi, sinks, scores; bands by G so that every
+// D = 64 (tuning::half_rows), with the KT variant off (PAGEDATTN_KEYS_ON_M=0: by default it takes D = 256
+// and fp8 at D = 128). Chains and trees, window, ALiBi, sinks, scores; bands by G so that every
 // case qualifies, then long
 // contexts (many slices and partitions per CTA), under the 3 x 2^16 keys x kv heads from which f16/bf16
 // decodes move to the key-split kernel (tuning::hopper_split_small).
 TEST(Cuda, HalfRowsRandom) {
   REQUIRE_GPU();
-  EnvGuard on("PAGEDATTN_HALF_ROWS", "");
+  EnvGuard on("PAGEDATTN_HALF_ROWS", ""), kt_off("PAGEDATTN_KEYS_ON_M", "0");
   CaseConfig cfg = few_query_config();
   cfg.kv_precisions = {KVPrecision::u8, KVPrecision::fp8};
   CaseConfig one = cfg;
@@ -126,9 +127,23 @@ TEST(Cuda, HalfRowsRandom) {
 // dimension: S^T = K Q^T, O^T = V^T P^T; KernelChoice::kt) at D = 64, 128, 256, at both CTA counts
 // (PAGEDATTN_KEYS_ON_M=1: "kt", =2: "kt+", but u8 at D = 64, 4 per SM either way): the bands of
 // HalfRowsRandom (chains and trees, window, ALiBi, sinks, scores), long contexts, and calls with a
-// sequence of 9+ rows, which keep every chunk off it.
+// sequence of 9+ rows, which keep every chunk off it. Without the switch, the measured rule
+// (tuning::keys_on_m): "kt+" at D = 256, "kt" for fp8 at D = 128, "hr" elsewhere.
 TEST(Cuda, KeysOnMRandom) {
   REQUIRE_GPU();
+  {
+    EnvGuard unset("PAGEDATTN_KEYS_ON_M", ""), hr("PAGEDATTN_HALF_ROWS", "");
+    CaseConfig one = few_query_config();
+    one.group_sizes = {4};
+    for (KVPrecision kv : {KVPrecision::fp8, KVPrecision::u8}) {
+      one.kv_precisions = {kv};
+      for (int d : {64, 128, 256}) {
+        one.head_sizes = {d};
+        const char* expected = d == 256 ? "kt+" : d == 128 && kv == KVPrecision::fp8 ? "kt" : "hr";
+        expect_launched(one, 1, 2, base_seed() + 3730000 + d, 128, expected);
+      }
+    }
+  }
   for (int k = 1; k <= 2; ++k) {
     EnvGuard on("PAGEDATTN_KEYS_ON_M", std::to_string(k).c_str());
     const std::string variant = k == 1 ? "kt" : "kt+";
