@@ -97,7 +97,8 @@ TEST(Tuning, HalfRows) {
 // fwd_kernel's KT variant: the one-byte kinds, off in deterministic mode; PAGEDATTN_KEYS_ON_M=1 / 2 / 0, unset off.
 TEST(Tuning, KeysOnM) {
   using K = KvKind;
-  const Overrides none = parse({}), on = parse({{"PAGEDATTN_KEYS_ON_M", "1"}}), off = parse({{"PAGEDATTN_KEYS_ON_M", "0"}});
+  const Overrides none = parse({}), on = parse({{"PAGEDATTN_KEYS_ON_M", "1"}});
+  const Overrides off = parse({{"PAGEDATTN_KEYS_ON_M", "0"}});
   EXPECT_EQ(none.keys_on_m, -1);
   EXPECT_EQ(parse({{"PAGEDATTN_KEYS_ON_M", "3"}}).keys_on_m, -1);
   EXPECT_EQ(off.keys_on_m, 0);

@@ -304,8 +304,8 @@ class CudaPlan final : public detail::PlanImpl {
     // every sequence of <= 8 rows, so every chunk (a sequence of <= 16 rows is one chunk): the HR variant
     choice_.hr = max_rows <= 8 && !choice_.pad && has_hr_kernels(D_, kv_) &&
                  tuning::half_rows(D_, kind, opt.deterministic, env);
-    choice_.kt =
-        max_rows <= 8 && !choice_.pad && has_kt_kernels(D_, kv_) ? tuning::keys_on_m(D_, kind, opt.deterministic, env) : 0;
+    const bool kt_fits = max_rows <= 8 && !choice_.pad && has_kt_kernels(D_, kv_);
+    choice_.kt = kt_fits ? tuning::keys_on_m(D_, kind, opt.deterministic, env) : 0;
     in.ctas_per_sm = fwd_kernel_info(D_, kv_, 1, choice_).ctas_per_sm();
     in.short_ctas_per_sm =
         tuning::short_wave_ctas_per_sm(D_, kind, in.ctas_per_sm, above_16_rows, opt.deterministic, env);

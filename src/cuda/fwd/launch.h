@@ -53,7 +53,9 @@ constexpr bool has_hr_kernels(int D, int kv) {
 
 // The (width, KV kind) pairs with fwd_kernel KT variants (chunks of <= 8 rows, keys as the MMAs' M
 // dimension): u8 and fp8 at D = 64, 128, 256.
-constexpr bool has_kt_kernels(int D, int kv) { return (kv == kKvU8 || kv == kKvF8) && (D == 64 || D == 128 || D == 256); }
+constexpr bool has_kt_kernels(int D, int kv) {
+  return (kv == kKvU8 || kv == kKvF8) && (D == 64 || D == 128 || D == 256);
+}
 
 // The widths with Hopper kernels (wg_kernel: swizzled 64-column operand blocks); at 80, 96, 112 and 192
 // every chunk runs on fwd_kernel.
