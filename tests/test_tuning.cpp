@@ -130,10 +130,6 @@ TEST(Tuning, OverridesParsed) {
   EXPECT_EQ(o.merge_batch, 8);
   EXPECT_EQ(parse({{"PAGEDATTN_WIDE_PREFILL", "1"}}).wide_prefill, 1);
   EXPECT_FALSE(parse({{"PAGEDATTN_HALF_ROWS", "0"}}).half_rows);
-  EXPECT_TRUE(parse({}).balanced_wave);
-  EXPECT_FALSE(parse({{"PAGEDATTN_BALANCED_WAVE", "0"}}).balanced_wave);
-  EXPECT_TRUE(balanced_wave(false, parse({})));
-  EXPECT_FALSE(balanced_wave(true, parse({})));
   EXPECT_EQ(parse({{"PAGEDATTN_WGMMA", "0"}}).wgmma, 0);
   EXPECT_EQ(parse({{"PAGEDATTN_WG_SPLIT", "0"}}).wg_split, 0);
   EXPECT_EQ(parse({{"PAGEDATTN_WG_SPLIT", "1"}}).wg_split, 1);

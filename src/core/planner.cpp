@@ -22,27 +22,6 @@ int64_t count_parts(const std::vector<Chunk>& chunks, int part) {
   for (const Chunk& c : chunks) n += (int64_t{c.hi} + part - 1) / part - c.lo / part;
   return n;
 }
-// CTAs on the busiest SM (a wave's CTAs spread evenly over the SMs)
-int64_t ctas_on_busiest_sm(const std::vector<Chunk>& chunks, int part, int num_sms, int kv_heads) {
-  return (count_parts(chunks, part) * kv_heads + num_sms - 1) / num_sms;
-}
-
-// Inputs::balanced_wave: from the one-wave partition `part`, the longer partition with the fewest keys
-// on the busiest SM (CTAs there x partition), where that is at least 5% fewer and the busiest SM keeps
-// 2 CTAs (or as many as `part` gives it, if fewer): one CTA does not stream an SM's share.
-int balance_wave(const std::vector<Chunk>& chunks, int part, int max_hi, int num_sms, int kv_heads) {
-  const int64_t level = ctas_on_busiest_sm(chunks, part, num_sms, kv_heads);
-  const int64_t least_level = std::min<int64_t>(2, level);
-  const int64_t start = level * part;
-  int64_t best = start;
-  int chosen = part;
-  const int last = (max_hi + kBlockKV - 1) / kBlockKV * kBlockKV;
-  for (int p = part + kBlockKV; p <= last; p += kBlockKV) {
-    const int64_t l = ctas_on_busiest_sm(chunks, p, num_sms, kv_heads);
-    if (l >= least_level && l * p < best) best = l * p, chosen = p;
-  }
-  return best * 20 <= start * 19 ? chosen : part;
-}
 }  // namespace
 
 Plan make_plan(const Inputs& in) {
@@ -131,7 +110,6 @@ Plan make_plan(const Inputs& in) {
     part = one_wave(target);
     const int64_t short_wave = static_cast<int64_t>(in.num_sms) * in.short_ctas_per_sm;
     if (short_wave > 0 && short_wave < target && part < in.short_wave_keys) part = one_wave(short_wave);
-    if (in.balanced_wave) part = balance_wave(chunks, part, max_hi, in.num_sms, in.num_kv_heads);
   }
   plan.partition_tokens = part;
   plan.chunk_rows = max_rows;

@@ -127,11 +127,6 @@ struct Inputs {
   // CTAs per SM instead, when that is a smaller wave (0: never; tuning::short_wave_ctas_per_sm)
   int short_ctas_per_sm = 0;
   int short_wave_keys = 0;
-  // Default mode: from the one-wave partition, take a longer one where it lowers the busiest SM's keys
-  // (ceil(CTAs / num_sms) x partition) by >= 5% and leaves that SM 2 CTAs (or the one-wave count, if
-  // lower): 344 CTAs of 384 keys on 132 SMs put 3 on 80 of them (1152 keys) where 256 of 512 put at
-  // most 2 (1024) (tuning::balanced_wave)
-  bool balanced_wave = false;
   int max_rows = kMaxRows;                 // rows per chunk: kMaxRows or kMaxRowsWide (8 row tiles);
                                            // any multiple of 16 up to 128 plans (tests: 16, 32); >= group
 };

@@ -45,7 +45,6 @@ Overrides parse_overrides(const std::function<const char*(const char*)>& getenv)
                 : is("PAGEDATTN_KEYS_ON_M", "1") ? 1
                 : is("PAGEDATTN_KEYS_ON_M", "2") ? 2
                                                  : -1;
-  o.balanced_wave = !is("PAGEDATTN_BALANCED_WAVE", "0");
   o.deterministic_rows = is("PAGEDATTN_DETERMINISTIC_ROWS", "16") ? 16 : 0;
   return o;
 }
@@ -293,8 +292,6 @@ bool half_rows(int head_size, KvKind kv, bool deterministic, const Overrides& o)
 // partition wave) where KT is 0.978-0.999; u8 D = 256 0.989 / 0.972 (KT+ 0.917-1.005), seed KT+ 1.003-1.005
 // at 8k and 0.964-0.976 at 32k / 128k, batch 0.976; u8 D = 128 1.019 / 0.998 (KT+ 1.039-1.117 at 32k);
 // D = 64 u8 1.031 / 1.032, fp8 1.000 / 1.002 (run kt2). So D = 256 takes KT+, fp8 D = 128 KT, the rest HR.
-bool balanced_wave(bool deterministic, const Overrides& o) { return !deterministic && o.balanced_wave; }
-
 int keys_on_m(int head_size, KvKind kv, bool deterministic, const Overrides& o) {
   if (deterministic || kv == KvKind::f16) return 0;
   if (o.keys_on_m >= 0) return o.keys_on_m;

@@ -38,7 +38,6 @@ struct Overrides {
                               // variant (half_rows())
   int keys_on_m = -1;         // PAGEDATTN_KEYS_ON_M=0/1/2: one-byte calls of <= 8 rows per sequence off / on fwd_kernel's
                               // KT variant / on it at one CTA per SM more (keys_on_m()); -1 unset
-  bool balanced_wave = true;  // PAGEDATTN_BALANCED_WAVE=0: the one-wave partition as it is (balanced_wave())
   int deterministic_rows = 0;  // PAGEDATTN_DETERMINISTIC_ROWS=16: deterministic mode's 17-32-row chunks as
                                // 16-row chunks at G <= 16 (the layout of devices without the 8-warp
                                // variant's memory); 0 unset
@@ -138,9 +137,6 @@ int min_partition(int head_size, KvKind kv, bool mid_rows, const Overrides& o);
 constexpr int kShortWaveKeys = 1024;
 int short_wave_ctas_per_sm(int head_size, KvKind kv, int occupancy, bool above_16_rows, bool deterministic,
                            const Overrides& o);
-/// Whether the planner lengthens the one-wave partition where that lowers the busiest SM's keys
-/// (planner::Inputs::balanced_wave): default mode, unless PAGEDATTN_BALANCED_WAVE=0.
-bool balanced_wave(bool deterministic, const Overrides& o);
 
 /// The merge kernel's threads per CTA and its partition groups (threads over the float4 chunks of the
 /// D / split columns a CTA takes).

@@ -310,7 +310,6 @@ class CudaPlan final : public detail::PlanImpl {
     in.short_ctas_per_sm =
         tuning::short_wave_ctas_per_sm(D_, kind, in.ctas_per_sm, above_16_rows, opt.deterministic, env);
     in.short_wave_keys = tuning::kShortWaveKeys;
-    in.balanced_wave = tuning::balanced_wave(opt.deterministic, env);
     for (int k = 0; k < 4; ++k) {  // row-tile classes: their kernel's own occupancy (planner.h)
       const FwdKernelInfo info = fwd_kernel_info(D_, kv_, 1 << k, choice_);
       (std::strncmp(info.variant, "wg", 2) == 0 ? in.wg_ctas_per_sm : in.fwd_ctas_per_sm)[k] = info.ctas_per_sm();
