@@ -463,7 +463,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV, HR, KT>::kThread
                                        (i ^ ((p & 1) << 2)) * 16);
   };
   auto store_q = [&](int r, int ch, uint4 v) {
-    if constexpr (kBytes && !HR) {
+    if constexpr (kBytes) {
       const int p = (r / 16) * 8 + r % 8, hf = (r / 8) % 2;
       uint32_t* u0 = q_unit(p, 2 * ch);
       uint32_t* u1 = q_unit(p, 2 * ch + 1);
@@ -487,17 +487,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV, HR, KT>::kThread
   // B registers: k = 2i+b -> d = 4i+b, k = 8+2i+b -> d = 4i+2+b (i = lane % 4); Q follows suit.
   auto load_qf = [&](uint32_t (&f)[4], int mt, int ks) {
     const int r0 = (wq * MT + mt) * 16;
-    if constexpr (kBytes && HR) {
-      // HR: the fragment's registers 0 and 2 are Q[g][16 ks + 4 t .. + 3] (t = lane % 4; see the order
-      // above), 8 consecutive bytes of the row as stored; 1 and 3 (rows 8-15) are not used. (The paired
-      // units below, read as 8 bytes, measured 1.4-4.6% slower than the 16-row variant at fp8 D = 256,
-      // run hr2: ptxas split each into two 4-byte loads.)
-      const uint2 u = *reinterpret_cast<const uint2*>(&sm.u.s.q[lane / 4][16 * ks + 4 * (lane % 4)]);
-      f[0] = u.x;
-      f[1] = 0u;
-      f[2] = u.y;
-      f[3] = 0u;
-    } else if constexpr (kBytes) {
+    if constexpr (kBytes) {
       // unit ks * 4 + t of pair p, i.e. q_unit(p, ks * 4 + t): the swizzle flips ks's parity when p is odd
       const int p = (wq * MT + mt) * 8 + lane / 4, sw = (p & 1) ? 64 : 0;
       const uint8_t* qb = reinterpret_cast<const uint8_t*>(&sm.u.s.q[0][0]) + p * (4 * D) + (lane % 4) * 16;

@@ -88,9 +88,7 @@ struct FwdTraits {
   // the SM's shared memory (4 ring stages). Against 3 per SM (H100, run x4b): <= 16 rows 0.89-1.03x the
   // time at 32k (median 0.906), 0.90-0.99x at 128k, 8k level; fp8 was not faster at 128k (1.019x).
   static constexpr bool kFourCtas = D == 64 && kU8 && RT == 1 && WKV == 0;
-  // Q row (elements). HR one-byte variants read Q rows in place (8 bytes per lane, fwd_kernel's load_qf):
-  // rows 32 banks + 32 bytes apart, so a half-warp's 4 rows x 4 lanes cover the 32 banks once.
-  static constexpr int kLdQ = HR && kBytes ? D + 16 : D + 8;
+  static constexpr int kLdQ = D + 8;                      // Q row (elements)
   static constexpr int kLdKV = kBytes ? D + 16 : D + 8;   // K/V row (cache elements)
   static constexpr int kParBytes = (kU8 ? 4 : 1) * kKPW * 2;  // u8: key scale, key min, value scale, value min
   static constexpr int kHalfBytes = kKPW * kLdKV * static_cast<int>(sizeof(C)) + kParBytes;
