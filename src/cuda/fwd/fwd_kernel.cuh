@@ -196,7 +196,7 @@ __device__ __forceinline__ void value_step(float (&o)[MT][D / 8][4], const uint3
   }
 }
 
-// --- KT: keys as the MMAs' M dimension (fp8 chunks of <= 8 rows) ------------------------------------
+// --- KT: keys as the MMAs' M dimension (u8 and fp8 chunks of <= 8 rows) -----------------------------
 // S^T = K Q^T and O^T = V^T P^T: a 16-key m-tile of codes is the A operand, the chunk's 8 rows the n8
 // columns, so every MMA does useful work for 16 keys where the 16-row variants' top halves (HR) did for 8:
 // half the MMAs of S and of P V. Lane l holds keys l / 4 and l / 4 + 8 of an S^T tile for rows
@@ -346,7 +346,7 @@ __device__ __forceinline__ void write_rows(const FwdParams& P, const planner::Wo
 // summed before the softmax, measured 0.98-1.01x in run s4a; the variant lived until 5a4d0c0.)
 // PAD: the call's key or value head size (P.Dk, P.Dv) is below D (zero columns past it; see load_half).
 // WKV: the key groups (FwdTraits; 4 at RT = 2: Options::deterministic's layout).
-// KT: keys as the MMAs' M dimension (kt_qk_step; fp8 chunks of <= 8 rows, on the HR variant's layout) at
+// KT: keys as the MMAs' M dimension (kt_qk_step; u8 and fp8 chunks of <= 8 rows, on the HR variant's layout) at
 // KT CTAs per SM; 0: off.
 template <int D, int KV, int RT, int MT = 1, bool PAD = false, int WKV = 0, bool HR = false, int KT = 0>
 __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV, HR, KT>::kThreads,
@@ -805,7 +805,8 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV, HR, KT>::kThread
             for (int x = 4; x <= 16; x *= 2) mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], x));
             const float m_old = row_m[0][hf];
             const float m_new = mx[hf] > m_old + stale ? mx[hf] : m_old;
-            alpha[hf] = (m_new != m_old || de[hf] != 0.0f) && m_old != -INFINITY ? fast_exp2(m_old - m_new + de[hf]) : 1.0f;
+            alpha[hf] =
+                (m_new != m_old || de[hf] != 0.0f) && m_old != -INFINITY ? fast_exp2(m_old - m_new + de[hf]) : 1.0f;
             row_m[0][hf] = m_new;
           }
         }
@@ -974,7 +975,8 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV, HR, KT>::kThread
             // (u8: or when E moves; the reference is m - E)
             const float m_old = row_m[mt][hf];
             const float m_new = mx[hf] > m_old + stale ? mx[hf] : m_old;
-            alpha[hf] = (m_new != m_old || de[hf] != 0.0f) && m_old != -INFINITY ? fast_exp2(m_old - m_new + de[hf]) : 1.0f;
+            alpha[hf] =
+                (m_new != m_old || de[hf] != 0.0f) && m_old != -INFINITY ? fast_exp2(m_old - m_new + de[hf]) : 1.0f;
             row_m[mt][hf] = m_new;
             ref[hf] = m_new - vexp(mt, hf);
           }
