@@ -94,7 +94,8 @@ TEST(Tuning, HalfRows) {
   EXPECT_FALSE(half_rows(64, K::u8, true, none));
   EXPECT_FALSE(half_rows(64, K::u8, false, parse({{"PAGEDATTN_HALF_ROWS", "0"}})));
 }
-// fwd_kernel's KT variant: the one-byte kinds, off in deterministic mode; PAGEDATTN_KEYS_ON_M=1 / 2 / 0, unset off.
+// fwd_kernel's KT variant: the one-byte kinds, off in deterministic mode; unset, the measured rule;
+// PAGEDATTN_KEYS_ON_M=0 / 1 / 2 at every one-byte width.
 TEST(Tuning, KeysOnM) {
   using K = KvKind;
   const Overrides none = parse({}), on = parse({{"PAGEDATTN_KEYS_ON_M", "1"}});

@@ -288,8 +288,8 @@ bool half_rows(int head_size, KvKind kv, bool deterministic, const Overrides& o)
 // one sequence at G 1 / 4 / 8, T with G x T <= 8, 8k / 32k / 128k; the 16-row rows of the same sweep, on
 // the default kernel in both builds, 0.996-1.006), time ratios, KT / KT+ (one CTA per SM more):
 // fp8 D = 256 sweep medians 0.976 / 0.967 (KT+ 0.891-1.006), seed 0.950-0.978 / 0.910-0.984, batch 0.981 /
-// 0.977; fp8 D = 128 0.989 / 0.975, but KT+ 1.062-1.114 at 32k (every G: its third CTA per SM moves the
-// partition wave) where KT is 0.978-0.999; u8 D = 256 0.989 / 0.972 (KT+ 0.917-1.005), seed KT+ 1.003-1.005
+// 0.977; fp8 D = 128 0.989 / 0.975, but KT+ 1.062-1.114 at 32k (every G; not the wave's balance across SMs,
+// run bw1) where KT is 0.978-0.999; u8 D = 256 0.989 / 0.972 (KT+ 0.917-1.005), seed KT+ 1.003-1.005
 // at 8k and 0.964-0.976 at 32k / 128k, batch 0.976; u8 D = 128 1.019 / 0.998 (KT+ 1.039-1.117 at 32k);
 // D = 64 u8 1.031 / 1.032, fp8 1.000 / 1.002 (run kt2). So D = 256 takes KT+, fp8 D = 128 KT, the rest HR.
 int keys_on_m(int head_size, KvKind kv, bool deterministic, const Overrides& o) {

@@ -36,8 +36,8 @@ struct Overrides {
                               // cache kind; -1 unset
   bool half_rows = true;      // PAGEDATTN_HALF_ROWS=0: calls of <= 8 rows per sequence keep the 16-row
                               // variant (half_rows())
-  int keys_on_m = -1;         // PAGEDATTN_KEYS_ON_M=0/1/2: one-byte calls of <= 8 rows per sequence off / on fwd_kernel's
-                              // KT variant / on it at one CTA per SM more (keys_on_m()); -1 unset
+  int keys_on_m = -1;         // PAGEDATTN_KEYS_ON_M=0/1/2: one-byte calls of <= 8 rows per sequence off / on
+                              // fwd_kernel's KT variant / on it at one CTA per SM more (keys_on_m()); -1 unset
   int deterministic_rows = 0;  // PAGEDATTN_DETERMINISTIC_ROWS=16: deterministic mode's 17-32-row chunks as
                                // 16-row chunks at G <= 16 (the layout of devices without the 8-warp
                                // variant's memory); 0 unset
