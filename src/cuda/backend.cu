@@ -301,11 +301,11 @@ class CudaPlan final : public detail::PlanImpl {
     choice_.wg_split = tuning::hopper_split(D_, kind, choice_.wg, max_keys, choice_.wgs_shared, env);
     if (tuning::hopper_split_small(D_, kind, choice_.wg_split, small_key_heads, env)) choice_.wg_split = 1;
     choice_.wg_shared = tuning::hopper_shared(D_, kind, choice_.wg, max_keys, wide_ctas, in.num_sms, env);
-    // every sequence of <= 8 rows, so every chunk (a sequence of <= 16 rows is one chunk): the HR variant
-    choice_.hr = max_rows <= 8 && !choice_.pad && has_hr_kernels(D_, kv_) &&
-                 tuning::half_rows(D_, kind, opt.deterministic, env);
-    const bool kt_fits = max_rows <= 8 && !choice_.pad && has_kt_kernels(D_, kv_);
-    choice_.kt = kt_fits ? tuning::keys_on_m(D_, kind, opt.deterministic, env) : 0;
+    // every sequence of <= 8 rows, so every chunk (a sequence of <= 16 rows is one chunk): the KT variant,
+    // else the HR variant
+    const bool eight_rows = max_rows <= 8 && !choice_.pad;
+    choice_.hr = eight_rows && has_hr_kernels(D_, kv_) && tuning::half_rows(D_, kind, opt.deterministic, env);
+    choice_.kt = eight_rows && has_kt_kernels(D_, kv_) ? tuning::keys_on_m(D_, kind, opt.deterministic, env) : 0;
     in.ctas_per_sm = fwd_kernel_info(D_, kv_, 1, choice_).ctas_per_sm();
     in.short_ctas_per_sm =
         tuning::short_wave_ctas_per_sm(D_, kind, in.ctas_per_sm, above_16_rows, opt.deterministic, env);
