@@ -69,19 +69,6 @@ __device__ __forceinline__ void mma_16816<__nv_bfloat16>(float (&d)[4], const ui
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// D = A (16x32, row) * B (32x8, col) + D on e4m3 codes, f32 accumulate (sm_89 and later): a register holds
-// 4 codes of consecutive k, so ldmatrix.x4 on a 16 x 32-byte block of codes gives A as it is.
-__device__ __forceinline__ void mma_e4m3_16832(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-  asm(
-      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#else
-  __trap();
-#endif
-}
-
 // The top half of mma_16816: rows 0-7 of A (a[0], a[2]) and of D (d[0], d[1]); rows 8-15 of A are
 // zero and their outputs are discarded (scratch registers that die at once), so d[2], d[3] are neither
 // read nor written and a caller's accumulators for rows 8-15 are dead (ptxas spends most of the registers

@@ -28,14 +28,6 @@
 namespace pagedattn {
 namespace cuda {
 
-// The e4m3 MMA (mma.sync m16n8k32 e4m3) exists on sm_89 and later; the sm_80 build of the KT kernels keeps
-// the f16 MMAs on converted codes.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-#define PAGEDATTN_E4M3_MMA 1
-#else
-#define PAGEDATTN_E4M3_MMA 0
-#endif
-
 // Column of accumulator element pair (n, 0/1) of an O fragment; byte-code (u8, fp8) n-tiles hold
 // even/odd columns (see the PV step), f16/bf16 n-tiles 8 consecutive columns. Returns the first column;
 // the second is col + 2 (byte codes) or col + 1 (f16/bf16).
@@ -249,33 +241,6 @@ __device__ __forceinline__ void kt_qk_step(float (&acc)[kMK][4], const Half& hb,
     for (int e = 0; e < 4; ++e) acc[mk][e] = kChains == 2 ? part[mk][0][e] + part[mk][kChains - 1][e] : part[mk][0][e];
 }
 
-// S^T of the slice's K half on the e4m3 tensor cores (fp8 KT on sm_89 and later): the codes as they are
-// (a register of ldmatrix.x4 on a 16-key x 32-byte block is the A register of m16n8k32), the query as
-// kTerms e4m3 terms of one scale per row (qe; their sum holds the f16 query to ~2^-12). Two chains.
-template <int D, int kMK, int kTerms, typename Half>
-__device__ __forceinline__ void kt_qk_step_e4m3(float (&acc)[kMK][4], const Half& hb,
-                                                const uint32_t (&qe)[kTerms][D / 32][2], int lane) {
-  float part[kMK][2][4];
-#pragma unroll
-  for (int mk = 0; mk < kMK; ++mk)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) part[mk][0][e] = part[mk][1][e] = 0.0f;
-#pragma unroll
-  for (int j = 0; j < D / 32; ++j) {
-#pragma unroll
-    for (int mk = 0; mk < kMK; ++mk) {
-      uint32_t r4[4];  // keys 0-7 / 8-15 of the m-tile, bytes 32 j .. + 15, then + 16 .. + 31
-      ldmatrix_x4(r4, &hb.kv[16 * mk + (lane % 8) + ((lane / 8) % 2) * 8][(2 * j + lane / 16) * 16]);
-#pragma unroll
-      for (int t = 0; t < kTerms; ++t) mma_e4m3_16832(part[mk][(j * kTerms + t) % 2], r4, qe[t][j][0], qe[t][j][1]);
-    }
-  }
-#pragma unroll
-  for (int mk = 0; mk < kMK; ++mk)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) acc[mk][e] = part[mk][0][e] + part[mk][1][e];
-}
-
 // O^T += V^T P^T of the slice's V half: ldmatrix.trans on raw codes, key pairs at d and at d + 1 from each
 // register (f8_key_pairs). O^T tile n (= 2 b + y) holds head dims 32 b + 16 y + 2 (l / 4) (elements 0, 1)
 // and + 1 (elements 2, 3), for rows 2 (l % 4) (elements 0, 2) and + 1 (1, 3).
@@ -404,7 +369,6 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV, HR, KT>::kThread
   // Q stays in registers at D <= 128 (one row tile per warp); else it is re-read from shared memory.
   // (HR at D = 256 with Q in registers, 2 per k-step: f16 254 registers against 200, sm_90a)
   constexpr bool kQRegs = !KT && D <= 128 && MT == 1;
-  constexpr bool kE4 = KT && Tr::kF8 && PAGEDATTN_E4M3_MMA;  // S on the e4m3 tensor cores (kt_qk_step_e4m3)
   // The thread's rows per row tile: lane/4 and lane/4 + 8 (hf = 0, 1); HR: lane/4 only (mma_16816_top);
   // KT: 2 (lane % 4) and + 1.
   constexpr int kHF = HR && !KT ? 1 : 2;
@@ -550,46 +514,6 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV, HR, KT>::kThread
       qt[ks][1] = f[2];
     }
   }
-  // kE4: fp8 KT with S on the e4m3 tensor cores (kt_qk_step_e4m3): the row's query times s (the power of
-  // two that takes its largest |q| to <= 448) as kTerms e4m3 terms, each the rounding of what the earlier
-  // ones left (exact residuals in f32); 1 / s joins the row's softmax scale (q_inv, row lane / 4).
-  constexpr int kTerms = 3;
-  uint32_t qe[kE4 ? kTerms : 1][kE4 ? D / 32 : 1][2];
-  float q_inv = 1.0f;
-  if constexpr (kE4) {
-    float mq = 0.0f;
-#pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks)
-#pragma unroll
-      for (int x = 0; x < 2; ++x) {
-        const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&qt[ks][x]));
-        mq = fmaxf(mq, fmaxf(fabsf(f.x), fabsf(f.y)));
-      }
-    mq = fmaxf(mq, __shfl_xor_sync(0xffffffffu, mq, 1));
-    mq = fmaxf(mq, __shfl_xor_sync(0xffffffffu, mq, 2));
-    float s = 1.0f;
-    if (mq > 0.0f) {
-      int ex;
-      frexpf(448.0f / mq, &ex);
-      s = ldexpf(1.0f, min(ex - 1, 100));
-      if (mq * s > 448.0f) s *= 0.5f;
-    }
-    q_inv = 1.0f / s;
-#pragma unroll
-    for (int j = 0; j < D / 32; ++j)
-#pragma unroll
-      for (int hx = 0; hx < 2; ++hx) {
-        const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&qt[2 * j + hx][0]));
-        const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&qt[2 * j + hx][1]));
-        float4 x = make_float4(a.x * s, a.y * s, b.x * s, b.y * s);  // head dims 32 j + 16 hx + 4 (lane % 4) ..
-#pragma unroll
-        for (int t = 0; t < kTerms; ++t) {
-          qe[t][j][hx] = f32x4_to_e4m3x4(x.x, x.y, x.z, x.w);
-          const float4 v = e4m3x4_to_f32x4(qe[t][j][hx]);
-          x = make_float4(x.x - v.x, x.y - v.y, x.z - v.z, x.w - v.w);
-        }
-      }
-  }
   if constexpr (kQRegs) {
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) load_qf(qreg[ks], 0, ks);
@@ -668,13 +592,6 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV, HR, KT>::kThread
   // multiplies the group's output at the end (P V runs on them too)
   const float s_log2 = Tr::kF8 ? P.scale_log2 * P.k_head_scale[hk * P.k_head_scale_stride] : P.scale_log2;
   const float v_head = Tr::kF8 ? P.v_head_scale[hk * P.v_head_scale_stride] : 1.0f;
-  // KT: the softmax scale of the thread's rows 2 (lane % 4) + hf (kE4: with their query's 1 / s, from a lane
-  // of row lane / 4 = that row)
-  float kt_sl2[2] = {s_log2, s_log2};
-  if constexpr (kE4) {
-#pragma unroll
-    for (int hf = 0; hf < 2; ++hf) kt_sl2[hf] = s_log2 * __shfl_sync(0xffffffffu, q_inv, 4 * (2 * (lane % 4) + hf));
-  }
 
   // Options::deterministic's runs of partitions (WorkItem::part > 0; planner::Plan::span). After a
   // partition's last tile the CTA leaves that partition's partial in its slot, with the arithmetic of
@@ -813,10 +730,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV, HR, KT>::kThread
       if constexpr (KT) {
         // element (mk, e) of S^T: key js + 16 mk + lane / 4 + 8 (e / 2), row 2 (lane % 4) + e % 2
         float acc[kK3][4];
-        if constexpr (kE4)
-          kt_qk_step_e4m3<D, kK3, kTerms>(acc, hb, qe, lane);
-        else
-          kt_qk_step<D, KV, kK3>(acc, hb, qt, lane);
+        kt_qk_step<D, KV, kK3>(acc, hb, qt, lane);
         const bool interior = js + kKPW <= w.kv_end && js + kKPW <= past + w.t0 + 1 &&
                               (P.sliding_window == 0 || js >= past + w.t0 + w.nt - P.sliding_window) &&
                               (P.qq_bias == nullptr || js + kKPW <= past);
@@ -839,11 +753,11 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV, HR, KT>::kThread
               }
               float sv;
               if constexpr (kPlain) {
-                sv = row_valid[0][hf] ? raw * kt_sl2[hf] : -INFINITY;
+                sv = row_valid[0][hf] ? raw * s_log2 : -INFINITY;
               } else {
                 const bool vis = row_valid[0][hf] && j < w.kv_end && j <= row_qpos[0][hf] && j >= row_lo[0][hf] &&
                                  (row_qq[0][hf] == nullptr || j < past || row_qq[0][hf][j - past] != 0);
-                sv = vis ? raw * kt_sl2[hf] + row_slope2[0][hf] * static_cast<float>(j - row_qpos[0][hf]) : -INFINITY;
+                sv = vis ? raw * s_log2 + row_slope2[0][hf] * static_cast<float>(j - row_qpos[0][hf]) : -INFINITY;
               }
               acc[mk][e] = sv;
               mx[hf] = fmaxf(mx[hf], sv);

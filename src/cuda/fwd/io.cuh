@@ -262,27 +262,5 @@ __device__ __forceinline__ uint2 f8x4_to_half2x2(uint32_t x) {
 #endif
 }
 
-// 4 floats -> 4 e4m3 codes (bytes 0-3 = x, y, z, w), round to nearest even with saturation (sm_89 and later);
-// and back to the 4 floats the codes hold (exact).
-__device__ __forceinline__ uint32_t f32x4_to_e4m3x4(float x, float y, float z, float w) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-  uint32_t r;
-  asm("{\n .reg .b16 lo, hi;\n cvt.rn.satfinite.e4m3x2.f32 lo, %2, %1;\n cvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;\n"
-      " mov.b32 %0, {lo, hi};\n}\n"
-      : "=r"(r)
-      : "f"(x), "f"(y), "f"(z), "f"(w));
-  return r;
-#else
-  __trap();
-  return 0u;
-#endif
-}
-__device__ __forceinline__ float4 e4m3x4_to_f32x4(uint32_t c) {
-  const uint2 h = f8x4_to_half2x2(c);
-  const float2 lo = __half22float2(*reinterpret_cast<const __half2*>(&h.x));
-  const float2 hi = __half22float2(*reinterpret_cast<const __half2*>(&h.y));
-  return make_float4(lo.x, lo.y, hi.x, hi.y);
-}
-
 }  // namespace cuda
 }  // namespace pagedattn
