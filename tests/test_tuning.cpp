@@ -83,19 +83,6 @@ TEST(Tuning, ShortWave) {
   for (const char* v : {"", "9", "-1", "x"}) EXPECT_EQ(parse({{"PAGEDATTN_SHORT_WAVE", v}}).short_wave, -1) << v;
 }
 
-TEST(Tuning, MidWave) {
-  const Overrides none = parse({});
-  using K = KvKind;
-  for (K k : {K::f16, K::u8, K::fp8})
-    for (int d : {64, 128, 256}) EXPECT_EQ(mid_wave_ctas_per_sm(d, k, 2, false, none), 2) << d;
-  const Overrides one = parse({{"PAGEDATTN_MID_WAVE", "1"}});
-  EXPECT_EQ(mid_wave_ctas_per_sm(256, K::fp8, 2, false, one), 1);
-  EXPECT_EQ(mid_wave_ctas_per_sm(256, K::fp8, 2, true, one), 2);  // deterministic: the kernel's
-  EXPECT_EQ(mid_wave_ctas_per_sm(256, K::fp8, 0, false, one), 0);  // (the class runs on the Hopper kernel)
-  EXPECT_EQ(mid_wave_ctas_per_sm(128, K::u8, 2, false, parse({{"PAGEDATTN_MID_WAVE", "4"}})), 2);
-  for (const char* v : {"", "0", "9", "-1", "x", "11"}) EXPECT_EQ(parse({{"PAGEDATTN_MID_WAVE", v}}).mid_wave, -1) << v;
-}
-
 TEST(Tuning, HalfRows) {
   const Overrides none = parse({});
   using K = KvKind;

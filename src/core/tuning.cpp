@@ -40,8 +40,6 @@ Overrides parse_overrides(const std::function<const char*(const char*)>& getenv)
   o.min_partition = min_part >= 64 && min_part <= 4096 && min_part % 64 == 0 ? min_part : 0;
   if (const char* e = getenv("PAGEDATTN_SHORT_WAVE"); e != nullptr && e[0] >= '0' && e[0] <= '8' && e[1] == '\0')
     o.short_wave = e[0] - '0';
-  if (const char* e = getenv("PAGEDATTN_MID_WAVE"); e != nullptr && e[0] >= '1' && e[0] <= '8' && e[1] == '\0')
-    o.mid_wave = e[0] - '0';
   o.half_rows = !is("PAGEDATTN_HALF_ROWS", "0");
   o.keys_on_m = is("PAGEDATTN_KEYS_ON_M", "0")   ? 0
                 : is("PAGEDATTN_KEYS_ON_M", "1") ? 1
@@ -270,13 +268,6 @@ int short_wave_ctas_per_sm(int head_size, KvKind kv, int occupancy, bool above_1
   if (deterministic) return 0;
   if (o.short_wave >= 0) return o.short_wave;
   return head_size == 64 && kv != KvKind::f16 && !above_16_rows && occupancy > 2 ? 2 : 0;
-}
-
-int mid_wave_ctas_per_sm(int head_size, KvKind kv, int occupancy, bool deterministic, const Overrides& o) {
-  (void)head_size;
-  (void)kv;
-  if (deterministic || o.mid_wave < 1) return occupancy;
-  return std::min(o.mid_wave, occupancy);
 }
 
 // fwd_kernel's HR variant against its 16-row variant, PAGEDATTN_HALF_ROWS=0 in the same call (H100, run

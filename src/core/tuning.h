@@ -34,8 +34,6 @@ struct Overrides {
   int short_wave = -1;        // PAGEDATTN_SHORT_WAVE=0: no short-partition wave (short_wave_ctas_per_sm());
                               // =N (1-8): N CTAs per SM there (where fewer than the wave's), every head size and
                               // cache kind; -1 unset
-  int mid_wave = -1;          // PAGEDATTN_MID_WAVE=N (1-8): fwd_kernel's 17-32-row chunks planned at N CTAs per
-                              // SM (mid_wave_ctas_per_sm()), every head size and cache kind; -1 unset
   bool half_rows = true;      // PAGEDATTN_HALF_ROWS=0: calls of <= 8 rows per sequence keep the 16-row
                               // variant (half_rows())
   int keys_on_m = -1;         // PAGEDATTN_KEYS_ON_M=0/1/2: one-byte calls of <= 8 rows per sequence off / on
@@ -139,12 +137,6 @@ int min_partition(int head_size, KvKind kv, bool mid_rows, const Overrides& o);
 constexpr int kShortWaveKeys = 1024;
 int short_wave_ctas_per_sm(int head_size, KvKind kv, int occupancy, bool above_16_rows, bool deterministic,
                            const Overrides& o);
-
-/// The CTAs per SM the planner's wave counts for fwd_kernel's 17-32-row chunks (two row tiles; the
-/// planner's least occupancy of the call's chunk classes takes it): `occupancy` (the kernel's) by default.
-/// Deterministic mode: `occupancy` (its partitions never depend on the wave's count). PAGEDATTN_MID_WAVE=N
-/// takes min(N, occupancy).
-int mid_wave_ctas_per_sm(int head_size, KvKind kv, int occupancy, bool deterministic, const Overrides& o);
 
 /// The merge kernel's threads per CTA and its partition groups (threads over the float4 chunks of the
 /// D / split columns a CTA takes).

@@ -314,7 +314,6 @@ class CudaPlan final : public detail::PlanImpl {
       const FwdKernelInfo info = fwd_kernel_info(D_, kv_, 1 << k, choice_);
       (std::strncmp(info.variant, "wg", 2) == 0 ? in.wg_ctas_per_sm : in.fwd_ctas_per_sm)[k] = info.ctas_per_sm();
     }
-    in.fwd_ctas_per_sm[1] = tuning::mid_wave_ctas_per_sm(D_, kind, in.fwd_ctas_per_sm[1], opt.deterministic, env);
     in.deterministic = opt.deterministic;
     in.forced_partition = opt.partition_tokens;
     in.min_partition = tuning::min_partition(D_, kind, mid_rows, env);
