@@ -70,29 +70,17 @@ TEST(Tuning, MinPartition) {
 TEST(Tuning, ShortWave) {
   const Overrides none;
   using K = KvKind;
-  EXPECT_EQ(short_wave_ctas_per_sm(64, K::u8, 3, false, false, false, none), 2);
-  EXPECT_EQ(short_wave_ctas_per_sm(64, K::fp8, 3, false, false, false, none), 2);
-  EXPECT_EQ(short_wave_ctas_per_sm(64, K::f16, 2, false, false, false, none), 0);
-  EXPECT_EQ(short_wave_ctas_per_sm(64, K::u8, 2, false, false, false, none), 0);  // (sm_80's occupancy, say)
-  EXPECT_EQ(short_wave_ctas_per_sm(64, K::u8, 3, true, false, false, none), 0);
-  EXPECT_EQ(short_wave_ctas_per_sm(64, K::u8, 3, false, false, true, none), 0);
-  for (int d : {80, 96, 128, 192, 256}) EXPECT_EQ(short_wave_ctas_per_sm(d, K::fp8, 3, false, false, false, none), 0) << d;
-  EXPECT_EQ(short_wave_ctas_per_sm(64, K::u8, 3, false, false, false, parse({{"PAGEDATTN_SHORT_WAVE", "0"}})), 0);
-  EXPECT_EQ(short_wave_ctas_per_sm(128, K::f16, 2, true, false, false, parse({{"PAGEDATTN_SHORT_WAVE", "1"}})), 1);
-  EXPECT_EQ(short_wave_ctas_per_sm(128, K::f16, 2, true, false, true, parse({{"PAGEDATTN_SHORT_WAVE", "1"}})), 0);
+  EXPECT_EQ(short_wave_ctas_per_sm(64, K::u8, 3, false, false, none), 2);
+  EXPECT_EQ(short_wave_ctas_per_sm(64, K::fp8, 3, false, false, none), 2);
+  EXPECT_EQ(short_wave_ctas_per_sm(64, K::f16, 2, false, false, none), 0);
+  EXPECT_EQ(short_wave_ctas_per_sm(64, K::u8, 2, false, false, none), 0);  // (sm_80's occupancy, say)
+  EXPECT_EQ(short_wave_ctas_per_sm(64, K::u8, 3, true, false, none), 0);
+  EXPECT_EQ(short_wave_ctas_per_sm(64, K::u8, 3, false, true, none), 0);
+  for (int d : {80, 96, 128, 192, 256}) EXPECT_EQ(short_wave_ctas_per_sm(d, K::fp8, 3, false, false, none), 0) << d;
+  EXPECT_EQ(short_wave_ctas_per_sm(64, K::u8, 3, false, false, parse({{"PAGEDATTN_SHORT_WAVE", "0"}})), 0);
+  EXPECT_EQ(short_wave_ctas_per_sm(128, K::f16, 2, true, false, parse({{"PAGEDATTN_SHORT_WAVE", "1"}})), 1);
+  EXPECT_EQ(short_wave_ctas_per_sm(128, K::f16, 2, true, true, parse({{"PAGEDATTN_SHORT_WAVE", "1"}})), 0);
   for (const char* v : {"", "9", "-1", "x"}) EXPECT_EQ(parse({{"PAGEDATTN_SHORT_WAVE", v}}).short_wave, -1) << v;
-  // D = 256 one-byte calls of 17-32 rows per kv head: 1 per SM below 2048 (u8) / 4096 (fp8) keys
-  EXPECT_EQ(short_wave_ctas_per_sm(256, K::fp8, 2, true, true, false, none), 1);
-  EXPECT_EQ(short_wave_ctas_per_sm(256, K::u8, 2, true, true, false, none), 1);
-  EXPECT_EQ(short_wave_ctas_per_sm(256, K::f16, 2, true, true, false, none), 0);
-  EXPECT_EQ(short_wave_ctas_per_sm(256, K::fp8, 2, true, false, false, none), 0);  // (a call of other rows too)
-  EXPECT_EQ(short_wave_ctas_per_sm(256, K::fp8, 0, true, true, false, none), 0);   // (the Hopper kernel's)
-  EXPECT_EQ(short_wave_ctas_per_sm(256, K::fp8, 2, true, true, true, none), 0);    // deterministic
-  for (int d : {64, 128}) EXPECT_EQ(short_wave_ctas_per_sm(d, K::fp8, 3, true, true, false, none), 0) << d;
-  EXPECT_EQ(short_wave_keys(256, K::u8, true), kMidWaveKeysU8);
-  EXPECT_EQ(short_wave_keys(256, K::fp8, true), kMidWaveKeysFp8);
-  EXPECT_EQ(short_wave_keys(256, K::fp8, false), kShortWaveKeys);
-  EXPECT_EQ(short_wave_keys(64, K::u8, false), kShortWaveKeys);
 }
 
 TEST(Tuning, HalfRows) {

@@ -263,32 +263,11 @@ bool merge_rowwise(int64_t merge_rows, int split, int num_sms, const Overrides& 
 // (2 per SM faster) and 1344 (3 faster); the boundary in between is not measured. At 8k both waves give
 // the least partition (256 keys). Rows of 17+ per kv head and f16/bf16 (2 CTAs per SM already) keep the
 // rule before it.
-//
-// D = 256 one-byte calls of 17-32 rows per kv head (fwd_kernel's 2-row-tile kernel, 2 CTAs per SM): a wave of
-// 1 per SM (PAGEDATTN_MID_WAVE=1 at 8dd231e against its default in the same call, H100, run mw1; single
-// sequences, G 1 / 4 / 8, T with 17-32 rows) took fp8 0.83-0.92x at 32k (512 -> 1024 keys; the seed's T = 8
-// 0.903) and 0.95-0.97x at 128k (2048 -> 4096; seed 0.957), level at 8k (the least partition either way);
-// u8 0.87-0.88x at 8k, 0.91-0.99x at 32k (seed 0.827 / 0.967), but 1.075-1.09x at 128k (2048 keys). Each
-// partition leaves rows x D f32 of partial, written and read back by the merge: at 32 rows, 512 fp8 keys
-// carry 2 x 32 x 4 bytes of partial per key-column pair against 512 of codes (25%), 2048 keys 6%. The
-// 32 x 8k batch (4160-key partitions, one merge partner each) took 1.17x (fp8) / 1.37x (u8) at 1 per SM:
-// there the second CTA's latency hiding is worth more than the partials. So the rule applies below
-// kMidWaveKeysFp8 (fp8: 2048 gains, 4160 loses) and kMidWaveKeysU8 (u8: 512 gains, 2048 loses); the
-// boundaries in between are not measured, nor D = 64 / 128 (their 17-32-row kernels fit 3 or more per
-// SM: 1 per SM took up to 2.3x there).
-int short_wave_ctas_per_sm(int head_size, KvKind kv, int occupancy, bool above_16_rows, bool all_mid_rows,
-                           bool deterministic, const Overrides& o) {
+int short_wave_ctas_per_sm(int head_size, KvKind kv, int occupancy, bool above_16_rows, bool deterministic,
+                           const Overrides& o) {
   if (deterministic) return 0;
   if (o.short_wave >= 0) return o.short_wave;
-  if (kv == KvKind::f16) return 0;
-  if (head_size == 64 && !above_16_rows && occupancy > 2) return 2;
-  if (head_size == 256 && all_mid_rows && occupancy >= 2) return 1;
-  return 0;
-}
-
-int short_wave_keys(int head_size, KvKind kv, bool all_mid_rows) {
-  if (head_size == 256 && all_mid_rows && kv != KvKind::f16) return kv == KvKind::u8 ? kMidWaveKeysU8 : kMidWaveKeysFp8;
-  return kShortWaveKeys;
+  return head_size == 64 && kv != KvKind::f16 && !above_16_rows && occupancy > 2 ? 2 : 0;
 }
 
 // fwd_kernel's HR variant against its 16-row variant, PAGEDATTN_HALF_ROWS=0 in the same call (H100, run

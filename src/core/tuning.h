@@ -129,21 +129,14 @@ int keys_on_m(int head_size, KvKind kv, bool deterministic, const Overrides& o);
 int min_partition(int head_size, KvKind kv, bool mid_rows, const Overrides& o);
 
 /// Default mode, where the one-wave partition at the kernel's occupancy would be shorter than
-/// short_wave_keys(): the CTAs per SM of the wave the planner sizes partitions for instead
-/// (planner::Inputs::short_ctas_per_sm; 0: keep the occupancy).
-/// - 2 for D = 64 one-byte codes (u8, fp8; their 1-row-tile kernel fits 3 per SM, `occupancy`) where no
-///   sequence of the call has more than 16 rows per kv head (`above_16_rows`);
-/// - 1 for D = 256 one-byte codes where every sequence of the call has 17-32 rows per kv head
-///   (`all_mid_rows`; `occupancy`: their 2-row-tile fwd_kernel's, 0 where the Hopper kernel runs them);
-/// - else 0. Deterministic mode: 0 (its partition size may depend on the row alone, never on the call).
-/// PAGEDATTN_SHORT_WAVE overrides the rule.
+/// kShortWaveKeys: the CTAs per SM of the wave the planner sizes partitions for instead
+/// (planner::Inputs::short_ctas_per_sm; 0: keep the occupancy). 2 for D = 64 one-byte codes (u8, fp8; their
+/// 1-row-tile kernel fits 3 per SM, `occupancy`) where no sequence of the call has more than 16 rows per
+/// kv head (`above_16_rows`); else 0. Deterministic mode: 0 (its partition size may depend on the row
+/// alone, never on the call). PAGEDATTN_SHORT_WAVE overrides the rule.
 constexpr int kShortWaveKeys = 1024;
-constexpr int kMidWaveKeysU8 = 2048, kMidWaveKeysFp8 = 4096;
-int short_wave_ctas_per_sm(int head_size, KvKind kv, int occupancy, bool above_16_rows, bool all_mid_rows,
-                           bool deterministic, const Overrides& o);
-/// The partition below which short_wave_ctas_per_sm() applies (planner::Inputs::short_wave_keys):
-/// kMidWaveKeysU8 / kMidWaveKeysFp8 for the D = 256 rule's calls (`all_mid_rows`), else kShortWaveKeys.
-int short_wave_keys(int head_size, KvKind kv, bool all_mid_rows);
+int short_wave_ctas_per_sm(int head_size, KvKind kv, int occupancy, bool above_16_rows, bool deterministic,
+                           const Overrides& o);
 
 /// The merge kernel's threads per CTA and its partition groups (threads over the float4 chunks of the
 /// D / split columns a CTA takes).

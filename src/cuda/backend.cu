@@ -277,8 +277,6 @@ class CudaPlan final : public detail::PlanImpl {
     int64_t small_key_heads = 0;  // sequences of <= 16 rows: their keys times the kv heads
     bool mid_rows = false;   // a sequence of 17-32 rows (tuning::min_partition)
     bool above_16_rows = false;  // a sequence of more than 16 rows (tuning::short_wave_ctas_per_sm)
-    bool all_mid_rows = true;    // every sequence with new tokens of 17-32 rows (tuning::short_wave_ctas_per_sm)
-    bool any_rows = false;
     int64_t max_rows = 0;    // the most rows of a sequence (KernelChoice::hr)
     for (int s = 0; s < num_seqs; ++s) {
       const int64_t all_keys = int64_t{past[s]} + (p.prefix_only ? 0 : sb[s + 1] - sb[s]);
@@ -290,8 +288,6 @@ class CudaPlan final : public detail::PlanImpl {
       if (rows > 16 && rows <= 64) split_ctas += Hk_;
       if (rows > 16 && rows <= 32) mid_rows = true;
       if (rows > 16) above_16_rows = true;
-      if (rows > 0 && (rows <= 16 || rows > 32)) all_mid_rows = false;
-      any_rows = any_rows || rows > 0;
       max_rows = std::max(max_rows, rows);
       if (rows > 0 && rows <= 16) small_key_heads += keys * Hk_;
     }
@@ -311,14 +307,13 @@ class CudaPlan final : public detail::PlanImpl {
     choice_.hr = eight_rows && has_hr_kernels(D_, kv_) && tuning::half_rows(D_, kind, opt.deterministic, env);
     choice_.kt = eight_rows && has_kt_kernels(D_, kv_) ? tuning::keys_on_m(D_, kind, opt.deterministic, env) : 0;
     in.ctas_per_sm = fwd_kernel_info(D_, kv_, 1, choice_).ctas_per_sm();
+    in.short_ctas_per_sm =
+        tuning::short_wave_ctas_per_sm(D_, kind, in.ctas_per_sm, above_16_rows, opt.deterministic, env);
+    in.short_wave_keys = tuning::kShortWaveKeys;
     for (int k = 0; k < 4; ++k) {  // row-tile classes: their kernel's own occupancy (planner.h)
       const FwdKernelInfo info = fwd_kernel_info(D_, kv_, 1 << k, choice_);
       (std::strncmp(info.variant, "wg", 2) == 0 ? in.wg_ctas_per_sm : in.fwd_ctas_per_sm)[k] = info.ctas_per_sm();
     }
-    all_mid_rows = all_mid_rows && any_rows;  // (then every chunk has 2 row tiles: fwd_ctas_per_sm[1]'s kernel)
-    in.short_ctas_per_sm = tuning::short_wave_ctas_per_sm(D_, kind, all_mid_rows ? in.fwd_ctas_per_sm[1] : in.ctas_per_sm,
-                                                          above_16_rows, all_mid_rows, opt.deterministic, env);
-    in.short_wave_keys = tuning::short_wave_keys(D_, kind, all_mid_rows);
     in.deterministic = opt.deterministic;
     in.forced_partition = opt.partition_tokens;
     in.min_partition = tuning::min_partition(D_, kind, mid_rows, env);
