@@ -3,6 +3,8 @@
 #   usage: bench/profile.sh [context] [T[,T...]] [kv]     (carry .deps; logs under $OUT)
 #   Run-time switches pass through the environment (e.g. PAGEDATTN_WG_SPLIT=0: 33-64-row chunks back on fwd_kernel).
 #   PROFILE_ARGS adds bench arguments (e.g. "--heads 32 --kv-heads 4 --head-size 128": another shape).
+#   PROFILE_FILL=op fills the cache as the seed rows do (default random: the timing of a plan can depend on
+#   it, runs mw2-mw6 in bench/NOTES.md).
 #   SKIP_BUILD=1 reuses an existing build in $BUILD_DIR (e.g. the one bench/gpu.sh made).
 #   PROFILE_SOURCE=1 adds per-SASS-instruction stall samples (src_*.top.txt; report src_*.ncu-rep).
 #   PROFILE_SRC builds another source tree (e.g. .abref/X from bench/prepare_abref.sh) with BUILD_DIR set
@@ -22,7 +24,7 @@ case $src in /*) ;; *) src=$root/$src ;; esac
     -DCMAKE_CUDA_ARCHITECTURES=90a-real "${prefix[@]}" && ninja -C "$build" -j "$(nproc)" pagedattn; } > "$OUT/build${PROFILE_TAG:+_$PROFILE_TAG}.log" 2>&1 ||
   { tail -30 "$OUT/build${PROFILE_TAG:+_$PROFILE_TAG}.log"; exit 1; }
 for t in ${T//,/ }; do
-  args=(bench --backend cuda --context "$ctx" --tokens "$t" --kv "$kv" --layers 1 --repeats 3 --warmup 1 --fill random --scenario seed ${PROFILE_ARGS:-})
+  args=(bench --backend cuda --context "$ctx" --tokens "$t" --kv "$kv" --layers 1 --repeats 3 --warmup 1 --fill "${PROFILE_FILL:-random}" --scenario seed ${PROFILE_ARGS:-})
   echo "== context $ctx T=$t kv=$kv"
   PAGEDATTN_PRINT_PLAN=1 timeout 120 "$build/pagedattn" "${args[@]}" 2>&1 | grep -E "plan|us/8|^(u8|f16|bf16|fp8)" | head -5
   timeout 300 ncu --clock-control none -k regex:"fwd_kernel|wg_kernel|merge_kernel" -c 2 \
