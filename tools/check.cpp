@@ -32,8 +32,13 @@ namespace tools {
 namespace {
 
 constexpr double kTolCpu = 1e-5;    // cpu backend, f32 queries: f32 sums against the oracle's double
-constexpr double kTolCpuF16 = 2e-4;  // cpu backend, f16 out: one output rounding apart on some elements
-constexpr double kTolCpuBf16 = 1e-3; // cpu backend, bf16 out (measured worst 2.5e-5 / 8e-5: 8x margin)
+// cpu backend, f16 / bf16 out: both it and the oracle round once into the output dtype, so an element
+// may sit one spacing (<= 2^-10 / 2^-7 of it) apart, and a small output's rel_l2 reaches that bound: a
+// fixed 2e-4 failed a 128-element f16 output one spacing apart on some elements (seed 32848668, rel_l2
+// 2.07e-4). The bound is the rel_l2 tolerance; every element is held to one spacing (Compare::
+// beyond_one_rounding), which keeps the check as tight as the outputs' dtype allows.
+constexpr double kTolCpuF16 = 0x1p-10 + kTolCpu;
+constexpr double kTolCpuBf16 = 0x1p-7 + kTolCpu;
 constexpr double kTolF16 = 2e-3;    // f16 query / f16 KV
 constexpr double kTolBf16 = 1e-2;   // bf16 query or bf16 KV
 constexpr double kTolU8 = 3e-3;     // u8 KV, against the oracle on the same codes
@@ -310,7 +315,8 @@ int run_check(const CheckOptions& given) {
       err = co.rel_l2;
       ratio = co.nan_count ? 1e30 : co.rel_l2 / tol;
       detail = "out: " + co.describe();
-      if (!co.ok(tol)) fail = "out " + co.describe() + " (tol " + std::to_string(tol) + ")";
+      const bool beyond = opt.backend == Backend::cpu && co.beyond_one_rounding > 0;
+      if (!co.ok(tol) || beyond) fail = "out " + co.describe() + " (tol " + std::to_string(tol) + ")";
       if (!ref.scores.empty()) {
         const testing::Compare cs =
             testing::compare(reinterpret_cast<const uint8_t*>(got.scores.data()), DType::f32, ref.scores.data(),

@@ -126,6 +126,9 @@ struct Compare {
   double rel_l2 = 0;                         // ||a-b|| / ||b||
   int64_t worst_index = -1;
   int64_t nan_count = 0;                     // NaN or inf in `a` where `b` is finite
+  // f16 / bf16 `a` only (else -1): elements more than one rounding of that dtype from `b`, i.e. with
+  // |a-b| > ulp(b) + 1e-3 rms(b) (the floor: the sums' error on an element that cancels to ~0)
+  int64_t beyond_one_rounding = -1;
   bool ok(double tol) const { return nan_count == 0 && rel_l2 <= tol; }
   std::string describe() const;
 };
