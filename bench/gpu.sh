@@ -101,6 +101,28 @@ clocks_summary() {
            NR, c[1], c[NR], c[int((NR + 1) / 2)], cap, pw}' | tee "$run_dir/clocks_summary.txt"
 }
 
+# Binaries built on the CPU machine (bench/prebuild.sh; carried .prebuilt and .commit): the build stage
+# and the abref refs take them instead of compiling here (a build took 80-110 s of each call's device
+# time). PREBUILT=0 builds from source anyway.
+pbdir=
+if [ "${PREBUILT:-1}" = 1 ] && [ -f "$root/.prebuilt/bin.tar.xz" ]; then
+  pbdir=${GPU_SH_PREBUILT_DIR:-/tmp/pagedattn-prebuilt}
+  rm -rf "$pbdir" && mkdir -p "$pbdir" && tar xJf "$root/.prebuilt/bin.tar.xz" -C "$pbdir" ||
+    { echo "prebuilt: .prebuilt/bin.tar.xz does not unpack"; exit 1; }
+  if [ "$(cat "$pbdir/main/.commit" 2>/dev/null)" != "$PAGEDATTN_COMMIT" ]; then
+    echo "prebuilt: the binaries are of $(cat "$pbdir/main/.commit" 2>/dev/null || echo '?'), the tree is" \
+      "$PAGEDATTN_COMMIT: run bench/prebuild.sh again (it writes .commit), or PREBUILT=0"
+    exit 1
+  fi
+  echo "prebuilt binaries of $PAGEDATTN_COMMIT: $(cd "$pbdir" && echo *)" | tee -a "$run_dir/device.txt"
+  if has cputest || [ "${BUILD_PYTHON:-0}" = 1 ] || [ -n "${BUILD_CUDA_FLAGS:-}" ]; then
+    echo "prebuilt: cputest, BUILD_PYTHON and BUILD_CUDA_FLAGS need a build tree here (PREBUILT=0)"
+    exit 1
+  fi
+fi
+prebuilt_ref() { [ -n "$pbdir" ] && [ -x "$pbdir/ref-$1/pagedattn" ]; }
+have_main() { has build || [ -n "$pbdir" ]; }
+
 status=0
 prefix=()
 [ -d "$root/.deps" ] && prefix=(-DCMAKE_PREFIX_PATH="$root/.deps")
@@ -135,6 +157,7 @@ ab_bench() {
 # ab_default: the default build's A/B rows, once per call (the base of every ratio)
 # (default_bin: the default build's CLI, the main tree's unless abref built it in a tree of its own)
 default_bin=$build/pagedattn
+if [ -n "$pbdir" ]; then build=$pbdir/main; default_bin=$build/pagedattn; fi
 ab_default() {
   [ -s "$run_dir/ab_default.json" ] && return
   [ -n "$default_bin" ] || return
@@ -162,7 +185,9 @@ ab_build() {
   touch "$run_dir/.built_$tag"
 }
 
-if has build; then
+if has build && [ -n "$pbdir" ]; then
+  log "build: prebuilt (bench/prebuild.sh)"
+elif has build; then
   log "build"
   # BUILD_CUDA_FLAGS: a build-time experiment in the main build (its GPU tests and sanitizer run then
   # test it; the A/B stages are skipped, the python stage builds without it); always passed, so a
@@ -284,24 +309,26 @@ if has abref; then
   }
   parallel=0
   [ "${AB_REF_SERIAL:-0}" != 1 ] && [ "$(left)" -ge "${AB_BUILD_MIN_LEFT:-120}" ] && parallel=1
-  if [ "$parallel" = 1 ] || ! has build; then
+  if [ "$parallel" = 1 ] || ! have_main; then
     n=${#refs[@]}
     [ "$parallel" = 1 ] || n=0
-    has build || n=$((n + 1))
+    have_main || n=$((n + 1))
     AB_JOBS=$(( 2 * $(nproc) / (n > 0 ? n : 1) ))
     [ "$AB_JOBS" -lt 2 ] && AB_JOBS=2
     export AB_JOBS
-    log "A/B: building at once: $([ "$parallel" = 1 ] && echo "${#refs[@]} refs; ")$(has build || echo "the default; ")(ninja -j $AB_JOBS each)"
-    if ! has build; then
+    log "A/B: building at once: $([ "$parallel" = 1 ] && echo "${#refs[@]} refs; ")$(have_main || echo "the default; ")(ninja -j $AB_JOBS each)"
+    if ! have_main; then
       build_job "$build-cli" default
     fi
     if [ "$parallel" = 1 ]; then
-      for src in "${refs[@]}"; do build_job "$build-ref-$(cat "$src/.commit")" "ref-$(cat "$src/.commit")" "$src"; done
+      for src in "${refs[@]}"; do
+        prebuilt_ref "$(cat "$src/.commit")" || build_job "$build-ref-$(cat "$src/.commit")" "ref-$(cat "$src/.commit")" "$src"
+      done
     fi
     # NOTE: only the build jobs: a bare `wait` also waits for the clock logger, which never ends
     [ "${#pids[@]}" -eq 0 ] || wait "${pids[@]}"
     unset AB_JOBS
-    if ! has build; then
+    if ! have_main; then
       if built default; then
         default_bin=$build-cli/pagedattn
       else
@@ -314,6 +341,11 @@ if has abref; then
   ab_default
   for src in "${refs[@]}"; do
     ref=$(cat "$src/.commit")
+    if prebuilt_ref "$ref"; then
+      log "A/B ref: $ref (prebuilt)"
+      ab_bench "$pbdir/ref-$ref/pagedattn" "ref-$ref" || status=1
+      continue
+    fi
     if [ "$parallel" = 1 ]; then
       if ! built "ref-$ref"; then log "A/B ref $ref: build failed (run/build_ref-$ref.log)"; status=1; continue; fi
       if [ "$(left)" -lt "${AB_MIN_LEFT:-40}" ]; then log "A/B ref $ref skipped: $(left)s of the ${budget}s budget left"; continue; fi

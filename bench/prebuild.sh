@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# Run HERE (nvcc compiles without a GPU) before a GPU call, so that the call spends its device time
+# running, not compiling: builds the working tree's CUDA CLI and GPU tests (and the CLI of every
+# .abref/<commit>/ that bench/prepare_abref.sh exported) and packs them into .prebuilt/bin.tar.xz
+# (git-ignored; name .prebuilt and .commit in the device call's `carry`). bench/gpu.sh's build stage and
+# its abref refs then unpack these binaries instead of building. The binaries' id is written to .commit
+# too: gpu.sh refuses an archive whose id differs from the carried .commit (a tree changed after its
+# build). xz -9's 64 MiB window stores the binaries' shared kernels once (the CLI and test_cuda: 78 MB,
+# 19 MB packed), so refs that differ in a few kernels add little to the 64 MiB `carry` allows.
+#   usage: bench/prebuild.sh          (PREBUILD_DIR: the build tree, default build-cu; CUDA_ARCHS: default
+#                                      90a-real, the GPU machine's H100 / H200; PREBUILD_TARGETS: default
+#                                      "pagedattn test_cuda")
+# A build from scratch takes ~20 minutes on a 2-core VM; later builds recompile what changed.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${PREBUILD_DIR:-$root/build-cu}
+archs=${CUDA_ARCHS:-90a-real}
+id="$(git -C "$root" rev-parse --short HEAD)$(git -C "$root" diff --quiet HEAD || echo +dirty)"
+# configure_build SRC DIR TARGETS...: the Release CUDA tree bench/gpu.sh's configure() makes (this
+# machine's own gtest, CLI11 and nlohmann-json: the ones .deps copies)
+configure_build() {
+  local src=$1 dir=$2
+  shift 2
+  mkdir -p "$dir"
+  cmake -S "$src" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPAGEDATTN_CUDA=ON \
+    -DCMAKE_CUDA_ARCHITECTURES="$archs" -DCMAKE_CUDA_FLAGS= > "$dir/prebuild_configure.log" 2>&1 ||
+    { tail -20 "$dir/prebuild_configure.log"; return 1; }
+  ninja -C "$dir" "$@" > "$dir/prebuild_build.log" 2>&1 ||
+    { grep -E "error|FAILED" "$dir/prebuild_build.log" | head -20; echo "prebuild: $dir failed (prebuild_build.log)"; return 1; }
+}
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+# shellcheck disable=SC2086
+configure_build "$root" "$build" ${PREBUILD_TARGETS:-pagedattn test_cuda}
+mkdir -p "$stage/main/tests"
+cp "$build/pagedattn" "$stage/main/"
+[ ! -x "$build/tests/test_cuda" ] || cp "$build/tests/test_cuda" "$stage/main/tests/"
+echo "$id" > "$stage/main/.commit"
+for src in "$root"/.abref/*/; do
+  [ -f "$src/.commit" ] || continue
+  ref=$(cat "$src/.commit")
+  echo "prebuild: ref $ref"
+  configure_build "$src" "$build-ref-$ref" pagedattn
+  mkdir -p "$stage/ref-$ref"
+  cp "$build-ref-$ref/pagedattn" "$stage/ref-$ref/"
+done
+echo "$id" > "$root/.commit"
+mkdir -p "$root/.prebuilt"
+tar cf - -C "$stage" . | xz -T1 -9 > "$root/.prebuilt/bin.tar.xz"
+echo "prebuild: $id ($archs), $(ls "$stage" | tr '\n' ' ')-> .prebuilt/bin.tar.xz ($(du -h "$root/.prebuilt/bin.tar.xz" | cut -f1)); carry .prebuilt .commit (.deps, .abref)"
