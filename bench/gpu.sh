@@ -15,7 +15,8 @@
 # Here, before the call: bench/prepare_deps.sh, bench/peers/fetch_flashinfer.sh (FlashInfer wheels and
 # prebuilt modules into .wheels; optional), and
 #   echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo +dirty)" > .commit
-# then carry .deps, .commit and .wheels. A full run (all stages) no longer fits one 10-minute call: the
+# then carry .deps, .commit and .wheels (bench/prebuild.sh instead of the .commit line: the binaries
+# built here, carried in .prebuilt, and no compile there). A full run (all stages) no longer fits one 10-minute call: the
 # GPU tests alone take ~8 minutes (run fx8t); run `build test` in two shards, then the other stages.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
