@@ -51,7 +51,12 @@ inline int amx_min_rows(cpu::RowType t) { return t == cpu::RowType::f16 ? 16 : 8
 // verify's row equals the decode of the same prefix and a sequence's rows do not depend on the batch:
 // partitions at absolute multiples of invariant_part() keys, tiles on the absolute kTile grid and always
 // kTile keys wide (keys outside the item zero-filled and masked), rows padded to a multiple of 4 (the S
-// and P V kernels' register blocks: every (row, key) on the same instruction sequence).
+// and P V kernels' register blocks: every (row, key) on the same instruction sequence). Where the AMX
+// tiles run (has_amx, f16 / bf16 queries) every chunk of the mode takes them, decodes too: a tile's
+// column (S^T) or row (P V) sums only its own row's operands, so a row's bits do not depend on the rows
+// beside it. Against the decode without tiles for every chunk this took T = 2-8 from 1.05-2.26x the
+// default's time to 0.87-1.01x (f16 T = 2 1.19-1.23x) and T = 1 from 0.99-1.07x to 1.16-1.62x, the
+// decodes' conversion of K and V into bf16 parts (bench/NOTES.md, run cpu-invamx).
 constexpr int kInvariantPart = 2048;
 // The invariant partition: the largest of 2048, 4096 and 8192 keys that still gives every thread two
 // items at 8k keys (Hk x 8192 / part >= 2 x threads). It follows the model (Hk) and the machine's
@@ -182,13 +187,13 @@ class CpuPlan final : public PlanImpl {
     // row access of the tile kernels could split two cache lines, by the heap's state (bf16 T = 8 at 8k:
     // 28-30 ms aligned, 35-39 ms as it fell; bench/NOTES.md, "The cpu backend's scratch alignment")
     scratch_stride_ = (scratch_stride_ + 1023) / 1024 * 1024;
-    // chunks of amx_min_rows or more on AMX-BF16 where the CPU has it (tile.h), default mode only: the
-    // invariant mode's rows must take the decodes' arithmetic. Its operands after the f32 scratch.
+    // chunks of amx_min_rows or more on AMX-BF16 where the CPU has it (tile.h), every chunk in the
+    // invariant mode (its decodes take the verifies' arithmetic). Its operands after the f32 scratch.
     // f32 queries keep the f32 tiles: their tolerance (1e-5) is below what the tiles' bf16 parts of P keep.
-    amx_ok_ = !invariant_ && p.query.dtype != DType::f32 && cpu::has_amx(row_type(p.cache.precision()), D_, Dv_);
+    amx_ok_ = p.query.dtype != DType::f32 && cpu::has_amx(row_type(p.cache.precision()), D_, Dv_);
     amx_offset_ = scratch_stride_;
     if (amx_ok_) scratch_stride_ += (cpu::amx_bytes(kMaxRows, D_, Dv_) + 4095) / 4096 * 1024;
-    // chunks of 4-12 rows (u8: 4) without the f32 tiles (tile.h). The invariant mode takes them too: on its
+    // chunks of 4-12 rows (u8: 4) without the f32 tiles (tile.h). The invariant mode without AMX takes them too: on its
     // kTile-wide tiles (no tail keys) they run the tiles' arithmetic bit for bit (the same values: fp8
     // values / 2^8, u8 codes - 128, folds on both paths; tests/test_numeric.cpp DirectDecodeMatchesTheTiles),
     // keys outside the item reading a zero row.
@@ -387,7 +392,7 @@ class CpuPlan final : public PlanImpl {
     // scale)) per row, kept apart in `ob` and added to O at the end. The default mode's u8 tiles apply
     // scale and minimum per element instead (the fold's per-key steps cost those rows 1.06-1.19x).
     const cpu::RowType rt = row_type(p.cache.precision());
-    const bool amx = amx_ok_ && rows_k >= amx_min_rows(rt),
+    const bool amx = amx_ok_ && (invariant_ || rows_k >= amx_min_rows(rt)),
                direct = !amx && direct_ok_ && cpu::has_direct(rt, rows_k, D_, Dv_), fold = rt == cpu::RowType::fp8,
                affine = rt == cpu::RowType::u8 && (direct || invariant_ || amx), bf16dot = bf16dot_ok_ && !amx;
     uint16_t* qh = reinterpret_cast<uint16_t*>(kt);  // bf16dot: the query rows' bits (K needs no tile)
