@@ -54,9 +54,9 @@ inline int amx_min_rows(cpu::RowType t) { return t == cpu::RowType::f16 ? 16 : 8
 // and P V kernels' register blocks: every (row, key) on the same instruction sequence). Where the AMX
 // tiles run (has_amx, f16 / bf16 queries) every chunk of the mode takes them, decodes too: a tile's
 // column (S^T) or row (P V) sums only its own row's operands, so a row's bits do not depend on the rows
-// beside it. Against the decode without tiles for every chunk this took T = 2-8 from 1.05-2.26x the
-// default's time to 0.87-1.01x (f16 T = 2 1.19-1.23x) and T = 1 from 0.99-1.07x to 1.16-1.62x, the
-// decodes' conversion of K and V into bf16 parts (bench/NOTES.md, run cpu-invamx).
+// beside it. Against the rows without tiles for every chunk this took T = 3-8 from 1.01-2.26x the
+// default's time to 0.87-1.01x (T = 2 0.95-1.23x) and T = 1 from 0.99-1.07x to 1.16-1.62x, the decodes'
+// conversion of K and V into bf16 parts (bench/NOTES.md, run cpu-invamx).
 constexpr int kInvariantPart = 2048;
 // The invariant partition: the largest of 2048, 4096 and 8192 keys that still gives every thread two
 // items at 8k keys (Hk x 8192 / part >= 2 x threads). It follows the model (Hk) and the machine's
