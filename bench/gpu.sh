@@ -310,14 +310,16 @@ if has abref; then
   }
   parallel=0
   [ "${AB_REF_SERIAL:-0}" != 1 ] && [ "$(left)" -ge "${AB_BUILD_MIN_LEFT:-120}" ] && parallel=1
+  to_build=0
+  for src in "${refs[@]}"; do prebuilt_ref "$(cat "$src/.commit")" || to_build=$((to_build + 1)); done
   if [ "$parallel" = 1 ] || ! have_main; then
-    n=${#refs[@]}
+    n=$to_build
     [ "$parallel" = 1 ] || n=0
     have_main || n=$((n + 1))
     AB_JOBS=$(( 2 * $(nproc) / (n > 0 ? n : 1) ))
     [ "$AB_JOBS" -lt 2 ] && AB_JOBS=2
     export AB_JOBS
-    log "A/B: building at once: $([ "$parallel" = 1 ] && echo "${#refs[@]} refs; ")$(have_main || echo "the default; ")(ninja -j $AB_JOBS each)"
+    log "A/B: building at once: $([ "$parallel" = 1 ] && echo "$to_build refs; ")$(have_main || echo "the default; ")(ninja -j $AB_JOBS each)"
     if ! have_main; then
       build_job "$build-cli" default
     fi
