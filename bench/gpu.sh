@@ -115,13 +115,29 @@ if [ "${PREBUILT:-1}" = 1 ] && [ -f "$root/.prebuilt/bin.tar.xz" ]; then
       "$PAGEDATTN_COMMIT: run bench/prebuild.sh again (it writes .commit), or PREBUILT=0"
     exit 1
   fi
-  echo "prebuilt binaries of $PAGEDATTN_COMMIT: $(cd "$pbdir" && echo *)" | tee -a "$run_dir/device.txt"
+  # each binary's sources as the carried tree has them (a tree edited after bench/prebuild.sh keeps its id)
+  for d in "$pbdir"/*/; do
+    (cd "$root" && sha1sum -c --quiet "$d/sources.sha1" > /dev/null 2>&1) || {
+      echo "prebuilt: $(basename "$d")'s sources differ from the carried tree's (or are missing): run" \
+        "bench/prebuild.sh again, or PREBUILT=0"
+      (cd "$root" && sha1sum -c --quiet "$d/sources.sha1" 2>&1 | head -5)
+      exit 1
+    }
+  done
+  # the refs where the abref stage keeps the ones it builds ($build-ref-<commit>, $build = $pbdir/main),
+  # marked built, so that every later use (AB_REF_AGAIN, bench/sweep_ab.sh) finds them
+  for d in "$pbdir"/ref-*/; do
+    [ -d "$d" ] || continue
+    n=$(basename "$d")
+    mv "$d" "$pbdir/main-$n" && touch "$run_dir/.built_$n"
+  done
+  echo "prebuilt binaries of $PAGEDATTN_COMMIT: $(cd "$pbdir" && echo *)" | tee -a "$run_dir/device.txt" "$OUT/device.txt"
   if has cputest || [ "${BUILD_PYTHON:-0}" = 1 ] || [ -n "${BUILD_CUDA_FLAGS:-}" ]; then
     echo "prebuilt: cputest, BUILD_PYTHON and BUILD_CUDA_FLAGS need a build tree here (PREBUILT=0)"
     exit 1
   fi
 fi
-prebuilt_ref() { [ -n "$pbdir" ] && [ -x "$pbdir/ref-$1/pagedattn" ]; }
+prebuilt_ref() { [ -n "$pbdir" ] && [ -x "$pbdir/main-ref-$1/pagedattn" ]; }
 have_main() { has build || [ -n "$pbdir" ]; }
 
 status=0
@@ -345,8 +361,9 @@ if has abref; then
   for src in "${refs[@]}"; do
     ref=$(cat "$src/.commit")
     if prebuilt_ref "$ref"; then
+      if [ "$(left)" -lt "${AB_MIN_LEFT:-40}" ]; then log "A/B ref $ref skipped: $(left)s of the ${budget}s budget left"; continue; fi
       log "A/B ref: $ref (prebuilt)"
-      ab_bench "$pbdir/ref-$ref/pagedattn" "ref-$ref" || status=1
+      ab_bench "$build-ref-$ref/pagedattn" "ref-$ref" || status=1
       continue
     fi
     if [ "$parallel" = 1 ]; then

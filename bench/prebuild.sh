@@ -4,8 +4,8 @@
 # .abref/<commit>/ that bench/prepare_abref.sh exported) and packs them into .prebuilt/bin.tar.xz
 # (git-ignored; name .prebuilt and .commit in the device call's `carry`). bench/gpu.sh's build stage and
 # its abref refs then unpack these binaries instead of building. The binaries' id is written to .commit
-# too: gpu.sh refuses an archive whose id differs from the carried .commit (a tree changed after its
-# build). xz -9's 64 MiB window stores the binaries' shared kernels once (the CLI and test_cuda: 78 MB,
+# too, and each binary carries the sha1 of the sources it was built from: gpu.sh refuses an archive whose
+# id differs from the carried .commit or whose sources differ from the carried tree's. xz -9's 64 MiB window stores the binaries' shared kernels once (the CLI and test_cuda: 78 MB,
 # 19 MB packed), so refs that differ in a few kernels add little to the 64 MiB `carry` allows.
 #   usage: bench/prebuild.sh          (PREBUILD_DIR: the build tree, default build-cu; CUDA_ARCHS: default
 #                                      90a-real, the GPU machine's H100 / H200; PREBUILD_TARGETS: default
@@ -28,14 +28,27 @@ configure_build() {
   ninja -C "$dir" "$@" > "$dir/prebuild_build.log" 2>&1 ||
     { grep -E "error|FAILED" "$dir/prebuild_build.log" | head -20; echo "prebuild: $dir failed (prebuild_build.log)"; return 1; }
 }
+# sources_sha1 DIR: the sha1 of each file a build of DIR compiles, as paths from the repository root
+# (gpu.sh checks them there with sha1sum -c: a tree edited after its build is refused)
+sources_sha1() {
+  local start=.
+  [ "$1" = "$root" ] || start=${1#"$root"/}
+  (cd "$root" && find "$start" -type d \( -name bench -o -name .abref -o -name "build*" -o -name ".git" -o -name .deps \
+     -o -name .prebuilt -o -name python \) -prune -o -type f \( -path "*/src/*" -o -path "*/include/*" -o -path "*/tools/*" \
+     -o -path "*/tests/*" -o -path "*/cmake/*" -o -name CMakeLists.txt \) -print0 | sort -z | xargs -0 sha1sum)
+}
+# a failed build leaves no archive that gpu.sh could take for this tree
+rm -f "$root/.prebuilt/bin.tar.xz"
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
+targets=${PREBUILD_TARGETS:-pagedattn test_cuda}
 # shellcheck disable=SC2086
-configure_build "$root" "$build" ${PREBUILD_TARGETS:-pagedattn test_cuda}
+configure_build "$root" "$build" $targets
 mkdir -p "$stage/main/tests"
 cp "$build/pagedattn" "$stage/main/"
-[ ! -x "$build/tests/test_cuda" ] || cp "$build/tests/test_cuda" "$stage/main/tests/"
+[[ " $targets " != *" test_cuda "* ]] || cp "$build/tests/test_cuda" "$stage/main/tests/"
 echo "$id" > "$stage/main/.commit"
+sources_sha1 "$root" > "$stage/main/sources.sha1"
 for src in "$root"/.abref/*/; do
   [ -f "$src/.commit" ] || continue
   ref=$(cat "$src/.commit")
@@ -43,8 +56,10 @@ for src in "$root"/.abref/*/; do
   configure_build "$src" "$build-ref-$ref" pagedattn
   mkdir -p "$stage/ref-$ref"
   cp "$build-ref-$ref/pagedattn" "$stage/ref-$ref/"
+  sources_sha1 "${src%/}" > "$stage/ref-$ref/sources.sha1"
 done
-echo "$id" > "$root/.commit"
 mkdir -p "$root/.prebuilt"
-tar cf - -C "$stage" . | xz -T1 -9 > "$root/.prebuilt/bin.tar.xz"
+tar cf - -C "$stage" . | xz -T1 -9 > "$root/.prebuilt/bin.tar.xz.tmp"
+mv "$root/.prebuilt/bin.tar.xz.tmp" "$root/.prebuilt/bin.tar.xz"
+echo "$id" > "$root/.commit"
 echo "prebuild: $id ($archs), $(ls "$stage" | tr '\n' ' ')-> .prebuilt/bin.tar.xz ($(du -h "$root/.prebuilt/bin.tar.xz" | cut -f1)); carry .prebuilt .commit (.deps, .abref)"
