@@ -360,13 +360,7 @@ if has abref; then
   ab_default
   for src in "${refs[@]}"; do
     ref=$(cat "$src/.commit")
-    if prebuilt_ref "$ref"; then
-      if [ "$(left)" -lt "${AB_MIN_LEFT:-40}" ]; then log "A/B ref $ref skipped: $(left)s of the ${budget}s budget left"; continue; fi
-      log "A/B ref: $ref (prebuilt)"
-      ab_bench "$build-ref-$ref/pagedattn" "ref-$ref" || status=1
-      continue
-    fi
-    if [ "$parallel" = 1 ]; then
+    if [ "$parallel" = 1 ] || prebuilt_ref "$ref"; then  # (prebuilt refs are unpacked as built ones)
       if ! built "ref-$ref"; then log "A/B ref $ref: build failed (run/build_ref-$ref.log)"; status=1; continue; fi
       if [ "$(left)" -lt "${AB_MIN_LEFT:-40}" ]; then log "A/B ref $ref skipped: $(left)s of the ${budget}s budget left"; continue; fi
       log "A/B ref: $ref (built)"
