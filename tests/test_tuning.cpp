@@ -83,27 +83,6 @@ TEST(Tuning, ShortWave) {
   for (const char* v : {"", "9", "-1", "x"}) EXPECT_EQ(parse({{"PAGEDATTN_SHORT_WAVE", v}}).short_wave, -1) << v;
 }
 
-TEST(Tuning, EightRowChunks) {
-  const Overrides none = parse({});
-  using K = KvKind;
-  // (head size, kv, the longest sequence's rows, G, the longest key range, 8-row kernels, deterministic)
-  EXPECT_TRUE(eight_row_chunks(256, K::fp8, 16, 4, 8200, true, false, none));
-  EXPECT_TRUE(eight_row_chunks(256, K::u8, 12, 4, kEightRowChunkKeys, true, false, none));
-  EXPECT_FALSE(eight_row_chunks(256, K::fp8, 16, 4, kEightRowChunkKeys + 1, true, false, none));
-  EXPECT_FALSE(eight_row_chunks(256, K::fp8, 8, 4, 8200, true, false, none));   // (<= 8 rows: one chunk already)
-  EXPECT_FALSE(eight_row_chunks(256, K::fp8, 17, 1, 8200, true, false, none));
-  EXPECT_FALSE(eight_row_chunks(256, K::fp8, 16, 16, 8200, true, false, none));  // (G > 8: a token is 16 rows)
-  EXPECT_FALSE(eight_row_chunks(256, K::fp8, 16, 4, 8200, false, false, none));
-  EXPECT_FALSE(eight_row_chunks(256, K::fp8, 16, 4, 8200, true, true, none));
-  EXPECT_FALSE(eight_row_chunks(256, K::f16, 16, 4, 8200, true, false, none));
-  for (int d : {64, 128}) EXPECT_FALSE(eight_row_chunks(d, K::u8, 16, 4, 8200, true, false, none)) << d;
-  const Overrides on = parse({{"PAGEDATTN_EIGHT_ROW_CHUNKS", "1"}}), off = parse({{"PAGEDATTN_EIGHT_ROW_CHUNKS", "0"}});
-  EXPECT_TRUE(eight_row_chunks(128, K::u8, 16, 8, 1 << 20, true, false, on));
-  EXPECT_FALSE(eight_row_chunks(128, K::u8, 16, 16, 1 << 20, true, false, on));
-  EXPECT_FALSE(eight_row_chunks(256, K::fp8, 16, 4, 8200, true, false, off));
-  for (const char* v : {"", "2", "-1", "x"}) EXPECT_EQ(parse({{"PAGEDATTN_EIGHT_ROW_CHUNKS", v}}).eight_row_chunks, -1) << v;
-}
-
 TEST(Tuning, HalfRows) {
   const Overrides none = parse({});
   using K = KvKind;

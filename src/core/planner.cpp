@@ -26,9 +26,8 @@ int64_t count_parts(const std::vector<Chunk>& chunks, int part) {
 
 Plan make_plan(const Inputs& in) {
   if (in.group < 1 || in.group > kMaxRows) throw std::invalid_argument("group size must be in [1, 64]");
-  if ((in.max_rows != 8 && in.max_rows % 16 != 0) || in.max_rows < 8 || in.max_rows > kMaxRowsWide ||
-      in.max_rows < in.group)
-    throw std::invalid_argument("max_rows must be 8 or a multiple of 16 up to 128, and >= group");
+  if (in.max_rows % 16 != 0 || in.max_rows < 16 || in.max_rows > kMaxRowsWide || in.max_rows < in.group)
+    throw std::invalid_argument("max_rows must be 16, 32, 64 or 128 (a multiple of 16 up to 128) and >= group");
   const int max_rows = in.deterministic ? deterministic_rows(in.group, in.max_rows) : in.max_rows;
   const int max_tokens_per_chunk = max_rows / in.group;
   if (!in.positions.empty() && in.positions.size() != in.past_lens.size())

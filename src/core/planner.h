@@ -127,9 +127,8 @@ struct Inputs {
   // CTAs per SM instead, when that is a smaller wave (0: never; tuning::short_wave_ctas_per_sm)
   int short_ctas_per_sm = 0;
   int short_wave_keys = 0;
-  int max_rows = kMaxRows;                 // rows per chunk: kMaxRows or kMaxRowsWide (8 row tiles), or 8
-                                           // (tuning::eight_row_chunks); 8 or any multiple of 16 up to 128
-                                           // plans (tests: 8, 16, 32); >= group
+  int max_rows = kMaxRows;                 // rows per chunk: kMaxRows or kMaxRowsWide (8 row tiles);
+                                           // any multiple of 16 up to 128 plans (tests: 16, 32); >= group
 };
 
 struct Plan {

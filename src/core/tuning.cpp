@@ -45,7 +45,6 @@ Overrides parse_overrides(const std::function<const char*(const char*)>& getenv)
                 : is("PAGEDATTN_KEYS_ON_M", "1") ? 1
                 : is("PAGEDATTN_KEYS_ON_M", "2") ? 2
                                                  : -1;
-  o.eight_row_chunks = is("PAGEDATTN_EIGHT_ROW_CHUNKS", "0") ? 0 : is("PAGEDATTN_EIGHT_ROW_CHUNKS", "1") ? 1 : -1;
   o.deterministic_rows = is("PAGEDATTN_DETERMINISTIC_ROWS", "16") ? 16 : 0;
   return o;
 }
@@ -269,17 +268,6 @@ int short_wave_ctas_per_sm(int head_size, KvKind kv, int occupancy, bool above_1
   if (deterministic) return 0;
   if (o.short_wave >= 0) return o.short_wave;
   return head_size == 64 && kv != KvKind::f16 && !above_16_rows && occupancy > 2 ? 2 : 0;
-}
-
-// Not measured yet (prepared: the 32 x 8k batch at T = 4, 16 rows per kv head, is the one fp8 row behind
-// FlashInfer's fp8 path, 1.039x in run f8h, while its T = 1 on KT+ is ahead; 16-row chunks as two CTAs
-// over the same keys took f16 0.93x at 8k T = 8 but 1.15-1.33x at 32k / 128k, runs s4a, s7d).
-bool eight_row_chunks(int head_size, KvKind kv, int64_t max_rows, int group, int64_t max_keys, bool eight_row_kernels,
-                      bool deterministic, const Overrides& o) {
-  if (deterministic || !eight_row_kernels || group > 8 || max_rows <= 8 || max_rows > 16 || o.eight_row_chunks == 0)
-    return false;
-  if (o.eight_row_chunks == 1) return true;
-  return kv != KvKind::f16 && head_size == 256 && max_keys <= kEightRowChunkKeys;
 }
 
 // fwd_kernel's HR variant against its 16-row variant, PAGEDATTN_HALF_ROWS=0 in the same call (H100, run

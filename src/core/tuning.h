@@ -38,8 +38,6 @@ struct Overrides {
                               // variant (half_rows())
   int keys_on_m = -1;         // PAGEDATTN_KEYS_ON_M=0/1/2: one-byte calls of <= 8 rows per sequence off / on
                               // fwd_kernel's KT variant / on it at one CTA per SM more (keys_on_m()); -1 unset
-  int eight_row_chunks = -1;  // PAGEDATTN_EIGHT_ROW_CHUNKS=0/1: calls of 9-16 rows per sequence as chunks of <= 8
-                              // rows never / wherever they may (eight_row_chunks()); -1 unset
   int deterministic_rows = 0;  // PAGEDATTN_DETERMINISTIC_ROWS=16: deterministic mode's 17-32-row chunks as
                                // 16-row chunks at G <= 16 (the layout of devices without the 8-warp
                                // variant's memory); 0 unset
@@ -139,16 +137,6 @@ int min_partition(int head_size, KvKind kv, bool mid_rows, const Overrides& o);
 constexpr int kShortWaveKeys = 1024;
 int short_wave_ctas_per_sm(int head_size, KvKind kv, int occupancy, bool above_16_rows, bool deterministic,
                            const Overrides& o);
-
-/// Whether a call whose longest sequence has 9-16 rows per kv head (`max_rows`) cuts its sequences into
-/// chunks of <= 8 rows (planner::Inputs::max_rows = 8), so that every chunk runs on the HR or KT variant:
-/// two CTAs over the same keys, the second's reads mostly from L2, each at the 8-row variant's cost. They
-/// may where the head size has 8-row variants (`eight_row_kernels`), G <= 8 and not deterministic mode.
-/// Default: u8 / fp8 at D = 256 (the KT variant at one CTA per SM more) where the call's longest key range
-/// `max_keys` <= kEightRowChunkKeys. PAGEDATTN_EIGHT_ROW_CHUNKS=1: wherever they may; =0: never.
-constexpr int64_t kEightRowChunkKeys = 16384;
-bool eight_row_chunks(int head_size, KvKind kv, int64_t max_rows, int group, int64_t max_keys, bool eight_row_kernels,
-                      bool deterministic, const Overrides& o);
 
 /// The merge kernel's threads per CTA and its partition groups (threads over the float4 chunks of the
 /// D / split columns a CTA takes).

@@ -303,14 +303,9 @@ class CudaPlan final : public detail::PlanImpl {
     choice_.wg_shared = tuning::hopper_shared(D_, kind, choice_.wg, max_keys, wide_ctas, in.num_sms, env);
     // every sequence of <= 8 rows, so every chunk (a sequence of <= 16 rows is one chunk): the KT variant,
     // else the HR variant
-    // (or a call of 9-16 rows cut into chunks of <= 8: tuning::eight_row_chunks)
-    const bool hr8 = has_hr_kernels(D_, kv_) && tuning::half_rows(D_, kind, opt.deterministic, env);
-    const int kt8 = has_kt_kernels(D_, kv_) ? tuning::keys_on_m(D_, kind, opt.deterministic, env) : 0;
-    const bool split8 = !choice_.pad && tuning::eight_row_chunks(D_, kind, max_rows, G_, max_keys, hr8 || kt8 > 0,
-                                                                 opt.deterministic, env);
-    const bool eight_rows = (max_rows <= 8 || split8) && !choice_.pad;
-    choice_.hr = eight_rows && hr8;
-    choice_.kt = eight_rows ? kt8 : 0;
+    const bool eight_rows = max_rows <= 8 && !choice_.pad;
+    choice_.hr = eight_rows && has_hr_kernels(D_, kv_) && tuning::half_rows(D_, kind, opt.deterministic, env);
+    choice_.kt = eight_rows && has_kt_kernels(D_, kv_) ? tuning::keys_on_m(D_, kind, opt.deterministic, env) : 0;
     in.ctas_per_sm = fwd_kernel_info(D_, kv_, 1, choice_).ctas_per_sm();
     in.short_ctas_per_sm =
         tuning::short_wave_ctas_per_sm(D_, kind, in.ctas_per_sm, above_16_rows, opt.deterministic, env);
@@ -332,7 +327,6 @@ class CudaPlan final : public detail::PlanImpl {
     if (opt.deterministic && G_ <= 16 &&
         (env.deterministic_rows == 16 || static_cast<int>(fwd_kernel_info(D_, kv_, 2, choice_).smem_bytes) > optin))
       in.max_rows = 16;
-    if (split8) in.max_rows = 8;
     // (Not adopted, removed after 5a4d0c0: 16-row chunks, e.g. T=8 at G=4 as two CTAs over the same keys,
     // 0.93x at 8k T=8 but 1.15-1.33x slower at 32k/128k (runs s4a, s7d); a sequence's chunks over one
     // partition adjacent in the grid, 1.00x on the chunk scenario.)

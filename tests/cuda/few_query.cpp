@@ -83,7 +83,6 @@ TEST(Cuda, DecodeOnlyLongContext) {
 TEST(Cuda, HalfRowsRandom) {
   REQUIRE_GPU();
   EnvGuard on("PAGEDATTN_HALF_ROWS", ""), kt_off("PAGEDATTN_KEYS_ON_M", "0");
-  EnvGuard split_off("PAGEDATTN_EIGHT_ROW_CHUNKS", "0");  // (9-16-row calls one chunk: EightRowChunksRandom)
   CaseConfig cfg = few_query_config();
   cfg.kv_precisions = {KVPrecision::u8, KVPrecision::fp8};
   CaseConfig one = cfg;
@@ -132,7 +131,6 @@ TEST(Cuda, HalfRowsRandom) {
 // (tuning::keys_on_m): "kt+" at D = 256, "kt" for fp8 at D = 128, "hr" elsewhere.
 TEST(Cuda, KeysOnMRandom) {
   REQUIRE_GPU();
-  EnvGuard split_off("PAGEDATTN_EIGHT_ROW_CHUNKS", "0");  // (9-16-row calls one chunk: EightRowChunksRandom)
   {
     EnvGuard unset("PAGEDATTN_KEYS_ON_M", ""), hr("PAGEDATTN_HALF_ROWS", "");
     CaseConfig one = few_query_config();
@@ -187,59 +185,6 @@ TEST(Cuda, KeysOnMRandom) {
     lng.max_tokens = 1;
     run_suite((variant + "-long").c_str(), lng, seed0 + 20000, 20);
   }
-}
-
-// Calls of 9-16 rows per kv head cut into chunks of <= 8 rows (tuning::eight_row_chunks), every chunk on
-// the HR or KT variant. The rule: u8 / fp8 at D = 256 up to kEightRowChunkKeys keys ("kt+"), D = 128 not
-// cut. Forced everywhere it may (PAGEDATTN_EIGHT_ROW_CHUNKS=1): chains and trees whose longest sequence
-// has 9-16 rows (G 1 / 2 / 4 / 8), mixed with decodes, and long contexts, against the oracle; the plans
-// launch only 8-row variants.
-TEST(Cuda, EightRowChunksRandom) {
-  REQUIRE_GPU();
-  CaseConfig cfg = few_query_config();
-  cfg.kv_precisions = {KVPrecision::u8, KVPrecision::fp8};
-  {
-    EnvGuard unset("PAGEDATTN_EIGHT_ROW_CHUNKS", ""), kt("PAGEDATTN_KEYS_ON_M", ""), hr("PAGEDATTN_HALF_ROWS", "");
-    CaseConfig one = cfg;
-    one.group_sizes = {4};
-    for (KVPrecision kv : {KVPrecision::fp8, KVPrecision::u8}) {
-      one.kv_precisions = {kv};
-      one.head_sizes = {256};
-      for (int i = 0; i < 4; ++i) {
-        one.min_tokens = one.max_tokens = 3 + i % 2;
-        const uint64_t seed = base_seed() + 3790000 + 10 * i + static_cast<int>(kv);
-        for (const PlanInfo::Launch& l : plan_info(one, seed, Options{Backend::cuda}).launches)
-          EXPECT_EQ(l.variant, "kt+") << "D = 256, " << one.max_tokens * 4 << " rows, seed " << seed;
-      }
-      one.head_sizes = {128};
-      one.min_tokens = one.max_tokens = 4;
-      for (const PlanInfo::Launch& l : plan_info(one, base_seed() + 3790100, Options{Backend::cuda}).launches)
-        EXPECT_TRUE(l.variant != "kt" && l.variant != "hr") << "D = 128, 16 rows: not cut, launched " << l.variant;
-    }
-  }
-  EnvGuard on("PAGEDATTN_EIGHT_ROW_CHUNKS", "1");
-  auto eight_row_only = [&](const CaseConfig& c, uint64_t seed) {
-    for (const PlanInfo::Launch& l : plan_info(c, seed, Options{Backend::cuda}).launches)
-      EXPECT_TRUE(l.variant == "kt" || l.variant == "kt+" || l.variant == "hr")
-          << "seed " << seed << ": a chunk off the 8-row variants, launched '" << l.variant << "'";
-  };
-  const int bands[4][3] = {{1, 9, 16}, {2, 5, 8}, {4, 3, 4}, {8, 2, 2}};  // G, T range of the longest sequence
-  for (int b = 0; b < 4; ++b) {
-    CaseConfig band = cfg;
-    band.group_sizes = {bands[b][0]};
-    band.min_tokens = 1;
-    band.max_tokens = bands[b][2];
-    const uint64_t seed0 = base_seed() + 3800000 + 1000 * b;
-    for (int i = 0; i < 4; ++i) eight_row_only(band, seed0 + 900 + i);
-    run_suite(("eight-row-chunks-g" + std::to_string(bands[b][0])).c_str(), band, seed0, 40);
-  }
-  CaseConfig lng = long_context_config(4000, 20000, 40000);
-  lng.kv_precisions = cfg.kv_precisions;
-  lng.group_sizes = {4};
-  lng.min_tokens = 3;
-  lng.max_tokens = 4;
-  eight_row_only(lng, base_seed() + 3810900);
-  run_suite("eight-row-chunks-long", lng, base_seed() + 3810000, 20);
 }
 
 // Chunks of 33-64 rows on the key-split Hopper kernel (wg_kernel's SPLIT, "wgs<keys>"): two
