@@ -5,8 +5,9 @@
 # (git-ignored; name .prebuilt and .commit in the device call's `carry`). bench/gpu.sh's build stage and
 # its abref refs then unpack these binaries instead of building. The binaries' id is written to .commit
 # too, and each binary carries the sha1 of the sources it was built from: gpu.sh refuses an archive whose
-# id differs from the carried .commit or whose sources differ from the carried tree's. xz -9's 64 MiB window stores the binaries' shared kernels once (the CLI and test_cuda: 78 MB,
-# 19 MB packed), so refs that differ in a few kernels add little to the 64 MiB `carry` allows.
+# id differs from the carried .commit or whose sources differ from the carried tree's. Packed (xz -9),
+# the CLI takes 18.6 MB, with test_cuda 32.9 MB, with one ref's CLI 31.5 MB (2026-12-06, run in1's
+# calls): a call carries at most one of them beside the tracked files (the sum printed last).
 #   usage: bench/prebuild.sh          (PREBUILD_DIR: the build tree, default build-cu; CUDA_ARCHS: default
 #                                      90a-real, the GPU machine's H100 / H200; PREBUILD_TARGETS: default
 #                                      "pagedattn test_cuda")
