@@ -14,7 +14,7 @@ read ceiling of the file it came from, and the worst residual of the fit. Then:
                    R (the per-key work grows with the rows), else "fixed" (the per-layer cost).
 A time ratio meets a target only where both the marginal ratio and the fixed costs allow it; these
 tables tell which one does not.
-  usage: bench/fixed_cost.py FILE... [--min-context 32768] [--pair fp8:f16:0.55] [--vs-t1 f16=1.10,u8=1.20]
+  usage: bench/fixed_cost.py FILE... [--min-context 32768] [--pair fp8:f16:0.55] [--vs-t1 f16=1.10,u8=1.20] [--max-rows 128]
 """
 import argparse
 import gzip
@@ -27,7 +27,7 @@ def load(path):
         return json.load(f)
 
 
-def rows_of(doc):
+def rows_of(doc, max_rows=None):
     """(key, context, us, bytes, layers, ceiling) of every timed row; key = (system, seqs, D, G, tree, T)."""
     ceiling = doc.get("ceiling_gbs")
     cfg = doc.get("config", {})
@@ -38,6 +38,8 @@ def rows_of(doc):
         system = r["system"] if peers else "pagedattn-" + r["kv"]
         d = r.get("head_size", cfg.get("head_size", 0))
         g = r.get("group", cfg.get("heads", 0) // max(1, cfg.get("kv_heads", 1)))
+        if max_rows and r.get("rows_per_kv_head", g * r["T"]) > max_rows:
+            continue
         key = (system, r.get("seqs", 1), d, g, bool(r.get("tree")), r["T"])
         yield key, r["context"], r["us"], r.get("bytes"), r.get("layers", 1), ceiling
 
@@ -67,11 +69,12 @@ def main():
     ap.add_argument("--at-context", type=int, default=32768, help="context of --pair's time ratio (default 32768)")
     ap.add_argument("--vs-t1", metavar="KV=R,...", help="T / T1 targets per kv, e.g. f16=1.10,u8=1.20")
     ap.add_argument("--quiet", action="store_true", help="no per-row table")
+    ap.add_argument("--max-rows", type=int, help="only rows of at most this many query rows per kv head")
     args = ap.parse_args()
 
     pts = defaultdict(dict)  # key -> context -> (us, bytes, layers, ceiling); later files win
     for path in args.files:
-        for key, ctx, us, nbytes, layers, ceiling in rows_of(load(path)):
+        for key, ctx, us, nbytes, layers, ceiling in rows_of(load(path), args.max_rows):
             pts[key][ctx] = (us, nbytes, layers, ceiling)
 
     lines = {}

@@ -21,6 +21,7 @@ Overrides parse_overrides(const std::function<const char*(const char*)>& getenv)
   };
   o.early_reads = !is("PAGEDATTN_EARLY_READS", "0");
   o.stale_max = !is("PAGEDATTN_STALE_MAX", "0");
+  o.half_partials = !is("PAGEDATTN_HALF_PARTIALS", "0");
   o.prefill_mt2 = !is("PAGEDATTN_PREFILL_MT2", "0");
   o.wgmma_u8 = !is("PAGEDATTN_WGMMA_U8", "0");
   o.wgmma = is("PAGEDATTN_WGMMA", "0") ? 0 : is("PAGEDATTN_WGMMA", "64") ? 64 : is("PAGEDATTN_WGMMA", "128") ? 128 : -1;

@@ -17,6 +17,7 @@ namespace tuning {
 struct Overrides {
   bool early_reads = true;    // PAGEDATTN_EARLY_READS=0: no cache reads before the PDL wait
   bool stale_max = true;      // PAGEDATTN_STALE_MAX=0: fwd_kernel's exact running max (stale_log2 0)
+  bool half_partials = true;  // PAGEDATTN_HALF_PARTIALS=0: f32 partials for every cache kind (FwdParams::ws_half)
   bool prefill_mt2 = true;    // PAGEDATTN_PREFILL_MT2=0: one row tile per warp in mma.sync 128-row chunks
   bool wgmma_u8 = true;       // PAGEDATTN_WGMMA_U8=0: u8 and fp8 caches back on mma.sync
   int wgmma = -1;             // PAGEDATTN_WGMMA=0/64/128: the Hopper kernel off, or its key tile; -1 unset

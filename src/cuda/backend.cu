@@ -251,6 +251,7 @@ class CudaPlan final : public detail::PlanImpl {
     const tuning::Overrides env = tuning::read_overrides();
     early_reads_ = env.early_reads;  // early cache reads under PDL (see the kernel)
     stale_max_ = env.stale_max;      // fwd_kernel's stale softmax reference (FwdParams::stale_log2)
+    half_partials_ = env.half_partials;
     // 8-row-tile chunks on 4 warps of two row tiles (fwd_kernel's MT = 2, D <= 128, f16/bf16): the
     // default where the Hopper kernel is not used; 1.20x faster than 8 warps of one row tile on bf16
     // prefill from zero at D = 128 (H200, run s4a).
@@ -516,6 +517,10 @@ class CudaPlan final : public detail::PlanImpl {
     P.u8_exp_byte = 0x64u;
     P.stale_log2 = kv_ != kKvU8 ? 8.0f : 6.0f;  // FwdParams::stale_log2
     if (!stale_max_) P.stale_log2 = 0.0f;
+    // Partials as f16 O / l where the values fit f16 (f16 caches; u8's f16 min + code * scale): half the
+    // partial bytes each partition writes and the merge reads. bf16 values may not fit, and fp8's value
+    // scale joins O before the store (a per-head f32 the host does not see), so those keep f32.
+    P.ws_half = half_partials_ && (kv_ == kKvF16 || kv_ == kKvU8) ? 1 : 0;
 
     for (const auto& [t0, nt] : empty_rows_) {  // rows with no key (prefix_only, Plan::empty): out 0, lse -inf
       const std::size_t row_bytes = static_cast<std::size_t>(H_) * Dv_ * dtype_size(p.out.dtype);
@@ -611,6 +616,7 @@ class CudaPlan final : public detail::PlanImpl {
   bool pdl_ = false;
   bool early_reads_ = true;
   bool stale_max_ = true;  // FwdParams::stale_log2 > 0 (PAGEDATTN_STALE_MAX=0: off)
+  bool half_partials_ = true;  // FwdParams::ws_half where the cache allows (PAGEDATTN_HALF_PARTIALS=0: off)
   // kernel variants besides the defaults: mt2 (on; PAGEDATTN_PREFILL_MT2=0), wg (the Hopper prefill
   // kernel's key tile; sm_90a builds on sm_90 devices), wg_split (its key-split form)
   KernelChoice choice_{true, 0, 0};

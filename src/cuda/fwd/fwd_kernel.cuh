@@ -336,7 +336,7 @@ __device__ __forceinline__ void write_rows(const FwdParams& P, const planner::Wo
                   make_float4(acc.x * inv, acc.y * inv, acc.z * inv, acc.w * inv));
     } else {
       const int64_t slot = (slot0 + static_cast<int64_t>(hk) * w.num_parts) * P.slot_rows + r;
-      *reinterpret_cast<float4*>(P.ws_o + slot * D + c) = acc;
+      store_partial4(P, slot * D + c, acc, st.w);  // (st.w: 1 / L, partial_inv; no sink in a partial)
       if (c == 0) *reinterpret_cast<float2*>(P.ws_ml + slot * 2) = make_float2(st.x, st.y);
     }
   }
@@ -704,7 +704,8 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV, HR, KT>::kThread
           acc.w += v.w;
         }
         const int64_t slot = (slot0 + static_cast<int64_t>(hk) * w.num_parts) * P.slot_rows + r;
-        *reinterpret_cast<float4*>(P.ws_o + slot * D + cb * kFC + c) = acc;
+        const float inv_l = P.ws_half ? partial_inv(group_max_sum<Tr>(sm, r).y) : 1.0f;  // (write_rows' st.w)
+        store_partial4(P, slot * D + cb * kFC + c, acc, inv_l);
       }
     }
     // the ring slot is free for the next copies once every reader is done; the own area is next written

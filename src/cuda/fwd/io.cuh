@@ -180,6 +180,36 @@ __device__ __forceinline__ void store_io4(void* base, int64_t i, int io, float4 
   }
 }
 
+// A partition's partial output, 4 columns from element i of ws_o: f32 O (relative to its m), or with
+// P.ws_half f16 O / l (inv_l = 1 / l, 0 where l = 0), half the bytes each partition writes and the merge
+// reads. O / l is a convex combination of value rows, so it fits f16 wherever the values do.
+__device__ __forceinline__ float partial_inv(float l) { return l > 0.0f ? 1.0f / l : 0.0f; }
+// (through store_io4, whose code fwd_kernel's epilogue already holds for its output rows)
+__device__ __forceinline__ void store_partial4(const FwdParams& P, int64_t i, float4 v, float inv_l) {
+  const float s = P.ws_half ? inv_l : 1.0f;
+  store_io4(P.ws_o, i, P.ws_half ? kIoF16 : kIoF32, make_float4(v.x * s, v.y * s, v.z * s, v.w * s));
+}
+// (inv_l: 1 without ws_half)
+__device__ __forceinline__ void store_partial2(const FwdParams& P, int64_t i, float x, float y, float inv_l) {
+  if (P.ws_half) {
+    __half2 a = __floats2half2_rn(x * inv_l, y * inv_l);
+    *reinterpret_cast<uint32_t*>(reinterpret_cast<__half*>(P.ws_o) + i) = *reinterpret_cast<uint32_t*>(&a);
+  } else {
+    *reinterpret_cast<float2*>(P.ws_o + i) = make_float2(x, y);
+  }
+}
+// The merge's read of store_partial4's 4 columns (L2 only: written by the previous grid), as f32 O:
+// l times the stored O / l with ws_half.
+__device__ __forceinline__ float4 load_partial4(const FwdParams& P, int64_t i, float l) {
+  if (P.ws_half) {
+    const uint2 u = __ldcg(reinterpret_cast<const uint2*>(reinterpret_cast<const __half*>(P.ws_o) + i));
+    const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&u.x));
+    const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&u.y));
+    return make_float4(__fmul_rn(a.x, l), __fmul_rn(a.y, l), __fmul_rn(b.x, l), __fmul_rn(b.y, l));
+  }
+  return __ldcg(reinterpret_cast<const float4*>(P.ws_o + i));
+}
+
 // The first key any new token of a chunk starting at token t0 may see: its sliding window's start (0
 // without a window). Keys below it are never read: their slots may hold anything, their blocks freed.
 __device__ __forceinline__ int window_lo(const FwdParams& P, int past, int t0) {

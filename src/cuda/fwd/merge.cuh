@@ -84,7 +84,7 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_const
   const bool grouped = kMergeThreads % kCols4 == 0 || g < kGroupsM;
   const int col = ((kSplit == 1 ? 0 : static_cast<int>(blockIdx.y) * kCols4) + c4) * 4;  // first of its 4 columns
   const float* ml = P.ws_ml + (static_cast<int64_t>(mr.slot) * P.slot_rows + mr.row) * 2;
-  const float* wo = P.ws_o + (static_cast<int64_t>(mr.slot) * P.slot_rows + mr.row) * D + col;
+  const int64_t wo = (static_cast<int64_t>(mr.slot) * P.slot_rows + mr.row) * D + col;  // (load_partial4)
   const int64_t kMlStride = static_cast<int64_t>(P.slot_rows) * 2;
   const int64_t kOStride = static_cast<int64_t>(P.slot_rows) * D;
   pdl_wait();
@@ -111,7 +111,7 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_const
       vb[b] = make_float4(0.f, 0.f, 0.f, 0.f);
       if (p < mr.num_parts) {
         mlb[b] = __ldcg(reinterpret_cast<const float2*>(ml + p * kMlStride));
-        vb[b] = __ldcg(reinterpret_cast<const float4*>(wo + p * kOStride));
+        vb[b] = load_partial4(P, wo + p * kOStride, mlb[b].y);
       }
     }
 #pragma unroll
@@ -160,7 +160,7 @@ __global__ void __launch_bounds__(kMergeRowThreads) merge_rows_kernel(const __gr
   const bool live = r < num_rows;
   const MergeRow mr = P.merge_rows[live ? r : num_rows - 1];  // plan data: before the wait
   const float* ml = P.ws_ml + (static_cast<int64_t>(mr.slot) * P.slot_rows + mr.row) * 2;
-  const float* wo = P.ws_o + (static_cast<int64_t>(mr.slot) * P.slot_rows + mr.row) * D + col;
+  const int64_t wo = (static_cast<int64_t>(mr.slot) * P.slot_rows + mr.row) * D + col;  // (load_partial4)
   const int64_t kMlStride = static_cast<int64_t>(P.slot_rows) * 2;
   const int64_t kOStride = static_cast<int64_t>(P.slot_rows) * D;
   pdl_wait();
@@ -189,7 +189,7 @@ __global__ void __launch_bounds__(kMergeRowThreads) merge_rows_kernel(const __gr
         vb[b] = make_float4(0.f, 0.f, 0.f, 0.f);
         if (g < kGroupsM && p < mr.num_parts) {
           mlb[b] = __ldcg(reinterpret_cast<const float2*>(ml + p * kMlStride));
-          vb[b] = __ldcg(reinterpret_cast<const float4*>(wo + p * kOStride));
+          vb[b] = load_partial4(P, wo + p * kOStride, mlb[b].y);
         }
       }
 #pragma unroll

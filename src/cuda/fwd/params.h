@@ -54,7 +54,8 @@ struct FwdParams {
   const float* sinks;         // [H] or nullptr
   const planner::WorkItem* items;
   const MergeRow* merge_rows;
-  float* ws_o;                // [num_slots, slot_rows, D] partial outputs (unnormalised, relative to ws_ml.m)
+  float* ws_o;                // [num_slots, slot_rows, D] partial outputs (unnormalised, relative to ws_ml.m);
+                              // with ws_half, __half [num_slots, slot_rows, D] of O / l (io.cuh, store_partial4)
   float* ws_ml;               // [num_slots, slot_rows, 2] partial (reference max in log2 units, sum)
   // scores and lse outputs (all null when not requested)
   float* scores;              // [sum ctx] f32
@@ -75,6 +76,7 @@ struct FwdParams {
                               // (deterministic mode also cuts at partition-size changes: write_all)
   int write_all;              // 1: the write kernel writes every sequence's rows and no CTA writes in
                               // (deterministic mode cut a short sequence where its partition size changes)
+  int ws_half;                // 1: partials as f16 O / l (f16 and u8 caches: |O / l| <= max |v| fits f16)
   int pdl_early_reads;        // cache rows before past_len may be read before griddepcontrol.wait
   uint32_t u8_exp_byte;       // 0x64, the high byte of the f16 1024 + code (see fwd_kernel's value step)
   // fwd_kernel's softmax reference moves only when a slice's max passes it by more than this (log2

@@ -831,10 +831,14 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
       const float2 ml = *reinterpret_cast<const float2*>(cb + Tr::kRows * D + 2 * r);
       const float m = fmaxf(row_m[hf], ml.x);
       // a warpgroup without a visible key for the row: m_g = -inf, l_g = 0, O_g = 0
-      const float f0 = row_m[hf] != -INFINITY ? fast_exp2(row_m[hf] - m) : 0.0f;
-      const float f1 = ml.x != -INFINITY ? fast_exp2(ml.x - m) : 0.0f;
+      float f0 = row_m[hf] != -INFINITY ? fast_exp2(row_m[hf] - m) : 0.0f;
+      float f1 = ml.x != -INFINITY ? fast_exp2(ml.x - m) : 0.0f;
       row_m[hf] = m;
       row_l[hf] = row_l[hf] * f0 + ml.y * f1;
+      // a partial with ws_half: O / l here (the store below then scales by 1; no register more there)
+      const float s = P.ws_half && w.slot >= 0 ? partial_inv(row_l[hf]) : 1.0f;
+      f0 *= s;
+      f1 *= s;
 #pragma unroll
       for (int n = 0; n < kN3; ++n) {
         const float2 o1 = *reinterpret_cast<const float2*>(cb + r * D + n * 8 + c0);
@@ -869,9 +873,9 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
         store_io2(P.out, ob + n * 8 + c0, P.io_dtype, o[4 * n + 2 * hf] * inv, o[4 * n + 2 * hf + 1] * inv);
     } else {
       const int64_t slot = (w.slot + static_cast<int64_t>(hk) * w.num_parts) * P.slot_rows + r;
+      const float inv_l = SPLIT || !P.ws_half ? 1.0f : partial_inv(row_l[hf]);  // (SPLIT: normalised above)
 #pragma unroll
-      for (int n = 0; n < kN3; ++n)
-        *reinterpret_cast<float2*>(P.ws_o + slot * D + n * 8 + c0) = make_float2(o[4 * n + 2 * hf], o[4 * n + 2 * hf + 1]);
+      for (int n = 0; n < kN3; ++n) store_partial2(P, slot * D + n * 8 + c0, o[4 * n + 2 * hf], o[4 * n + 2 * hf + 1], inv_l);
       if (c0 == 0) *reinterpret_cast<float2*>(P.ws_ml + slot * 2) = make_float2(row_m[hf], row_l[hf]);
     }
   }
