@@ -517,10 +517,10 @@ class CudaPlan final : public detail::PlanImpl {
     P.u8_exp_byte = 0x64u;
     P.stale_log2 = kv_ != kKvU8 ? 8.0f : 6.0f;  // FwdParams::stale_log2
     if (!stale_max_) P.stale_log2 = 0.0f;
-    // Partials as f16 O / l where the values fit f16 (f16 caches; u8's f16 min + code * scale): half the
-    // partial bytes each partition writes and the merge reads. bf16 values may not fit, and fp8's value
-    // scale joins O before the store (a per-head f32 the host does not see), so those keep f32.
-    P.ws_half = half_partials_ && (kv_ == kKvF16 || kv_ == kKvU8) ? 1 : 0;
+    // Partials as f16 O / l where the values fit f16 (f16 caches; u8's f16 min + code * scale; fp8's codes,
+    // |x| <= 448, the value scale applied by the merge): half the partial bytes each partition writes and
+    // the merge reads. bf16 values may not fit f16, so bf16 caches keep f32.
+    P.ws_half = half_partials_ && kv_ != kKvBF16 ? 1 : 0;
 
     for (const auto& [t0, nt] : empty_rows_) {  // rows with no key (prefix_only, Plan::empty): out 0, lse -inf
       const std::size_t row_bytes = static_cast<std::size_t>(H_) * Dv_ * dtype_size(p.out.dtype);

@@ -592,6 +592,8 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV, HR, KT>::kThread
   // multiplies the group's output at the end (P V runs on them too)
   const float s_log2 = Tr::kF8 ? P.scale_log2 * P.k_head_scale[hk * P.k_head_scale_stride] : P.scale_log2;
   const float v_head = Tr::kF8 ? P.v_head_scale[hk * P.v_head_scale_stride] : 1.0f;
+  // a partial in f16 (ws_half) leaves fp8's value scale to the merge: |O / l| <= 448 fits f16 whatever the scale
+  const float v_part = P.ws_half ? 1.0f : v_head;
 
   // Options::deterministic's runs of partitions (WorkItem::part > 0; planner::Plan::span). After a
   // partition's last tile the CTA leaves that partition's partial in its slot, with the arithmetic of
@@ -643,7 +645,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV, HR, KT>::kThread
         float M = -INFINITY;
 #pragma unroll
         for (int g = 0; g < Tr::kWKV; ++g) M = fmaxf(M, sm.ml[g][r].x);
-        f[mt][hf] = fm[mt][hf] == -INFINITY ? 0.0f : fast_exp2(fm[mt][hf] - M) * v_head;
+        f[mt][hf] = fm[mt][hf] == -INFINITY ? 0.0f : fast_exp2(fm[mt][hf] - M) * v_part;
       }
     constexpr int kLd = Tr::kFlushLd;
     auto stage = [&](int g) -> float* {
@@ -1101,7 +1103,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV, HR, KT>::kThread
       float M = -INFINITY;
 #pragma unroll
       for (int g = 0; g < Tr::kWKV; ++g) M = fmaxf(M, sm.ml[g][r].x);
-      const float f = row_m[mt][hf] == -INFINITY ? 0.0f : fast_exp2(row_m[mt][hf] - M) * v_head;
+      const float f = row_m[mt][hf] == -INFINITY ? 0.0f : fast_exp2(row_m[mt][hf] - M) * (w.slot < 0 ? v_head : v_part);
       const float cz = kU8 ? row_c[mt][hf] : 0.0f;  // u8 value offset term (f16/bf16: none)
       auto out = [&](float x) { return plus_offset<kU8>(x, cz) * f; };
 #pragma unroll

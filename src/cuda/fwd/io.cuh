@@ -199,7 +199,11 @@ __device__ __forceinline__ void store_partial2(const FwdParams& P, int64_t i, fl
   }
 }
 // The merge's read of store_partial4's 4 columns (L2 only: written by the previous grid), as f32 O:
-// l times the stored O / l with ws_half.
+// with ws_half the stored O / l times l, and for fp8 caches times the kv head's value scale, which the
+// writers leave out of f16 partials (partial_value_scale: pass l times it).
+__device__ __forceinline__ float partial_value_scale(const FwdParams& P, int head) {
+  return P.ws_half && P.v_head_scale != nullptr ? P.v_head_scale[(head / P.G) * P.v_head_scale_stride] : 1.0f;
+}
 __device__ __forceinline__ float4 load_partial4(const FwdParams& P, int64_t i, float l) {
   if (P.ws_half) {
     const uint2 u = __ldcg(reinterpret_cast<const uint2*>(reinterpret_cast<const __half*>(P.ws_o) + i));

@@ -90,6 +90,7 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_const
   pdl_wait();
   tl.mark(1);
   const float sink2 = merge_sink_log2(P, mr);
+  const float vscale = partial_value_scale(P, mr.head);  // (1 but for fp8's f16 partials)
 
   MergeState st;
   // A thread's loads of up to kBatch partitions go out together, then fold in partition order (the
@@ -111,7 +112,7 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_const
       vb[b] = make_float4(0.f, 0.f, 0.f, 0.f);
       if (p < mr.num_parts) {
         mlb[b] = __ldcg(reinterpret_cast<const float2*>(ml + p * kMlStride));
-        vb[b] = load_partial4(P, wo + p * kOStride, mlb[b].y);
+        vb[b] = load_partial4(P, wo + p * kOStride, mlb[b].y * vscale);
       }
     }
 #pragma unroll
@@ -169,6 +170,7 @@ __global__ void __launch_bounds__(kMergeRowThreads) merge_rows_kernel(const __gr
     return;
   }
   const float sink2 = merge_sink_log2(P, mr);
+  const float vscale = partial_value_scale(P, mr.head);
   float Mt = sink2;
 #pragma unroll 8
   for (int p = 0; p < mr.num_parts; ++p) Mt = fmaxf(Mt, __ldcg(reinterpret_cast<const float2*>(ml + p * kMlStride)).x);
@@ -189,7 +191,7 @@ __global__ void __launch_bounds__(kMergeRowThreads) merge_rows_kernel(const __gr
         vb[b] = make_float4(0.f, 0.f, 0.f, 0.f);
         if (g < kGroupsM && p < mr.num_parts) {
           mlb[b] = __ldcg(reinterpret_cast<const float2*>(ml + p * kMlStride));
-          vb[b] = load_partial4(P, wo + p * kOStride, mlb[b].y);
+          vb[b] = load_partial4(P, wo + p * kOStride, mlb[b].y * vscale);
         }
       }
 #pragma unroll

@@ -76,7 +76,7 @@ struct FwdParams {
                               // (deterministic mode also cuts at partition-size changes: write_all)
   int write_all;              // 1: the write kernel writes every sequence's rows and no CTA writes in
                               // (deterministic mode cut a short sequence where its partition size changes)
-  int ws_half;                // 1: partials as f16 O / l (f16 and u8 caches: |O / l| <= max |v| fits f16)
+  int ws_half;                // 1: partials as f16 O / l (f16, u8 and fp8 caches: backend.cu says why they fit)
   int pdl_early_reads;        // cache rows before past_len may be read before griddepcontrol.wait
   uint32_t u8_exp_byte;       // 0x64, the high byte of the f16 1024 + code (see fwd_kernel's value step)
   // fwd_kernel's softmax reference moves only when a slice's max passes it by more than this (log2

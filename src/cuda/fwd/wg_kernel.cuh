@@ -796,9 +796,10 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
       }
     }
   }
-  if constexpr (Tr::kF8) {
+  if constexpr (Tr::kF8) {  // (a partial in f16 leaves it to the merge, as fwd_kernel's v_part)
+    const float vs = P.ws_half && w.slot >= 0 ? 1.0f : v_head;
 #pragma unroll
-    for (int i = 0; i < kN3 * 4; ++i) o[i] *= v_head;
+    for (int i = 0; i < kN3 * 4; ++i) o[i] *= vs;
   }
   if constexpr (SPLIT) {
     // The second warpgroup's (m, l, O) -> shared memory (the first ring, drained: every thread waited
