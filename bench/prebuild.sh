@@ -6,8 +6,9 @@
 # its abref refs then unpack these binaries instead of building. The binaries' id is written to .commit
 # too, and each binary carries the sha1 of the sources it was built from: gpu.sh refuses an archive whose
 # id differs from the carried .commit or whose sources differ from the carried tree's. Packed (xz -9),
-# the CLI takes 18.6 MB, with test_cuda 32.9 MB, with one ref's CLI 31.5 MB (2026-12-06, run in1's
-# calls): a call carries at most one of them beside the tracked files (the sum printed last).
+# the CLI takes 18.6 MB and one ref's CLI 13 MB more (run in1's calls); the CLI with test_cuda built in one
+# tree packed to 19.2 MB at 75f065e (run hp1; xz shares their library code), where in1's pair took 32.9 MB.
+# Beside .wheels (31 MB) none fits: the sum printed last decides.
 #   usage: bench/prebuild.sh          (PREBUILD_DIR: the build tree, default build-cu; CUDA_ARCHS: default
 #                                      90a-real, the GPU machine's H100 / H200; PREBUILD_TARGETS: default
 #                                      "pagedattn test_cuda")

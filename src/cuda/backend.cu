@@ -518,9 +518,12 @@ class CudaPlan final : public detail::PlanImpl {
     P.stale_log2 = kv_ != kKvU8 ? 8.0f : 6.0f;  // FwdParams::stale_log2
     if (!stale_max_) P.stale_log2 = 0.0f;
     // Partials as f16 O / l where the values fit f16 (f16 caches; u8's f16 min + code * scale; fp8's codes,
-    // |x| <= 448, the value scale applied by the merge): half the partial bytes each partition writes and
-    // the merge reads. bf16 values may not fit f16, so bf16 caches keep f32.
-    P.ws_half = half_partials_ && kv_ != kKvBF16 ? 1 : 0;
+    // |x| <= 448, the value scale applied by the merge), in calls whose partial slots hold <= 64 rows: half
+    // the partial bytes each partition writes and the merge reads. Run hp1 (H100, same call, f32 / f16
+    // partials): seed rows at 32k / 128k 1.002-1.040, sweep medians 1.001-1.018 up to 64 rows; but u8 at
+    // 65-128 rows 0.957-0.994 and both kinds at 129-256 0.974-1.016, so the 128-row forms keep f32. bf16
+    // values may not fit f16: bf16 caches keep f32.
+    P.ws_half = half_partials_ && kv_ != kKvBF16 && wl_.slot_rows <= 64 ? 1 : 0;
 
     for (const auto& [t0, nt] : empty_rows_) {  // rows with no key (prefix_only, Plan::empty): out 0, lse -inf
       const std::size_t row_bytes = static_cast<std::size_t>(H_) * Dv_ * dtype_size(p.out.dtype);
