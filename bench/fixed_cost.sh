@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU machine: rows for bench/fixed_cost.py, which splits a row's time into a per-layer fixed cost and a
-# per-token rate. The seed scenario (one sequence, 16/4/256) at FC_CONTEXTS (default 32k, 64k, 96k, 128k)
+# per-token rate. The seed scenario (one sequence, 16/4/256) at FC_CONTEXTS (default 32k, 64k, 128k: run fc1)
 # for T = 1, 3, 8 with f16, fp8 and u8 caches; the 32-sequence batch at FC_BATCH_CONTEXTS (4k, 8k, 16k)
 # for T = 1, 4 with f16 and fp8; with FC_PEERS=1 FlashInfer's rows of the same shapes (f16 and fp8 caches)
 # in the same call. Then the tables: each row's line, fp8 over f16, pagedattn over FlashInfer.
@@ -11,7 +11,7 @@ out=$2
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$out"
 status=0
-ctx=${FC_CONTEXTS:-32768,65536,98304,131072}
+ctx=${FC_CONTEXTS:-32768,65536,131072}
 bctx=${FC_BATCH_CONTEXTS:-4096,8192,16384}
 "$bin" bench --backend cuda --scenario seed --context "$ctx" --tokens 1,3,8 --kv f16,fp8,u8 \
   --json "$out/seed.json" > "$out/seed.log" 2>&1 || status=1
