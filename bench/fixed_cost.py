@@ -8,6 +8,8 @@ read ceiling of the file it came from, and the worst residual of the fit. Then:
   --pair A:B[:R]   rows of system A over the same rows of B (suffixes: fp8:f16 is pagedattn-fp8 over
                    pagedattn-f16): the time ratio at --at-context, the marginal ratio s_A / s_B, the fixed
                    costs, and with R the F_A (us per layer) that a time ratio of R there would allow;
+  --vs-ceiling PCT rows below PCT% of the ceiling at their longest fitted context: "loop" where the
+                   marginal rate is below PCT too, else "fixed" (F's share of the row's time).
   --vs-t1 KV=R,... each row of T > 1 over T = 1 of the same (system, seqs, D, G) whose time ratio at a
                    fitted context exceeds R (kv f16 -> pagedattn-f16 and FlashInfer's f16 rows): its
                    ratios and which part misses: "loop" where the marginal ratio s_T / s_1 alone exceeds
@@ -68,6 +70,8 @@ def main():
     ap.add_argument("--pair", action="append", default=[], metavar="A:B[:R]")
     ap.add_argument("--at-context", type=int, default=32768, help="context of --pair's time ratio (default 32768)")
     ap.add_argument("--vs-t1", metavar="KV=R,...", help="T / T1 targets per kv, e.g. f16=1.10,u8=1.20")
+    ap.add_argument("--vs-ceiling", type=float, metavar="PCT",
+                    help="rows below PCT%% of the read ceiling at their longest fitted context: loop or fixed")
     ap.add_argument("--quiet", action="store_true", help="no per-row table")
     ap.add_argument("--max-rows", type=int, help="only rows of at most this many query rows per kv head")
     args = ap.parse_args()
@@ -95,7 +99,7 @@ def main():
         if lo[1] and hi[1]:
             gbs = (hi[1] - lo[1]) / (s * (cs[-1] - cs[0])) / 1e3
             pct = 100 * gbs / hi[3] if hi[3] else float("nan")
-        lines[key] = (f, s, layers, by)
+        lines[key] = (f, s, layers, by, pct)
         if not args.quiet:
             ctxs = ",".join(f"{c // 1024}k" for c in cs)
             print(f"{name(key)} {ctxs:>18} {f / layers:>10.2f} {1024 * s / layers:>15.3f} {gbs:>13.0f} {pct:>6.1f} "
@@ -106,13 +110,13 @@ def main():
         print(f"\n{a} over {b}: the lines' time ratio at {args.at_context // 1024}k (or the longest fitted context), "
               "marginal ratio s_A / s_B, fixed us per layer"
               + (f", and the F_A that a time ratio of {target[0]} there allows" if target else ""))
-        for key, (fa, sa, la, _) in sorted(lines.items()):
+        for key, (fa, sa, la, _, _) in sorted(lines.items()):
             if not key[0].endswith(a):
                 continue
             other = (key[0][: len(key[0]) - len(a)] + b,) + key[1:]
             if other not in lines:
                 continue
-            fb, sb, _, by = lines[other]
+            fb, sb, _, by, _ = lines[other]
             c = args.at_context if args.at_context in by else max(by)  # the batch's contexts are shorter
             ta, tb = fa + sa * c, fb + sb * c
             allowed = f"  allowed F_A {(float(target[0]) * tb - sa * c) / la:.2f}" if target else ""
@@ -124,7 +128,7 @@ def main():
         print("\nT / T1 misses: measured at each fitted context, marginal ratio s_T / s_1, fixed us per layer "
               "(T vs T = 1), the part that misses")
         counts = defaultdict(lambda: defaultdict(int))
-        for key, (ft, st, la, by) in sorted(lines.items()):
+        for key, (ft, st, la, by, _) in sorted(lines.items()):
             kv = key[0].split("-")[1] if key[0].startswith("pagedattn-") else \
                 ("fp8" if key[0].endswith("fp8") else "f16")
             if key[5] == 1 or kv not in targets:
@@ -132,7 +136,7 @@ def main():
             one = key[:4] + (False, 1)
             if one not in lines:
                 continue
-            f1, s1, _, by1 = lines[one]
+            f1, s1, _, by1, _ = lines[one]
             r = targets[kv]
             measured = {cx: by[cx][0] / by1[cx][0] for cx in by if cx in by1}
             if max(measured.values()) <= r:
@@ -143,6 +147,25 @@ def main():
             print(f"  {name(key)}: {ms}  marginal {st / s1:.3f}  fixed {ft / la:.2f} vs {f1 / la:.2f}  {part}")
         for system, c in sorted(counts.items()):
             print(f"  {system}: " + ", ".join(f"{v} {k}" for k, v in sorted(c.items())))
+
+    if args.vs_ceiling:
+        r = args.vs_ceiling
+        print(f"\nrows below {r}% of the read ceiling at their longest fitted context: whole row %, marginal %, "
+              f"the part that misses (loop: the marginal rate below {r}%; fixed: F's share)")
+        counts = defaultdict(lambda: defaultdict(int))
+        for key, (f, s, la, by, marginal) in sorted(lines.items()):
+            c = max(by)
+            us, nbytes, _, ceiling = by[c]
+            if not nbytes or not ceiling:
+                continue
+            whole = 100 * nbytes / us / 1e3 / ceiling
+            if whole >= r:
+                continue
+            part = "loop" if marginal < r else "fixed"
+            counts[key[0]][part] += 1
+            print(f"  {name(key)} at {c // 1024}k: {whole:.1f}%  marginal {marginal:.1f}%  F {f / la:.2f} us/layer  {part}")
+        for system, cnt in sorted(counts.items()):
+            print(f"  {system}: " + ", ".join(f"{v} {k}" for k, v in sorted(cnt.items())))
 
 
 if __name__ == "__main__":
