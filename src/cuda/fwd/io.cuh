@@ -189,15 +189,6 @@ __device__ __forceinline__ void store_partial4(const FwdParams& P, int64_t i, fl
   const float s = P.ws_half ? inv_l : 1.0f;
   store_io4(P.ws_o, i, P.ws_half ? kIoF16 : kIoF32, make_float4(v.x * s, v.y * s, v.z * s, v.w * s));
 }
-// (inv_l: 1 without ws_half)
-__device__ __forceinline__ void store_partial2(const FwdParams& P, int64_t i, float x, float y, float inv_l) {
-  if (P.ws_half) {
-    __half2 a = __floats2half2_rn(x * inv_l, y * inv_l);
-    *reinterpret_cast<uint32_t*>(reinterpret_cast<__half*>(P.ws_o) + i) = *reinterpret_cast<uint32_t*>(&a);
-  } else {
-    *reinterpret_cast<float2*>(P.ws_o + i) = make_float2(x, y);
-  }
-}
 // The merge's read of store_partial4's 4 columns (L2 only: written by the previous grid), as f32 O:
 // with ws_half the stored O / l times l, and for fp8 caches times the kv head's value scale, which the
 // writers leave out of f16 partials (partial_value_scale: pass l times it).

@@ -149,6 +149,11 @@ __device__ __forceinline__ void store_io2(void* base, int64_t i, int io, float a
     *reinterpret_cast<float2*>(static_cast<float*>(base) + i) = make_float2(a, b);
   }
 }
+// Two columns of a partial (io.cuh's store_partial4, by store_io2; inv_l: 1 without ws_half)
+__device__ __forceinline__ void store_partial2(const FwdParams& P, int64_t i, float x, float y, float inv_l) {
+  const float s = P.ws_half ? inv_l : 1.0f;
+  store_io2(P.ws_o, i, P.ws_half ? kIoF16 : kIoF32, x * s, y * s);
+}
 
 template <int D, int KV, int KEYS, bool SPLIT = false, bool SHARED = false>
 __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads,
