@@ -93,7 +93,7 @@ struct FwdTraits {
   static constexpr int kParBytes = (kU8 ? 4 : 1) * kKPW * 2;  // u8: key scale, key min, value scale, value min
   static constexpr int kHalfBytes = kKPW * kLdKV * static_cast<int>(sizeof(C)) + kParBytes;
   static constexpr int kQBytes = kQRows * kLdQ * static_cast<int>(sizeof(T));
-  static constexpr int kFixed = kQBytes + kRows * 4 + kWKV * kRows * 8 + 128;
+  static constexpr int kFixed = kQBytes + kRows * 4 + kWKV * kRows * 8 + (WKV == 4 ? kRows * 4 : 0) + 128;
   // HR variants: 3 CTAs per SM at D = 64 (u8: 4, kFourCtas), as its one-byte 16-row variants reach by their
   // registers, else 2. At 3 per SM (168 registers) ptxas spilled in the key loop at D = 128 (u8 80 bytes)
   // and D = 256 (u8 120), so the registers HR frees do not buy a third CTA there.
@@ -181,6 +181,8 @@ struct SharedStorage {
   StreamOrRed u;
   float qsum[Tr::kRows];
   float2 ml[Tr::kWKV][Tr::kRows];  // (max, sum) of each key group's rows
+  // WKV = 4 (deterministic mode): each row's 1 / l for the partition flush's f16 partials (fwd_kernel)
+  float flush_inv[WKV == 4 ? Tr::kRows : 1];
 };
 
 }  // namespace cuda
