@@ -7,7 +7,8 @@
 // spread over 2^-4..2^8), runs the K / 16 k-steps on each instruction (wgmma: A from registers, the
 // fragments mma.sync takes; B in shared memory, N-major, 128-byte swizzle, as wg_kernel's P V), and
 // counts the outputs whose bits differ.
-//   build: nvcc -std=c++17 -O2 -gencode=arch=compute_90a,code=sm_90a -Isrc bench/mma_rounding.cu -o mma_rounding
+//   build: the CMake target mma_rounding (CUDA builds with sm_90a), or nvcc -std=c++17 -O2
+//          -gencode=arch=compute_90a,code=sm_90a -Isrc bench/mma_rounding.cu -o mma_rounding
 //   usage: mma_rounding [trials] [seed]      (prints one line per type and accumulator start; exit 1 on
 //                                              any difference, 2 on a CUDA error)
 #include <cuda_bf16.h>

@@ -11,7 +11,7 @@
 # Beside .wheels (31 MB) none fits: the sum printed last decides.
 #   usage: bench/prebuild.sh          (PREBUILD_DIR: the build tree, default build-cu; CUDA_ARCHS: default
 #                                      90a-real, the GPU machine's H100 / H200; PREBUILD_TARGETS: default
-#                                      "pagedattn test_cuda")
+#                                      "pagedattn test_cuda"; mma_rounding packs bench/mma_rounding.cu too)
 # A build from scratch takes ~20 minutes on a 2-core VM; later builds recompile what changed.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -49,6 +49,7 @@ configure_build "$root" "$build" $targets
 mkdir -p "$stage/main/tests"
 cp "$build/pagedattn" "$stage/main/"
 [[ " $targets " != *" test_cuda "* ]] || cp "$build/tests/test_cuda" "$stage/main/tests/"
+[[ " $targets " != *" mma_rounding "* ]] || cp "$build/mma_rounding" "$stage/main/"
 echo "$id" > "$stage/main/.commit"
 sources_sha1 "$root" > "$stage/main/sources.sha1"
 for src in "$root"/.abref/*/; do
