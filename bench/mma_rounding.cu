@@ -6,7 +6,8 @@
 // products' alignment and the accumulator's rounding are exercised) and f32 accumulators (zero, or
 // spread over 2^-4..2^8), runs the K / 16 k-steps on each instruction (wgmma: A from registers, the
 // fragments mma.sync takes; B in shared memory, N-major, 128-byte swizzle, as wg_kernel's P V), and
-// counts the outputs whose bits differ.
+// counts the outputs whose bits differ. Both wgmma operand forms: A from registers with B N-major (wg_kernel's
+// P V), and A and B in shared memory, both K-major (its S = Q K^T).
 //   build: the CMake target mma_rounding (CUDA builds with sm_90a), or nvcc -std=c++17 -O2
 //          -gencode=arch=compute_90a,code=sm_90a -Isrc bench/mma_rounding.cu -o mma_rounding
 //   usage: mma_rounding [trials] [seed]      (prints one line per type and accumulator start; exit 1 on
@@ -37,8 +38,10 @@ __device__ uint32_t pack(uint16_t lo, uint16_t hi) { return lo | (static_cast<ui
 // One trial per CTA of 128 threads: out_sync / out_wg[trial][64][64] from the same A, B and C0.
 template <typename T>
 __global__ void __launch_bounds__(128) rounding_kernel(const uint16_t* A, const uint16_t* B, const float* C0,
-                                                       float* out_sync, float* out_wg) {
-  __shared__ alignas(1024) uint16_t bs[kK * kN];
+                                                       float* out_sync, float* out_wg, float* out_ss) {
+  __shared__ alignas(1024) uint16_t bs[kK * kN];   // B, k-rows of 64 columns (N-major)
+  __shared__ alignas(1024) uint16_t as[kM * kK];   // A, rows of 64 k (K-major)
+  __shared__ alignas(1024) uint16_t bts[kN * kK];  // B^T, n-rows of 64 k (K-major)
   const int trial = blockIdx.x, tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
   const uint16_t* a = A + static_cast<size_t>(trial) * kM * kK;
   const uint16_t* b = B + static_cast<size_t>(trial) * kK * kN;
@@ -47,6 +50,11 @@ __global__ void __launch_bounds__(128) rounding_kernel(const uint16_t* A, const 
   for (int i = tid; i < kK * kN; i += 128) {
     const int k = i / kN, n = i % kN;
     bs[k * kN + (((n / 8) ^ (k % 8)) * 8) + n % 8] = b[i];
+    bts[n * kK + (((k / 8) ^ (n % 8)) * 8) + k % 8] = b[i];
+  }
+  for (int i = tid; i < kM * kK; i += 128) {
+    const int m = i / kK, k = i % kK;
+    as[m * kK + (((k / 8) ^ (m % 8)) * 8) + k % 8] = a[i];
   }
   __syncthreads();
   wg::fence_proxy_async();
@@ -88,6 +96,21 @@ __global__ void __launch_bounds__(128) rounding_kernel(const uint16_t* A, const 
   wg::commit();
   wg::wait<0>();
   wg::fence_regs(dw);
+  float dss[kN / 2];
+#pragma unroll
+  for (int n8 = 0; n8 < kN / 8; ++n8)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) dss[4 * n8 + i] = c0[at(n8, i)];
+  const uint64_t ad = wg::desc_sw128(static_cast<uint32_t>(__cvta_generic_to_shared(as)), 16, 1024);
+  const uint64_t btd = wg::desc_sw128(static_cast<uint32_t>(__cvta_generic_to_shared(bts)), 16, 1024);
+  wg::fence_regs(dss);
+  wg::fence();
+#pragma unroll
+  for (int s = 0; s < kK / 16; ++s) wg::mma_ss<T, kN>(dss, wg::desc_plus(ad, s * 32), wg::desc_plus(btd, s * 32), 1);
+  wg::commit();
+  wg::wait<0>();
+  wg::fence_regs(dss);
+  float* oss = out_ss + static_cast<size_t>(trial) * kM * kN;
   float* os = out_sync + static_cast<size_t>(trial) * kM * kN;
   float* ow = out_wg + static_cast<size_t>(trial) * kM * kN;
 #pragma unroll
@@ -96,6 +119,7 @@ __global__ void __launch_bounds__(128) rounding_kernel(const uint16_t* A, const 
     for (int i = 0; i < 4; ++i) {
       os[at(n8, i)] = dm[n8][i];
       ow[at(n8, i)] = dw[4 * n8 + i];
+      oss[at(n8, i)] = dss[4 * n8 + i];
     }
 }
 
@@ -127,21 +151,23 @@ int run(const char* name, int trials, uint32_t seed, bool zero_acc) {
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   for (auto& x : c) x = zero_acc ? 0.0f : std::ldexp(u(rng), static_cast<int>(rng() % 13) - 4);
   uint16_t *da, *db;
-  float *dc, *ds, *dw;
+  float *dc, *ds, *dw, *dss;
   CHECK(cudaMalloc(&da, a.size() * 2));
   CHECK(cudaMalloc(&db, b.size() * 2));
   CHECK(cudaMalloc(&dc, c.size() * 4));
   CHECK(cudaMalloc(&ds, c.size() * 4));
   CHECK(cudaMalloc(&dw, c.size() * 4));
+  CHECK(cudaMalloc(&dss, c.size() * 4));
   CHECK(cudaMemcpy(da, a.data(), a.size() * 2, cudaMemcpyHostToDevice));
   CHECK(cudaMemcpy(db, b.data(), b.size() * 2, cudaMemcpyHostToDevice));
   CHECK(cudaMemcpy(dc, c.data(), c.size() * 4, cudaMemcpyHostToDevice));
-  rounding_kernel<T><<<trials, 128>>>(da, db, dc, ds, dw);
+  rounding_kernel<T><<<trials, 128>>>(da, db, dc, ds, dw, dss);
   CHECK(cudaGetLastError());
   CHECK(cudaDeviceSynchronize());
-  std::vector<float> s(c.size()), w(c.size());
+  std::vector<float> s(c.size()), w(c.size()), w2(c.size());
   CHECK(cudaMemcpy(s.data(), ds, s.size() * 4, cudaMemcpyDeviceToHost));
   CHECK(cudaMemcpy(w.data(), dw, w.size() * 4, cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(w2.data(), dss, w2.size() * 4, cudaMemcpyDeviceToHost));
   // a reference in double: the two must also compute the product (a wrong fragment layout differs from it)
   double worst = 0.0;
   for (int tr = 0; tr < trials && tr < 8; ++tr)
@@ -160,27 +186,36 @@ int run(const char* name, int trials, uint32_t seed, bool zero_acc) {
         const double got = s[(static_cast<size_t>(tr) * kM + m) * kN + n];
         worst = std::fmax(worst, std::fabs(got - ref) / mag);
       }
-  size_t differ = 0;
-  int64_t max_ulp = 0;
-  for (size_t i = 0; i < s.size(); ++i) {
-    int32_t x, y;
-    std::memcpy(&x, &s[i], 4);
-    std::memcpy(&y, &w[i], 4);
-    if (x != y) {
-      ++differ;
-      max_ulp = std::max<int64_t>(max_ulp, std::llabs(static_cast<int64_t>(x) - y));
+  // outputs whose bits differ from mma.sync's, and by how many units in the last place at most
+  auto compare = [&](const std::vector<float>& o, size_t& differ, long long& max_ulp) {
+    differ = 0;
+    max_ulp = 0;
+    for (size_t i = 0; i < s.size(); ++i) {
+      int32_t x, y;
+      std::memcpy(&x, &s[i], 4);
+      std::memcpy(&y, &o[i], 4);
+      if (x != y) {
+        ++differ;
+        max_ulp = std::max<long long>(max_ulp, std::llabs(static_cast<long long>(x) - y));
+      }
     }
-  }
-  std::printf("%-5s acc=%-6s trials %d, outputs %zu (K = %d: %d k-steps): bits differ in %zu (max %lld ulp); "
-              "mma.sync vs double: worst |err| / sum|terms| %.2e\n",
-              name, zero_acc ? "zero" : "random", trials, s.size(), kK, kK / 16, differ,
-              static_cast<long long>(max_ulp), worst);
+  };
+  size_t differ_rs, differ_ss;
+  long long ulp_rs, ulp_ss;
+  compare(w, differ_rs, ulp_rs);
+  compare(w2, differ_ss, ulp_ss);
+  std::printf("%-5s acc=%-6s trials %d, outputs %zu (K = %d: %d k-steps): bits differ from mma.sync in %zu "
+              "(wgmma A in registers; max %lld ulp) and %zu (A in shared memory; max %lld ulp); mma.sync vs "
+              "double: worst |err| / sum|terms| %.2e\n",
+              name, zero_acc ? "zero" : "random", trials, s.size(), kK, kK / 16, differ_rs, ulp_rs, differ_ss,
+              ulp_ss, worst);
   CHECK(cudaFree(da));
   CHECK(cudaFree(db));
   CHECK(cudaFree(dc));
   CHECK(cudaFree(ds));
   CHECK(cudaFree(dw));
-  return differ == 0 && worst < 1e-4 ? 0 : 1;
+  CHECK(cudaFree(dss));
+  return differ_rs == 0 && differ_ss == 0 && worst < 1e-4 ? 0 : 1;
 }
 
 }  // namespace
