@@ -56,8 +56,8 @@ __global__ void __launch_bounds__(128) rounding_kernel(const uint16_t* A, const 
     const int m = i / kK, k = i % kK;
     as[m * kK + (((k / 8) ^ (m % 8)) * 8) + k % 8] = a[i];
   }
+  wg::fence_proxy_async();  // this thread's stores -> visible to the async proxy, then every thread's
   __syncthreads();
-  wg::fence_proxy_async();
   const int r0 = 16 * warp;
   uint32_t af[kK / 16][4];  // mma.sync's A fragments of the warp's 16 rows (wgmma RS takes the same)
 #pragma unroll
