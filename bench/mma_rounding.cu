@@ -9,7 +9,8 @@
 // counts the outputs whose bits differ. Both wgmma operand forms: A from registers with B N-major (wg_kernel's
 // P V), and A and B in shared memory, both K-major (its S = Q K^T).
 //   build: the CMake target mma_rounding (CUDA builds with sm_90a), or nvcc -std=c++17 -O2
-//          -gencode=arch=compute_90a,code=sm_90a -Isrc bench/mma_rounding.cu -o mma_rounding
+//          -gencode=arch=compute_90a,code=sm_90a -DPAGEDATTN_WITH_CUDA=1 -Isrc -Iinclude -Itools
+//          bench/mma_rounding.cu -o mma_rounding
 //   usage: mma_rounding [trials] [seed]      (prints one line per type and accumulator start; exit 1 on
 //                                              any difference, 2 on a CUDA error)
 #include <cuda_bf16.h>
@@ -25,6 +26,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "buffer.h"
 #include "cuda/common/ptx.cuh"
 #include "cuda/common/wgmma.cuh"
 
@@ -123,15 +125,6 @@ __global__ void __launch_bounds__(128) rounding_kernel(const uint16_t* A, const 
     }
 }
 
-#define CHECK(x)                                                                        \
-  do {                                                                                  \
-    cudaError_t e_ = (x);                                                               \
-    if (e_ != cudaSuccess) {                                                            \
-      std::fprintf(stderr, "CUDA error %s at %s\n", cudaGetErrorString(e_), #x);        \
-      std::exit(2);                                                                     \
-    }                                                                                   \
-  } while (0)
-
 // A 16-bit value with a random sign and mantissa and an exponent in [-6, 6] (f16: 5-bit exponent bias 15,
 // 10-bit mantissa; bf16: bias 127, 7-bit mantissa).
 uint16_t draw(std::mt19937& rng, bool bf16) {
@@ -150,24 +143,22 @@ int run(const char* name, int trials, uint32_t seed, bool zero_acc) {
   for (auto& x : b) x = draw(rng, bf16);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   for (auto& x : c) x = zero_acc ? 0.0f : std::ldexp(u(rng), static_cast<int>(rng() % 13) - 4);
-  uint16_t *da, *db;
-  float *dc, *ds, *dw, *dss;
-  CHECK(cudaMalloc(&da, a.size() * 2));
-  CHECK(cudaMalloc(&db, b.size() * 2));
-  CHECK(cudaMalloc(&dc, c.size() * 4));
-  CHECK(cudaMalloc(&ds, c.size() * 4));
-  CHECK(cudaMalloc(&dw, c.size() * 4));
-  CHECK(cudaMalloc(&dss, c.size() * 4));
-  CHECK(cudaMemcpy(da, a.data(), a.size() * 2, cudaMemcpyHostToDevice));
-  CHECK(cudaMemcpy(db, b.data(), b.size() * 2, cudaMemcpyHostToDevice));
-  CHECK(cudaMemcpy(dc, c.data(), c.size() * 4, cudaMemcpyHostToDevice));
-  rounding_kernel<T><<<trials, 128>>>(da, db, dc, ds, dw, dss);
-  CHECK(cudaGetLastError());
-  CHECK(cudaDeviceSynchronize());
+  using pagedattn::Device;
+  using pagedattn::tools::Buffer;
+  Buffer da(Device::cuda, a.size() * 2), db(Device::cuda, b.size() * 2), dc(Device::cuda, c.size() * 4),
+      ds(Device::cuda, c.size() * 4), dw(Device::cuda, c.size() * 4), dss(Device::cuda, c.size() * 4);
+  da.upload(a.data(), a.size() * 2);
+  db.upload(b.data(), b.size() * 2);
+  dc.upload(c.data(), c.size() * 4);
+  rounding_kernel<T><<<trials, 128>>>(static_cast<const uint16_t*>(da.data()), static_cast<const uint16_t*>(db.data()),
+                                      static_cast<const float*>(dc.data()), static_cast<float*>(ds.data()),
+                                      static_cast<float*>(dw.data()), static_cast<float*>(dss.data()));
+  PA_CUDA(cudaGetLastError());
+  PA_CUDA(cudaDeviceSynchronize());
   std::vector<float> s(c.size()), w(c.size()), w2(c.size());
-  CHECK(cudaMemcpy(s.data(), ds, s.size() * 4, cudaMemcpyDeviceToHost));
-  CHECK(cudaMemcpy(w.data(), dw, w.size() * 4, cudaMemcpyDeviceToHost));
-  CHECK(cudaMemcpy(w2.data(), dss, w2.size() * 4, cudaMemcpyDeviceToHost));
+  ds.download(s.data(), s.size() * 4);
+  dw.download(w.data(), w.size() * 4);
+  dss.download(w2.data(), w2.size() * 4);
   // a reference in double: the two must also compute the product (a wrong fragment layout differs from it)
   double worst = 0.0;
   for (int tr = 0; tr < trials && tr < 8; ++tr)
@@ -209,18 +200,12 @@ int run(const char* name, int trials, uint32_t seed, bool zero_acc) {
               "double: worst |err| / sum|terms| %.2e\n",
               name, zero_acc ? "zero" : "random", trials, s.size(), kK, kK / 16, differ_rs, ulp_rs, differ_ss,
               ulp_ss, worst);
-  CHECK(cudaFree(da));
-  CHECK(cudaFree(db));
-  CHECK(cudaFree(dc));
-  CHECK(cudaFree(ds));
-  CHECK(cudaFree(dw));
-  CHECK(cudaFree(dss));
   return differ_rs == 0 && differ_ss == 0 && worst < 1e-4 ? 0 : 1;
 }
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) try {
   const int trials = argc > 1 ? std::atoi(argv[1]) : 2048;
   const uint32_t seed = argc > 2 ? static_cast<uint32_t>(std::atoi(argv[2])) : 20261206u;
   std::printf("mma_rounding: seed %u\n", seed);
@@ -230,4 +215,7 @@ int main(int argc, char** argv) {
   bad |= run<__nv_bfloat16>("bf16", trials, seed + 2, true);
   bad |= run<__nv_bfloat16>("bf16", trials, seed + 3, false);
   return bad;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "mma_rounding: %s\n", e.what());
+  return 2;
 }
