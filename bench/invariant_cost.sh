@@ -6,6 +6,8 @@
 # 32k and 128k, <= 1.20 at 8k and on the batch) and the default's drift.
 # INV_PARTITIONS="256 1024": also deterministic mode with those fixed partition sizes (--partition; the
 # mode's 512 is not tuned per context, and no one size suits 8k and 128k: docs/design.md), one column each.
+# INV_SPLIT_AB=1: also the mode's f16 rows on fwd_kernel's WKV = 4 layout (PAGEDATTN_DETERMINISTIC_SPLIT=0),
+# column "fwd": the key-split kernel's own partials (tuning::deterministic_split) against it, same call.
 #   usage: bench/invariant_cost.sh PAGEDATTN_BINARY OUT_DIR   (INV_TABLE_ONLY=1: reprint OUT_DIR's table)
 set -uo pipefail
 bin=$1
@@ -15,12 +17,12 @@ status=0
 run() {  # TAG [bench args...]
   local tag=$1
   shift
-  "$bin" bench --backend cuda --scenario seed --context 32768,131072 --tokens 1,2,3,4,5,6,7,8 --kv f16,u8 "$@" \
-    --json "$out/${tag}_long.json" > "$out/${tag}_long.log" 2>&1 || status=1
-  "$bin" bench --backend cuda --scenario seed --context 8192 --tokens 1,4,8 --kv f16,u8 "$@" \
+  "$bin" bench --backend cuda --scenario seed --context 32768,131072 --tokens 1,2,3,4,5,6,7,8 "$@" \
+    --kv "${KV:-f16,u8}" --json "$out/${tag}_long.json" > "$out/${tag}_long.log" 2>&1 || status=1
+  "$bin" bench --backend cuda --scenario seed --context 8192 --tokens 1,4,8 --kv "${KV:-f16,u8}" "$@" \
     --json "$out/${tag}_8k.json" > "$out/${tag}_8k.log" 2>&1 || status=1
   for T in 1 4 8; do
-    "$bin" bench --backend cuda --scenario batch --batch-tokens "$T" --kv f16,u8 "$@" \
+    "$bin" bench --backend cuda --scenario batch --batch-tokens "$T" --kv "${KV:-f16,u8}" "$@" \
       --json "$out/${tag}_batch$T.json" > "$out/${tag}_batch$T.log" 2>&1 || status=1
   done
 }
@@ -29,12 +31,16 @@ if [ "${INV_TABLE_ONLY:-0}" != 1 ]; then
   run default
   run deterministic --deterministic
   for p in ${INV_PARTITIONS:-}; do run "deterministic_p$p" --deterministic --partition "$p"; done
+  [ "${INV_SPLIT_AB:-0}" = 1 ] && KV=f16 PAGEDATTN_DETERMINISTIC_SPLIT=0 run deterministic_fwd --deterministic
   run default_again
 fi
-python3 - "$out" ${INV_PARTITIONS:-} <<'PY'
+extra=""
+for p in ${INV_PARTITIONS:-}; do extra="$extra deterministic_p$p"; done
+[ -e "$out/deterministic_fwd_long.json" ] && extra="$extra deterministic_fwd"
+python3 - "$out" $extra <<'PY'
 import glob, json, os, sys
 d = sys.argv[1]
-extra = [f"deterministic_p{p}" for p in sys.argv[2:]]
+extra = sys.argv[2:]
 def load(tag):  # the tag's own files only ("default_*" would also match "default_again_*")
     rows = {}
     for f in [f"{d}/{tag}_{part}.json" for part in ("long", "8k", "batch1", "batch4", "batch8")]:

@@ -72,7 +72,7 @@ std::string describe(const Inputs& in) {
      << " Hk=" << in.num_kv_heads << " window=" << in.sliding_window << " sms=" << in.num_sms
      << " prefix_only=" << in.prefix_only << " ctas_per_sm=" << in.ctas_per_sm << " wg_ctas_per_sm=" << in.wg_ctas_per_sm[0] << "," << in.wg_ctas_per_sm[1]
      << "," << in.wg_ctas_per_sm[2] << "," << in.wg_ctas_per_sm[3] << " deterministic=" << in.deterministic
-     << " forced_partition=" << in.forced_partition << " min_partition=" << in.min_partition
+     << " wg_partials=" << in.wg_partials << " forced_partition=" << in.forced_partition << " min_partition=" << in.min_partition
      << " positions=" << list(in.positions);
   return os.str();
 }
@@ -123,6 +123,7 @@ Inputs random_inputs(std::mt19937_64& rng) {
     in.short_ctas_per_sm = pick({1, 2, 3});
     in.short_wave_keys = pick({256, 1024, 4096});
   }
+  in.wg_partials = uni(0, 1) == 0;  // (deterministic mode only)
   return in;
 }
 
@@ -186,9 +187,36 @@ std::vector<WorkItem> per_partition(const Plan& plan) {
 // --- the rules ---------------------------------------------------------------------------------------
 void check_flat_plan(const Inputs& in, const Plan& plan);
 
+bool wg_partials(const Inputs& in) { return in.deterministic && in.wg_partials; }
+// Rows of the chunks that may run several partitions per item (deterministic mode): fwd_kernel's flush
+// takes 32, the key-split kernel's own partials any chunk
+int span_rows(const Inputs& in) { return wg_partials(in) ? pl::kMaxRows : pl::kMaxSpanRows; }
+
+// Inputs::wg_partials: two partial slots per partition (slots 2 (p - p0) and 2 (p - p0) + 1 of the chunk's
+// range), so every slot, count and first index is even; halved, the plan must keep every other rule.
+Plan halve_wg_partials(const Plan& plan) {
+  Plan h = plan;
+  EXPECT_EQ(plan.num_slots % 2, 0);
+  for (WorkItem& w : h.items) {
+    EXPECT_TRUE(w.slot % 2 == 0 && w.num_parts % 2 == 0) << "slot " << w.slot << " parts " << w.num_parts;
+    w.slot /= 2;
+    w.num_parts /= 2;
+  }
+  for (pl::MergeItem& m : h.merges) {
+    EXPECT_TRUE(m.slot % 2 == 0 && m.num_parts % 2 == 0 && m.part0 % 2 == 0)
+        << "merge slot " << m.slot << " parts " << m.num_parts << " part0 " << m.part0;
+    m.slot /= 2;
+    m.num_parts /= 2;
+    m.part0 /= 2;
+  }
+  h.num_slots /= 2;
+  return h;
+}
+
 // A plan's items in the order the kernels take them; items that run several partitions (deterministic
 // mode, WorkItem::part) then stand for one item per partition in check_flat_plan's rules.
-void check_plan(const Inputs& in, const Plan& plan) {
+void check_plan(const Inputs& in, const Plan& two_per_part) {
+  const Plan plan = wg_partials(in) ? halve_wg_partials(two_per_part) : two_per_part;
   const int Hk = in.num_kv_heads;
   EXPECT_EQ(plan.ctas, static_cast<int64_t>(plan.items.size()) * Hk);
   // order: row tiles ascending, then longest key range first
@@ -207,7 +235,7 @@ void check_plan(const Inputs& in, const Plan& plan) {
     const int n = w.part == 0 ? 1 : static_cast<int>(ceil_div(w.kv_end - w.kv_begin, w.part));
     if (w.part != 0) {
       EXPECT_TRUE(in.deterministic && in.forced_partition <= 0) << "a run of partitions outside deterministic mode";
-      EXPECT_LE(w.nt * in.group, pl::kMaxSpanRows) << "a run of partitions in a chunk of more rows than the flush takes";
+      EXPECT_LE(w.nt * in.group, span_rows(in)) << "a run of partitions in a chunk of more rows than the flush takes";
       EXPECT_EQ(w.part % pl::kDeterministicStep, 0);
       EXPECT_EQ(w.kv_begin % w.part, 0) << "a run starts inside a partition";
       EXPECT_GT(n, 1) << "a run of one partition has part != 0";
@@ -229,7 +257,7 @@ void check_plan(const Inputs& in, const Plan& plan) {
     int64_t n = 0;
     for (const auto& kv : chunks) {
       const int np = static_cast<int>(kv.second.items.size());
-      n += kv.second.nt * in.group <= pl::kMaxSpanRows ? ceil_div(np, span) : np;
+      n += kv.second.nt * in.group <= span_rows(in) ? ceil_div(np, span) : np;
     }
     return n * Hk;
   };
@@ -251,8 +279,11 @@ void check_plan(const Inputs& in, const Plan& plan) {
 void check_flat_plan(const Inputs& in, const Plan& plan) {
   const int G = in.group, Hk = in.num_kv_heads, P = plan.partition_tokens;
   const int num_seqs = static_cast<int>(in.past_lens.size());
-  // deterministic mode: chunks of deterministic_rows(G) rows, so every chunk has the same row tiles
-  const int max_rows = in.deterministic ? pl::deterministic_rows(G, in.max_rows) : in.max_rows;
+  // deterministic mode: chunks of deterministic_rows(G) rows, so every chunk has the same row tiles (with
+  // wg_partials 64, every chunk on the key-split kernel's one 64-row tile)
+  const int max_rows = wg_partials(in)     ? pl::kMaxRows
+                       : in.deterministic ? pl::deterministic_rows(G, in.max_rows)
+                                          : in.max_rows;
   const int max_tokens_per_chunk = max_rows / G;
   EXPECT_EQ(plan.chunk_rows, max_rows) << "chunk_rows is the chunking rule's max_rows";
   EXPECT_EQ(plan.slot_rows, 16 * plan.max_row_tiles) << "partial slots are as wide as the widest chunk";
@@ -289,7 +320,7 @@ void check_flat_plan(const Inputs& in, const Plan& plan) {
     EXPECT_GE(w.nt, 1);
     EXPECT_LE(w.t0 + w.nt, T) << "chunk runs past the sequence's T=" << T;
     EXPECT_LE(w.nt * G, max_rows) << "too many query rows for one CTA";
-    if (in.deterministic)  // 1 and 2 row tiles share their key groups (deterministic_rows)
+    if (in.deterministic && !wg_partials(in))  // 1 and 2 row tiles share their key groups (deterministic_rows)
       EXPECT_TRUE(max_rows <= 32 ? w.row_tiles <= 2 : w.row_tiles == 4)
           << "deterministic mode: chunks of one key-group layout";
     const int rows = w.nt * G;
@@ -589,19 +620,25 @@ TEST(Planner, DeterministicDecodeItemsArePrefixesOfTheVerifys) {
   }
 }
 
+// Deterministic mode's plan of `seqs` sequences of 8k keys at T new tokens each (Hk = 4, 132 SMs).
+Inputs deterministic_8k(int group, int ctas_per_sm, int seqs, int T) {
+  Inputs in;
+  in.group = group;
+  in.num_kv_heads = 4;
+  in.num_sms = 132;
+  in.ctas_per_sm = ctas_per_sm;
+  in.deterministic = true;
+  in.past_lens.assign(seqs, 8192 - T);
+  in.tokens.assign(seqs, T);
+  return in;
+}
+
 // Deterministic mode on a batch whose partitions overfill a wave: the 32 x 8k batch (G = 8, Hk = 4, 132
 // SMs x 2 CTAs) has 32 partitions of 256 keys per sequence and kv head, 4096 CTAs of one partition; in
 // runs of 16 partitions it is 256 CTAs, and a lone sequence keeps one partition per CTA.
 TEST(Planner, DeterministicRunsOfPartitionsForBatches) {
-  Inputs in;
-  in.group = 8;
-  in.num_kv_heads = 4;
-  in.num_sms = 132;
-  in.ctas_per_sm = 2;
-  in.deterministic = true;
   for (const int T : {1, 4, 8}) {
-    in.past_lens.assign(32, 8192 - T);
-    in.tokens.assign(32, T);
+    const Inputs in = deterministic_8k(8, 2, 32, T);
     const Plan p = pl::make_plan(in);
     SCOPED_TRACE("T = " + std::to_string(T) + ": " + p.describe());
     check_plan(in, p);
@@ -613,10 +650,46 @@ TEST(Planner, DeterministicRunsOfPartitionsForBatches) {
       EXPECT_EQ(p.span, 32);
       EXPECT_EQ(p.ctas, 32 * 2 * 4);
     }
-    Inputs alone = in;
-    alone.past_lens = {8192 - T};
-    alone.tokens = {T};
-    EXPECT_EQ(pl::make_plan(alone).span, 1) << "a lone sequence's partitions fit one wave";
+    EXPECT_EQ(pl::make_plan(deterministic_8k(8, 2, 1, T)).span, 1) << "a lone sequence's partitions fit one wave";
+  }
+}
+
+// Deterministic mode on the key-split Hopper kernel (Inputs::wg_partials): chunks of up to 64 rows, each in
+// runs of partitions where a wave needs them, two partial slots per partition. The seed's 32 x 8k batch
+// (G = 4, Hk = 4, 132 SMs x 1 CTA): 32 partitions of 256 keys per sequence and kv head, in runs of 32 (128
+// CTAs), 2 x 4096 slots; a lone sequence one partition per CTA.
+TEST(Planner, DeterministicWgPartials) {
+  auto inputs = [](int seqs, int T) {
+    Inputs in = deterministic_8k(4, 1, seqs, T);
+    for (int& w : in.wg_ctas_per_sm) w = 1;
+    in.wg_partials = true;
+    return in;
+  };
+  for (const int T : {1, 4, 8, 16}) {
+    const Inputs in = inputs(32, T);
+    const Plan p = pl::make_plan(in);
+    SCOPED_TRACE("T = " + std::to_string(T) + ": " + p.describe());
+    check_plan(in, p);
+    EXPECT_EQ(p.partition_tokens, 256);
+    EXPECT_EQ(p.chunk_rows, 64);
+    EXPECT_EQ(p.span, 32);
+    EXPECT_EQ(p.ctas, 32 * 4);
+    EXPECT_EQ(p.num_slots, 32 * 4 * 2 * 32);
+    for (const WorkItem& w : p.items) {
+      EXPECT_EQ(w.nt, T) << "one chunk per sequence";
+      EXPECT_EQ(w.num_parts, 64);
+      EXPECT_EQ(w.part, 256);
+      EXPECT_EQ(w.slot % 64, 0) << "a run of every partition starts at the chunk's first slot";
+    }
+    for (const pl::MergeItem& m : p.merges) {
+      EXPECT_EQ(m.num_parts, 64);
+      EXPECT_EQ(m.part0, 0);
+    }
+    const Inputs alone = inputs(1, T);
+    const Plan a = pl::make_plan(alone);
+    check_plan(alone, a);
+    EXPECT_EQ(a.span, 1) << "a lone sequence's partitions fit one wave";
+    EXPECT_EQ(a.num_slots, 4 * 2 * 32);
   }
 }
 

@@ -24,7 +24,8 @@ TEST(Tuning, OverridesDefaultWhenUnsetOrNotAValueTheyTake) {
                                               {"PAGEDATTN_WIDE_PREFILL", ""},
                                               {"PAGEDATTN_WG_SPLIT", "64"}, {"PAGEDATTN_MERGE_ROWWISE", "2"},
                                               {"PAGEDATTN_DETERMINISTIC_ROWS", "32"}, {"PAGEDATTN_HALF_ROWS", "1"},
-                                              {"PAGEDATTN_HALF_PARTIALS", "1"}})}) {
+                                              {"PAGEDATTN_HALF_PARTIALS", "1"},
+                                              {"PAGEDATTN_DETERMINISTIC_SPLIT", "2"}})}) {
     EXPECT_TRUE(o.early_reads && o.stale_max && o.prefill_mt2 && o.wgmma_u8 && o.half_rows && o.half_partials);
     EXPECT_EQ(o.wgmma, -1);
     EXPECT_EQ(o.wide_prefill, -1);
@@ -33,6 +34,7 @@ TEST(Tuning, OverridesDefaultWhenUnsetOrNotAValueTheyTake) {
     EXPECT_EQ(o.wg_split, -1);
     EXPECT_EQ(o.merge_rowwise, -1);
     EXPECT_EQ(o.deterministic_rows, 0);
+    EXPECT_EQ(o.deterministic_split, -1);
   }
   EXPECT_EQ(parse({{"PAGEDATTN_DETERMINISTIC_ROWS", "16"}}).deterministic_rows, 16);
   for (const char* v : {"", "0", "32", "100", "8192", "x"})
@@ -380,6 +382,22 @@ TEST(Tuning, MergeRowwise) {
   EXPECT_TRUE(merge_rowwise(1, 1, 132, o));
   o.merge_rowwise = 0;
   EXPECT_FALSE(merge_rowwise(100000, 4, 132, o));
+}
+
+// Deterministic mode on the key-split Hopper kernel: f16/bf16 at its widths where it is on; the override
+// both ways.
+TEST(Tuning, DeterministicSplit) {
+  const Overrides none;
+  using K = KvKind;
+  for (int d : {64, 128, 256}) {
+    EXPECT_TRUE(deterministic_split(d, K::f16, d == 256 ? 32 : 64, none)) << d;
+    EXPECT_FALSE(deterministic_split(d, K::f16, 0, none)) << d << ": the Hopper kernel off";
+    EXPECT_FALSE(deterministic_split(d, K::u8, 64, none)) << d;
+    EXPECT_FALSE(deterministic_split(d, K::fp8, 64, none)) << d;
+  }
+  for (int d : {80, 96, 112, 192}) EXPECT_FALSE(deterministic_split(d, K::f16, 64, none)) << d;
+  EXPECT_FALSE(deterministic_split(128, K::f16, 64, parse({{"PAGEDATTN_DETERMINISTIC_SPLIT", "0"}})));
+  EXPECT_TRUE(deterministic_split(128, K::f16, 64, parse({{"PAGEDATTN_DETERMINISTIC_SPLIT", "1"}})));
 }
 
 }  // namespace

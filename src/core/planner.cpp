@@ -28,7 +28,8 @@ Plan make_plan(const Inputs& in) {
   if (in.group < 1 || in.group > kMaxRows) throw std::invalid_argument("group size must be in [1, 64]");
   if (in.max_rows % 16 != 0 || in.max_rows < 16 || in.max_rows > kMaxRowsWide || in.max_rows < in.group)
     throw std::invalid_argument("max_rows must be 16, 32, 64 or 128 (a multiple of 16 up to 128) and >= group");
-  const int max_rows = in.deterministic ? deterministic_rows(in.group, in.max_rows) : in.max_rows;
+  const bool wg_partials = in.deterministic && in.wg_partials;
+  const int max_rows = wg_partials ? kMaxRows : in.deterministic ? deterministic_rows(in.group, in.max_rows) : in.max_rows;
   const int max_tokens_per_chunk = max_rows / in.group;
   if (!in.positions.empty() && in.positions.size() != in.past_lens.size())
     throw std::invalid_argument("positions: one per sequence, or none");
@@ -122,7 +123,7 @@ Plan make_plan(const Inputs& in) {
 
   // --- deterministic: partitions per CTA (WorkItem::part), by the call's CTA count -----------------
   auto parts_of = [](const Chunk& c) { return static_cast<int>((int64_t{c.hi} + c.part - 1) / c.part) - c.lo / c.part; };
-  auto spans = [&](const Chunk& c) { return in.deterministic && c.nt * in.group <= kMaxSpanRows; };
+  auto spans = [&](const Chunk& c) { return in.deterministic && c.nt * in.group <= (wg_partials ? kMaxRows : kMaxSpanRows); };
   int span = 1;
   if (in.deterministic && in.forced_partition == 0) {
     int max_parts = 1;
@@ -139,6 +140,7 @@ Plan make_plan(const Inputs& in) {
 
   // --- work items and partial slots ---------------------------------------------------------------
   int slot = 0;
+  const int per_part = wg_partials ? 2 : 1;  // partial slots per partition (Inputs::wg_partials)
   for (const Chunk& c : chunks) {
     const int part = c.part;
     const int p0 = c.lo / part, p1 = static_cast<int>((int64_t{c.hi} + part - 1) / part);
@@ -154,8 +156,8 @@ Plan make_plan(const Inputs& in) {
       w.nt = c.nt;
       w.kv_begin = std::max(c.lo, p * part);
       w.kv_end = static_cast<int32_t>(std::min<int64_t>(c.hi, int64_t{q} * part));
-      w.num_parts = nparts;
-      w.slot = nparts > 1 || in.deterministic ? slot + (p - p0) : -1;
+      w.num_parts = per_part * nparts;
+      w.slot = nparts > 1 || in.deterministic ? slot + per_part * (p - p0) : -1;
       w.row_tiles = rt;
       w.part = q - p > 1 ? part : 0;
       w.past = w.tok0 = w.t_seq = w.table = 0;
@@ -163,8 +165,8 @@ Plan make_plan(const Inputs& in) {
       p = q;
     }
     if (nparts > 1 || in.deterministic) {
-      plan.merges.push_back(MergeItem{c.seq, c.t0, c.nt, slot, nparts, p0, part});
-      slot += nparts * in.num_kv_heads;
+      plan.merges.push_back(MergeItem{c.seq, c.t0, c.nt, slot, per_part * nparts, per_part * p0, part});
+      slot += per_part * nparts * in.num_kv_heads;
     }
     plan.max_row_tiles = std::max(plan.max_row_tiles, rt);
   }

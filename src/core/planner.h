@@ -56,7 +56,8 @@ constexpr int deterministic_rows(int group, int max_rows) {
 // CTAs of 256 keys at Hk = 4 (the mode 1.19x (f16) / 1.64x (u8) the default at T = 1, run inv6; in
 // runs of 16, 1.21x / 1.44x, run ir1). Plan::span is the least run length whose items fit one wave (num_sms x
 // ctas_per_sm CTAs), for chunks of at most kMaxSpanRows rows (the variants with fwd_kernel's partition
-// flush); a chunk's items take balanced runs. A lone sequence keeps one partition per item.
+// flush; Inputs::wg_partials: every chunk); a chunk's items take balanced runs. A lone sequence keeps one
+// partition per item.
 constexpr int kMaxSpanRows = 32;
 struct WorkItem {
   int32_t seq;        // sequence index
@@ -66,7 +67,7 @@ struct WorkItem {
   int32_t slot;       // partial slot of (chunk, part) for kv head 0, or -1 when the chunk has one
                       // partition (the CTA writes `out` directly; never in deterministic mode, where
                       // every row goes through the merge); kv head h uses slot + h * num_parts
-  int32_t num_parts;  // partitions of this chunk
+  int32_t num_parts;  // partitions of this chunk (Inputs::wg_partials: partial slots, 2 per partition)
   int32_t row_tiles;  // kernel variant: 16-row MMA tiles, 1, 2, 4 or 8 (>= ceil(nt * G / 16))
   // Filled by the backend from the call's metadata (so the kernel needs one dependent load, not four):
   int32_t past;       // past_lens[seq]
@@ -88,8 +89,8 @@ struct EmptyChunk {    // new tokens that see no key (prefix_only: an empty shar
 struct MergeItem {     // one (chunk, query row) whose partitions must be combined, for every kv head
   int32_t seq, t0, nt;
   int32_t slot;        // partial slot of partition 0 for kv head 0
-  int32_t num_parts;
-  int32_t part0;       // absolute index of the chunk's first partition (kv_begin / part)
+  int32_t num_parts;   // (Inputs::wg_partials: partial slots, 2 per partition)
+  int32_t part0;       // absolute index of the chunk's first partition (kv_begin / part; wg_partials: 2x)
   int32_t part;        // the chunk's partition size
 };
 
@@ -120,6 +121,13 @@ struct Inputs {
   // ranges from a partition start, and every chunk through the merge: a row's result is the same in any
   // batch and in any chunk of a chain (its decode's)
   bool deterministic = false;
+  // With deterministic: every chunk on the key-split Hopper kernel (f16/bf16 caches on sm_90a), whose
+  // warpgroups leave a partial each (cuda FwdParams::wg_partials): chunks of up to kMaxRows rows (its one
+  // 64-row tile, so every chunk has a row's arithmetic), runs of partitions (WorkItem::part) for chunks of
+  // any rows, and two partial slots per partition: a chunk's partition p (absolute) is slots 2 (p - p0) and
+  // 2 (p - p0) + 1 of its range, WorkItem::slot / num_parts and MergeItem::num_parts / part0 count slots
+  // (2 x partitions), so the merge folds partial 2 p + w as it would a partition of that index.
+  bool wg_partials = false;
   int forced_partition = 0;                // 0: choose
   int min_partition = kMinPartition;       // the least partition the one-wave rule starts from (a multiple
                                            // of kBlockKV; tuning::min_partition)

@@ -47,6 +47,7 @@ Overrides parse_overrides(const std::function<const char*(const char*)>& getenv)
                 : is("PAGEDATTN_KEYS_ON_M", "2") ? 2
                                                  : -1;
   o.deterministic_rows = is("PAGEDATTN_DETERMINISTIC_ROWS", "16") ? 16 : 0;
+  o.deterministic_split = is("PAGEDATTN_DETERMINISTIC_SPLIT", "0") ? 0 : is("PAGEDATTN_DETERMINISTIC_SPLIT", "1") ? 1 : -1;
   return o;
 }
 
@@ -308,6 +309,18 @@ int min_partition(int head_size, KvKind kv, bool mid_rows, const Overrides& o) {
     case KvKind::fp8: return !(mid_rows && head_size == 128) ? kLonger : planner::kMinPartition;
   }
   return planner::kMinPartition;
+}
+
+// Deterministic mode's f16/bf16 chunks on the key-split Hopper kernel (wgs: 1-64 rows in one 64-row
+// wgmma tile, its warpgroups on the key tiles of even and odd index from the partition start, a partial
+// each): decodes and verifies share its layout, so a verify row is its decode's whatever the rows of its
+// chunk, and its 17-32-row chunks are the default's own kernel where fwd_kernel's 8-warp layout cost the
+// mode 1.13-1.25x at 32k (run fl1, H100). Its decodes measured 0.93-1.02x fwd_kernel's time at 32k-128k,
+// D = 256 (runs ss1-ss3). u8 and fp8 stay on fwd_kernel (on the key-split kernel 1.4-2.3x slower at <= 16
+// rows, run ss2).
+bool deterministic_split(int head_size, KvKind kv, int key_tile, const Overrides& o) {
+  if (o.deterministic_split == 0) return false;
+  return kv == KvKind::f16 && key_tile != 0 && (head_size == 64 || head_size == 128 || head_size == 256);
 }
 
 }  // namespace tuning

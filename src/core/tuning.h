@@ -42,6 +42,9 @@ struct Overrides {
   int deterministic_rows = 0;  // PAGEDATTN_DETERMINISTIC_ROWS=16: deterministic mode's 17-32-row chunks as
                                // 16-row chunks at G <= 16 (the layout of devices without the 8-warp
                                // variant's memory); 0 unset
+  int deterministic_split = -1;  // PAGEDATTN_DETERMINISTIC_SPLIT=0/1: deterministic mode's f16/bf16 chunks on
+                                 // fwd_kernel's WKV = 4 layout / on the key-split Hopper kernel
+                                 // (deterministic_split()); -1 unset
 };
 /// `getenv` returns a variable's value or nullptr (tests pass their own).
 Overrides parse_overrides(const std::function<const char*(const char*)>& getenv);
@@ -153,6 +156,11 @@ int merge_batch(int head_size, int split, int max_parts, int64_t merge_rows, int
 /// Deterministic mode: whether the merge runs one thread per 4 columns of a row (merge_rows_kernel)
 /// rather than a CTA per row and column block (merge_kernel, `split` blocks per row). Same bits either way.
 bool merge_rowwise(int64_t merge_rows, int split, int num_sms, const Overrides& o);
+/// Deterministic mode: whether every chunk of the call runs on the key-split Hopper kernel with a
+/// partial per warpgroup (planner::Inputs::wg_partials): f16/bf16 caches where the Hopper kernel is on
+/// (`key_tile` = hopper_key_tile() != 0) at its widths (64, 128, 256); else fwd_kernel's WKV = 4 layout. A
+/// function of the model and the device, never of the batch (so a row's kernel is its decode's).
+bool deterministic_split(int head_size, KvKind kv, int key_tile, const Overrides& o);
 
 }  // namespace tuning
 }  // namespace pagedattn

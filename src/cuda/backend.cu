@@ -265,12 +265,16 @@ class CudaPlan final : public detail::PlanImpl {
     // (fp8 takes u8's rules for 128-row chunks, one-byte codes converted into f16 tiles, and its own for
     // the key-split kernel, where it converts them in place: tuning::hopper_split)
     const bool bytes = kv_ == kKvU8 || kv_ == kKvF8;
-    // (a padded head size runs on fwd_kernel only; so does deterministic mode: one variant for every
-    // chunk, docs/design.md "Invariant rows")
-    // (and so does a width without Hopper kernels: 80, 96, 112, 192)
-    choice_.wg = choice_.pad || opt.deterministic || !has_hopper_kernels(D_) ? 0
-                                                                           : tuning::hopper_key_tile(D_, bytes, hopper, env);
-    choice_.invariant = opt.deterministic;
+    const tuning::KvKind kind = kv_ == kKvU8 ? tuning::KvKind::u8 : kv_ == kKvF8 ? tuning::KvKind::fp8 : tuning::KvKind::f16;
+    // (a padded head size runs on fwd_kernel only, and so does a width without Hopper kernels: 80, 96,
+    // 112, 192)
+    const int key_tile = choice_.pad || !has_hopper_kernels(D_) ? 0 : tuning::hopper_key_tile(D_, bytes, hopper, env);
+    // deterministic mode: one layout for every chunk (docs/design.md, "Invariant rows"): f16/bf16 on the
+    // key-split Hopper kernel with a partial per warpgroup (tuning::deterministic_split), else fwd_kernel's
+    // WKV = 4 variants
+    choice_.wg_partials = opt.deterministic && tuning::deterministic_split(D_, kind, key_tile, env);
+    choice_.wg = opt.deterministic && !choice_.wg_partials ? 0 : key_tile;
+    choice_.invariant = opt.deterministic && !choice_.wg_partials;
     int64_t max_keys = 0;   // the longest key range of the call (a window caps it)
     int64_t wide_ctas = 0;  // chunks of more than 64 rows, as 128-row chunks, times the kv heads
     int64_t long_key_heads = 0;  // tuning::wide_key_tile's sum
@@ -292,7 +296,6 @@ class CudaPlan final : public detail::PlanImpl {
       max_rows = std::max(max_rows, rows);
       if (rows > 0 && rows <= 16) small_key_heads += keys * Hk_;
     }
-    const tuning::KvKind kind = kv_ == kKvU8 ? tuning::KvKind::u8 : kv_ == kKvF8 ? tuning::KvKind::fp8 : tuning::KvKind::f16;
     choice_.wg = tuning::wide_key_tile(D_, kind, choice_.wg, long_key_heads, in.num_sms, env);
     // (the key-split kernel's two-CTA form, where it runs, also takes D = 64's 17-32-row chunks past 16k keys;
     // 1-16-row chunks take the kernel by the call's work for them where 17-32-row ones take it already,
@@ -302,6 +305,10 @@ class CudaPlan final : public detail::PlanImpl {
     choice_.wg_split = tuning::hopper_split(D_, kind, choice_.wg, max_keys, choice_.wgs_shared, env);
     if (tuning::hopper_split_small(D_, kind, choice_.wg_split, small_key_heads, env)) choice_.wg_split = 1;
     choice_.wg_shared = tuning::hopper_shared(D_, kind, choice_.wg, max_keys, wide_ctas, in.num_sms, env);
+    if (choice_.wg_partials) {  // every chunk (<= 64 rows) on the one-CTA key-split form, whatever the call
+      choice_.wg_split = 1;
+      choice_.wgs_shared = false;
+    }
     // every sequence of <= 8 rows, so every chunk (a sequence of <= 16 rows is one chunk): the KT variant,
     // else the HR variant
     const bool eight_rows = max_rows <= 8 && !choice_.pad;
@@ -316,6 +323,7 @@ class CudaPlan final : public detail::PlanImpl {
       (std::strncmp(info.variant, "wg", 2) == 0 ? in.wg_ctas_per_sm : in.fwd_ctas_per_sm)[k] = info.ctas_per_sm();
     }
     in.deterministic = opt.deterministic;
+    in.wg_partials = choice_.wg_partials;
     in.forced_partition = opt.partition_tokens;
     in.min_partition = tuning::min_partition(D_, kind, mid_rows, env);
     int optin = 0;
@@ -325,7 +333,7 @@ class CudaPlan final : public detail::PlanImpl {
     // deterministic: 17-32-row chunks on the 8-warp layout where it fits (227 KB: sm_90), else chunks of
     // one row tile (G <= 16; planner::deterministic_rows; G > 16 needs the layout: the shared-memory
     // check below names it); PAGEDATTN_DETERMINISTIC_ROWS=16 takes that layout on sm_90 too
-    if (opt.deterministic && G_ <= 16 &&
+    if (opt.deterministic && !choice_.wg_partials && G_ <= 16 &&
         (env.deterministic_rows == 16 || static_cast<int>(fwd_kernel_info(D_, kv_, 2, choice_).smem_bytes) > optin))
       in.max_rows = 16;
     // (Not adopted, removed after 5a4d0c0: 16-row chunks, e.g. T=8 at G=4 as two CTAs over the same keys,

@@ -44,8 +44,9 @@ CaseConfig invariant_config(int i) {
 // Batches that overfill a wave (runs of partitions per CTA: planner::Plan::span): 12-16 sequences of
 // 4000-5000 keys over 2 or 4 kv heads are at least 12 x 15 x 2 = 360 partitions of 256 keys (an H200's
 // wave is 264 CTAs), so each sequence's partitions run in CTAs of several, whose number follows the
-// batch; alone, the same sequence runs one partition per CTA. Rows of up to 32 per kv head (runs take
-// chunks of <= 32 rows), every KV precision, head sizes 64 / 128 / 256.
+// batch; alone, the same sequence runs one partition per CTA. Rows of up to 32 per kv head (fwd_kernel's
+// runs take chunks of <= 32 rows, the key-split kernel's of any), every KV precision, head sizes 64 / 128 /
+// 256.
 CaseConfig spans_config(int i) {
   CaseConfig cfg = invariant_config(i);
   cfg.min_seqs = 12;
@@ -62,7 +63,8 @@ CaseConfig spans_config(int i) {
 }
 
 // Runs of partitions on every flush layout (fwd_kernel's partition flush: FwdTraits::kFlushOwn, its own
-// area or a ring slot, and the column blocks, follow the head size, the KV kind and the row tiles): one
+// area or a ring slot, and the column blocks, follow the head size, the KV kind and the row tiles; f16 /
+// bf16 at D = 64, 128, 256 on sm_90a: the key-split kernel's flush per warpgroup): one
 // case per head size for a two-byte kind and one per byte-code width for u8 or fp8; G = 4 and T = 1..8,
 // so chunks of 4-16 rows (1 row tile) and 20-32 (the 8-warp layout), 8-10 sequences of 4000-5000 keys
 // over 4 kv heads (>= 8 x 15 x 4 = 480 partitions of 256 keys: runs on an H200).
@@ -315,6 +317,37 @@ TEST(Cuda, InvariantMergeKernelsAgree) {
               "scores %d cases differ\n", tally.rows, tally.differ, tally.lse_differ, tally.scores_differ);
 }
 
+// Deterministic mode's f16/bf16 chunks on the key-split Hopper kernel (tuning::deterministic_split): on an
+// sm_90 device every launch of a decode, a verify of 16 or 32 rows and a chunk of 64 is its own-partials
+// variant ("wgs32inv" at D = 256, "wgs64inv" below), and PAGEDATTN_DETERMINISTIC_SPLIT=0 takes fwd_kernel's WKV = 4 variants
+// ("inv1", "inv") instead. The suites above then test its partials per warpgroup (alone, in runs, trees).
+TEST(Cuda, InvariantKeySplitKernelTakesTwoByteCaches) {
+  REQUIRE_GPU();
+  if (const char* why = no_wgmma()) GTEST_SKIP() << why;
+  Options opt{Backend::cuda};
+  opt.deterministic = true;
+  const uint64_t seed0 = base_seed() + 4750000;
+  for (const int d : {64, 128, 256})
+    for (const KVPrecision kv : {KVPrecision::f16, KVPrecision::bf16})
+      for (const int t : {1, 4, 8, 16}) {
+        CaseConfig cfg = invariant_config(0);
+        cfg.head_sizes = {d};
+        cfg.kv_precisions = {kv};
+        cfg.group_sizes = {4};
+        cfg.p_value_head_size = 0;
+        cfg.min_seqs = cfg.max_seqs = 1;
+        cfg.min_tokens = cfg.max_tokens = t;
+        cfg.min_past = cfg.max_past = 3000;
+        const uint64_t seed = seed0 + static_cast<uint64_t>(d * 100 + t);
+        const std::string want = d == 256 ? "wgs32inv" : "wgs64inv";
+        for (const PlanInfo::Launch& l : plan_info(cfg, seed, opt).launches)
+          EXPECT_EQ(l.variant, want) << "D " << d << " T " << t << " rt " << l.row_tiles;
+        EnvGuard off("PAGEDATTN_DETERMINISTIC_SPLIT", "0");
+        for (const PlanInfo::Launch& l : plan_info(cfg, seed, opt).launches)
+          EXPECT_EQ(l.variant.rfind("inv", 0), 0u) << "D " << d << " T " << t << ": " << l.variant;
+      }
+}
+
 // Deterministic mode's two layouts for 17-32-row chunks give the same bits: the 8-warp variant (sm_90)
 // and 16-row chunks (devices whose shared memory cannot hold that variant, sm_80; forced here by
 // PAGEDATTN_DETERMINISTIC_ROWS=16). Each case, with G = 4 and T = 5..8 so that every chunk has 20-32
@@ -323,6 +356,8 @@ TEST(Cuda, InvariantMergeKernelsAgree) {
 // sm_80 both runs take 16-row chunks and the comparison says nothing.
 TEST(Cuda, InvariantSixteenRowChunksAgree) {
   REQUIRE_GPU();
+  // (fwd_kernel's layouts for every kind: f16 / bf16 off the key-split Hopper kernel, which has one)
+  EnvGuard split("PAGEDATTN_DETERMINISTIC_SPLIT", "0");
   Options opt{Backend::cuda};
   opt.deterministic = true;
   const uint64_t seed0 = base_seed() + 4700000;

@@ -59,30 +59,32 @@ struct FwdVariant {
 // The Hopper kernel (wg_kernel), sm_90a builds: 128-row chunks (u8 caches too: the default;
 // PAGEDATTN_WGMMA_U8=0 off), and chunks of up to 64 rows on its key-split form (SPLIT; which ones:
 // tuning::hopper_split, hopper_split_small).
-template <int D, int KV, int KEYS, bool SPLIT = false, bool SHARED = false>
+template <int D, int KV, int KEYS, bool SPLIT = false, bool SHARED = false, bool OWN = false>
 struct WgVariant {
   using Tr = WgTraits<D, KV, KEYS, SPLIT, SHARED>;
   static constexpr std::size_t kSmem = Tr::kSmem;
   static cudaError_t prepare() {
-    return cudaFuncSetAttribute(wg_kernel<D, KV, KEYS, SPLIT, SHARED>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    return cudaFuncSetAttribute(wg_kernel<D, KV, KEYS, SPLIT, SHARED, OWN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 static_cast<int>(kSmem));
   }
   static void launch(const FwdParams& P, int item_offset, int num_items, cudaStream_t stream, bool pdl) {
-    launch_ex(wg_kernel<D, KV, KEYS, SPLIT, SHARED>, dim3(num_items, P.Hk), dim3(Tr::kThreads), kSmem, stream, pdl, P,
-              item_offset);
+    launch_ex(wg_kernel<D, KV, KEYS, SPLIT, SHARED, OWN>, dim3(num_items, P.Hk), dim3(Tr::kThreads), kSmem, stream,
+              pdl, P, item_offset);
   }
   static int ctas_per_sm() {
     if (prepare() != cudaSuccess) return 1;
     int n = 0;
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, wg_kernel<D, KV, KEYS, SPLIT, SHARED>, Tr::kThreads, kSmem) !=
-        cudaSuccess)
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, wg_kernel<D, KV, KEYS, SPLIT, SHARED, OWN>, Tr::kThreads,
+                                                      kSmem) != cudaSuccess)
       n = 1;
     return n;
   }
   static FwdKernelInfo info() {
     using Base = FwdVariant<D, KV, 8>;  // the same write-in and scores kernels
     constexpr bool kU8 = KV == kKvU8, kF8 = KV == kKvF8;
-    const char* name = SPLIT ? (KEYS == 32 ? (kU8 ? "wgs32u8" : kF8 ? "wgs32f8" : "wgs32")
+    // (OWN: deterministic mode's variant, "inv" as fwd_kernel's)
+    const char* name = OWN ? (KEYS == 32 ? "wgs32inv" : "wgs64inv")
+                       : SPLIT ? (KEYS == 32 ? (kU8 ? "wgs32u8" : kF8 ? "wgs32f8" : "wgs32")
                                            : (kU8 ? "wgs64u8" : kF8 ? "wgs64f8" : SHARED ? "wgs64x2" : "wgs64"))
                              : (KEYS == 32 ? (kU8 ? "wg32u8" : kF8 ? "wg32f8" : "wg32")
                                            : KEYS == 64 ? (kU8 ? "wg64u8" : kF8 ? "wg64f8" : SHARED ? "wg64x2" : "wg64") : "wg128");
@@ -119,6 +121,9 @@ FwdKernelInfo fwd_kernel_info_kind(int rt, const KernelChoice& c) {
     constexpr int kKeys = D == 256 ? 32 : 64;  // the key-split variant's key tile, and u8's
     // chunks of wg_split..4 row tiles on the key-split Hopper kernel (KernelChoice::wg_split)
     if (c.wg != 0 && c.wg_split != 0 && rt >= c.wg_split && rt <= 4) {
+      if constexpr (k16) {  // (Options::deterministic: KernelChoice::wg_partials)
+        if (c.wg_partials) return WgVariant<D, KV, kKeys, true, false, true>::info();
+      }
       if constexpr (D == 64 && k16) {  // (two CTAs per SM: KernelChoice::wgs_shared)
         if (c.wgs_shared) return WgVariant<D, KV, kKeys, true, true>::info();
       }

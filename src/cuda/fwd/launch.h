@@ -22,7 +22,8 @@ struct FwdKernelInfo {
   std::size_t smem_bytes;
   int threads;                 // per CTA
   const char* variant;         // "", "wg<keys>" / "wgs<keys>" (wg_kernel: 128-row chunks, suffix "u8" / "f8" for u8 / fp8
-                               // caches / key-split 33-64-row chunks), "mt2" (MT = 2), "pad" (a padded head size) or
+                               // caches / key-split 33-64-row chunks; "wgs<keys>inv": deterministic mode's own
+                               // partials), "mt2" (MT = 2), "pad" (a padded head size) or
                                // "inv1" / "inv" (-pad) (WKV = 4: Options::deterministic's 1- and 2-row-tile chunks)
 };
 
@@ -38,6 +39,9 @@ struct KernelChoice {
                            // PAD variants, no Hopper kernel
   bool invariant = false;  // Options::deterministic: 1- and 2-row-tile chunks on fwd_kernel's WKV = 4 layout
                            // (the 1-row-tile variant's key groups, and the partition flush), no Hopper kernel
+  bool wg_partials = false;  // Options::deterministic on f16/bf16 caches: every chunk on the key-split Hopper
+                             // kernel's own-partials variant (wg_kernel's OWN: each warpgroup leaves its
+                             // partials; wg_split = 1; tuning::deterministic_split); invariant is off
   bool hr = false;         // every chunk has <= 8 rows: the 1-row-tile chunks on fwd_kernel's HR variant
                            // (where has_hr_kernels; tuning::half_rows; not with pad or invariant)
   int kt = 0;              // the same chunks with keys as the MMAs' M dimension (fwd_kernel's KT variant;

@@ -155,12 +155,16 @@ __device__ __forceinline__ void store_partial2(const FwdParams& P, int64_t i, fl
   store_io2(P.ws_o, i, P.ws_half ? kIoF16 : kIoF32, x * s, y * s);
 }
 
-template <int D, int KV, int KEYS, bool SPLIT = false, bool SHARED = false>
+// OWN (deterministic mode, the key-split form on f16/bf16 caches): each warpgroup leaves its own partials
+// (see the loop); a variant of its own, since the flush in the loop cost the default form registers
+// (D = 64: 143 -> 154, and 48 bytes spilled in its two-CTA form).
+template <int D, int KV, int KEYS, bool SPLIT = false, bool SHARED = false, bool OWN = false>
 __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads,
                                   WgTraits<D, KV, KEYS, SPLIT, SHARED>::kMinCtas)
     wg_kernel(const __grid_constant__ FwdParams P, const int item_offset) {
 #if PAGEDATTN_WGMMA_ARCH
   using Tr = WgTraits<D, KV, KEYS, SPLIT, SHARED>;
+  static_assert(!OWN || (SPLIT && !SHARED && !Tr::kBytes), "own partials: the one-CTA key-split form, f16/bf16");
   using T = typename Tr::T;
   constexpr int kKeys = Tr::kKeys;
   constexpr int kStages = Tr::kStages;
@@ -579,6 +583,33 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
   // warpgroup's softmax runs under the other's MMAs. Warpgroup 0 goes first.
   constexpr bool kTurns = Tr::kMbar && !SPLIT;  // (SPLIT's warpgroups run different tile counts)
   if (kTurns && wgi == 1 && n_tiles > 0) named_barrier_arrive(1, 256);
+  // Deterministic mode (OWN: SPLIT, f16/bf16): each warpgroup leaves its own (m, l, O) per
+  // partition instead of the combine below, in slot 2 i + wgi of the item's partition i, so a row's
+  // arithmetic is the same whether its partition runs alone or in a run of them (WorkItem::part), and no
+  // combine area is needed mid-run (at D = 256 it takes a drained ring). A run's partitions are whole
+  // (w.part keys, a multiple of 2 kKeys), so each warpgroup takes pt tiles of each: the flush of
+  // partition i comes in iteration (i + 1) pt, once the PV MMA of its last tile has completed.
+  constexpr bool kOwnForm = OWN;
+  const int pt = OWN && w.part > 0 ? w.part / (2 * kKeys) : INT_MAX;
+  int next_flush = pt, flushed = 0;  // the next partition boundary (ring tiles); partitions left so far
+  // The warpgroup's partial of the item's partition i from (m, l) and o: its rows' l summed over the quad,
+  // O / l (f16 partials) or O, as the end of the kernel stores a partial.
+  auto leave_partial = [&](int i, const float (&m)[2], const float (&l_part)[2]) {
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      float l = l_part[hf];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const int r = 16 * (warp % 4) + lane / 4 + 8 * hf;
+      if (r >= rows) continue;
+      const int c0 = 2 * (lane % 4);
+      const int64_t slot = (w.slot + 2 * i + wgi + static_cast<int64_t>(hk) * w.num_parts) * P.slot_rows + r;
+      const float inv_l = P.ws_half ? partial_inv(l) : 1.0f;
+#pragma unroll
+      for (int n = 0; n < kN3; ++n) store_partial2(P, slot * D + n * 8 + c0, o[4 * n + 2 * hf], o[4 * n + 2 * hf + 1], inv_l);
+      if (c0 == 0) *reinterpret_cast<float2*>(P.ws_ml + slot * 2) = make_float2(m[hf], l);
+    }
+  };
   // Ring slots counted, not divided (it % kStages): tile it's slot sl and its round's parity ph; the
   // previous tile's slot, and the slot refilled this iteration (tile it + kStages - 2) with the parity its
   // empty barrier completes in for the tile it held (tile it - 2).
@@ -625,6 +656,19 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
       wg::wait<0>();
     }
     wg::fence_regs(s);
+    // own partials: tile it starts partition flushed + 1 of the run; its softmax starts from a fresh state
+    // (as a CTA of that partition alone would), the finished partition's (m, l) kept for its flush
+    const bool boundary = kOwnForm && it == next_flush;
+    float m_done[2] = {-INFINITY, -INFINITY}, l_done[2] = {0.0f, 0.0f};
+    if (kOwnForm && boundary) {
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        m_done[hf] = row_m[hf];
+        l_done[hf] = row_l[hf];
+        row_m[hf] = -INFINITY;
+        row_l[hf] = 0.0f;
+      }
+    }
     // kFold (SPLIT: sl is the ring slot, its parameters beside it; the 128-row forms never read them here)
     const uint16_t* par = reinterpret_cast<const uint16_t*>(smem_ptr(par_addr(sl)));
     if constexpr (kFold) {  // s_j = kscale_j * q . (code_j + 1024) + (kmin_j - 1024 kscale_j) * sum(q)
@@ -728,6 +772,12 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
     wg::wait<0>();
     wg::fence_regs(o);
     wg::fence_regs(pa);
+    if (kOwnForm && boundary) {  // O holds the finished partition (its last PV MMA has completed)
+      leave_partial(flushed++, m_done, l_done);
+#pragma unroll
+      for (int i = 0; i < kN3 * 4; ++i) o[i] = 0.0f;
+      next_flush += pt;
+    }
     // (kFold: E moves on most tiles, so O is rescaled on most: the vote cost 2-3% at D = 64, run wt1)
     if (kFold || !__all_sync(0xffffffffu, alpha[0] == 1.0f && alpha[1] == 1.0f)) {  // the warp's 16 rows
 #pragma unroll
@@ -785,6 +835,17 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
   cp_async_wait<0>();  // (kMbar commits no groups: every tile it issued was waited for on its full barrier)
   tl.mark(6);
   pdl_launch_dependents();  // after every cache write (see fwd_kernel)
+  if constexpr (OWN) {
+    // the partition of the last tiles, then the run's partitions this warpgroup has no tile of (the
+    // short last one: m = -inf, l = 0, O = 0, which the merge skips, as for a warpgroup with no tile)
+    const int n_run = w.part > 0 ? (w.kv_end - w.kv_begin + w.part - 1) / w.part : 1;
+    leave_partial(flushed, row_m, row_l);
+    const float m0[2] = {-INFINITY, -INFINITY}, l0[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int i = 0; i < kN3 * 4; ++i) o[i] = 0.0f;
+    for (int i = flushed + 1; i < n_run; ++i) leave_partial(i, m0, l0);
+    return;
+  }
 
 #pragma unroll
   for (int hf = 0; hf < 2; ++hf) {
