@@ -606,7 +606,8 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
       const int64_t slot = (w.slot + 2 * i + wgi + static_cast<int64_t>(hk) * w.num_parts) * P.slot_rows + r;
       const float inv_l = P.ws_half ? partial_inv(l) : 1.0f;
 #pragma unroll
-      for (int n = 0; n < kN3; ++n) store_partial2(P, slot * D + n * 8 + c0, o[4 * n + 2 * hf], o[4 * n + 2 * hf + 1], inv_l);
+      for (int n = 0; n < kN3; ++n)
+        store_partial2(P, slot * D + n * 8 + c0, o[4 * n + 2 * hf], o[4 * n + 2 * hf + 1], inv_l);
       if (c0 == 0) *reinterpret_cast<float2*>(P.ws_ml + slot * 2) = make_float2(m[hf], l);
     }
   };
@@ -844,110 +845,110 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
 #pragma unroll
     for (int i = 0; i < kN3 * 4; ++i) o[i] = 0.0f;
     for (int i = flushed + 1; i < n_run; ++i) leave_partial(i, m0, l0);
-    return;
-  }
-
+  } else {  // the warpgroups' combine, then out or the CTA's partial
 #pragma unroll
-  for (int hf = 0; hf < 2; ++hf) {
-    row_l[hf] += __shfl_xor_sync(0xffffffffu, row_l[hf], 1);
-    row_l[hf] += __shfl_xor_sync(0xffffffffu, row_l[hf], 2);
-    row_m[hf] -= v_exp;  // kFold: the reference m - E from here on (l, c and O carry 2^E)
-    if constexpr (kFold) {  // O = sum_j P'_j (code_j - 128) + c
-      row_c[hf] += __shfl_xor_sync(0xffffffffu, row_c[hf], 1);
-      row_c[hf] += __shfl_xor_sync(0xffffffffu, row_c[hf], 2);
+    for (int hf = 0; hf < 2; ++hf) {
+      row_l[hf] += __shfl_xor_sync(0xffffffffu, row_l[hf], 1);
+      row_l[hf] += __shfl_xor_sync(0xffffffffu, row_l[hf], 2);
+      row_m[hf] -= v_exp;  // kFold: the reference m - E from here on (l, c and O carry 2^E)
+      if constexpr (kFold) {  // O = sum_j P'_j (code_j - 128) + c
+        row_c[hf] += __shfl_xor_sync(0xffffffffu, row_c[hf], 1);
+        row_c[hf] += __shfl_xor_sync(0xffffffffu, row_c[hf], 2);
 #pragma unroll
-      for (int n = 0; n < kN3; ++n) {
-        o[4 * n + 2 * hf] += row_c[hf];
-        o[4 * n + 2 * hf + 1] += row_c[hf];
+        for (int n = 0; n < kN3; ++n) {
+          o[4 * n + 2 * hf] += row_c[hf];
+          o[4 * n + 2 * hf + 1] += row_c[hf];
+        }
       }
     }
-  }
-  if constexpr (Tr::kF8) {  // (a partial in f16 leaves it to the merge, as fwd_kernel's v_part)
-    const float vs = P.ws_half && w.slot >= 0 ? 1.0f : v_head;
+    if constexpr (Tr::kF8) {  // (a partial in f16 leaves it to the merge, as fwd_kernel's v_part)
+      const float vs = P.ws_half && w.slot >= 0 ? 1.0f : v_head;
 #pragma unroll
-    for (int i = 0; i < kN3 * 4; ++i) o[i] *= vs;
-  }
-  if constexpr (SPLIT) {
-    // The second warpgroup's (m, l, O) -> shared memory (the first ring, drained: every thread waited
-    // for its copies above, or with a producer warpgroup 0 waited on every tile of ring 0 and nothing
-    // more is copied into it), folded into the first warpgroup's: m = max, l and O scaled by
-    // 2^(m_g - m). (With a producer, which may have exited: the consumers' own barrier.)
-    float* cb = reinterpret_cast<float*>(smem_ptr(base + Tr::kQBytes));  // [kRows][D] O, then [kRows] (m, l)
-    auto consumers_sync = [&]() {
-      if constexpr (Tr::kProducer) named_barrier(4, Tr::kConsumerThreads);
-      else __syncthreads();
-    };
-    consumers_sync();
-    if (wgi == 1) {
+      for (int i = 0; i < kN3 * 4; ++i) o[i] *= vs;
+    }
+    if constexpr (SPLIT) {
+      // The second warpgroup's (m, l, O) -> shared memory (the first ring, drained: every thread waited
+      // for its copies above, or with a producer warpgroup 0 waited on every tile of ring 0 and nothing
+      // more is copied into it), folded into the first warpgroup's: m = max, l and O scaled by
+      // 2^(m_g - m). (With a producer, which may have exited: the consumers' own barrier.)
+      float* cb = reinterpret_cast<float*>(smem_ptr(base + Tr::kQBytes));  // [kRows][D] O, then [kRows] (m, l)
+      auto consumers_sync = [&]() {
+        if constexpr (Tr::kProducer) named_barrier(4, Tr::kConsumerThreads);
+        else __syncthreads();
+      };
+      consumers_sync();
+      if (wgi == 1) {
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+          const int r = 16 * (warp % 4) + lane / 4 + 8 * hf;
+          const int c0 = 2 * (lane % 4);
+#pragma unroll
+          for (int n = 0; n < kN3; ++n)
+            *reinterpret_cast<float2*>(cb + r * D + n * 8 + c0) = make_float2(o[4 * n + 2 * hf], o[4 * n + 2 * hf + 1]);
+          if (c0 == 0) *reinterpret_cast<float2*>(cb + Tr::kRows * D + 2 * r) = make_float2(row_m[hf], row_l[hf]);
+        }
+      }
+      consumers_sync();
+      if (wgi == 1) return;
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) {
         const int r = 16 * (warp % 4) + lane / 4 + 8 * hf;
         const int c0 = 2 * (lane % 4);
+        const float2 ml = *reinterpret_cast<const float2*>(cb + Tr::kRows * D + 2 * r);
+        const float m = fmaxf(row_m[hf], ml.x);
+        // a warpgroup without a visible key for the row: m_g = -inf, l_g = 0, O_g = 0
+        float f0 = row_m[hf] != -INFINITY ? fast_exp2(row_m[hf] - m) : 0.0f;
+        float f1 = ml.x != -INFINITY ? fast_exp2(ml.x - m) : 0.0f;
+        row_m[hf] = m;
+        row_l[hf] = row_l[hf] * f0 + ml.y * f1;
+        // a partial with ws_half: O / l here (the store below then scales by 1; no register more there)
+        const float s = P.ws_half && w.slot >= 0 ? partial_inv(row_l[hf]) : 1.0f;
+        f0 *= s;
+        f1 *= s;
 #pragma unroll
-        for (int n = 0; n < kN3; ++n)
-          *reinterpret_cast<float2*>(cb + r * D + n * 8 + c0) = make_float2(o[4 * n + 2 * hf], o[4 * n + 2 * hf + 1]);
-        if (c0 == 0) *reinterpret_cast<float2*>(cb + Tr::kRows * D + 2 * r) = make_float2(row_m[hf], row_l[hf]);
+        for (int n = 0; n < kN3; ++n) {
+          const float2 o1 = *reinterpret_cast<const float2*>(cb + r * D + n * 8 + c0);
+          o[4 * n + 2 * hf] = o[4 * n + 2 * hf] * f0 + o1.x * f1;
+          o[4 * n + 2 * hf + 1] = o[4 * n + 2 * hf + 1] * f0 + o1.y * f1;
+        }
       }
     }
-    consumers_sync();
-    if (wgi == 1) return;
+    tl.mark(7);
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
-      const int r = 16 * (warp % 4) + lane / 4 + 8 * hf;
+      const int r = row0 + 16 * (warp % 4) + lane / 4 + 8 * hf;
+      if (r >= rows) continue;
+      const int h = hk * G + r % G;
+      const int64_t token = w.tok0 + w.t0 + r / G;
       const int c0 = 2 * (lane % 4);
-      const float2 ml = *reinterpret_cast<const float2*>(cb + Tr::kRows * D + 2 * r);
-      const float m = fmaxf(row_m[hf], ml.x);
-      // a warpgroup without a visible key for the row: m_g = -inf, l_g = 0, O_g = 0
-      float f0 = row_m[hf] != -INFINITY ? fast_exp2(row_m[hf] - m) : 0.0f;
-      float f1 = ml.x != -INFINITY ? fast_exp2(ml.x - m) : 0.0f;
-      row_m[hf] = m;
-      row_l[hf] = row_l[hf] * f0 + ml.y * f1;
-      // a partial with ws_half: O / l here (the store below then scales by 1; no register more there)
-      const float s = P.ws_half && w.slot >= 0 ? partial_inv(row_l[hf]) : 1.0f;
-      f0 *= s;
-      f1 *= s;
+      if (w.slot < 0) {
+        float Ms = row_m[hf], den = row_l[hf], inv;
+        if (P.sinks != nullptr) {  // the sink joins the max, as in fwd_kernel and the merge
+          const float sink2 = P.sinks[h] * kLog2e;
+          Ms = fmaxf(row_m[hf], sink2);
+          const float f = fast_exp2(row_m[hf] - Ms);
+          den = row_l[hf] * f + fast_exp2(sink2 - Ms);
+          inv = f / den;
+        } else {
+          inv = den > 0.0f ? 1.0f / den : 0.0f;  // 0: no visible key (see fwd_kernel's row_statistics)
+        }
+        if (c0 == 0) store_row_stats(P, token, h, Ms, den);
+        const int64_t ob = token * P.H * D + static_cast<int64_t>(h) * D;  // (P.Dv = D here: no padding)
 #pragma unroll
-      for (int n = 0; n < kN3; ++n) {
-        const float2 o1 = *reinterpret_cast<const float2*>(cb + r * D + n * 8 + c0);
-        o[4 * n + 2 * hf] = o[4 * n + 2 * hf] * f0 + o1.x * f1;
-        o[4 * n + 2 * hf + 1] = o[4 * n + 2 * hf + 1] * f0 + o1.y * f1;
-      }
-    }
-  }
-  tl.mark(7);
-#pragma unroll
-  for (int hf = 0; hf < 2; ++hf) {
-    const int r = row0 + 16 * (warp % 4) + lane / 4 + 8 * hf;
-    if (r >= rows) continue;
-    const int h = hk * G + r % G;
-    const int64_t token = w.tok0 + w.t0 + r / G;
-    const int c0 = 2 * (lane % 4);
-    if (w.slot < 0) {
-      float Ms = row_m[hf], den = row_l[hf], inv;
-      if (P.sinks != nullptr) {  // the sink joins the max, as in fwd_kernel and the merge
-        const float sink2 = P.sinks[h] * kLog2e;
-        Ms = fmaxf(row_m[hf], sink2);
-        const float f = fast_exp2(row_m[hf] - Ms);
-        den = row_l[hf] * f + fast_exp2(sink2 - Ms);
-        inv = f / den;
+        for (int n = 0; n < kN3; ++n)
+          store_io2(P.out, ob + n * 8 + c0, P.io_dtype, o[4 * n + 2 * hf] * inv, o[4 * n + 2 * hf + 1] * inv);
       } else {
-        inv = den > 0.0f ? 1.0f / den : 0.0f;  // 0: no visible key (see fwd_kernel's row_statistics)
+        const int64_t slot = (w.slot + static_cast<int64_t>(hk) * w.num_parts) * P.slot_rows + r;
+        const float inv_l = SPLIT || !P.ws_half ? 1.0f : partial_inv(row_l[hf]);  // (SPLIT: normalised above)
+#pragma unroll
+        for (int n = 0; n < kN3; ++n)
+          store_partial2(P, slot * D + n * 8 + c0, o[4 * n + 2 * hf], o[4 * n + 2 * hf + 1], inv_l);
+        if (c0 == 0) *reinterpret_cast<float2*>(P.ws_ml + slot * 2) = make_float2(row_m[hf], row_l[hf]);
       }
-      if (c0 == 0) store_row_stats(P, token, h, Ms, den);
-      const int64_t ob = token * P.H * D + static_cast<int64_t>(h) * D;  // (P.Dv = D here: no padding)
-#pragma unroll
-      for (int n = 0; n < kN3; ++n)
-        store_io2(P.out, ob + n * 8 + c0, P.io_dtype, o[4 * n + 2 * hf] * inv, o[4 * n + 2 * hf + 1] * inv);
-    } else {
-      const int64_t slot = (w.slot + static_cast<int64_t>(hk) * w.num_parts) * P.slot_rows + r;
-      const float inv_l = SPLIT || !P.ws_half ? 1.0f : partial_inv(row_l[hf]);  // (SPLIT: normalised above)
-#pragma unroll
-      for (int n = 0; n < kN3; ++n) store_partial2(P, slot * D + n * 8 + c0, o[4 * n + 2 * hf], o[4 * n + 2 * hf + 1], inv_l);
-      if (c0 == 0) *reinterpret_cast<float2*>(P.ws_ml + slot * 2) = make_float2(row_m[hf], row_l[hf]);
     }
+    tl.mark(8);
+    tl.print("wg", 9);
   }
-  tl.mark(8);
-  tl.print("wg", 9);
 #elif defined(__CUDA_ARCH__)
   __trap();  // no wgmma on this target: the backend selects this kernel only for sm_90a code (never here)
 #endif
