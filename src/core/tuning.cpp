@@ -316,8 +316,11 @@ int min_partition(int head_size, KvKind kv, bool mid_rows, const Overrides& o) {
 // each): decodes and verifies share its layout, so a verify row is its decode's whatever the rows of its
 // chunk, and its 17-32-row chunks are the default's own kernel where fwd_kernel's 8-warp layout cost the
 // mode 1.13-1.25x at 32k (run fl1, H100). Its decodes measured 0.93-1.02x fwd_kernel's time at 32k-128k,
-// D = 256 (runs ss1-ss3). u8 and fp8 stay on fwd_kernel (on the key-split kernel 1.4-2.3x slower at <= 16
-// rows, run ss2).
+// D = 256 (runs ss1-ss3). f16 against fwd_kernel's layout in the same call, deterministic / default (runs
+// dks1, dks3, H100, the seed shape): 32k T = 1-8 0.970-1.119 (on fwd_kernel 0.994-1.209), 128k
+// 0.993-1.038 (1.037-1.124), 8k T = 8 1.27 (1.21), the 32 x 8k batch 1.16 / 1.42 / 1.78 (1.15 / 1.31 / 1.54:
+// two partials per partition, one per warpgroup). u8 and fp8 stay on fwd_kernel (on the key-split kernel
+// 1.4-2.3x slower at <= 16 rows, run ss2).
 bool deterministic_split(int head_size, KvKind kv, int key_tile, const Overrides& o) {
   if (o.deterministic_split == 0) return false;
   return kv == KvKind::f16 && key_tile != 0 && (head_size == 64 || head_size == 128 || head_size == 256);
