@@ -8,7 +8,6 @@
 # mode's 512 is not tuned per context, and no one size suits 8k and 128k: docs/design.md), one column each.
 # INV_SPLIT_AB=1: also the mode's f16 rows on fwd_kernel's WKV = 4 layout (PAGEDATTN_DETERMINISTIC_SPLIT=0),
 # column "fwd": the key-split kernel's own partials (tuning::deterministic_split) against it, same call.
-# INV_PAIRS_AB=1: also the mode's f16 rows with one partial per partition (PAGEDATTN_OWN_PAIRS=1), column "pairs".
 #   usage: bench/invariant_cost.sh PAGEDATTN_BINARY OUT_DIR   (INV_TABLE_ONLY=1: reprint OUT_DIR's table)
 set -uo pipefail
 bin=$1
@@ -33,13 +32,11 @@ if [ "${INV_TABLE_ONLY:-0}" != 1 ]; then
   run deterministic --deterministic
   for p in ${INV_PARTITIONS:-}; do run "deterministic_p$p" --deterministic --partition "$p"; done
   [ "${INV_SPLIT_AB:-0}" = 1 ] && KV=f16 PAGEDATTN_DETERMINISTIC_SPLIT=0 run deterministic_fwd --deterministic
-  [ "${INV_PAIRS_AB:-0}" = 1 ] && KV=f16 PAGEDATTN_OWN_PAIRS=1 run deterministic_pairs --deterministic
   run default_again
 fi
 extra=""
 for p in ${INV_PARTITIONS:-}; do extra="$extra deterministic_p$p"; done
 [ -e "$out/deterministic_fwd_long.json" ] && extra="$extra deterministic_fwd"
-[ -e "$out/deterministic_pairs_long.json" ] && extra="$extra deterministic_pairs"
 python3 - "$out" $extra <<'PY'
 import glob, json, os, sys
 d = sys.argv[1]

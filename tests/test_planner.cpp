@@ -72,7 +72,7 @@ std::string describe(const Inputs& in) {
      << " Hk=" << in.num_kv_heads << " window=" << in.sliding_window << " sms=" << in.num_sms
      << " prefix_only=" << in.prefix_only << " ctas_per_sm=" << in.ctas_per_sm << " wg_ctas_per_sm=" << in.wg_ctas_per_sm[0] << "," << in.wg_ctas_per_sm[1]
      << "," << in.wg_ctas_per_sm[2] << "," << in.wg_ctas_per_sm[3] << " deterministic=" << in.deterministic
-     << " wg_partials=" << in.wg_partials << " wg_pairs=" << in.wg_pairs << " forced_partition=" << in.forced_partition << " min_partition=" << in.min_partition
+     << " wg_partials=" << in.wg_partials << " forced_partition=" << in.forced_partition << " min_partition=" << in.min_partition
      << " positions=" << list(in.positions);
   return os.str();
 }
@@ -124,7 +124,6 @@ Inputs random_inputs(std::mt19937_64& rng) {
     in.short_wave_keys = pick({256, 1024, 4096});
   }
   in.wg_partials = uni(0, 1) == 0;  // (deterministic mode only)
-  in.wg_pairs = in.wg_partials && uni(0, 1) == 0;
   return in;
 }
 
@@ -195,7 +194,6 @@ int span_rows(const Inputs& in) { return wg_partials(in) ? pl::kMaxRows : pl::kM
 
 // Inputs::wg_partials: two partial slots per partition (slots 2 (p - p0) and 2 (p - p0) + 1 of the chunk's
 // range), so every slot, count and first index is even; halved, the plan must keep every other rule.
-// (With Inputs::wg_pairs one slot per partition: the plan as it is.)
 Plan halve_wg_partials(const Plan& plan) {
   Plan h = plan;
   EXPECT_EQ(plan.num_slots % 2, 0);
@@ -218,7 +216,7 @@ Plan halve_wg_partials(const Plan& plan) {
 // A plan's items in the order the kernels take them; items that run several partitions (deterministic
 // mode, WorkItem::part) then stand for one item per partition in check_flat_plan's rules.
 void check_plan(const Inputs& in, const Plan& two_per_part) {
-  const Plan plan = wg_partials(in) && !in.wg_pairs ? halve_wg_partials(two_per_part) : two_per_part;
+  const Plan plan = wg_partials(in) ? halve_wg_partials(two_per_part) : two_per_part;
   const int Hk = in.num_kv_heads;
   EXPECT_EQ(plan.ctas, static_cast<int64_t>(plan.items.size()) * Hk);
   // order: row tiles ascending, then longest key range first
@@ -659,43 +657,39 @@ TEST(Planner, DeterministicRunsOfPartitionsForBatches) {
 // Deterministic mode on the key-split Hopper kernel (Inputs::wg_partials): chunks of up to 64 rows, each in
 // runs of partitions where a wave needs them, two partial slots per partition. The seed's 32 x 8k batch
 // (G = 4, Hk = 4, 132 SMs x 1 CTA): 32 partitions of 256 keys per sequence and kv head, in runs of 32 (128
-// CTAs), 2 x 4096 slots (Inputs::wg_pairs: 4096, one per partition); a lone sequence one partition per CTA.
+// CTAs), 2 x 4096 slots; a lone sequence one partition per CTA.
 TEST(Planner, DeterministicWgPartials) {
-  for (const bool pairs : {false, true}) {
-    const int per = pairs ? 1 : 2;
-    auto inputs = [&](int seqs, int T) {
-      Inputs in = deterministic_8k(4, 1, seqs, T);
-      for (int& w : in.wg_ctas_per_sm) w = 1;
-      in.wg_partials = true;
-      in.wg_pairs = pairs;
-      return in;
-    };
-    for (const int T : {1, 4, 8, 16}) {
-      const Inputs in = inputs(32, T);
-      const Plan p = pl::make_plan(in);
-      SCOPED_TRACE("T = " + std::to_string(T) + (pairs ? " pairs: " : ": ") + p.describe());
-      check_plan(in, p);
-      EXPECT_EQ(p.partition_tokens, 256);
-      EXPECT_EQ(p.chunk_rows, 64);
-      EXPECT_EQ(p.span, 32);
-      EXPECT_EQ(p.ctas, 32 * 4);
-      EXPECT_EQ(p.num_slots, 32 * 4 * per * 32);
-      for (const WorkItem& w : p.items) {
-        EXPECT_EQ(w.nt, T) << "one chunk per sequence";
-        EXPECT_EQ(w.num_parts, per * 32);
-        EXPECT_EQ(w.part, 256);
-        EXPECT_EQ(w.slot % (per * 32), 0) << "a run of every partition starts at the chunk's first slot";
-      }
-      for (const pl::MergeItem& m : p.merges) {
-        EXPECT_EQ(m.num_parts, per * 32);
-        EXPECT_EQ(m.part0, 0);
-      }
-      const Inputs alone = inputs(1, T);
-      const Plan a = pl::make_plan(alone);
-      check_plan(alone, a);
-      EXPECT_EQ(a.span, 1) << "a lone sequence's partitions fit one wave";
-      EXPECT_EQ(a.num_slots, 4 * per * 32);
+  auto inputs = [](int seqs, int T) {
+    Inputs in = deterministic_8k(4, 1, seqs, T);
+    for (int& w : in.wg_ctas_per_sm) w = 1;
+    in.wg_partials = true;
+    return in;
+  };
+  for (const int T : {1, 4, 8, 16}) {
+    const Inputs in = inputs(32, T);
+    const Plan p = pl::make_plan(in);
+    SCOPED_TRACE("T = " + std::to_string(T) + ": " + p.describe());
+    check_plan(in, p);
+    EXPECT_EQ(p.partition_tokens, 256);
+    EXPECT_EQ(p.chunk_rows, 64);
+    EXPECT_EQ(p.span, 32);
+    EXPECT_EQ(p.ctas, 32 * 4);
+    EXPECT_EQ(p.num_slots, 32 * 4 * 2 * 32);
+    for (const WorkItem& w : p.items) {
+      EXPECT_EQ(w.nt, T) << "one chunk per sequence";
+      EXPECT_EQ(w.num_parts, 64);
+      EXPECT_EQ(w.part, 256);
+      EXPECT_EQ(w.slot % 64, 0) << "a run of every partition starts at the chunk's first slot";
     }
+    for (const pl::MergeItem& m : p.merges) {
+      EXPECT_EQ(m.num_parts, 64);
+      EXPECT_EQ(m.part0, 0);
+    }
+    const Inputs alone = inputs(1, T);
+    const Plan a = pl::make_plan(alone);
+    check_plan(alone, a);
+    EXPECT_EQ(a.span, 1) << "a lone sequence's partitions fit one wave";
+    EXPECT_EQ(a.num_slots, 4 * 2 * 32);
   }
 }
 

@@ -25,7 +25,7 @@ TEST(Tuning, OverridesDefaultWhenUnsetOrNotAValueTheyTake) {
                                               {"PAGEDATTN_WG_SPLIT", "64"}, {"PAGEDATTN_MERGE_ROWWISE", "2"},
                                               {"PAGEDATTN_DETERMINISTIC_ROWS", "32"}, {"PAGEDATTN_HALF_ROWS", "1"},
                                               {"PAGEDATTN_HALF_PARTIALS", "1"},
-                                              {"PAGEDATTN_DETERMINISTIC_SPLIT", "2"}, {"PAGEDATTN_OWN_PAIRS", "2"}})}) {
+                                              {"PAGEDATTN_DETERMINISTIC_SPLIT", "2"}})}) {
     EXPECT_TRUE(o.early_reads && o.stale_max && o.prefill_mt2 && o.wgmma_u8 && o.half_rows && o.half_partials);
     EXPECT_EQ(o.wgmma, -1);
     EXPECT_EQ(o.wide_prefill, -1);
@@ -35,9 +35,7 @@ TEST(Tuning, OverridesDefaultWhenUnsetOrNotAValueTheyTake) {
     EXPECT_EQ(o.merge_rowwise, -1);
     EXPECT_EQ(o.deterministic_rows, 0);
     EXPECT_EQ(o.deterministic_split, -1);
-    EXPECT_FALSE(o.own_pairs);
   }
-  EXPECT_TRUE(parse({{"PAGEDATTN_OWN_PAIRS", "1"}}).own_pairs);
   EXPECT_EQ(parse({{"PAGEDATTN_DETERMINISTIC_ROWS", "16"}}).deterministic_rows, 16);
   for (const char* v : {"", "0", "32", "100", "8192", "x"})
     EXPECT_EQ(parse({{"PAGEDATTN_MIN_PARTITION", v}}).min_partition, 0) << v;

@@ -140,7 +140,7 @@ Plan make_plan(const Inputs& in) {
 
   // --- work items and partial slots ---------------------------------------------------------------
   int slot = 0;
-  const int per_part = wg_partials && !in.wg_pairs ? 2 : 1;  // partial slots per partition (Inputs::wg_partials)
+  const int per_part = wg_partials ? 2 : 1;  // partial slots per partition (Inputs::wg_partials)
   for (const Chunk& c : chunks) {
     const int part = c.part;
     const int p0 = c.lo / part, p1 = static_cast<int>((int64_t{c.hi} + part - 1) / part);

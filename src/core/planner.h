@@ -128,10 +128,6 @@ struct Inputs {
   // 2 (p - p0) + 1 of its range, WorkItem::slot / num_parts and MergeItem::num_parts / part0 count slots
   // (2 x partitions), so the merge folds partial 2 p + w as it would a partition of that index.
   bool wg_partials = false;
-  // With wg_partials: one partial slot per partition (the plan of one partial per partition, on
-  // wg_partials' chunks and runs): the kernel's second warpgroup hands its (m, l, O) to the first, which
-  // leaves the partition's combined partial (cuda FwdParams::own_pairs)
-  bool wg_pairs = false;
   int forced_partition = 0;                // 0: choose
   int min_partition = kMinPartition;       // the least partition the one-wave rule starts from (a multiple
                                            // of kBlockKV; tuning::min_partition)

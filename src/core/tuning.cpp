@@ -47,7 +47,6 @@ Overrides parse_overrides(const std::function<const char*(const char*)>& getenv)
                 : is("PAGEDATTN_KEYS_ON_M", "2") ? 2
                                                  : -1;
   o.deterministic_rows = is("PAGEDATTN_DETERMINISTIC_ROWS", "16") ? 16 : 0;
-  o.own_pairs = is("PAGEDATTN_OWN_PAIRS", "1");
   o.deterministic_split = is("PAGEDATTN_DETERMINISTIC_SPLIT", "0") ? 0 : is("PAGEDATTN_DETERMINISTIC_SPLIT", "1") ? 1 : -1;
   return o;
 }

@@ -45,8 +45,6 @@ struct Overrides {
   int deterministic_split = -1;  // PAGEDATTN_DETERMINISTIC_SPLIT=0/1: deterministic mode's f16/bf16 chunks on
                                  // fwd_kernel's WKV = 4 layout / on the key-split Hopper kernel
                                  // (deterministic_split()); -1 unset
-  bool own_pairs = false;  // PAGEDATTN_OWN_PAIRS=1: deterministic mode's key-split chunks leave one partial per
-                           // partition, the warpgroups combined in the CTA (planner::Inputs::wg_pairs)
 };
 /// `getenv` returns a variable's value or nullptr (tests pass their own).
 Overrides parse_overrides(const std::function<const char*(const char*)>& getenv);

@@ -252,7 +252,6 @@ class CudaPlan final : public detail::PlanImpl {
     early_reads_ = env.early_reads;  // early cache reads under PDL (see the kernel)
     stale_max_ = env.stale_max;      // fwd_kernel's stale softmax reference (FwdParams::stale_log2)
     half_partials_ = env.half_partials;
-    own_pairs_ = env.own_pairs;
     // 8-row-tile chunks on 4 warps of two row tiles (fwd_kernel's MT = 2, D <= 128, f16/bf16): the
     // default where the Hopper kernel is not used; 1.20x faster than 8 warps of one row tile on bf16
     // prefill from zero at D = 128 (H200, run s4a).
@@ -325,7 +324,6 @@ class CudaPlan final : public detail::PlanImpl {
     }
     in.deterministic = opt.deterministic;
     in.wg_partials = choice_.wg_partials;
-    in.wg_pairs = choice_.wg_partials && own_pairs_;
     in.forced_partition = opt.partition_tokens;
     in.min_partition = tuning::min_partition(D_, kind, mid_rows, env);
     int optin = 0;
@@ -448,16 +446,13 @@ class CudaPlan final : public detail::PlanImpl {
     }
     if (p.scores.present())  // each row's final (max', den), for the scores pass
       row_stats_.alloc(std::max<std::size_t>(static_cast<std::size_t>(sb[num_seqs]) * H_ * 2 * sizeof(float), 16));
-    // (FwdParams::own_pairs: the hand-over slots after the plan's)
-    pair_slots_ = choice_.wg_partials && own_pairs_ ? wl_.num_slots : 0;
-    const std::size_t ws_slots = static_cast<std::size_t>(wl_.num_slots) + pair_slots_;
-    const std::size_t ws_bytes = ws_slots * wl_.slot_rows * D_ * sizeof(float);
+    const std::size_t ws_bytes = static_cast<std::size_t>(wl_.num_slots) * wl_.slot_rows * D_ * sizeof(float);
     if (ws_bytes > (std::size_t{4} << 30))
       throw UnsupportedError("the partials workspace would take " + std::to_string(ws_bytes >> 20) +
                              " MiB (" + std::to_string(wl_.num_slots) +
                              " partition slots): raise Options::partition_tokens or leave deterministic mode off");
     ws_o_.alloc(ws_bytes + 16);
-    ws_ml_.alloc(ws_slots * wl_.slot_rows * 2 * sizeof(float) + 16);
+    ws_ml_.alloc(static_cast<std::size_t>(wl_.num_slots) * wl_.slot_rows * 2 * sizeof(float) + 16);
 
     scale_ = p.scale && *p.scale != 0.0f ? *p.scale : 1.0f / std::sqrt(static_cast<float>(Dk_));
   }
@@ -537,8 +532,6 @@ class CudaPlan final : public detail::PlanImpl {
     // 65-128 rows 0.957-0.994 and both kinds at 129-256 0.974-1.016, so the 128-row forms keep f32. bf16
     // values may not fit f16: bf16 caches keep f32.
     P.ws_half = half_partials_ && kv_ != kKvBF16 && wl_.slot_rows <= 64 ? 1 : 0;
-    P.own_pairs = pair_slots_ > 0 ? 1 : 0;
-    P.ws_pair_slots = pair_slots_;
 
     for (const auto& [t0, nt] : empty_rows_) {  // rows with no key (prefix_only, Plan::empty): out 0, lse -inf
       const std::size_t row_bytes = static_cast<std::size_t>(H_) * Dv_ * dtype_size(p.out.dtype);
@@ -634,8 +627,6 @@ class CudaPlan final : public detail::PlanImpl {
   bool pdl_ = false;
   bool early_reads_ = true;
   bool stale_max_ = true;  // FwdParams::stale_log2 > 0 (PAGEDATTN_STALE_MAX=0: off)
-  bool own_pairs_ = false;  // planner::Inputs::wg_pairs (PAGEDATTN_OWN_PAIRS=1)
-  int pair_slots_ = 0;      // FwdParams::ws_pair_slots
   bool half_partials_ = true;  // FwdParams::ws_half where the cache allows (PAGEDATTN_HALF_PARTIALS=0: off)
   // kernel variants besides the defaults: mt2 (on; PAGEDATTN_PREFILL_MT2=0), wg (the Hopper prefill
   // kernel's key tile; sm_90a builds on sm_90 devices), wg_split (its key-split form)

@@ -114,14 +114,6 @@ __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
-// Drops the 128-byte L2 line at `p` (128-byte aligned) without writing it back: data read for the last
-// time, whose DRAM write would be wasted (sm_80+; afterwards the line's contents are undefined).
-__device__ __forceinline__ void discard_l2_line(const void* p) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("discard.global.L2 [%0], 128;\n" ::"l"(p) : "memory");
-#endif
-}
-
 // Programmatic dependent launch (sm_90+): wait for the preceding grid's memory; let the next grid start.
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

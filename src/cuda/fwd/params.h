@@ -84,9 +84,6 @@ struct FwdParams {
   // MMA's f16/bf16 operand). u8: 6; P * vscale * 2^E is rounded to f16, and the kernels choose E so
   // that the scales read back below 2^9 (u8_value_exp), so every product stays below 2^15.
   float stale_log2;
-  int own_pairs;              // 1: wg_kernel's OWN form leaves one partial per partition: its second warpgroup
-                              // hands (m, l, O) over in slot ws_pair_slots + s, the first combines them into s
-  int ws_pair_slots;          // with own_pairs: the partial slots of the plan (the hand-over slots follow them)
 };
 
 }  // namespace cuda

@@ -155,12 +155,6 @@ __device__ __forceinline__ void store_partial2(const FwdParams& P, int64_t i, fl
   store_io2(P.ws_o, i, P.ws_half ? kIoF16 : kIoF32, x * s, y * s);
 }
 
-// Two columns of a partial as stored (FwdParams::own_pairs' hand-over; L2, where the other warpgroup wrote them)
-__device__ __forceinline__ float2 load_partial2(const FwdParams& P, int64_t i) {
-  if (P.ws_half) return __half22float2(__ldcg(reinterpret_cast<const __half2*>(P.ws_o) + i / 2));
-  return __ldcg(reinterpret_cast<const float2*>(P.ws_o + i));
-}
-
 // OWN (deterministic mode, the key-split form on f16/bf16 caches): each warpgroup leaves its own partials
 // (see the loop); a variant of its own, since the flush in the loop cost the default form registers
 // (D = 64: 143 -> 154, and 48 bytes spilled in its two-CTA form).
@@ -598,24 +592,9 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
   constexpr bool kOwnForm = OWN;
   const int pt = OWN && w.part > 0 ? w.part / (2 * kKeys) : INT_MAX;
   int next_flush = pt, flushed = 0;  // the next partition boundary (ring tiles); partitions left so far
-  // The run's partitions (the item alone: 1)
-  const int n_run = OWN && w.part > 0 ? (w.kv_end - w.kv_begin + w.part - 1) / w.part : 1;
   // The warpgroup's partial of the item's partition i from (m, l) and o: its rows' l summed over the quad,
   // O / l (f16 partials) or O, as the end of the kernel stores a partial.
-  // P.own_pairs: one partial per partition, slot w.slot + i. Warpgroup 1 hands its partial over in the
-  // slot ws_pair_slots after it and arrives at named barrier 6 + i % 2; warpgroup 0 waits there, folds it
-  // into its own (m = max, l and O scaled by 2^(m_w - m), as the split form's combine), leaves the
-  // combined partial, drops the hand-over's L2 lines unwritten, and arrives at barrier 8 + i % 2, which
-  // warpgroup 1 waits at before handing over partition i + 2 (so that no barrier takes a second round's
-  // arrivals before its first round's wait).
   auto leave_partial = [&](int i, const float (&m)[2], const float (&l_part)[2]) {
-    const bool pairs = P.own_pairs != 0;
-    const int b = i & 1;
-    const int64_t part_slot = pairs ? w.slot + i + static_cast<int64_t>(hk) * w.num_parts
-                                    : w.slot + 2 * i + wgi + static_cast<int64_t>(hk) * w.num_parts;
-    const int64_t x_slot = part_slot + P.ws_pair_slots;  // (pairs) the hand-over
-    const bool fold = pairs && wgi == 0;
-    if (fold) named_barrier(6 + b, 256);  // warpgroup 1's partition i has been handed over
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
       float l = l_part[hf];
@@ -624,42 +603,12 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
       const int r = 16 * (warp % 4) + lane / 4 + 8 * hf;
       if (r >= rows) continue;
       const int c0 = 2 * (lane % 4);
-      const int64_t slot = ((pairs && wgi == 1 ? x_slot : part_slot)) * P.slot_rows + r;
-      if (fold) {
-        const int64_t xs = x_slot * P.slot_rows + r;
-        const float2 ml1 = __ldcg(reinterpret_cast<const float2*>(P.ws_ml + xs * 2));
-        const float mt = fmaxf(m[hf], ml1.x);
-        const float g0 = m[hf] != -INFINITY ? fast_exp2(m[hf] - mt) : 0.0f;
-        const float f1 = ml1.x != -INFINITY ? fast_exp2(ml1.x - mt) : 0.0f;
-        l = l * g0 + ml1.y * f1;
-        const float g1 = P.ws_half ? ml1.y * f1 : f1;  // (the hand-over holds O / l with ws_half)
-        const float inv_l = P.ws_half ? partial_inv(l) : 1.0f;
+      const int64_t slot = (w.slot + 2 * i + wgi + static_cast<int64_t>(hk) * w.num_parts) * P.slot_rows + r;
+      const float inv_l = P.ws_half ? partial_inv(l) : 1.0f;
 #pragma unroll
-        for (int n = 0; n < kN3; ++n) {
-          const float2 h = load_partial2(P, xs * D + n * 8 + c0);
-          store_partial2(P, slot * D + n * 8 + c0, o[4 * n + 2 * hf] * g0 + h.x * g1,
-                         o[4 * n + 2 * hf + 1] * g0 + h.y * g1, inv_l);
-        }
-        if (c0 == 0) *reinterpret_cast<float2*>(P.ws_ml + slot * 2) = make_float2(mt, l);
-      } else {
-        const float inv_l = P.ws_half ? partial_inv(l) : 1.0f;
-#pragma unroll
-        for (int n = 0; n < kN3; ++n)
-          store_partial2(P, slot * D + n * 8 + c0, o[4 * n + 2 * hf], o[4 * n + 2 * hf + 1], inv_l);
-        if (c0 == 0) *reinterpret_cast<float2*>(P.ws_ml + slot * 2) = make_float2(m[hf], l);
-      }
-    }
-    if (pairs && wgi == 1) {
-      if (i >= 2) named_barrier(8 + b, 256);  // warpgroup 0 has taken partition i - 2
-      named_barrier_arrive(6 + b, 256);
-    } else if (fold) {
-      // the hand-over's rows, read by this warpgroup alone: their L2 lines dropped (128-byte lines; a slot's
-      // rows start on one, and a row is D x 2 or 4 >= 128 bytes)
-      named_barrier(10, 128);
-      const int64_t row_bytes = int64_t{D} * (P.ws_half ? 2 : 4);
-      const char* x0 = reinterpret_cast<const char*>(P.ws_o) + x_slot * P.slot_rows * row_bytes;
-      for (int64_t ln = tid % 128; ln < rows * row_bytes / 128; ln += 128) discard_l2_line(x0 + ln * 128);
-      if (i + 2 < n_run) named_barrier_arrive(8 + b, 256);
+      for (int n = 0; n < kN3; ++n)
+        store_partial2(P, slot * D + n * 8 + c0, o[4 * n + 2 * hf], o[4 * n + 2 * hf + 1], inv_l);
+      if (c0 == 0) *reinterpret_cast<float2*>(P.ws_ml + slot * 2) = make_float2(m[hf], l);
     }
   };
   // Ring slots counted, not divided (it % kStages): tile it's slot sl and its round's parity ph; the
@@ -890,6 +839,7 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
   if constexpr (OWN) {
     // the partition of the last tiles, then the run's partitions this warpgroup has no tile of (the
     // short last one: m = -inf, l = 0, O = 0, which the merge skips, as for a warpgroup with no tile)
+    const int n_run = w.part > 0 ? (w.kv_end - w.kv_begin + w.part - 1) / w.part : 1;
     leave_partial(flushed, row_m, row_l);
     const float m0[2] = {-INFINITY, -INFINITY}, l0[2] = {0.0f, 0.0f};
 #pragma unroll
