@@ -63,11 +63,12 @@ void launch_merge_d(const FwdParams& P, int num_rows, int batch, cudaStream_t st
   else
     launch_ex(merge_kernel<D, kSplit, 1>, grid, block, 0, stream, pdl, P);
 }
-// Deterministic mode's merge of many rows (tuning::merge_rowwise): one thread per 4 columns of a row.
+// Deterministic mode's merge of many rows (tuning::merge_rowwise): one thread per 4 columns of a row, whole
+// rows per CTA.
 template <int D>
 void launch_merge_rows_d(const FwdParams& P, int num_rows, cudaStream_t stream, bool pdl) {
-  const int64_t threads = static_cast<int64_t>(num_rows) * (D / 4);
-  const dim3 grid(static_cast<unsigned>((threads + kMergeRowThreads - 1) / kMergeRowThreads)), block(kMergeRowThreads);
+  constexpr int kRows = merge_rows_per_cta(D);  // (whole rows per CTA)
+  const dim3 grid(static_cast<unsigned>((num_rows + kRows - 1) / kRows)), block(kMergeRowThreads);
   launch_ex(merge_rows_kernel<D>, grid, block, 0, stream, pdl, P, num_rows);
 }
 void launch_merge_rows(const FwdParams& P, int head_size, int num_rows, cudaStream_t stream, bool pdl) {

@@ -195,13 +195,18 @@ __device__ __forceinline__ void store_partial4(const FwdParams& P, int64_t i, fl
 __device__ __forceinline__ float partial_value_scale(const FwdParams& P, int head) {
   return P.ws_half && P.v_head_scale != nullptr ? P.v_head_scale[(head / P.G) * P.v_head_scale_stride] : 1.0f;
 }
+// (f16 partials in two steps for callers that keep the raw bytes in flight: load_half_partial4, then
+// half_partial4 with l)
+__device__ __forceinline__ uint2 load_half_partial4(const FwdParams& P, int64_t i) {
+  return __ldcg(reinterpret_cast<const uint2*>(reinterpret_cast<const __half*>(P.ws_o) + i));
+}
+__device__ __forceinline__ float4 half_partial4(uint2 u, float l) {
+  const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&u.x));
+  const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&u.y));
+  return make_float4(__fmul_rn(a.x, l), __fmul_rn(a.y, l), __fmul_rn(b.x, l), __fmul_rn(b.y, l));
+}
 __device__ __forceinline__ float4 load_partial4(const FwdParams& P, int64_t i, float l) {
-  if (P.ws_half) {
-    const uint2 u = __ldcg(reinterpret_cast<const uint2*>(reinterpret_cast<const __half*>(P.ws_o) + i));
-    const float2 a = __half22float2(*reinterpret_cast<const __half2*>(&u.x));
-    const float2 b = __half22float2(*reinterpret_cast<const __half2*>(&u.y));
-    return make_float4(__fmul_rn(a.x, l), __fmul_rn(a.y, l), __fmul_rn(b.x, l), __fmul_rn(b.y, l));
-  }
+  if (P.ws_half) return half_partial4(load_half_partial4(P, i), l);
   return __ldcg(reinterpret_cast<const float4*>(P.ws_o + i));
 }
 

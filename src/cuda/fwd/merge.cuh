@@ -1,6 +1,8 @@
 // merge_kernel: combines the (m, l, O) partials of a chunk's KV partitions into the output.
 #pragma once
 
+#include <type_traits>
+
 #include "core/tuning.h"
 #include "cuda/fwd/io.cuh"
 #include "cuda/fwd/lse.cuh"
@@ -144,27 +146,40 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_const
 // in one thread per 4 columns of a row, so the CTAs are few and every thread's loads are in flight
 // together. merge_kernel spends a CTA of 512 threads per row and column block (one per SM at its 82
 // registers), its groups' combine serial in 16 of them: over many waves each CTA waits its latency in
-// turn (the 32 x 8k batch in
-// deterministic mode: 2048 / 8192 / 16384 merge CTAs at T = 1 / 4 / 8 took 42 / 159 / 320 us for 18 /
-// 70 / 141 MB of partials, ncu, bench/results/2026-12-03-ncu-c0cffb9-h200). The row's max comes
-// first (a pass over its partitions' m: max is exact in any order), then groups of kGroupBatch are
-// folded with their loads issued together and combined in order. tuning::merge_rowwise picks it.
+// turn (the 32 x 8k batch in deterministic mode: 2048 / 8192 / 16384 merge CTAs at T = 1 / 4 / 8 took
+// 42 / 159 / 320 us for 18 / 70 / 141 MB of partials, ncu, bench/results/2026-12-03-ncu-c0cffb9-h200).
+// A CTA holds whole rows (merge_rows_per_cta). A thread's time is its dependent round trips to memory,
+// at 3 CTAs per SM (158-166 registers, the launch bound): the row's max takes one (each of the row's threads reads the m of
+// every kCols4-th partition, and the row's maxima meet in shared memory: max is exact in any order),
+// then each batch of kGroupBatch groups one per kRoundBatch of their partitions (loads issued together,
+// folded in partition order; f16 partials 2 rounds, f32 1). Before, every thread read all of the row's m itself (a round trip per 8
+// partitions) and each group batch's rounds in turn: the batch's T = 8 merge (4096 rows of 64 partials)
+// took 230 us for 141 MB (H100, run op1, kt.log).
 constexpr int kMergeRowThreads = 128;
+constexpr int merge_rows_per_cta(int head_size) { return kMergeRowThreads / (head_size / 4); }
 template <int D>
-__global__ void __launch_bounds__(kMergeRowThreads) merge_rows_kernel(const __grid_constant__ FwdParams P,
+__global__ void __launch_bounds__(kMergeRowThreads, 3) merge_rows_kernel(const __grid_constant__ FwdParams P,
                                                                       int num_rows) {
   constexpr int kCols4 = D / 4;
+  constexpr int kRowsPerCta = merge_rows_per_cta(D);  // (D = 80: 6 rows of 20 threads; 8 threads idle)
+  static_assert(kCols4 % 4 == 0 && kRowsPerCta >= 1, "the row maxima are read as float4");
   constexpr int kGroupsM = merge_groups(D, tuning::deterministic_merge_split(D));  // merge_kernel's
   constexpr int kGroupBatch = 8;
-  const int64_t idx = static_cast<int64_t>(blockIdx.x) * kMergeRowThreads + threadIdx.x;
-  const int r = static_cast<int>(idx / kCols4), col = static_cast<int>(idx % kCols4) * 4;
-  const bool live = r < num_rows;
+  __shared__ __align__(16) float max_s[kMergeRowThreads];
+  const int lr = threadIdx.x / kCols4, c4 = threadIdx.x % kCols4;
+  const int r = static_cast<int>(blockIdx.x) * kRowsPerCta + lr, col = c4 * 4;
+  const bool live = lr < kRowsPerCta && r < num_rows;
   const MergeRow mr = P.merge_rows[live ? r : num_rows - 1];  // plan data: before the wait
   const float* ml = P.ws_ml + (static_cast<int64_t>(mr.slot) * P.slot_rows + mr.row) * 2;
   const int64_t wo = (static_cast<int64_t>(mr.slot) * P.slot_rows + mr.row) * D + col;  // (load_partial4)
   const int64_t kMlStride = static_cast<int64_t>(P.slot_rows) * 2;
   const int64_t kOStride = static_cast<int64_t>(P.slot_rows) * D;
   pdl_wait();
+  float m = -INFINITY;
+  if (live)
+    for (int p = c4; p < mr.num_parts; p += kCols4) m = fmaxf(m, __ldcg(reinterpret_cast<const float2*>(ml + p * kMlStride)).x);
+  max_s[threadIdx.x] = m;
+  __syncthreads();
   if (!live) {
     pdl_launch_dependents();
     return;
@@ -172,35 +187,56 @@ __global__ void __launch_bounds__(kMergeRowThreads) merge_rows_kernel(const __gr
   const float sink2 = merge_sink_log2(P, mr);
   const float vscale = partial_value_scale(P, mr.head);
   float Mt = sink2;
-#pragma unroll 8
-  for (int p = 0; p < mr.num_parts; ++p) Mt = fmaxf(Mt, __ldcg(reinterpret_cast<const float2*>(ml + p * kMlStride)).x);
+#pragma unroll
+  for (int i = 0; i < kCols4; i += 4) {
+    const float4 v = *reinterpret_cast<const float4*>(&max_s[lr * kCols4 + i]);
+    Mt = fmaxf(Mt, fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w)));
+  }
   float dt = sink2 == -INFINITY ? 0.0f : exp2f(sink2 - Mt);
   float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
-  // group g holds the partitions p = merge_group_first(g) + j kGroupsM
+  // group g holds the partitions p = merge_group_first(g) + j kGroupsM. f16 partials stay raw bytes in
+  // flight (2 registers per 4 columns) until their fold.
   const int rounds = (mr.num_parts + kGroupsM - 1) / kGroupsM;
-  for (int g0 = 0; g0 < kGroupsM; g0 += kGroupBatch) {
-    MergeState st[kGroupBatch];
-    for (int j = 0; j < rounds; ++j) {
-      float2 mlb[kGroupBatch];
-      float4 vb[kGroupBatch];
+  auto fold_all = [&](auto half_tag) {
+    constexpr bool kHalf = decltype(half_tag)::value;
+    using Raw = std::conditional_t<kHalf, uint2, float4>;
+    constexpr int kRoundBatch = kHalf ? 2 : 1;  // (f32 partials: twice the registers per load)
+    for (int g0 = 0; g0 < kGroupsM; g0 += kGroupBatch) {
+      MergeState st[kGroupBatch];
+      for (int j0 = 0; j0 < rounds; j0 += kRoundBatch) {
+        float2 mlb[kRoundBatch][kGroupBatch];
+        Raw vb[kRoundBatch][kGroupBatch];
 #pragma unroll
-      for (int b = 0; b < kGroupBatch; ++b) {
-        const int g = g0 + b;
-        const int p = merge_group_first<kGroupsM>(g, mr.part0) + j * kGroupsM;
-        mlb[b] = make_float2(-INFINITY, 0.0f);
-        vb[b] = make_float4(0.f, 0.f, 0.f, 0.f);
-        if (g < kGroupsM && p < mr.num_parts) {
-          mlb[b] = __ldcg(reinterpret_cast<const float2*>(ml + p * kMlStride));
-          vb[b] = load_partial4(P, wo + p * kOStride, mlb[b].y * vscale);
+        for (int jj = 0; jj < kRoundBatch; ++jj) {
+#pragma unroll
+          for (int b = 0; b < kGroupBatch; ++b) {
+            const int g = g0 + b;
+            const int p = merge_group_first<kGroupsM>(g, mr.part0) + (j0 + jj) * kGroupsM;
+            mlb[jj][b] = make_float2(-INFINITY, 0.0f);
+            vb[jj][b] = Raw{};
+            if (g < kGroupsM && p < mr.num_parts) {
+              mlb[jj][b] = __ldcg(reinterpret_cast<const float2*>(ml + p * kMlStride));
+              if constexpr (kHalf) vb[jj][b] = load_half_partial4(P, wo + p * kOStride);
+              else vb[jj][b] = __ldcg(reinterpret_cast<const float4*>(P.ws_o + wo + p * kOStride));
+            }
+          }
+        }
+#pragma unroll
+        for (int jj = 0; jj < kRoundBatch; ++jj) {
+#pragma unroll
+          for (int b = 0; b < kGroupBatch; ++b) {
+            if constexpr (kHalf) merge_fold(st[b], mlb[jj][b], half_partial4(vb[jj][b], mlb[jj][b].y * vscale));
+            else merge_fold(st[b], mlb[jj][b], vb[jj][b]);
+          }
         }
       }
 #pragma unroll
-      for (int b = 0; b < kGroupBatch; ++b) merge_fold(st[b], mlb[b], vb[b]);
+      for (int b = 0; b < kGroupBatch; ++b)
+        if (g0 + b < kGroupsM) merge_combine(dt, a, Mt, make_float2(st[b].m, st[b].den), st[b].acc);
     }
-#pragma unroll
-    for (int b = 0; b < kGroupBatch; ++b)
-      if (g0 + b < kGroupsM) merge_combine(dt, a, Mt, make_float2(st[b].m, st[b].den), st[b].acc);
-  }
+  };
+  if (P.ws_half) fold_all(std::true_type{});
+  else fold_all(std::false_type{});
   pdl_launch_dependents();
   merge_store(P, mr, col, Mt, dt, a);
 }
