@@ -69,13 +69,7 @@ template <int D>
 void launch_merge_rows_d(const FwdParams& P, int num_rows, cudaStream_t stream, bool pdl) {
   constexpr int kRows = merge_rows_per_cta(D);  // (whole rows per CTA)
   const dim3 grid(static_cast<unsigned>((num_rows + kRows - 1) / kRows)), block(kMergeRowThreads);
-  static const int v = [] { const char* e = std::getenv("PAGEDATTN_MERGE_ROWS_V"); return e ? std::atoi(e) : 4; }();
-  if (v == 0)
-    launch_ex(merge_rows_kernel_rt<D>, grid, block, 0, stream, pdl, P, num_rows);
-  else if (v == 3)
-    launch_ex(merge_rows_kernel<D, 3>, grid, block, 0, stream, pdl, P, num_rows);
-  else
-    launch_ex(merge_rows_kernel<D, 4>, grid, block, 0, stream, pdl, P, num_rows);
+  launch_ex(merge_rows_kernel<D>, grid, block, 0, stream, pdl, P, num_rows);
 }
 void launch_merge_rows(const FwdParams& P, int head_size, int num_rows, cudaStream_t stream, bool pdl) {
   switch (head_size) {

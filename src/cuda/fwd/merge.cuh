@@ -148,115 +148,17 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_const
 // registers), its groups' combine serial in 16 of them: over many waves each CTA waits its latency in
 // turn (the 32 x 8k batch in deterministic mode: 2048 / 8192 / 16384 merge CTAs at T = 1 / 4 / 8 took
 // 42 / 159 / 320 us for 18 / 70 / 141 MB of partials, ncu, bench/results/2026-12-03-ncu-c0cffb9-h200).
-// A CTA holds whole rows (merge_rows_per_cta). A thread's time is its dependent round trips to memory:
-// - the row's (m, l): one. Each of the row's kCols4 threads reads every kCols4-th partition's and leaves it
-//   in shared memory (the first kMergeMlCap of the row), and the row's maxima meet there (max is exact in
-//   any order);
-// - the partials: one per kMergeLoads of them, in group order (group g's partitions in partition order,
-//   then group g + 1's), each group combined as soon as its last partition is folded, so one group's
-//   state is live at a time and the registers hold the loads in flight.
-// Before, every thread read the row's m itself and each group batch of 8 groups loaded its (m, l) with its
-// O: 5 round trips at 3 CTAs per SM, the batch's T = 8 merge (4096 rows of 64 partials) 93.5 us for 141 MB
-// (H100, run 2026-12-07-rt1-36ab8e7-h100, kt.log); with 16 round trips 229.7 us (run op1).
+// A CTA holds whole rows (merge_rows_per_cta). A thread's time is its dependent round trips to memory,
+// at 3 CTAs per SM (158-166 registers, the launch bound): the row's max takes one (each of the row's threads reads the m of
+// every kCols4-th partition, and the row's maxima meet in shared memory: max is exact in any order),
+// then each batch of kGroupBatch groups one per kRoundBatch of their partitions (loads issued together,
+// folded in partition order; f16 partials 2 rounds, f32 1). Before, every thread read all of the row's m itself (a round trip per 8
+// partitions) and each group batch's rounds in turn: the batch's T = 8 merge (4096 rows of 64 partials)
+// took 230 us for 141 MB (H100, run op1, kt.log).
 constexpr int kMergeRowThreads = 128;
 constexpr int merge_rows_per_cta(int head_size) { return kMergeRowThreads / (head_size / 4); }
-constexpr int kMergeMlBytes = 16384;  // shared memory for the rows' (m, l)
-template <int D, int kCtasPerSm>
-__global__ void __launch_bounds__(kMergeRowThreads, kCtasPerSm) merge_rows_kernel(const __grid_constant__ FwdParams P,
-                                                                      int num_rows) {
-  constexpr int kCols4 = D / 4;
-  constexpr int kRowsPerCta = merge_rows_per_cta(D);  // (D = 80: 6 rows of 20 threads; 8 threads idle)
-  static_assert(kCols4 % 4 == 0 && kRowsPerCta >= 1, "the row maxima are read as float4");
-  constexpr int kGroupsM = merge_groups(D, tuning::deterministic_merge_split(D));  // merge_kernel's
-  constexpr int kMlCap = kMergeMlBytes / 8 / kRowsPerCta;  // partitions per row with (m, l) in shared memory
-  __shared__ __align__(16) float max_s[kMergeRowThreads];
-  __shared__ float2 ml_s[kRowsPerCta][kMlCap];
-  const int lr = threadIdx.x / kCols4, c4 = threadIdx.x % kCols4;
-  const int r = static_cast<int>(blockIdx.x) * kRowsPerCta + lr, col = c4 * 4;
-  const bool live = lr < kRowsPerCta && r < num_rows;
-  const MergeRow mr = P.merge_rows[live ? r : num_rows - 1];  // plan data: before the wait
-  const float* ml = P.ws_ml + (static_cast<int64_t>(mr.slot) * P.slot_rows + mr.row) * 2;
-  const int64_t wo = (static_cast<int64_t>(mr.slot) * P.slot_rows + mr.row) * D + col;  // (load_partial4)
-  const int64_t kMlStride = static_cast<int64_t>(P.slot_rows) * 2;
-  const int64_t kOStride = static_cast<int64_t>(P.slot_rows) * D;
-  pdl_wait();
-  float m = -INFINITY;
-  if (live) {
-#pragma unroll 4
-    for (int p = c4; p < mr.num_parts; p += kCols4) {
-      const float2 v = __ldcg(reinterpret_cast<const float2*>(ml + p * kMlStride));
-      if (p < kMlCap) ml_s[lr][p] = v;
-      m = fmaxf(m, v.x);
-    }
-  }
-  max_s[threadIdx.x] = m;
-  __syncthreads();
-  if (!live) {
-    pdl_launch_dependents();
-    return;
-  }
-  const float sink2 = merge_sink_log2(P, mr);
-  const float vscale = partial_value_scale(P, mr.head);
-  float Mt = sink2;
-#pragma unroll
-  for (int i = 0; i < kCols4; i += 4) {
-    const float4 v = *reinterpret_cast<const float4*>(&max_s[lr * kCols4 + i]);
-    Mt = fmaxf(Mt, fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w)));
-  }
-  float dt = sink2 == -INFINITY ? 0.0f : exp2f(sink2 - Mt);
-  float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
-  // Slot k = g * rounds + j is partition merge_group_first(g) + j kGroupsM of group g (none past
-  // num_parts: an empty slot, skipped as m = -inf).
-  const int rounds = (mr.num_parts + kGroupsM - 1) / kGroupsM, slots = kGroupsM * rounds;
-  const auto ml_at = [&](int p) {
-    if (p >= mr.num_parts) return make_float2(-INFINITY, 0.0f);
-    return p < kMlCap ? ml_s[lr][p] : __ldcg(reinterpret_cast<const float2*>(ml + p * kMlStride));
-  };
-  auto fold_all = [&](auto half_tag) {
-    constexpr bool kHalf = decltype(half_tag)::value;
-    using Raw = std::conditional_t<kHalf, uint2, float4>;
-    constexpr int kLoads = kHalf ? 32 : 16;  // (64 registers of loads in flight either way)
-    MergeState st;
-    int g = 0, j = 0;  // the slot k0's group and round
-    for (int k0 = 0; k0 < slots; k0 += kLoads) {
-      Raw vb[kLoads];
-      {
-        int gl = g, jl = j;
-#pragma unroll
-        for (int i = 0; i < kLoads; ++i) {
-          const int p = merge_group_first<kGroupsM>(gl, mr.part0) + jl * kGroupsM;
-          vb[i] = Raw{};
-          if (k0 + i < slots && p < mr.num_parts) {
-            if constexpr (kHalf) vb[i] = load_half_partial4(P, wo + p * kOStride);
-            else vb[i] = __ldcg(reinterpret_cast<const float4*>(P.ws_o + wo + p * kOStride));
-          }
-          if (++jl == rounds) jl = 0, ++gl;
-        }
-      }
-#pragma unroll
-      for (int i = 0; i < kLoads; ++i) {
-        if (k0 + i < slots) {
-          const float2 mlp = ml_at(merge_group_first<kGroupsM>(g, mr.part0) + j * kGroupsM);
-          if constexpr (kHalf) merge_fold(st, mlp, half_partial4(vb[i], mlp.y * vscale));
-          else merge_fold(st, mlp, vb[i]);
-          if (++j == rounds) {
-            merge_combine(dt, a, Mt, make_float2(st.m, st.den), st.acc);
-            st = MergeState{};
-            j = 0, ++g;
-          }
-        }
-      }
-    }
-  };
-  if (P.ws_half) fold_all(std::true_type{});
-  else fold_all(std::false_type{});
-  pdl_launch_dependents();
-  merge_store(P, mr, col, Mt, dt, a);
-}
-
-// EXPERIMENT (PAGEDATTN_MERGE_ROWS_V=0): the 5-round-trip kernel of db06a7e
 template <int D>
-__global__ void __launch_bounds__(kMergeRowThreads, 3) merge_rows_kernel_rt(const __grid_constant__ FwdParams P,
+__global__ void __launch_bounds__(kMergeRowThreads, 3) merge_rows_kernel(const __grid_constant__ FwdParams P,
                                                                       int num_rows) {
   constexpr int kCols4 = D / 4;
   constexpr int kRowsPerCta = merge_rows_per_cta(D);  // (D = 80: 6 rows of 20 threads; 8 threads idle)
