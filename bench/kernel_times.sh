@@ -6,7 +6,8 @@
 # of merge CTAs: run abd).
 #   usage: bench/kernel_times.sh PAGEDATTN_BINARY OUT_DIR 'KV T [bench flags] [VAR=V]...; ...'
 #   e.g.   bench/kernel_times.sh build/pagedattn out 'u8 1 --deterministic; u8 1 --deterministic PAGEDATTN_MERGE_ROWWISE=0'
-# Prints one line per kernel: config, kernel, us, MB read, MB written, grid; logs OUT_DIR/ncu_*.log.
+# Prints one line per kernel: config, kernel, us, MB read, MB written, GB/s (DRAM both ways), grid; logs
+# OUT_DIR/ncu_*.log.
 set -uo pipefail
 bin=$1
 out=$2
@@ -31,9 +32,14 @@ unit = {"byte": 1e-6, "Kbyte": 1e-3, "Mbyte": 1.0, "Gbyte": 1e3}
 name, vals = None, {}
 def emit():
     if name:
-        print("%-45s %-22s %8s us %8s MB read %8s MB written  grid %s" % (sys.argv[2].strip()[:45], name,
+        try:  # DRAM bytes both ways over the kernel's time
+            gbs = "%7.0f" % ((float(vals["dram__bytes_read.sum"]) + float(vals["dram__bytes_write.sum"])) * 1e3 /
+                             float(vals["gpu__time_duration.sum"]))
+        except (KeyError, ValueError, ZeroDivisionError):
+            gbs = "      -"
+        print("%-45s %-22s %8s us %8s MB read %8s MB written %s GB/s  grid %s" % (sys.argv[2].strip()[:45], name,
               vals.get("gpu__time_duration.sum", "-"), vals.get("dram__bytes_read.sum", "-"),
-              vals.get("dram__bytes_write.sum", "-"), vals.get("launch__grid_size", "-")))
+              vals.get("dram__bytes_write.sum", "-"), gbs, vals.get("launch__grid_size", "-")))
 for line in open(sys.argv[1], errors="replace"):
     m = re.match(r"\s*(?:void )?(?:pagedattn::cuda::)?(\w+)<([^>]*)>\(", line)
     if m and "(" in line and ("kernel" in m.group(1)):
