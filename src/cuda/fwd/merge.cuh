@@ -148,13 +148,14 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_const
 // registers), its groups' combine serial in 16 of them: over many waves each CTA waits its latency in
 // turn (the 32 x 8k batch in deterministic mode: 2048 / 8192 / 16384 merge CTAs at T = 1 / 4 / 8 took
 // 42 / 159 / 320 us for 18 / 70 / 141 MB of partials, ncu, bench/results/2026-12-03-ncu-c0cffb9-h200).
-// A CTA holds whole rows (merge_rows_per_cta). A thread's time is its dependent round trips to memory,
-// at 3 CTAs per SM (158-166 registers, the launch bound): the row's max takes one (each of the row's threads reads the m of
-// every kCols4-th partition, and the row's maxima meet in shared memory: max is exact in any order),
-// then each batch of kGroupBatch groups one per kRoundBatch of their partitions (loads issued together,
-// folded in partition order; f16 partials 2 rounds, f32 1). Before, every thread read all of the row's m itself (a round trip per 8
-// partitions) and each group batch's rounds in turn: the batch's T = 8 merge (4096 rows of 64 partials)
-// took 230 us for 141 MB (H100, run op1, kt.log).
+// A CTA holds whole rows (merge_rows_per_cta). A thread's time is its dependent round trips to memory, at
+// 3 CTAs per SM (158-166 registers, the launch bound): the row's max takes one (each of the row's threads
+// reads the m of every kCols4-th partition, and the row's maxima meet in shared memory: max is exact in any
+// order), then each batch of kGroupBatch groups one per kRoundBatch of their partitions (loads issued
+// together, folded in partition order; f16 partials 2 rounds, f32 1). The batch's T = 8 merge (4096 rows of
+// 64 partials, 141 MB) took 93.5 us this way and 229.7 us when every thread read all of the row's m itself
+// and each group batch's rounds in turn: 5 round trips against 16 (H100, runs
+// 2026-12-07-rt1-36ab8e7-h100 and op1, kt.log).
 constexpr int kMergeRowThreads = 128;
 constexpr int merge_rows_per_cta(int head_size) { return kMergeRowThreads / (head_size / 4); }
 template <int D>
@@ -177,7 +178,8 @@ __global__ void __launch_bounds__(kMergeRowThreads, 3) merge_rows_kernel(const _
   pdl_wait();
   float m = -INFINITY;
   if (live)
-    for (int p = c4; p < mr.num_parts; p += kCols4) m = fmaxf(m, __ldcg(reinterpret_cast<const float2*>(ml + p * kMlStride)).x);
+    for (int p = c4; p < mr.num_parts; p += kCols4)
+      m = fmaxf(m, __ldcg(reinterpret_cast<const float2*>(ml + p * kMlStride)).x);
   max_s[threadIdx.x] = m;
   __syncthreads();
   if (!live) {
