@@ -3,9 +3,11 @@
 # profiled launch per config (ncu --clock-control none: the clocks bench runs at), with the bytes each
 # read from DRAM and its grid. A quick split of a batch's time between the two kernels (merge vs
 # attention), where the per-CTA timeline cannot time the merge (its device printf serialises thousands
-# of merge CTAs: run abd).
+# of merge CTAs: run abd). A config with `--context N` runs the seed scenario's one sequence at N keys
+# instead of the batch.
 #   usage: bench/kernel_times.sh PAGEDATTN_BINARY OUT_DIR 'KV T [bench flags] [VAR=V]...; ...'
 #   e.g.   bench/kernel_times.sh build/pagedattn out 'u8 1 --deterministic; u8 1 --deterministic PAGEDATTN_MERGE_ROWWISE=0'
+#          bench/kernel_times.sh build/pagedattn out 'f16 8 --context 8192 --deterministic'
 # Prints one line per kernel: config, kernel, us, MB read, MB written, GB/s (DRAM both ways), grid; logs
 # OUT_DIR/ncu_*.log.
 set -uo pipefail
@@ -22,9 +24,11 @@ for cfg in "${cfgs[@]}"; do
     if [[ $w == *=* && $w != -* ]]; then envs+=("$w"); else flags+=("$w"); fi
   done
   tag=$(echo "$cfg" | tr -c 'a-zA-Z0-9_\n' '_' | tr -s '_')
+  scenario=(--scenario batch --batch-tokens "$T")
+  [[ " ${flags[*]} " == *" --context "* ]] && scenario=(--scenario seed --tokens "$T")
   env "${envs[@]}" timeout 60 ncu --clock-control none -k regex:"fwd_kernel|wg_kernel|merge" -c 2 \
     --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,launch__grid_size \
-    "$bin" bench --backend cuda --scenario batch --batch-tokens "$T" --kv "$kv" "${flags[@]}" \
+    "$bin" bench --backend cuda "${scenario[@]}" --kv "$kv" "${flags[@]}" \
     --layers 1 --warmup 0 --repeats 1 --fill random > "$out/ncu_$tag.log" 2>&1
   python3 - "$out/ncu_$tag.log" "$cfg" <<'PY'
 import re, sys
@@ -37,7 +41,7 @@ def emit():
                              float(vals["gpu__time_duration.sum"]))
         except (KeyError, ValueError, ZeroDivisionError):
             gbs = "      -"
-        print("%-45s %-22s %8s us %8s MB read %8s MB written %s GB/s  grid %s" % (sys.argv[2].strip()[:45], name,
+        print("%-60s %-22s %8s us %8s MB read %8s MB written %s GB/s  grid %s" % (sys.argv[2].strip()[:60], name,
               vals.get("gpu__time_duration.sum", "-"), vals.get("dram__bytes_read.sum", "-"),
               vals.get("dram__bytes_write.sum", "-"), gbs, vals.get("launch__grid_size", "-")))
 for line in open(sys.argv[1], errors="replace"):
@@ -54,6 +58,6 @@ for line in open(sys.argv[1], errors="replace"):
         vals[f[0]] = v
 emit()
 if name is None:
-    print("%-45s no kernel profiled (see %s)" % (sys.argv[2].strip()[:45], sys.argv[1]))
+    print("%-60s no kernel profiled (see %s)" % (sys.argv[2].strip()[:60], sys.argv[1]))
 PY
 done
