@@ -102,6 +102,24 @@ void launch_merge(const FwdParams& P, int head_size, int num_rows, int split, in
   }
 }
 
+// Deterministic mode's merge of few rows: a CTA per row over all D columns, folding the groups of the
+// mode's split (tuning::deterministic_merge_split) kGroupSplit at a time (merge_kernel's kGroupSplit);
+// 8 partition loads in flight per thread.
+template <int D>
+void launch_merge_det_d(const FwdParams& P, int num_rows, cudaStream_t stream, bool pdl) {
+  constexpr int kGroupSplit = tuning::deterministic_merge_split(D);
+  launch_ex(merge_kernel<D, 1, 8 / kGroupSplit, kGroupSplit>, dim3(num_rows, 1), dim3(kMergeThreads), 0, stream, pdl, P);
+}
+bool launch_merge_det(const FwdParams& P, int head_size, int num_rows, cudaStream_t stream, bool pdl) {
+  static const bool on = [] { const char* e = std::getenv("PAGEDATTN_DET_MERGE_ONE"); return !(e && e[0] == '0'); }();
+  if (!on) return false;
+  switch (head_size) {
+    case 128: launch_merge_det_d<128>(P, num_rows, stream, pdl); return true;
+    case 256: launch_merge_det_d<256>(P, num_rows, stream, pdl); return true;
+    default: return false;  // (D / 64 <= 1, or D = 192: 3 column blocks' groups do not share one CTA evenly)
+  }
+}
+
 // --- read ceiling: every byte of a buffer read once, 16 bytes per load ------------------------------
 __global__ void read_kernel(const uint4* __restrict__ p, int64_t n, uint32_t* sink) {
   uint32_t acc = 0;
@@ -407,6 +425,7 @@ class CudaPlan final : public detail::PlanImpl {
     // merge thread folds, so it must not depend on the call)
     merge_split_ = opt.deterministic ? tuning::deterministic_merge_split(D_) : tuning::merge_split(D_, num_merge_rows_, in.num_sms, env);
     merge_batch_ = tuning::merge_batch(D_, merge_split_, max_parts, num_merge_rows_, in.num_sms, env);
+    deterministic_ = opt.deterministic;
     merge_rowwise_ = opt.deterministic && tuning::merge_rowwise(num_merge_rows_, merge_split_, in.num_sms, env);
 
     // --- metadata to the device (read by run) ----------------------------------------------------
@@ -554,7 +573,7 @@ class CudaPlan final : public detail::PlanImpl {
     if (num_merge_rows_ > 0) {
       if (merge_rowwise_)
         launch_merge_rows(P, D_, num_merge_rows_, stream_, pdl_);
-      else
+      else if (!deterministic_ || !launch_merge_det(P, D_, num_merge_rows_, stream_, pdl_))
         launch_merge(P, D_, num_merge_rows_, merge_split_, merge_batch_, stream_, pdl_);
       PA_CUDA_CHECK(cudaGetLastError());
     }
@@ -645,6 +664,7 @@ class CudaPlan final : public detail::PlanImpl {
   int merge_split_ = 1;  // merge CTAs per row (column blocks)
   int merge_batch_ = 1;  // partition loads in flight per merge thread
   bool merge_rowwise_ = false;  // deterministic mode, many rows: merge_rows_kernel (tuning::merge_rowwise)
+  bool deterministic_ = false;  // Options::deterministic of the plan (the merge's groups: launch_merge_det)
   std::vector<std::vector<uint8_t>> host_;  // plan-owned copies of the host metadata (see upload)
   std::vector<MergeRow> merge_rows_;
   int num_score_tiles_ = 0;

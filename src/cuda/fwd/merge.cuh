@@ -71,10 +71,18 @@ __device__ __forceinline__ float merge_sink_log2(const FwdParams& P, const Merge
   return P.sinks != nullptr ? P.sinks[mr.head] * kLog2e : -INFINITY;
 }
 
-template <int D, int kSplit, int kBatch>
+// kGroupSplit (>= kSplit): the split whose partition groups the arithmetic follows (merge_groups(D,
+// kGroupSplit) groups; deterministic mode's D / 64). With kGroupSplit > kSplit a thread folds
+// kGroupSplit / kSplit of those groups for its columns, with all their loads in flight together, and the
+// CTA combines them in group order as the kGroupSplit layout does: the same bits with a CTA per row
+// instead of kGroupSplit / kSplit of them.
+template <int D, int kSplit, int kBatch, int kGroupSplit = kSplit>
 __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_constant__ FwdParams P) {
   constexpr int kCols4 = D / 4 / kSplit;              // float4 chunks of the row per CTA
-  constexpr int kGroupsM = merge_groups(D, kSplit);
+  constexpr int kThreadGroups = merge_groups(D, kSplit);
+  constexpr int kGroupsM = merge_groups(D, kGroupSplit);  // the arithmetic's groups
+  constexpr int kPer = kGroupsM / kThreadGroups;          // groups per thread
+  static_assert(kPer >= 1 && kPer * kThreadGroups == kGroupsM, "merge: groups per thread");
   __shared__ float2 ml_s[kGroupsM];
   __shared__ float4 acc_s[kGroupsM][kCols4];
   Timeline tl;  // diagnostic build only (PAGEDATTN_TIMELINE): 1 pdl wait, 2 partials folded, 3 end
@@ -83,7 +91,7 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_const
   const int tid = threadIdx.x;
   const int c4 = tid % kCols4, g = tid / kCols4;
   // (D = 80, 96, 112, 192: kCols4 may not divide the block; the threads past the last whole group idle)
-  const bool grouped = kMergeThreads % kCols4 == 0 || g < kGroupsM;
+  const bool grouped = kMergeThreads % kCols4 == 0 || g < kThreadGroups;
   const int col = ((kSplit == 1 ? 0 : static_cast<int>(blockIdx.y) * kCols4) + c4) * 4;  // first of its 4 columns
   const float* ml = P.ws_ml + (static_cast<int64_t>(mr.slot) * P.slot_rows + mr.row) * 2;
   const int64_t wo = (static_cast<int64_t>(mr.slot) * P.slot_rows + mr.row) * D + col;  // (load_partial4)
@@ -94,35 +102,51 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_const
   const float sink2 = merge_sink_log2(P, mr);
   const float vscale = partial_value_scale(P, mr.head);  // (1 but for fp8's f16 partials)
 
-  MergeState st;
-  // A thread's loads of up to kBatch partitions go out together, then fold in partition order (the
-  // same bits for every kBatch). A loop that loads and folds one partition at a time waits two L2 round
-  // trips per partition: the O load is not hoisted above the branch on m (SASS, before run s9a). Batches of 4
-  // measured 0.93-0.98x at 8k and 32k (run s9a), but their registers (32 -> 52) cost the 32 x 8k batch
-  // 1.5-3.4%, where no thread folds more than one partition: the planner picks kBatch. Every slot is
-  // written for rows < rows, so the loads of partitions without a visible key read finite values that
-  // merge_fold() skips.
-  // group g folds the partitions p with (part0 + p) % kGroupsM == g (part0: MergeRow)
-  const int first = merge_group_first<kGroupsM>(g, mr.part0);
-  for (int p0 = first; grouped && p0 < mr.num_parts; p0 += kGroupsM * kBatch) {
-    float2 mlb[kBatch];
-    float4 vb[kBatch];
+  MergeState st[kPer];
+  // A thread's loads of up to kBatch partitions per group go out together, then fold in partition order
+  // (the same bits for every kBatch). A loop that loads and folds one partition at a time waits two L2
+  // round trips per partition: the O load is not hoisted above the branch on m (SASS, before run s9a).
+  // Batches of 4 measured 0.93-0.98x at 8k and 32k (run s9a), but their registers (32 -> 52) cost the
+  // 32 x 8k batch 1.5-3.4%, where no thread folds more than one partition: the planner picks kBatch.
+  // Every slot is written for rows < rows, so the loads of partitions without a visible key read finite
+  // values that merge_fold() skips.
+  // group gm folds the partitions p with (part0 + p) % kGroupsM == gm (part0: MergeRow); this thread's
+  // groups are g + j * kThreadGroups
+  int first[kPer];
+  int first_min = kGroupsM;
 #pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      const int p = p0 + b * kGroupsM;
-      mlb[b] = make_float2(-INFINITY, 0.0f);
-      vb[b] = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (p < mr.num_parts) {
-        mlb[b] = __ldcg(reinterpret_cast<const float2*>(ml + p * kMlStride));
-        vb[b] = load_partial4(P, wo + p * kOStride, mlb[b].y * vscale);
+  for (int j = 0; j < kPer; ++j) {
+    first[j] = merge_group_first<kGroupsM>(g + j * kThreadGroups, mr.part0);
+    first_min = min(first_min, first[j]);
+  }
+  for (int k = 0; grouped && first_min + k * kGroupsM < mr.num_parts; k += kBatch) {
+    float2 mlb[kPer][kBatch];
+    float4 vb[kPer][kBatch];
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const int p = first[j] + (k + b) * kGroupsM;
+        mlb[j][b] = make_float2(-INFINITY, 0.0f);
+        vb[j][b] = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (p < mr.num_parts) {
+          mlb[j][b] = __ldcg(reinterpret_cast<const float2*>(ml + p * kMlStride));
+          vb[j][b] = load_partial4(P, wo + p * kOStride, mlb[j][b].y * vscale);
+        }
       }
     }
 #pragma unroll
-    for (int b = 0; b < kBatch; ++b) merge_fold(st, mlb[b], vb[b]);
+    for (int j = 0; j < kPer; ++j) {
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) merge_fold(st[j], mlb[j][b], vb[j][b]);
+    }
   }
   if (grouped) {
-    if (c4 == 0) ml_s[g] = make_float2(st.m, st.den);
-    acc_s[g][c4] = st.acc;
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      if (c4 == 0) ml_s[g + j * kThreadGroups] = make_float2(st[j].m, st[j].den);
+      acc_s[g + j * kThreadGroups][c4] = st[j].acc;
+    }
   }
   __syncthreads();
   tl.mark(2);
