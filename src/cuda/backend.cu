@@ -53,10 +53,14 @@ FwdKernelInfo fwd_kernel_info(int head_size, int kv, int row_tiles, const Kernel
 
 // The merge: one CTA per query row and column block; `split` (1, 2 or 4, at most D / 64) column blocks
 // per row, `batch` (1, 4 or 8) partitions per thread in flight (see CudaPlan: merge_split_, merge_batch_).
-template <int D, int kSplit>
+// kGroupSplit > kSplit (deterministic mode, whose groups are those of D / 64 blocks): each thread folds
+// kGroupSplit / kSplit groups, `batch` partitions of each in flight.
+template <int D, int kSplit, int kGroupSplit = kSplit>
 void launch_merge_d(const FwdParams& P, int num_rows, int batch, cudaStream_t stream, bool pdl) {
   const dim3 grid(num_rows, kSplit), block(kMergeThreads);
-  if (batch == 8)
+  if (kGroupSplit != kSplit)  // (one batch: 8 loads in flight per thread, CudaPlan::merge_batch_)
+    launch_ex(merge_kernel<D, kSplit, 8 * kSplit / kGroupSplit, kGroupSplit>, grid, block, 0, stream, pdl, P);
+  else if (batch == 8)
     launch_ex(merge_kernel<D, kSplit, 8>, grid, block, 0, stream, pdl, P);
   else if (batch == 4)
     launch_ex(merge_kernel<D, kSplit, 4>, grid, block, 0, stream, pdl, P);
@@ -83,40 +87,27 @@ void launch_merge_rows(const FwdParams& P, int head_size, int num_rows, cudaStre
     default: throw RuntimeError("merge: no row kernel for D=" + std::to_string(head_size));
   }
 }
-void launch_merge(const FwdParams& P, int head_size, int num_rows, int split, int batch, cudaStream_t stream,
-                  bool pdl) {
-  switch (head_size * 8 + split) {
-    case 64 * 8 + 1: launch_merge_d<64, 1>(P, num_rows, batch, stream, pdl); break;
-    case 80 * 8 + 1: launch_merge_d<80, 1>(P, num_rows, batch, stream, pdl); break;
-    case 96 * 8 + 1: launch_merge_d<96, 1>(P, num_rows, batch, stream, pdl); break;
-    case 112 * 8 + 1: launch_merge_d<112, 1>(P, num_rows, batch, stream, pdl); break;
-    case 192 * 8 + 1: launch_merge_d<192, 1>(P, num_rows, batch, stream, pdl); break;
-    case 192 * 8 + 2: launch_merge_d<192, 2>(P, num_rows, batch, stream, pdl); break;
-    case 192 * 8 + 3: launch_merge_d<192, 3>(P, num_rows, batch, stream, pdl); break;
-    case 128 * 8 + 1: launch_merge_d<128, 1>(P, num_rows, batch, stream, pdl); break;
-    case 128 * 8 + 2: launch_merge_d<128, 2>(P, num_rows, batch, stream, pdl); break;
-    case 256 * 8 + 1: launch_merge_d<256, 1>(P, num_rows, batch, stream, pdl); break;
-    case 256 * 8 + 2: launch_merge_d<256, 2>(P, num_rows, batch, stream, pdl); break;
-    case 256 * 8 + 4: launch_merge_d<256, 4>(P, num_rows, batch, stream, pdl); break;
-    default: throw RuntimeError("merge: no kernel for D=" + std::to_string(head_size) + " split " + std::to_string(split));
-  }
-}
-
-// Deterministic mode's merge of few rows: a CTA per row over all D columns, folding the groups of the
-// mode's split (tuning::deterministic_merge_split) kGroupSplit at a time (merge_kernel's kGroupSplit);
-// 8 partition loads in flight per thread.
-template <int D>
-void launch_merge_det_d(const FwdParams& P, int num_rows, cudaStream_t stream, bool pdl) {
-  constexpr int kGroupSplit = tuning::deterministic_merge_split(D);
-  launch_ex(merge_kernel<D, 1, 8 / kGroupSplit, kGroupSplit>, dim3(num_rows, 1), dim3(kMergeThreads), 0, stream, pdl, P);
-}
-bool launch_merge_det(const FwdParams& P, int head_size, int num_rows, cudaStream_t stream, bool pdl) {
-  static const bool on = [] { const char* e = std::getenv("PAGEDATTN_DET_MERGE_ONE"); return !(e && e[0] == '0'); }();
-  if (!on) return false;
-  switch (head_size) {
-    case 128: launch_merge_det_d<128>(P, num_rows, stream, pdl); return true;
-    case 256: launch_merge_det_d<256>(P, num_rows, stream, pdl); return true;
-    default: return false;  // (D / 64 <= 1, or D = 192: 3 column blocks' groups do not share one CTA evenly)
+void launch_merge(const FwdParams& P, int head_size, int num_rows, int split, int batch, int group_split,
+                  cudaStream_t stream, bool pdl) {
+  switch ((head_size * 8 + split) * 8 + group_split) {
+    case (64 * 8 + 1) * 8 + 1: launch_merge_d<64, 1>(P, num_rows, batch, stream, pdl); break;
+    case (80 * 8 + 1) * 8 + 1: launch_merge_d<80, 1>(P, num_rows, batch, stream, pdl); break;
+    case (96 * 8 + 1) * 8 + 1: launch_merge_d<96, 1>(P, num_rows, batch, stream, pdl); break;
+    case (112 * 8 + 1) * 8 + 1: launch_merge_d<112, 1>(P, num_rows, batch, stream, pdl); break;
+    case (192 * 8 + 1) * 8 + 1: launch_merge_d<192, 1>(P, num_rows, batch, stream, pdl); break;
+    case (192 * 8 + 2) * 8 + 2: launch_merge_d<192, 2>(P, num_rows, batch, stream, pdl); break;
+    case (192 * 8 + 3) * 8 + 3: launch_merge_d<192, 3>(P, num_rows, batch, stream, pdl); break;
+    case (128 * 8 + 1) * 8 + 1: launch_merge_d<128, 1>(P, num_rows, batch, stream, pdl); break;
+    case (128 * 8 + 2) * 8 + 2: launch_merge_d<128, 2>(P, num_rows, batch, stream, pdl); break;
+    case (128 * 8 + 1) * 8 + 2: launch_merge_d<128, 1, 2>(P, num_rows, batch, stream, pdl); break;
+    case (256 * 8 + 1) * 8 + 1: launch_merge_d<256, 1>(P, num_rows, batch, stream, pdl); break;
+    case (256 * 8 + 2) * 8 + 2: launch_merge_d<256, 2>(P, num_rows, batch, stream, pdl); break;
+    case (256 * 8 + 4) * 8 + 4: launch_merge_d<256, 4>(P, num_rows, batch, stream, pdl); break;
+    case (256 * 8 + 1) * 8 + 4: launch_merge_d<256, 1, 4>(P, num_rows, batch, stream, pdl); break;
+    case (256 * 8 + 2) * 8 + 4: launch_merge_d<256, 2, 4>(P, num_rows, batch, stream, pdl); break;
+    default:
+      throw RuntimeError("merge: no kernel for D=" + std::to_string(head_size) + " split " + std::to_string(split) +
+                         " groups of split " + std::to_string(group_split));
   }
 }
 
@@ -421,12 +412,20 @@ class CudaPlan final : public detail::PlanImpl {
     num_merge_rows_ = static_cast<int>(rows.size());
     int max_parts = 0;
     for (const MergeRow& r : rows) max_parts = std::max(max_parts, r.num_parts);
-    // deterministic: the most column blocks, whatever the batch (the split sets which partitions a
-    // merge thread folds, so it must not depend on the call)
-    merge_split_ = opt.deterministic ? tuning::deterministic_merge_split(D_) : tuning::merge_split(D_, num_merge_rows_, in.num_sms, env);
+    // deterministic: the groups of D / 64 column blocks, whatever the batch (a row's groups set which
+    // partitions each fold takes, so they must not depend on the call); the CTAs may hold fewer, wider
+    // blocks (merge_kernel's kGroupSplit: the same bits). At D = 128 / 256 they take merge_split's blocks,
+    // the most that fit one wave: 4 blocks of a 128-row call (the seed's T = 8) took 4 waves, 15.9 us a
+    // layer, where one block per row takes 9.7 (run dm1, H100); other widths keep D / 64 (192's 32 groups
+    // do not divide over 1 or 2 blocks).
+    merge_split_ = tuning::merge_split(D_, num_merge_rows_, in.num_sms, env);
+    merge_group_split_ = merge_split_;
+    if (opt.deterministic) {
+      merge_group_split_ = tuning::deterministic_merge_split(D_);
+      merge_split_ = D_ == 128 || D_ == 256 ? std::min(merge_split_, merge_group_split_) : merge_group_split_;
+    }
     merge_batch_ = tuning::merge_batch(D_, merge_split_, max_parts, num_merge_rows_, in.num_sms, env);
-    deterministic_ = opt.deterministic;
-    merge_rowwise_ = opt.deterministic && tuning::merge_rowwise(num_merge_rows_, merge_split_, in.num_sms, env);
+    merge_rowwise_ = opt.deterministic && tuning::merge_rowwise(num_merge_rows_, merge_group_split_, in.num_sms, env);
 
     // --- metadata to the device (read by run) ----------------------------------------------------
     // NOTE: copied into plan-owned vectors first: if the caller's buffers are pinned, cudaMemcpyAsync
@@ -573,8 +572,8 @@ class CudaPlan final : public detail::PlanImpl {
     if (num_merge_rows_ > 0) {
       if (merge_rowwise_)
         launch_merge_rows(P, D_, num_merge_rows_, stream_, pdl_);
-      else if (!deterministic_ || !launch_merge_det(P, D_, num_merge_rows_, stream_, pdl_))
-        launch_merge(P, D_, num_merge_rows_, merge_split_, merge_batch_, stream_, pdl_);
+      else
+        launch_merge(P, D_, num_merge_rows_, merge_split_, merge_batch_, merge_group_split_, stream_, pdl_);
       PA_CUDA_CHECK(cudaGetLastError());
     }
     if (P.scores != nullptr && num_score_tiles_ > 0) {
@@ -662,9 +661,9 @@ class CudaPlan final : public detail::PlanImpl {
   std::vector<std::size_t> smem_;
   int num_merge_rows_ = 0;
   int merge_split_ = 1;  // merge CTAs per row (column blocks)
+  int merge_group_split_ = 1;  // the column blocks whose partition groups the merge folds (deterministic: D / 64)
   int merge_batch_ = 1;  // partition loads in flight per merge thread
   bool merge_rowwise_ = false;  // deterministic mode, many rows: merge_rows_kernel (tuning::merge_rowwise)
-  bool deterministic_ = false;  // Options::deterministic of the plan (the merge's groups: launch_merge_det)
   std::vector<std::vector<uint8_t>> host_;  // plan-owned copies of the host metadata (see upload)
   std::vector<MergeRow> merge_rows_;
   int num_score_tiles_ = 0;

@@ -279,9 +279,11 @@ TEST(Cuda, InvariantModeMatchesTheOracle) {
 
 // Deterministic mode's two merge kernels (tuning::merge_rowwise: a CTA per row and column block for
 // calls of up to a wave of them, a thread per 4 columns past that) give the same bits: each case runs
-// with either forced, out and lse compared byte for byte. 64-key partitions put up to ~190 partitions
-// on a row (several per merge group, chunks starting mid-group: MergeRow::part0). The batch suites
-// above compare the two across calls too (a batch of many rows against its sequences alone).
+// with either forced, out and lse compared byte for byte, and merge_kernel in each of its layouts (the
+// mode's D / 64 column blocks per row, and at D = 128 / 256 one or two blocks whose threads fold the
+// groups of several: PAGEDATTN_MERGE_SPLIT). 64-key partitions put up to ~190 partitions on a row
+// (several per merge group, chunks starting mid-group: MergeRow::part0). The batch suites above compare
+// the kernels across calls too (a batch of many rows against its sequences alone).
 TEST(Cuda, InvariantMergeKernelsAgree) {
   REQUIRE_GPU();
   Options opt{Backend::cuda};
@@ -298,10 +300,20 @@ TEST(Cuda, InvariantMergeKernelsAgree) {
     cfg.p_lse = 0.5;
     cfg.p_scores = 0.3;  // the scores kernel reads the merge's row statistics
     const Case c = make_random_case(seed0 + i, cfg);
-    Case by_cta = c, by_thread = c;
+    Case by_cta = c, by_thread = c, by_row = c, by_halves = c;
     {
       EnvGuard e("PAGEDATTN_MERGE_ROWWISE", "0");
       run_cuda(by_cta, opt);
+      EnvGuard one("PAGEDATTN_MERGE_SPLIT", "1");
+      {
+        DeviceCase d(by_row);  // (192's groups do not divide over fewer blocks: it keeps D / 64 = 3)
+        const PlanInfo info = plan(d.params(), opt).info();
+        ASSERT_EQ(info.merge_split, info.head_width == 192 ? 3 : 1)
+            << "PAGEDATTN_MERGE_SPLIT=1 did not take effect at width " << info.head_width;
+      }
+      run_cuda(by_row, opt);
+      EnvGuard two("PAGEDATTN_MERGE_SPLIT", "2");
+      run_cuda(by_halves, opt);
     }
     {
       EnvGuard e("PAGEDATTN_MERGE_ROWWISE", "1");
@@ -312,9 +324,12 @@ TEST(Cuda, InvariantMergeKernelsAgree) {
       run_cuda(by_thread, opt);
     }
     tally.compare(c, by_cta, by_thread, "the merge kernels");
+    tally.compare(c, by_row, by_thread, "one merge CTA per row and the row-wise merge");
+    tally.compare(c, by_halves, by_thread, "two merge CTAs per row and the row-wise merge");
   }
-  std::printf("[invariant-merge-kernels] %d tokens' rows: %d differ between the merge kernels; lse %d cases, "
-              "scores %d cases differ\n", tally.rows, tally.differ, tally.lse_differ, tally.scores_differ);
+  std::printf("[invariant-merge-kernels] %d tokens' rows compared (merge_kernel's 3 layouts against the row-wise "
+              "merge): %d differ; lse %d cases, scores %d cases differ\n", tally.rows, tally.differ, tally.lse_differ,
+              tally.scores_differ);
 }
 
 // Deterministic mode's f16/bf16 chunks on the key-split Hopper kernel (tuning::deterministic_split): on an
