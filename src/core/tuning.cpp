@@ -205,7 +205,8 @@ bool wide_chunks(int head_size, int key_tile, bool wide_fits, const Overrides& o
 // Merge CTAs per row: split the row's columns while the merge grid stays within one CTA per SM. Few
 // rows (decode): more, shorter CTAs (8k T=1: 1.14x faster than whole rows); many rows: a large merge
 // grid holds the SMs that the next grid's CTAs need (8k T=8: 1.17x slower with 512 merge CTAs). (H200,
-// same-run A/B in runs s3c and s3d.)
+// same-run A/B in runs s3c and s3d.) Deterministic mode takes it too at D = 128 / 256, its groups kept
+// (run dm2, H100: 0.78-0.97x the time of its fixed D / 64 blocks at T = 8).
 int merge_split(int head_size, int64_t merge_rows, int num_sms, const Overrides& o) {
   if (o.merge_split > 0 && o.merge_split <= std::max(1, head_size / 64)) return o.merge_split;
   int split = 1;

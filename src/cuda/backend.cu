@@ -416,8 +416,9 @@ class CudaPlan final : public detail::PlanImpl {
     // partitions each fold takes, so they must not depend on the call); the CTAs may hold fewer, wider
     // blocks (merge_kernel's kGroupSplit: the same bits). At D = 128 / 256 they take merge_split's blocks,
     // the most that fit one wave: 4 blocks of a 128-row call (the seed's T = 8) took 4 waves, 15.9 us a
-    // layer, where one block per row takes 9.7 (run dm1, H100); other widths keep D / 64 (192's 32 groups
-    // do not divide over 1 or 2 blocks).
+    // layer, where one block per row takes 9.6; the seed's rows 0.78-0.97x their time at T = 8, level at
+    // T = 1-2 (the rule keeps 4 there: one block took 9.2 us against 6.0) (runs dm1, dm2, H100). Other
+    // widths keep D / 64 (192's 32 groups do not divide over 1 or 2 blocks).
     merge_split_ = tuning::merge_split(D_, num_merge_rows_, in.num_sms, env);
     merge_group_split_ = merge_split_;
     if (opt.deterministic) {
