@@ -267,5 +267,90 @@ __global__ void __launch_bounds__(kMergeRowThreads, 3) merge_rows_kernel(const _
   merge_store(P, mr, col, Mt, dt, a);
 }
 
+// EXPERIMENT: deterministic mode's merge of many rows by quads. Four adjacent threads per 4 columns of a
+// row, each folding a quarter of the row's groups (merge_kernel's, in partition order, 8 partition loads
+// in flight per round); the row's max from the quad's group maxima (two shuffles: exact in any order),
+// then the groups combined in group order along the quad (each thread its own in turn, the running sum
+// passed on by shuffles), so the bits are merge_kernel's. Two round trips at 64 partitions, no shared
+// memory and no CTA barrier.
+// kLanes (4 or 8) threads per 4 columns, CTAs of kLanes * 64 threads.
+constexpr int merge_quad_threads(int lanes) { return lanes * 64; }
+template <int D, int kLanes>
+__global__ void __launch_bounds__(merge_quad_threads(kLanes), 2) merge_quads_kernel(const __grid_constant__ FwdParams P,
+                                                                                    int num_rows) {
+  constexpr int kCols4 = D / 4;
+  constexpr int kRowsPerCta = merge_quad_threads(kLanes) / kLanes / kCols4;  // (D = 80: 3 rows; 16 threads idle)
+  static_assert(kRowsPerCta >= 1, "merge quads: D <= 256");
+  constexpr int kGroupsM = merge_groups(D, tuning::deterministic_merge_split(D));  // merge_kernel's
+  constexpr int kPerLane = (kGroupsM + kLanes - 1) / kLanes;
+  const int q = static_cast<int>(threadIdx.x) % kLanes;                  // the thread's place in its quad
+  const int quad0 = static_cast<int>(threadIdx.x & 31) & ~(kLanes - 1);  // its quad's first lane
+  const int lr = static_cast<int>(threadIdx.x) / kLanes / kCols4, c4 = static_cast<int>(threadIdx.x) / kLanes % kCols4;
+  const int r = static_cast<int>(blockIdx.x) * kRowsPerCta + lr, col = c4 * 4;
+  const bool live = lr < kRowsPerCta && r < num_rows;
+  const MergeRow mr = P.merge_rows[live ? r : num_rows - 1];  // plan data: before the wait
+  const float* ml = P.ws_ml + (static_cast<int64_t>(mr.slot) * P.slot_rows + mr.row) * 2;
+  const int64_t wo = (static_cast<int64_t>(mr.slot) * P.slot_rows + mr.row) * D + col;  // (load_partial4)
+  const int64_t kMlStride = static_cast<int64_t>(P.slot_rows) * 2;
+  const int64_t kOStride = static_cast<int64_t>(P.slot_rows) * D;
+  int first[kPerLane];  // the first partition of each of the thread's groups q kPerLane + j
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) {
+    const int g = q * kPerLane + j;
+    first[j] = g < kGroupsM ? merge_group_first<kGroupsM>(g, mr.part0) : mr.num_parts;
+  }
+  pdl_wait();
+  const float sink2 = merge_sink_log2(P, mr);
+  const float vscale = partial_value_scale(P, mr.head);
+  MergeState st[kPerLane];
+  auto fold_all = [&](auto half_tag) {
+    constexpr bool kHalf = decltype(half_tag)::value;
+    using Raw = std::conditional_t<kHalf, uint2, float4>;  // (f16 partials stay raw bytes until their fold)
+    for (int k = 0; k * kGroupsM < mr.num_parts; ++k) {
+      float2 mlb[kPerLane];
+      Raw vb[kPerLane];
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j) {
+        const int p = first[j] + k * kGroupsM;
+        mlb[j] = make_float2(-INFINITY, 0.0f);
+        vb[j] = Raw{};
+        if (p < mr.num_parts) {
+          mlb[j] = __ldcg(reinterpret_cast<const float2*>(ml + p * kMlStride));
+          if constexpr (kHalf) vb[j] = load_half_partial4(P, wo + p * kOStride);
+          else vb[j] = __ldcg(reinterpret_cast<const float4*>(P.ws_o + wo + p * kOStride));
+        }
+      }
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j) {
+        if constexpr (kHalf) merge_fold(st[j], mlb[j], half_partial4(vb[j], mlb[j].y * vscale));
+        else merge_fold(st[j], mlb[j], vb[j]);
+      }
+    }
+  };
+  if (P.ws_half) fold_all(std::true_type{});
+  else fold_all(std::false_type{});
+  float mx = -INFINITY;
+#pragma unroll
+  for (int j = 0; j < kPerLane; ++j) mx = fmaxf(mx, st[j].m);
+#pragma unroll
+  for (int x = 1; x < kLanes; x *= 2) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, x));
+  const float Mt = fmaxf(sink2, mx);
+  float dt = sink2 == -INFINITY ? 0.0f : exp2f(sink2 - Mt);
+  float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+  for (int k = 0; k < kLanes; ++k) {
+    if (q == k) {
+#pragma unroll
+      for (int j = 0; j < kPerLane; ++j)
+        if (k * kPerLane + j < kGroupsM) merge_combine(dt, a, Mt, make_float2(st[j].m, st[j].den), st[j].acc);
+    }
+    dt = __shfl_sync(0xffffffffu, dt, quad0 + k);
+    a = make_float4(__shfl_sync(0xffffffffu, a.x, quad0 + k), __shfl_sync(0xffffffffu, a.y, quad0 + k),
+                    __shfl_sync(0xffffffffu, a.z, quad0 + k), __shfl_sync(0xffffffffu, a.w, quad0 + k));
+  }
+  pdl_launch_dependents();
+  if (live && q == 0) merge_store(P, mr, col, Mt, dt, a);
+}
+
 }  // namespace cuda
 }  // namespace pagedattn
