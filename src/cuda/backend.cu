@@ -71,17 +71,6 @@ void launch_merge_d(const FwdParams& P, int num_rows, int batch, cudaStream_t st
 // rows per CTA.
 template <int D>
 void launch_merge_rows_d(const FwdParams& P, int num_rows, cudaStream_t stream, bool pdl) {
-  // EXPERIMENT (PAGEDATTN_MERGE_QUADS=0: merge_rows_kernel; 4 / 8: lanes per 4 columns, default 4)
-  static const int quads = [] { const char* e = std::getenv("PAGEDATTN_MERGE_QUADS"); return e ? std::atoi(e) : 4; }();
-  if (quads == 4 || quads == 8) {
-    const int rows_per_cta = 64 / (D / 4);
-    const dim3 grid(static_cast<unsigned>((num_rows + rows_per_cta - 1) / rows_per_cta));
-    if (quads == 4)
-      launch_ex(merge_quads_kernel<D, 4>, grid, dim3(merge_quad_threads(4)), 0, stream, pdl, P, num_rows);
-    else
-      launch_ex(merge_quads_kernel<D, 8>, grid, dim3(merge_quad_threads(8)), 0, stream, pdl, P, num_rows);
-    return;
-  }
   constexpr int kRows = merge_rows_per_cta(D);  // (whole rows per CTA)
   const dim3 grid(static_cast<unsigned>((num_rows + kRows - 1) / kRows)), block(kMergeRowThreads);
   launch_ex(merge_rows_kernel<D>, grid, block, 0, stream, pdl, P, num_rows);
