@@ -1,7 +1,8 @@
 """Per row (kv, seqs, context, T) of a bench/cpu_ab.sh run: each side's median over the rounds, new / base,
 the per-round ratios' range and each side's T/T1.
-    usage: python3 bench/cpu_ab_table.py LOGS_DIR     (LOGS_DIR/{base,new}_r<i>.json)"""
+    usage: python3 bench/cpu_ab_table.py LOGS_DIR     (LOGS_DIR/{base,new}_r<i>.json, or .json.gz as committed)"""
 import glob
+import gzip
 import json
 import os
 import statistics
@@ -10,8 +11,10 @@ import sys
 
 def load(logs, side):
     runs = []
-    for f in sorted(glob.glob(os.path.join(logs, f"{side}_r*.json"))):
-        rows = json.load(open(f))["rows"]
+    files = glob.glob(os.path.join(logs, f"{side}_r*.json")) or glob.glob(os.path.join(logs, f"{side}_r*.json.gz"))
+    for f in sorted(files):
+        with (gzip.open(f, "rt") if f.endswith(".gz") else open(f)) as fh:
+            rows = json.load(fh)["rows"]
         runs.append({(r["kv"], r["seqs"], r["context"], r["T"]): r["us"] for r in rows})
     return runs
 

@@ -38,15 +38,18 @@ extra=""
 for p in ${INV_PARTITIONS:-}; do extra="$extra deterministic_p$p"; done
 [ -e "$out/deterministic_fwd_long.json" ] && extra="$extra deterministic_fwd"
 python3 - "$out" $extra <<'PY'
-import glob, json, os, sys
+import glob, gzip, json, os, sys
 d = sys.argv[1]
 extra = sys.argv[2:]
-def load(tag):  # the tag's own files only ("default_*" would also match "default_again_*")
+def load(tag):  # the tag's own files only ("default_*" would also match "default_again_*"); committed runs: .json.gz
     rows = {}
     for f in [f"{d}/{tag}_{part}.json" for part in ("long", "8k", "batch1", "batch4", "batch8")]:
+        if not os.path.exists(f) and os.path.exists(f + ".gz"):
+            f += ".gz"
         if not os.path.exists(f):
             continue
-        j = json.load(open(f))
+        with (gzip.open(f, "rt") if f.endswith(".gz") else open(f)) as fh:
+            j = json.load(fh)
         for r in j["rows"]:
             rows[(r["seqs"], r["context"], r["kv"], r["T"])] = r
     return rows
