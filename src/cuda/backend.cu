@@ -466,17 +466,13 @@ class CudaPlan final : public detail::PlanImpl {
     }
     if (p.scores.present())  // each row's final (max', den), for the scores pass
       row_stats_.alloc(std::max<std::size_t>(static_cast<std::size_t>(sb[num_seqs]) * H_ * 2 * sizeof(float), 16));
-    // EXPERIMENT (PAGEDATTN_SLOT_PAD=N, default 0): N padding rows per partial slot, so that a row's partials
-    // (one per slot) do not lie a power of two apart (16 / 32 KB at the batch's 32 / 64-row f16 slots).
-    static const int slot_pad = [] { const char* e = std::getenv("PAGEDATTN_SLOT_PAD"); return e ? std::atoi(e) : 0; }();
-    slot_pitch_ = wl_.slot_rows + std::max(0, std::min(slot_pad, 16));
-    const std::size_t ws_bytes = static_cast<std::size_t>(wl_.num_slots) * slot_pitch_ * D_ * sizeof(float);
+    const std::size_t ws_bytes = static_cast<std::size_t>(wl_.num_slots) * wl_.slot_rows * D_ * sizeof(float);
     if (ws_bytes > (std::size_t{4} << 30))
       throw UnsupportedError("the partials workspace would take " + std::to_string(ws_bytes >> 20) +
                              " MiB (" + std::to_string(wl_.num_slots) +
                              " partition slots): raise Options::partition_tokens or leave deterministic mode off");
     ws_o_.alloc(ws_bytes + 16);
-    ws_ml_.alloc(static_cast<std::size_t>(wl_.num_slots) * slot_pitch_ * 2 * sizeof(float) + 16);
+    ws_ml_.alloc(static_cast<std::size_t>(wl_.num_slots) * wl_.slot_rows * 2 * sizeof(float) + 16);
 
     scale_ = p.scale && *p.scale != 0.0f ? *p.scale : 1.0f / std::sqrt(static_cast<float>(Dk_));
   }
@@ -542,7 +538,7 @@ class CudaPlan final : public detail::PlanImpl {
     P.sliding_window = p.sliding_window;
     P.scale_log2 = scale_ * kLog2e;
     P.io_dtype = io_type(p.query.dtype);
-    P.slot_rows = slot_pitch_;  // (the kernels use it as the slots' pitch in rows only)
+    P.slot_rows = wl_.slot_rows;
     P.chunk_rows = wl_.chunk_rows;
     P.write_all = write_all_ ? 1 : 0;
     P.pdl_early_reads = pdl_ && early_reads_ ? 1 : 0;
@@ -666,7 +662,6 @@ class CudaPlan final : public detail::PlanImpl {
   std::vector<std::size_t> smem_;
   int num_merge_rows_ = 0;
   int merge_split_ = 1;  // merge CTAs per row (column blocks)
-  int slot_pitch_ = 16;  // rows per partial slot in the workspace: wl_.slot_rows + PAGEDATTN_SLOT_PAD
   int merge_group_split_ = 1;  // the column blocks whose partition groups the merge folds (deterministic: D / 64)
   int merge_batch_ = 1;  // partition loads in flight per merge thread
   bool merge_rowwise_ = false;  // deterministic mode, many rows: merge_rows_kernel (tuning::merge_rowwise)
