@@ -352,6 +352,27 @@ TEST(Tuning, MergeSplit) {
   EXPECT_EQ(merge_split(256, 4, 132, o), 1);
 }
 
+TEST(Tuning, DeterministicMergeBlocks) {
+  const Overrides none;
+  // the groups stay D / 64 blocks' (deterministic_merge_split); the CTAs take the most blocks in one wave
+  EXPECT_EQ(deterministic_merge_split(256), 4);
+  EXPECT_EQ(deterministic_merge_blocks(256, 16, 132, none), 4);   // the seed's T = 1: 64 CTAs
+  EXPECT_EQ(deterministic_merge_blocks(256, 64, 132, none), 2);   // T = 4: 128 CTAs
+  EXPECT_EQ(deterministic_merge_blocks(256, 128, 132, none), 1);  // T = 8: 128 CTAs (not 4 waves of 512)
+  EXPECT_EQ(deterministic_merge_blocks(128, 16, 132, none), 2);
+  EXPECT_EQ(deterministic_merge_blocks(128, 128, 132, none), 1);
+  EXPECT_EQ(deterministic_merge_blocks(192, 128, 132, none), 3);  // 32 groups: not over 1 or 2 blocks
+  EXPECT_EQ(deterministic_merge_blocks(64, 4, 132, none), 1);
+  EXPECT_EQ(deterministic_merge_blocks(80, 4, 132, none), 1);
+  Overrides o;
+  o.merge_split = 1;  // PAGEDATTN_MERGE_SPLIT: the blocks, never the groups
+  EXPECT_EQ(deterministic_merge_blocks(256, 4, 132, o), 1);
+  EXPECT_EQ(deterministic_merge_blocks(192, 4, 132, o), 3);
+  o.merge_split = 4;
+  EXPECT_EQ(deterministic_merge_blocks(256, 512, 132, o), 4);
+  EXPECT_EQ(deterministic_merge_blocks(128, 512, 132, o), 1);  // 4 > D / 64 there: the rule
+}
+
 TEST(Tuning, MergeBatch) {
   const Overrides none;
   // D = 256, split 1: 512 threads over 64 float4 chunks, 8 partition groups

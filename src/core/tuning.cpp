@@ -214,6 +214,16 @@ int merge_split(int head_size, int64_t merge_rows, int num_sms, const Overrides&
   return split;
 }
 
+// A 128-row call (the seed's T = 8) on 4 blocks per row took 4 waves of one-per-SM merge CTAs, 15.9 us a
+// layer, where one block per row takes 9.6; on this rule the seed's rows take 0.78-0.97x their time at
+// T = 8, level at T = 1-2, where it keeps 4 blocks (one took 9.2 us against 6.0) (runs dm1, dm2, H100).
+// D = 192's 32 groups do not divide over 1 or 2 blocks: it keeps 3.
+int deterministic_merge_blocks(int head_size, int64_t merge_rows, int num_sms, const Overrides& o) {
+  const int groups_split = deterministic_merge_split(head_size);
+  if (head_size != 128 && head_size != 256) return groups_split;
+  return std::min(merge_split(head_size, merge_rows, num_sms, o), groups_split);
+}
+
 // Partition loads in flight per merge thread: as many as a thread folds (one batch), of 1, 4 or 8. More
 // costs registers (32, 52, 74), so fewer merge CTAs per SM: the 32 x 8k batch, 1-3 partitions per row,
 // was 1.5-3.4% slower with 4 (run s9a); 8 only while the merge grid fits one CTA per SM. (Run s9a, batch

@@ -414,17 +414,10 @@ class CudaPlan final : public detail::PlanImpl {
     for (const MergeRow& r : rows) max_parts = std::max(max_parts, r.num_parts);
     // deterministic: the groups of D / 64 column blocks, whatever the batch (a row's groups set which
     // partitions each fold takes, so they must not depend on the call); the CTAs may hold fewer, wider
-    // blocks (merge_kernel's kGroupSplit: the same bits). At D = 128 / 256 they take merge_split's blocks,
-    // the most that fit one wave: 4 blocks of a 128-row call (the seed's T = 8) took 4 waves, 15.9 us a
-    // layer, where one block per row takes 9.6; the seed's rows 0.78-0.97x their time at T = 8, level at
-    // T = 1-2 (the rule keeps 4 there: one block took 9.2 us against 6.0) (runs dm1, dm2, H100). Other
-    // widths keep D / 64 (192's 32 groups do not divide over 1 or 2 blocks).
-    merge_split_ = tuning::merge_split(D_, num_merge_rows_, in.num_sms, env);
-    merge_group_split_ = merge_split_;
-    if (opt.deterministic) {
-      merge_group_split_ = tuning::deterministic_merge_split(D_);
-      merge_split_ = D_ == 128 || D_ == 256 ? std::min(merge_split_, merge_group_split_) : merge_group_split_;
-    }
+    // blocks (merge_kernel's kGroupSplit: the same bits; tuning::deterministic_merge_blocks)
+    merge_split_ = opt.deterministic ? tuning::deterministic_merge_blocks(D_, num_merge_rows_, in.num_sms, env)
+                                     : tuning::merge_split(D_, num_merge_rows_, in.num_sms, env);
+    merge_group_split_ = opt.deterministic ? tuning::deterministic_merge_split(D_) : merge_split_;
     merge_batch_ = tuning::merge_batch(D_, merge_split_, max_parts, num_merge_rows_, in.num_sms, env);
     merge_rowwise_ = opt.deterministic && tuning::merge_rowwise(num_merge_rows_, merge_group_split_, in.num_sms, env);
 
