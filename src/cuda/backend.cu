@@ -418,7 +418,9 @@ class CudaPlan final : public detail::PlanImpl {
     merge_split_ = opt.deterministic ? tuning::deterministic_merge_blocks(D_, num_merge_rows_, in.num_sms, env)
                                      : tuning::merge_split(D_, num_merge_rows_, in.num_sms, env);
     merge_group_split_ = opt.deterministic ? tuning::deterministic_merge_split(D_) : merge_split_;
-    merge_batch_ = tuning::merge_batch(D_, merge_split_, max_parts, num_merge_rows_, in.num_sms, env);
+    merge_batch_ = merge_group_split_ != merge_split_  // (launch_merge_d: 8 loads in flight over a thread's groups)
+                       ? 8
+                       : tuning::merge_batch(D_, merge_split_, max_parts, num_merge_rows_, in.num_sms, env);
     merge_rowwise_ = opt.deterministic && tuning::merge_rowwise(num_merge_rows_, merge_group_split_, in.num_sms, env);
 
     // --- metadata to the device (read by run) ----------------------------------------------------
