@@ -112,21 +112,23 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_const
   // values that merge_fold() skips.
   // group gm folds the partitions p with (part0 + p) % kGroupsM == gm (part0: MergeRow); this thread's
   // groups are g + j * kThreadGroups
+  // (kPer = 1: p = p0 + b kGroupsM, the loop of the layout without kGroupSplit, instruction for instruction)
   int first[kPer];
-  int first_min = kGroupsM;
+  first[0] = merge_group_first<kGroupsM>(g, mr.part0);
+  int first_min = first[0];
 #pragma unroll
-  for (int j = 0; j < kPer; ++j) {
+  for (int j = 1; j < kPer; ++j) {
     first[j] = merge_group_first<kGroupsM>(g + j * kThreadGroups, mr.part0);
     first_min = min(first_min, first[j]);
   }
-  for (int k = 0; grouped && first_min + k * kGroupsM < mr.num_parts; k += kBatch) {
+  for (int p0 = first_min; grouped && p0 < mr.num_parts; p0 += kGroupsM * kBatch) {
     float2 mlb[kPer][kBatch];
     float4 vb[kPer][kBatch];
 #pragma unroll
     for (int j = 0; j < kPer; ++j) {
 #pragma unroll
       for (int b = 0; b < kBatch; ++b) {
-        const int p = first[j] + (k + b) * kGroupsM;
+        const int p = first[j] + (p0 - first_min) + b * kGroupsM;
         mlb[j][b] = make_float2(-INFINITY, 0.0f);
         vb[j][b] = make_float4(0.f, 0.f, 0.f, 0.f);
         if (p < mr.num_parts) {
