@@ -217,11 +217,12 @@ int merge_split(int head_size, int64_t merge_rows, int num_sms, const Overrides&
 // A 128-row call (the seed's T = 8) on 4 blocks per row took 4 waves of one-per-SM merge CTAs, 15.9 us a
 // layer, where one block per row takes 9.6; on this rule the seed's rows take 0.78-0.97x their time at
 // T = 8, level at T = 1-2, where it keeps 4 blocks (one took 9.2 us against 6.0) (runs dm1, dm2, H100).
-// D = 192's 32 groups do not divide over 1 or 2 blocks: it keeps 3.
+// Fewer blocks only where each thread gets whole groups (merge_kernel's static_assert): D = 192's 32
+// groups do not divide over the 10 / 21 thread groups of 1 / 2 blocks, so it keeps 3.
 int deterministic_merge_blocks(int head_size, int64_t merge_rows, int num_sms, const Overrides& o) {
   const int groups_split = deterministic_merge_split(head_size);
-  if (head_size != 128 && head_size != 256) return groups_split;
-  return std::min(merge_split(head_size, merge_rows, num_sms, o), groups_split);
+  const int split = std::min(merge_split(head_size, merge_rows, num_sms, o), groups_split);
+  return merge_groups(head_size, groups_split) % merge_groups(head_size, split) == 0 ? split : groups_split;
 }
 
 // Partition loads in flight per merge thread: as many as a thread folds (one batch), of 1, 4 or 8. More

@@ -152,8 +152,8 @@ PA_HD constexpr int deterministic_merge_split(int head_size) { return head_size 
 /// Merge CTAs per row (column blocks): 1, 2 or 4 (<= D / 64).
 int merge_split(int head_size, int64_t merge_rows, int num_sms, const Overrides& o);
 /// Deterministic mode's merge CTAs per row: its groups stay those of deterministic_merge_split's blocks
-/// (merge_kernel's kGroupSplit), its CTAs take merge_split's blocks where those groups divide over them
-/// (D = 128, 256); other widths keep deterministic_merge_split.
+/// (merge_kernel's kGroupSplit), its CTAs take merge_split's blocks where those groups divide over the
+/// blocks' thread groups (D = 128, 256); other widths keep deterministic_merge_split.
 int deterministic_merge_blocks(int head_size, int64_t merge_rows, int num_sms, const Overrides& o);
 /// Partition loads in flight per merge thread: 1, 4 or 8. `max_parts`: the most partitions of a row.
 int merge_batch(int head_size, int split, int max_parts, int64_t merge_rows, int num_sms, const Overrides& o);
