@@ -44,6 +44,9 @@ rm -f "$root/.prebuilt/bin.tar.xz"
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 targets=${PREBUILD_TARGETS:-pagedattn test_cuda}
+# the Debian packages the configure step needs (CLI11, nlohmann-json, gtest), installed when root: a fresh
+# machine has them only after scripts/test.sh
+(source "$root/scripts/setup.sh" && pagedattn_install_packages)
 # shellcheck disable=SC2086
 configure_build "$root" "$build" $targets
 mkdir -p "$stage/main/tests"
