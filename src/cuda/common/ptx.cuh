@@ -37,6 +37,16 @@ template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
+// cp_async_wait<N> for an N known at run time (0..4; more waits for all)
+__device__ __forceinline__ void cp_async_wait_upto(int n) {
+  switch (n) {
+    case 4: cp_async_wait<4>(); break;
+    case 3: cp_async_wait<3>(); break;
+    case 2: cp_async_wait<2>(); break;
+    case 1: cp_async_wait<1>(); break;
+    default: cp_async_wait<0>(); break;
+  }
+}
 // Every cp.async of this thread, committed to a group or not (mbarrier-tracked copies are not).
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 

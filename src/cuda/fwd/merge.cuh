@@ -218,23 +218,35 @@ __global__ void __launch_bounds__(kMergeRowThreads, 3) merge_rows_kernel(const _
   float2* ml_s = reinterpret_cast<float2*>(stage_s + kMergeStageBytes) + lr * kMergeStageParts;
   pdl_wait();
   float m = -INFINITY;
+  // the staged copies in kStageBatches commit groups after the (m, l) group, one per batch of kGroupBatch
+  // groups, so that batch b folds while the later batches land
+  constexpr int kStageBatches = (kGroupsM + kGroupBatch - 1) / kGroupBatch;
+  const int rounds = (mr.num_parts + kGroupsM - 1) / kGroupsM;  // partitions per group, at most
+  const int u = static_cast<int>(threadIdx.x);
   if (staged) {
     for (int p = c4; p < mr.num_parts; p += kCols4) cp_async_8(&ml_s[p], ml + p * kMlStride);
-    const int u = static_cast<int>(threadIdx.x);
-    if (P.ws_half) {  // each thread copies its pair's 16 bytes for every other partition
-      const __half* src = reinterpret_cast<const __half*>(P.ws_o) + wo - (c4 % 2) * 4;
-      for (int p = c4 % 2; p < mr.num_parts; p += 2)
-        cp_async_16_full(smem_u32(stage_s + (p * kMergeRowThreads + u / 2 * 2) * 8), src + p * kOStride);
-    } else {
-      for (int p = 0; p < mr.num_parts; ++p)
-        cp_async_16_full(smem_u32(stage_s + (p * kMergeRowThreads + u) * 16), P.ws_o + wo + p * kOStride);
-    }
     cp_async_commit();
+    for (int bi = 0; bi < kStageBatches; ++bi) {
+      for (int j = 0; j < rounds; ++j) {
+        for (int b = 0; b < kGroupBatch && bi * kGroupBatch + b < kGroupsM; ++b) {
+          const int p = merge_group_first<kGroupsM>(bi * kGroupBatch + b, mr.part0) + j * kGroupsM;
+          if (p >= mr.num_parts) continue;
+          if (P.ws_half) {  // a pair of threads copies its 16 bytes, the thread of p's parity
+            if (p % 2 == c4 % 2)
+              cp_async_16_full(smem_u32(stage_s + (p * kMergeRowThreads + u / 2 * 2) * 8),
+                               reinterpret_cast<const __half*>(P.ws_o) + wo - (c4 % 2) * 4 + p * kOStride);
+          } else {
+            cp_async_16_full(smem_u32(stage_s + (p * kMergeRowThreads + u) * 16), P.ws_o + wo + p * kOStride);
+          }
+        }
+      }
+      cp_async_commit();
+    }
   } else if (live) {
     for (int p = c4; p < mr.num_parts; p += kCols4)
       m = fmaxf(m, __ldcg(reinterpret_cast<const float2*>(ml + p * kMlStride)).x);
   }
-  cp_async_wait_all();
+  cp_async_wait<kStageBatches>();  // the (m, l) group (threads that staged nothing pass)
   max_s[threadIdx.x] = m;
   __syncthreads();
   if (!live) {
@@ -255,18 +267,27 @@ __global__ void __launch_bounds__(kMergeRowThreads, 3) merge_rows_kernel(const _
   }
   float dt = sink2 == -INFINITY ? 0.0f : exp2f(sink2 - Mt);
   float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
-  if (staged) {  // each group folded in partition order, the groups combined in group order
-    const int u = static_cast<int>(threadIdx.x);
-    for (int g = 0; g < kGroupsM; ++g) {
-      MergeState st;
-      for (int p = merge_group_first<kGroupsM>(g, mr.part0); p < mr.num_parts; p += kGroupsM) {
-        const float2 mlp = ml_s[p];
-        const float4 v = P.ws_half ? half_partial4(*reinterpret_cast<const uint2*>(stage_s + (p * kMergeRowThreads + u) * 8),
-                                                   mlp.y * vscale)
-                                   : *reinterpret_cast<const float4*>(stage_s + (p * kMergeRowThreads + u) * 16);
-        merge_fold(st, mlp, v);
+  if (staged) {  // each group folded in partition order, kGroupBatch groups side by side; combined in group order
+#pragma unroll
+    for (int bi = 0; bi < kStageBatches; ++bi) {
+      cp_async_wait_upto(kStageBatches - 1 - bi);
+      if (P.ws_half) __syncwarp(3u << (u % 32 & 30));  // the pair's other thread copied half of them
+      MergeState st[kGroupBatch];
+      for (int j = 0; j < rounds; ++j) {
+#pragma unroll
+        for (int b = 0; b < kGroupBatch; ++b) {
+          const int p = merge_group_first<kGroupsM>(bi * kGroupBatch + b, mr.part0) + j * kGroupsM;
+          if (bi * kGroupBatch + b >= kGroupsM || p >= mr.num_parts) continue;
+          const float2 mlp = ml_s[p];
+          const float4 v = P.ws_half ? half_partial4(*reinterpret_cast<const uint2*>(stage_s + (p * kMergeRowThreads + u) * 8),
+                                                     mlp.y * vscale)
+                                     : *reinterpret_cast<const float4*>(stage_s + (p * kMergeRowThreads + u) * 16);
+          merge_fold(st[b], mlp, v);
+        }
       }
-      merge_combine(dt, a, Mt, make_float2(st.m, st.den), st.acc);
+#pragma unroll
+      for (int b = 0; b < kGroupBatch; ++b)
+        if (bi * kGroupBatch + b < kGroupsM) merge_combine(dt, a, Mt, make_float2(st[b].m, st[b].den), st[b].acc);
     }
     pdl_launch_dependents();
     merge_store(P, mr, col, Mt, dt, a);
@@ -274,7 +295,6 @@ __global__ void __launch_bounds__(kMergeRowThreads, 3) merge_rows_kernel(const _
   }
   // group g holds the partitions p = merge_group_first(g) + j kGroupsM. f16 partials stay raw bytes in
   // flight (2 registers per 4 columns) until their fold.
-  const int rounds = (mr.num_parts + kGroupsM - 1) / kGroupsM;
   auto fold_all = [&](auto half_tag) {
     constexpr bool kHalf = decltype(half_tag)::value;
     using Raw = std::conditional_t<kHalf, uint2, float4>;
