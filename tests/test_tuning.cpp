@@ -24,10 +24,9 @@ TEST(Tuning, OverridesDefaultWhenUnsetOrNotAValueTheyTake) {
                                               {"PAGEDATTN_WIDE_PREFILL", ""},
                                               {"PAGEDATTN_WG_SPLIT", "64"}, {"PAGEDATTN_MERGE_ROWWISE", "2"},
                                               {"PAGEDATTN_DETERMINISTIC_ROWS", "32"}, {"PAGEDATTN_HALF_ROWS", "1"},
-                                              {"PAGEDATTN_HALF_PARTIALS", "1"}, {"PAGEDATTN_MERGE_STAGE", "1"},
+                                              {"PAGEDATTN_HALF_PARTIALS", "1"},
                                               {"PAGEDATTN_DETERMINISTIC_SPLIT", "2"}})}) {
-    EXPECT_TRUE(o.early_reads && o.stale_max && o.prefill_mt2 && o.wgmma_u8 && o.half_rows && o.half_partials &&
-                o.merge_stage);
+    EXPECT_TRUE(o.early_reads && o.stale_max && o.prefill_mt2 && o.wgmma_u8 && o.half_rows && o.half_partials);
     EXPECT_EQ(o.wgmma, -1);
     EXPECT_EQ(o.wide_prefill, -1);
     EXPECT_EQ(o.merge_split, 0);
@@ -143,7 +142,6 @@ TEST(Tuning, OverridesParsed) {
   EXPECT_EQ(parse({{"PAGEDATTN_WG_SPLIT", "3"}}).wg_split, 3);
   EXPECT_EQ(parse({{"PAGEDATTN_MERGE_ROWWISE", "0"}}).merge_rowwise, 0);
   EXPECT_EQ(parse({{"PAGEDATTN_MERGE_ROWWISE", "1"}}).merge_rowwise, 1);
-  EXPECT_FALSE(parse({{"PAGEDATTN_MERGE_STAGE", "0"}}).merge_stage);
 }
 
 TEST(Tuning, HopperSplitSmall) {

@@ -30,8 +30,6 @@ struct Overrides {
   int merge_batch = 0;        // PAGEDATTN_MERGE_BATCH=1/4/8; 0 unset
   int merge_rowwise = -1;     // PAGEDATTN_MERGE_ROWWISE=0/1: deterministic mode's merge by CTA per row / by
                               // thread per 4 columns (the same bits); -1 unset
-  bool merge_stage = true;    // PAGEDATTN_MERGE_STAGE=0: merge_rows_kernel keeps every row on its register
-                              // rounds, none staged in shared memory (the same bits)
   int min_partition = 0;      // PAGEDATTN_MIN_PARTITION=N (a multiple of 64, 64-4096): the least keys per
                               // partition for every cache kind and head size; 0 unset
   int short_wave = -1;        // PAGEDATTN_SHORT_WAVE=0: no short-partition wave (short_wave_ctas_per_sm());

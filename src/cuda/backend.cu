@@ -70,38 +70,20 @@ void launch_merge_d(const FwdParams& P, int num_rows, int batch, cudaStream_t st
 // Deterministic mode's merge of many rows (tuning::merge_rowwise): one thread per 4 columns of a row, whole
 // rows per CTA.
 template <int D>
-void launch_merge_rows_d(const FwdParams& P, int num_rows, bool stage, cudaStream_t stream, bool pdl) {
+void launch_merge_rows_d(const FwdParams& P, int num_rows, cudaStream_t stream, bool pdl) {
   constexpr int kRows = merge_rows_per_cta(D);  // (whole rows per CTA)
   const dim3 grid(static_cast<unsigned>((num_rows + kRows - 1) / kRows)), block(kMergeRowThreads);
-  launch_ex(merge_rows_kernel<D>, grid, block, merge_rows_smem(D), stream, pdl, P, num_rows, stage);
+  launch_ex(merge_rows_kernel<D>, grid, block, 0, stream, pdl, P, num_rows);
 }
-// merge_rows_kernel's stage (dynamic shared memory past 48 KB): raised per plan, so every device in the
-// process gets the opt-in
-template <int D>
-cudaError_t prepare_merge_rows_d() {
-  return cudaFuncSetAttribute(merge_rows_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, merge_rows_smem(D));
-}
-cudaError_t prepare_merge_rows(int head_size) {
+void launch_merge_rows(const FwdParams& P, int head_size, int num_rows, cudaStream_t stream, bool pdl) {
   switch (head_size) {
-    case 64: return prepare_merge_rows_d<64>();
-    case 80: return prepare_merge_rows_d<80>();
-    case 96: return prepare_merge_rows_d<96>();
-    case 112: return prepare_merge_rows_d<112>();
-    case 128: return prepare_merge_rows_d<128>();
-    case 192: return prepare_merge_rows_d<192>();
-    case 256: return prepare_merge_rows_d<256>();
-    default: throw RuntimeError("merge: no row kernel for D=" + std::to_string(head_size));
-  }
-}
-void launch_merge_rows(const FwdParams& P, int head_size, int num_rows, bool stage, cudaStream_t stream, bool pdl) {
-  switch (head_size) {
-    case 64: launch_merge_rows_d<64>(P, num_rows, stage, stream, pdl); break;
-    case 80: launch_merge_rows_d<80>(P, num_rows, stage, stream, pdl); break;
-    case 96: launch_merge_rows_d<96>(P, num_rows, stage, stream, pdl); break;
-    case 112: launch_merge_rows_d<112>(P, num_rows, stage, stream, pdl); break;
-    case 128: launch_merge_rows_d<128>(P, num_rows, stage, stream, pdl); break;
-    case 192: launch_merge_rows_d<192>(P, num_rows, stage, stream, pdl); break;
-    case 256: launch_merge_rows_d<256>(P, num_rows, stage, stream, pdl); break;
+    case 64: launch_merge_rows_d<64>(P, num_rows, stream, pdl); break;
+    case 80: launch_merge_rows_d<80>(P, num_rows, stream, pdl); break;
+    case 96: launch_merge_rows_d<96>(P, num_rows, stream, pdl); break;
+    case 112: launch_merge_rows_d<112>(P, num_rows, stream, pdl); break;
+    case 128: launch_merge_rows_d<128>(P, num_rows, stream, pdl); break;
+    case 192: launch_merge_rows_d<192>(P, num_rows, stream, pdl); break;
+    case 256: launch_merge_rows_d<256>(P, num_rows, stream, pdl); break;
     default: throw RuntimeError("merge: no row kernel for D=" + std::to_string(head_size));
   }
 }
@@ -440,8 +422,6 @@ class CudaPlan final : public detail::PlanImpl {
                        ? 8
                        : tuning::merge_batch(D_, merge_split_, max_parts, num_merge_rows_, in.num_sms, env);
     merge_rowwise_ = opt.deterministic && tuning::merge_rowwise(num_merge_rows_, merge_group_split_, in.num_sms, env);
-    merge_stage_ = env.merge_stage;
-    if (merge_rowwise_) PA_CUDA_CHECK(prepare_merge_rows(D_));
 
     // --- metadata to the device (read by run) ----------------------------------------------------
     // NOTE: copied into plan-owned vectors first: if the caller's buffers are pinned, cudaMemcpyAsync
@@ -587,7 +567,7 @@ class CudaPlan final : public detail::PlanImpl {
     }
     if (num_merge_rows_ > 0) {
       if (merge_rowwise_)
-        launch_merge_rows(P, D_, num_merge_rows_, merge_stage_, stream_, pdl_);
+        launch_merge_rows(P, D_, num_merge_rows_, stream_, pdl_);
       else
         launch_merge(P, D_, num_merge_rows_, merge_split_, merge_batch_, merge_group_split_, stream_, pdl_);
       PA_CUDA_CHECK(cudaGetLastError());
@@ -680,7 +660,6 @@ class CudaPlan final : public detail::PlanImpl {
   int merge_group_split_ = 1;  // the column blocks whose partition groups the merge folds (deterministic: D / 64)
   int merge_batch_ = 1;  // partition loads in flight per merge thread
   bool merge_rowwise_ = false;  // deterministic mode, many rows: merge_rows_kernel (tuning::merge_rowwise)
-  bool merge_stage_ = true;  // merge_rows_kernel stages the rows whose partials fit (PAGEDATTN_MERGE_STAGE=0: none)
   std::vector<std::vector<uint8_t>> host_;  // plan-owned copies of the host metadata (see upload)
   std::vector<MergeRow> merge_rows_;
   int num_score_tiles_ = 0;

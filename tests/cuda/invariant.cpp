@@ -281,9 +281,7 @@ TEST(Cuda, InvariantModeMatchesTheOracle) {
 // calls of up to a wave of them, a thread per 4 columns past that) give the same bits: each case runs
 // with either forced, out and lse compared byte for byte, and merge_kernel in each of its layouts (the
 // mode's D / 64 column blocks per row, and at D = 128 / 256 one or two blocks whose threads fold the
-// groups of several: PAGEDATTN_MERGE_SPLIT), and merge_rows_kernel with and without its shared-memory stage
-// (PAGEDATTN_MERGE_STAGE=0; rows of up to 64 f16 / 32 f32 partials take the stage). 64-key partitions put
-// up to ~190 partitions on a row
+// groups of several: PAGEDATTN_MERGE_SPLIT). 64-key partitions put up to ~190 partitions on a row
 // (several per merge group, chunks starting mid-group: MergeRow::part0). The batch suites above compare
 // the kernels across calls too (a batch of many rows against its sequences alone).
 TEST(Cuda, InvariantMergeKernelsAgree) {
@@ -302,7 +300,7 @@ TEST(Cuda, InvariantMergeKernelsAgree) {
     cfg.p_lse = 0.5;
     cfg.p_scores = 0.3;  // the scores kernel reads the merge's row statistics
     const Case c = make_random_case(seed0 + i, cfg);
-    Case by_cta = c, by_thread = c, by_row = c, by_halves = c, by_rounds = c;
+    Case by_cta = c, by_thread = c, by_row = c, by_halves = c;
     {
       EnvGuard e("PAGEDATTN_MERGE_ROWWISE", "0");
       run_cuda(by_cta, opt);
@@ -324,16 +322,13 @@ TEST(Cuda, InvariantMergeKernelsAgree) {
         ASSERT_TRUE(plan(d.params(), opt).info().merge_rowwise) << "PAGEDATTN_MERGE_ROWWISE=1 did not take effect";
       }
       run_cuda(by_thread, opt);
-      EnvGuard rounds("PAGEDATTN_MERGE_STAGE", "0");  // (every row on the register rounds, none staged)
-      run_cuda(by_rounds, opt);
     }
     tally.compare(c, by_cta, by_thread, "the merge kernels");
-    tally.compare(c, by_rounds, by_thread, "the row-wise merge's register rounds and its staged rows");
     tally.compare(c, by_row, by_thread, "one merge CTA per row and the row-wise merge");
     tally.compare(c, by_halves, by_thread, "two merge CTAs per row and the row-wise merge");
   }
-  std::printf("[invariant-merge-kernels] %d tokens' rows compared (merge_kernel's 3 layouts and the register "
-              "rounds against the row-wise merge's staged rows): %d differ; lse %d cases, scores %d cases differ\n", tally.rows, tally.differ, tally.lse_differ,
+  std::printf("[invariant-merge-kernels] %d tokens' rows compared (merge_kernel's 3 layouts against the row-wise "
+              "merge): %d differ; lse %d cases, scores %d cases differ\n", tally.rows, tally.differ, tally.lse_differ,
               tally.scores_differ);
 }
 

@@ -28,24 +28,10 @@ __device__ __forceinline__ void cp_async_16_u32(uint32_t smem_addr, const void* 
 __device__ __forceinline__ void cp_async_16_full(uint32_t smem_addr, const void* gmem) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr), "l"(gmem) : "memory");
 }
-// An 8-byte global -> shared copy (through L1: .cg takes 16 bytes only).
-__device__ __forceinline__ void cp_async_8(void* smem, const void* gmem) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(smem_u32(smem)), "l"(gmem) : "memory");
-}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-// cp_async_wait<N> for an N known at run time (0..4; more waits for all)
-__device__ __forceinline__ void cp_async_wait_upto(int n) {
-  switch (n) {
-    case 4: cp_async_wait<4>(); break;
-    case 3: cp_async_wait<3>(); break;
-    case 2: cp_async_wait<2>(); break;
-    case 1: cp_async_wait<1>(); break;
-    default: cp_async_wait<0>(); break;
-  }
 }
 // Every cp.async of this thread, committed to a group or not (mbarrier-tracked copies are not).
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }

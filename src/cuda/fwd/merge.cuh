@@ -182,28 +182,17 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_const
 // 64 partials, 141 MB) took 93.5 us this way and 229.7 us when every thread read all of the row's m itself
 // and each group batch's rounds in turn: 5 round trips against 16 (H100, runs
 // 2026-12-07-rt1-36ab8e7-h100 and op1, kt.log).
-//
-// A row whose partials fit the CTA's stage (kMergeStageParts of f16 partials, half as many f32) takes them
-// all in one round trip instead: its threads copy the row's (m, l) and O pieces into shared memory
-// (cp.async, no registers held), then fold the same groups in the same order from there.
 constexpr int kMergeRowThreads = 128;
-constexpr int kMergeStageBytes = 64 * 1024;  // O pieces per CTA: 3 CTAs per SM fit 227 KB
-constexpr int kMergeStageParts = kMergeStageBytes / (kMergeRowThreads * 8);  // f16 partials (8 bytes a thread)
 constexpr int merge_rows_per_cta(int head_size) { return kMergeRowThreads / (head_size / 4); }
-// merge_rows_kernel's dynamic shared memory: the O stage, then each row's (m, l) of kMergeStageParts
-constexpr int merge_rows_smem(int head_size) {
-  return kMergeStageBytes + merge_rows_per_cta(head_size) * kMergeStageParts * 8;
-}
 template <int D>
 __global__ void __launch_bounds__(kMergeRowThreads, 3) merge_rows_kernel(const __grid_constant__ FwdParams P,
-                                                                      int num_rows, bool stage) {
+                                                                      int num_rows) {
   constexpr int kCols4 = D / 4;
   constexpr int kRowsPerCta = merge_rows_per_cta(D);  // (D = 80: 6 rows of 20 threads; 8 threads idle)
   static_assert(kCols4 % 4 == 0 && kRowsPerCta >= 1, "the row maxima are read as float4");
   constexpr int kGroupsM = merge_groups(D, tuning::deterministic_merge_split(D));  // merge_kernel's
   constexpr int kGroupBatch = 8;
   __shared__ __align__(16) float max_s[kMergeRowThreads];
-  extern __shared__ __align__(16) unsigned char stage_s[];  // merge_rows_smem(D)
   const int lr = threadIdx.x / kCols4, c4 = threadIdx.x % kCols4;
   const int r = static_cast<int>(blockIdx.x) * kRowsPerCta + lr, col = c4 * 4;
   const bool live = lr < kRowsPerCta && r < num_rows;
@@ -212,41 +201,11 @@ __global__ void __launch_bounds__(kMergeRowThreads, 3) merge_rows_kernel(const _
   const int64_t wo = (static_cast<int64_t>(mr.slot) * P.slot_rows + mr.row) * D + col;  // (load_partial4)
   const int64_t kMlStride = static_cast<int64_t>(P.slot_rows) * 2;
   const int64_t kOStride = static_cast<int64_t>(P.slot_rows) * D;
-  // a staged row's pieces: thread u's columns of partial p at stage_s + (p x 128 + u) x 8 (f16; a pair of
-  // threads copies its 16 bytes together) or x 16 (f32), the row's (m, l) of partial p at ml_s[p]
-  const bool staged = stage && live && mr.num_parts <= (P.ws_half ? kMergeStageParts : kMergeStageParts / 2);
-  float2* ml_s = reinterpret_cast<float2*>(stage_s + kMergeStageBytes) + lr * kMergeStageParts;
   pdl_wait();
   float m = -INFINITY;
-  // the staged copies in kStageBatches commit groups after the (m, l) group, one per batch of kGroupBatch
-  // groups, so that batch b folds while the later batches land
-  constexpr int kStageBatches = (kGroupsM + kGroupBatch - 1) / kGroupBatch;
-  const int rounds = (mr.num_parts + kGroupsM - 1) / kGroupsM;  // partitions per group, at most
-  const int u = static_cast<int>(threadIdx.x);
-  if (staged) {
-    for (int p = c4; p < mr.num_parts; p += kCols4) cp_async_8(&ml_s[p], ml + p * kMlStride);
-    cp_async_commit();
-    for (int bi = 0; bi < kStageBatches; ++bi) {
-      for (int j = 0; j < rounds; ++j) {
-        for (int b = 0; b < kGroupBatch && bi * kGroupBatch + b < kGroupsM; ++b) {
-          const int p = merge_group_first<kGroupsM>(bi * kGroupBatch + b, mr.part0) + j * kGroupsM;
-          if (p >= mr.num_parts) continue;
-          if (P.ws_half) {  // a pair of threads copies its 16 bytes, the thread of p's parity
-            if (p % 2 == c4 % 2)
-              cp_async_16_full(smem_u32(stage_s + (p * kMergeRowThreads + u / 2 * 2) * 8),
-                               reinterpret_cast<const __half*>(P.ws_o) + wo - (c4 % 2) * 4 + p * kOStride);
-          } else {
-            cp_async_16_full(smem_u32(stage_s + (p * kMergeRowThreads + u) * 16), P.ws_o + wo + p * kOStride);
-          }
-        }
-      }
-      cp_async_commit();
-    }
-  } else if (live) {
+  if (live)
     for (int p = c4; p < mr.num_parts; p += kCols4)
       m = fmaxf(m, __ldcg(reinterpret_cast<const float2*>(ml + p * kMlStride)).x);
-  }
-  cp_async_wait<kStageBatches>();  // the (m, l) group (threads that staged nothing pass)
   max_s[threadIdx.x] = m;
   __syncthreads();
   if (!live) {
@@ -256,45 +215,16 @@ __global__ void __launch_bounds__(kMergeRowThreads, 3) merge_rows_kernel(const _
   const float sink2 = merge_sink_log2(P, mr);
   const float vscale = partial_value_scale(P, mr.head);
   float Mt = sink2;
-  if (staged) {  // (max is exact in any order: the same Mt as the threads' maxima below)
-    for (int p = 0; p < mr.num_parts; ++p) Mt = fmaxf(Mt, ml_s[p].x);
-  } else {
 #pragma unroll
-    for (int i = 0; i < kCols4; i += 4) {
-      const float4 v = *reinterpret_cast<const float4*>(&max_s[lr * kCols4 + i]);
-      Mt = fmaxf(Mt, fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w)));
-    }
+  for (int i = 0; i < kCols4; i += 4) {
+    const float4 v = *reinterpret_cast<const float4*>(&max_s[lr * kCols4 + i]);
+    Mt = fmaxf(Mt, fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w)));
   }
   float dt = sink2 == -INFINITY ? 0.0f : exp2f(sink2 - Mt);
   float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
-  if (staged) {  // each group folded in partition order, kGroupBatch groups side by side; combined in group order
-#pragma unroll
-    for (int bi = 0; bi < kStageBatches; ++bi) {
-      cp_async_wait_upto(kStageBatches - 1 - bi);
-      if (P.ws_half) __syncwarp(3u << (u % 32 & 30));  // the pair's other thread copied half of them
-      MergeState st[kGroupBatch];
-      for (int j = 0; j < rounds; ++j) {
-#pragma unroll
-        for (int b = 0; b < kGroupBatch; ++b) {
-          const int p = merge_group_first<kGroupsM>(bi * kGroupBatch + b, mr.part0) + j * kGroupsM;
-          if (bi * kGroupBatch + b >= kGroupsM || p >= mr.num_parts) continue;
-          const float2 mlp = ml_s[p];
-          const float4 v = P.ws_half ? half_partial4(*reinterpret_cast<const uint2*>(stage_s + (p * kMergeRowThreads + u) * 8),
-                                                     mlp.y * vscale)
-                                     : *reinterpret_cast<const float4*>(stage_s + (p * kMergeRowThreads + u) * 16);
-          merge_fold(st[b], mlp, v);
-        }
-      }
-#pragma unroll
-      for (int b = 0; b < kGroupBatch; ++b)
-        if (bi * kGroupBatch + b < kGroupsM) merge_combine(dt, a, Mt, make_float2(st[b].m, st[b].den), st[b].acc);
-    }
-    pdl_launch_dependents();
-    merge_store(P, mr, col, Mt, dt, a);
-    return;
-  }
   // group g holds the partitions p = merge_group_first(g) + j kGroupsM. f16 partials stay raw bytes in
   // flight (2 registers per 4 columns) until their fold.
+  const int rounds = (mr.num_parts + kGroupsM - 1) / kGroupsM;
   auto fold_all = [&](auto half_tag) {
     constexpr bool kHalf = decltype(half_tag)::value;
     using Raw = std::conditional_t<kHalf, uint2, float4>;
