@@ -24,9 +24,10 @@ TEST(Tuning, OverridesDefaultWhenUnsetOrNotAValueTheyTake) {
                                               {"PAGEDATTN_WIDE_PREFILL", ""},
                                               {"PAGEDATTN_WG_SPLIT", "64"}, {"PAGEDATTN_MERGE_ROWWISE", "2"},
                                               {"PAGEDATTN_DETERMINISTIC_ROWS", "32"}, {"PAGEDATTN_HALF_ROWS", "1"},
-                                              {"PAGEDATTN_HALF_PARTIALS", "1"},
+                                              {"PAGEDATTN_HALF_PARTIALS", "1"}, {"PAGEDATTN_MERGE_COLS", "8"},
                                               {"PAGEDATTN_DETERMINISTIC_SPLIT", "2"}})}) {
-    EXPECT_TRUE(o.early_reads && o.stale_max && o.prefill_mt2 && o.wgmma_u8 && o.half_rows && o.half_partials);
+    EXPECT_TRUE(o.early_reads && o.stale_max && o.prefill_mt2 && o.wgmma_u8 && o.half_rows && o.half_partials &&
+                o.merge_cols8);
     EXPECT_EQ(o.wgmma, -1);
     EXPECT_EQ(o.wide_prefill, -1);
     EXPECT_EQ(o.merge_split, 0);
@@ -142,6 +143,7 @@ TEST(Tuning, OverridesParsed) {
   EXPECT_EQ(parse({{"PAGEDATTN_WG_SPLIT", "3"}}).wg_split, 3);
   EXPECT_EQ(parse({{"PAGEDATTN_MERGE_ROWWISE", "0"}}).merge_rowwise, 0);
   EXPECT_EQ(parse({{"PAGEDATTN_MERGE_ROWWISE", "1"}}).merge_rowwise, 1);
+  EXPECT_FALSE(parse({{"PAGEDATTN_MERGE_COLS", "4"}}).merge_cols8);
 }
 
 TEST(Tuning, HopperSplitSmall) {

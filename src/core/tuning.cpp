@@ -37,6 +37,7 @@ Overrides parse_overrides(const std::function<const char*(const char*)>& getenv)
   o.merge_split = split == 1 || split == 2 || split == 4 ? split : 0;
   o.merge_batch = batch == 1 || batch == 4 || batch == 8 ? batch : 0;
   o.merge_rowwise = is("PAGEDATTN_MERGE_ROWWISE", "0") ? 0 : is("PAGEDATTN_MERGE_ROWWISE", "1") ? 1 : -1;
+  o.merge_cols8 = !is("PAGEDATTN_MERGE_COLS", "4");
   const int min_part = number("PAGEDATTN_MIN_PARTITION");
   o.min_partition = min_part >= 64 && min_part <= 4096 && min_part % 64 == 0 ? min_part : 0;
   if (const char* e = getenv("PAGEDATTN_SHORT_WAVE"); e != nullptr && e[0] >= '0' && e[0] <= '8' && e[1] == '\0')

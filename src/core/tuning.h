@@ -30,6 +30,8 @@ struct Overrides {
   int merge_batch = 0;        // PAGEDATTN_MERGE_BATCH=1/4/8; 0 unset
   int merge_rowwise = -1;     // PAGEDATTN_MERGE_ROWWISE=0/1: deterministic mode's merge by CTA per row / by
                               // thread per 4 columns (the same bits); -1 unset
+  bool merge_cols8 = true;    // PAGEDATTN_MERGE_COLS=4: merge_rows_kernel's threads take 4 columns of a row at
+                              // every head size, not 8 where merge_row_cols allows (the same bits)
   int min_partition = 0;      // PAGEDATTN_MIN_PARTITION=N (a multiple of 64, 64-4096): the least keys per
                               // partition for every cache kind and head size; 0 unset
   int short_wave = -1;        // PAGEDATTN_SHORT_WAVE=0: no short-partition wave (short_wave_ctas_per_sm());

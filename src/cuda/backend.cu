@@ -67,23 +67,28 @@ void launch_merge_d(const FwdParams& P, int num_rows, int batch, cudaStream_t st
   else
     launch_ex(merge_kernel<D, kSplit, 1>, grid, block, 0, stream, pdl, P);
 }
-// Deterministic mode's merge of many rows (tuning::merge_rowwise): one thread per 4 columns of a row, whole
-// rows per CTA.
-template <int D>
-void launch_merge_rows_d(const FwdParams& P, int num_rows, cudaStream_t stream, bool pdl) {
-  constexpr int kRows = merge_rows_per_cta(D);  // (whole rows per CTA)
+// Deterministic mode's merge of many rows (tuning::merge_rowwise): one thread per 8 columns of a row
+// (merge_row_cols; 4 at D = 80, 112, or all widths with cols8 off), whole rows per CTA.
+template <int D, int kC>
+void launch_merge_rows_dc(const FwdParams& P, int num_rows, cudaStream_t stream, bool pdl) {
+  constexpr int kRows = merge_rows_per_cta(D, kC);  // (whole rows per CTA)
   const dim3 grid(static_cast<unsigned>((num_rows + kRows - 1) / kRows)), block(kMergeRowThreads);
-  launch_ex(merge_rows_kernel<D>, grid, block, 0, stream, pdl, P, num_rows);
+  launch_ex(merge_rows_kernel<D, kC>, grid, block, 0, stream, pdl, P, num_rows);
 }
-void launch_merge_rows(const FwdParams& P, int head_size, int num_rows, cudaStream_t stream, bool pdl) {
+template <int D>
+void launch_merge_rows_d(const FwdParams& P, int num_rows, bool cols8, cudaStream_t stream, bool pdl) {
+  if (cols8 && merge_row_cols(D) == 8) launch_merge_rows_dc<D, merge_row_cols(D)>(P, num_rows, stream, pdl);
+  else launch_merge_rows_dc<D, 4>(P, num_rows, stream, pdl);
+}
+void launch_merge_rows(const FwdParams& P, int head_size, int num_rows, bool cols8, cudaStream_t stream, bool pdl) {
   switch (head_size) {
-    case 64: launch_merge_rows_d<64>(P, num_rows, stream, pdl); break;
-    case 80: launch_merge_rows_d<80>(P, num_rows, stream, pdl); break;
-    case 96: launch_merge_rows_d<96>(P, num_rows, stream, pdl); break;
-    case 112: launch_merge_rows_d<112>(P, num_rows, stream, pdl); break;
-    case 128: launch_merge_rows_d<128>(P, num_rows, stream, pdl); break;
-    case 192: launch_merge_rows_d<192>(P, num_rows, stream, pdl); break;
-    case 256: launch_merge_rows_d<256>(P, num_rows, stream, pdl); break;
+    case 64: launch_merge_rows_d<64>(P, num_rows, cols8, stream, pdl); break;
+    case 80: launch_merge_rows_d<80>(P, num_rows, cols8, stream, pdl); break;
+    case 96: launch_merge_rows_d<96>(P, num_rows, cols8, stream, pdl); break;
+    case 112: launch_merge_rows_d<112>(P, num_rows, cols8, stream, pdl); break;
+    case 128: launch_merge_rows_d<128>(P, num_rows, cols8, stream, pdl); break;
+    case 192: launch_merge_rows_d<192>(P, num_rows, cols8, stream, pdl); break;
+    case 256: launch_merge_rows_d<256>(P, num_rows, cols8, stream, pdl); break;
     default: throw RuntimeError("merge: no row kernel for D=" + std::to_string(head_size));
   }
 }
@@ -422,6 +427,7 @@ class CudaPlan final : public detail::PlanImpl {
                        ? 8
                        : tuning::merge_batch(D_, merge_split_, max_parts, num_merge_rows_, in.num_sms, env);
     merge_rowwise_ = opt.deterministic && tuning::merge_rowwise(num_merge_rows_, merge_group_split_, in.num_sms, env);
+    merge_cols8_ = env.merge_cols8;
 
     // --- metadata to the device (read by run) ----------------------------------------------------
     // NOTE: copied into plan-owned vectors first: if the caller's buffers are pinned, cudaMemcpyAsync
@@ -567,7 +573,7 @@ class CudaPlan final : public detail::PlanImpl {
     }
     if (num_merge_rows_ > 0) {
       if (merge_rowwise_)
-        launch_merge_rows(P, D_, num_merge_rows_, stream_, pdl_);
+        launch_merge_rows(P, D_, num_merge_rows_, merge_cols8_, stream_, pdl_);
       else
         launch_merge(P, D_, num_merge_rows_, merge_split_, merge_batch_, merge_group_split_, stream_, pdl_);
       PA_CUDA_CHECK(cudaGetLastError());
@@ -660,6 +666,7 @@ class CudaPlan final : public detail::PlanImpl {
   int merge_group_split_ = 1;  // the column blocks whose partition groups the merge folds (deterministic: D / 64)
   int merge_batch_ = 1;  // partition loads in flight per merge thread
   bool merge_rowwise_ = false;  // deterministic mode, many rows: merge_rows_kernel (tuning::merge_rowwise)
+  bool merge_cols8_ = true;  // merge_rows_kernel at 8 columns per thread where merge_row_cols allows
   std::vector<std::vector<uint8_t>> host_;  // plan-owned copies of the host metadata (see upload)
   std::vector<MergeRow> merge_rows_;
   int num_score_tiles_ = 0;

@@ -28,29 +28,54 @@ using tuning::merge_groups;
 // contraction left to the compiler; the same instruction counts as the contracted code they replaced,
 // bench/sass_same.sh c0cffb9), so the two give the same bits for the same groups: deterministic mode
 // picks either by the call's size (merge_rows_kernel), never changing a row's result.
-struct MergeState {
+// merge_fold_n / merge_combine_n: the same steps for N x 4 columns that share (m, l): each column's
+// instructions are those of the 4-column forms.
+template <int N>
+struct MergeStateN {
   float m = -INFINITY, den = 0.0f;
-  float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+  float4 acc[N] = {};
 };
-__device__ __forceinline__ void merge_fold(MergeState& st, const float2 mlp, const float4 v) {
+__device__ __forceinline__ float4 mul4_rn(const float4 a, const float s) {
+  return make_float4(__fmul_rn(a.x, s), __fmul_rn(a.y, s), __fmul_rn(a.z, s), __fmul_rn(a.w, s));
+}
+__device__ __forceinline__ float4 fma4_rn(const float w, const float4 v, const float4 a) {
+  return make_float4(__fmaf_rn(w, v.x, a.x), __fmaf_rn(w, v.y, a.y), __fmaf_rn(w, v.z, a.z), __fmaf_rn(w, v.w, a.w));
+}
+template <int N>
+__device__ __forceinline__ void merge_fold_n(MergeStateN<N>& st, const float2 mlp, const float4 (&v)[N]) {
   if (mlp.x == -INFINITY) return;  // no visible key in this partition
   if (mlp.x > st.m) {
     const float s = fast_exp2(st.m - mlp.x);  // 0 while m is -inf
     st.den = __fmul_rn(st.den, s);
-    st.acc = make_float4(__fmul_rn(st.acc.x, s), __fmul_rn(st.acc.y, s), __fmul_rn(st.acc.z, s), __fmul_rn(st.acc.w, s));
+#pragma unroll
+    for (int i = 0; i < N; ++i) st.acc[i] = mul4_rn(st.acc[i], s);
     st.m = mlp.x;
   }
   const float wgt = fast_exp2(mlp.x - st.m);
   st.den = __fmaf_rn(wgt, mlp.y, st.den);
-  st.acc = make_float4(__fmaf_rn(wgt, v.x, st.acc.x), __fmaf_rn(wgt, v.y, st.acc.y), __fmaf_rn(wgt, v.z, st.acc.z),
-                       __fmaf_rn(wgt, v.w, st.acc.w));
+#pragma unroll
+  for (int i = 0; i < N; ++i) st.acc[i] = fma4_rn(wgt, v[i], st.acc[i]);
 }
 // the row's sum starts at the sink's term: dt = 2^(sink - Mt) (0 without a sink), a = 0
-__device__ __forceinline__ void merge_combine(float& dt, float4& a, const float Mt, const float2 mi, const float4 v) {
+template <int N>
+__device__ __forceinline__ void merge_combine_n(float& dt, float4 (&a)[N], const float Mt, const float2 mi,
+                                                const float4 (&v)[N]) {
   if (mi.x == -INFINITY) return;
   const float wgt = fast_exp2(mi.x - Mt);
   dt = __fmaf_rn(wgt, mi.y, dt);
-  a = make_float4(__fmaf_rn(wgt, v.x, a.x), __fmaf_rn(wgt, v.y, a.y), __fmaf_rn(wgt, v.z, a.z), __fmaf_rn(wgt, v.w, a.w));
+#pragma unroll
+  for (int i = 0; i < N; ++i) a[i] = fma4_rn(wgt, v[i], a[i]);
+}
+using MergeState = MergeStateN<1>;
+__device__ __forceinline__ void merge_fold(MergeState& st, const float2 mlp, const float4 v) {
+  const float4 vv[1] = {v};
+  merge_fold_n<1>(st, mlp, vv);
+}
+__device__ __forceinline__ void merge_combine(float& dt, float4& a, const float Mt, const float2 mi, const float4 v) {
+  float4 aa[1] = {a};
+  const float4 vv[1] = {v};
+  merge_combine_n<1>(dt, aa, Mt, mi, vv);
+  a = aa[0];
 }
 // The row's 4 columns from `col` normalised into out (and its statistics from the thread of column 0).
 __device__ __forceinline__ void merge_store(const FwdParams& P, const MergeRow& mr, int col, float Mt, float dt,
@@ -147,7 +172,7 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_const
 #pragma unroll
     for (int j = 0; j < kPer; ++j) {
       if (c4 == 0) ml_s[g + j * kThreadGroups] = make_float2(st[j].m, st[j].den);
-      acc_s[g + j * kThreadGroups][c4] = st[j].acc;
+      acc_s[g + j * kThreadGroups][c4] = st[j].acc[0];
     }
   }
   __syncthreads();
@@ -183,18 +208,21 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_const
 // and each group batch's rounds in turn: 5 round trips against 16 (H100, runs
 // 2026-12-07-rt1-36ab8e7-h100 and op1, kt.log).
 constexpr int kMergeRowThreads = 128;
-constexpr int merge_rows_per_cta(int head_size) { return kMergeRowThreads / (head_size / 4); }
-template <int D>
-__global__ void __launch_bounds__(kMergeRowThreads, 3) merge_rows_kernel(const __grid_constant__ FwdParams P,
-                                                                      int num_rows) {
-  constexpr int kCols4 = D / 4;
-  constexpr int kRowsPerCta = merge_rows_per_cta(D);  // (D = 80: 6 rows of 20 threads; 8 threads idle)
-  static_assert(kCols4 % 4 == 0 && kRowsPerCta >= 1, "the row maxima are read as float4");
+// Columns per thread: 8 where the row's threads divide into float4 reads of their maxima, else 4
+constexpr int merge_row_cols(int head_size) { return (head_size / 8) % 4 == 0 ? 8 : 4; }
+constexpr int merge_rows_per_cta(int head_size, int cols) { return kMergeRowThreads / (head_size / cols); }
+template <int D, int kC>
+__global__ void __launch_bounds__(kMergeRowThreads, kC == 8 ? 4 : 3)
+    merge_rows_kernel(const __grid_constant__ FwdParams P, int num_rows) {
+  constexpr int kN = kC / 4;          // float4s per thread
+  constexpr int kColsT = D / kC;      // threads per row
+  constexpr int kRowsPerCta = merge_rows_per_cta(D, kC);  // (D = 80: 6 rows of 20 threads; 8 threads idle)
+  static_assert(kColsT % 4 == 0 && kRowsPerCta >= 1, "the row maxima are read as float4");
   constexpr int kGroupsM = merge_groups(D, tuning::deterministic_merge_split(D));  // merge_kernel's
-  constexpr int kGroupBatch = 8;
+  constexpr int kGroupBatch = kC == 8 ? 4 : 8;
   __shared__ __align__(16) float max_s[kMergeRowThreads];
-  const int lr = threadIdx.x / kCols4, c4 = threadIdx.x % kCols4;
-  const int r = static_cast<int>(blockIdx.x) * kRowsPerCta + lr, col = c4 * 4;
+  const int lr = threadIdx.x / kColsT, ct = threadIdx.x % kColsT;
+  const int r = static_cast<int>(blockIdx.x) * kRowsPerCta + lr, col = ct * kC;
   const bool live = lr < kRowsPerCta && r < num_rows;
   const MergeRow mr = P.merge_rows[live ? r : num_rows - 1];  // plan data: before the wait
   const float* ml = P.ws_ml + (static_cast<int64_t>(mr.slot) * P.slot_rows + mr.row) * 2;
@@ -204,7 +232,7 @@ __global__ void __launch_bounds__(kMergeRowThreads, 3) merge_rows_kernel(const _
   pdl_wait();
   float m = -INFINITY;
   if (live)
-    for (int p = c4; p < mr.num_parts; p += kCols4)
+    for (int p = ct; p < mr.num_parts; p += kColsT)
       m = fmaxf(m, __ldcg(reinterpret_cast<const float2*>(ml + p * kMlStride)).x);
   max_s[threadIdx.x] = m;
   __syncthreads();
@@ -216,24 +244,24 @@ __global__ void __launch_bounds__(kMergeRowThreads, 3) merge_rows_kernel(const _
   const float vscale = partial_value_scale(P, mr.head);
   float Mt = sink2;
 #pragma unroll
-  for (int i = 0; i < kCols4; i += 4) {
-    const float4 v = *reinterpret_cast<const float4*>(&max_s[lr * kCols4 + i]);
+  for (int i = 0; i < kColsT; i += 4) {
+    const float4 v = *reinterpret_cast<const float4*>(&max_s[lr * kColsT + i]);
     Mt = fmaxf(Mt, fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w)));
   }
   float dt = sink2 == -INFINITY ? 0.0f : exp2f(sink2 - Mt);
-  float4 a = make_float4(0.f, 0.f, 0.f, 0.f);
+  float4 a[kN] = {};
   // group g holds the partitions p = merge_group_first(g) + j kGroupsM. f16 partials stay raw bytes in
   // flight (2 registers per 4 columns) until their fold.
   const int rounds = (mr.num_parts + kGroupsM - 1) / kGroupsM;
   auto fold_all = [&](auto half_tag) {
     constexpr bool kHalf = decltype(half_tag)::value;
-    using Raw = std::conditional_t<kHalf, uint2, float4>;
+    using Raw = std::conditional_t<kHalf, uint2, float4>;  // (per 4 columns)
     constexpr int kRoundBatch = kHalf ? 2 : 1;  // (f32 partials: twice the registers per load)
     for (int g0 = 0; g0 < kGroupsM; g0 += kGroupBatch) {
-      MergeState st[kGroupBatch];
+      MergeStateN<kN> st[kGroupBatch];
       for (int j0 = 0; j0 < rounds; j0 += kRoundBatch) {
         float2 mlb[kRoundBatch][kGroupBatch];
-        Raw vb[kRoundBatch][kGroupBatch];
+        Raw vb[kRoundBatch][kGroupBatch][kN];
 #pragma unroll
         for (int jj = 0; jj < kRoundBatch; ++jj) {
 #pragma unroll
@@ -241,11 +269,21 @@ __global__ void __launch_bounds__(kMergeRowThreads, 3) merge_rows_kernel(const _
             const int g = g0 + b;
             const int p = merge_group_first<kGroupsM>(g, mr.part0) + (j0 + jj) * kGroupsM;
             mlb[jj][b] = make_float2(-INFINITY, 0.0f);
-            vb[jj][b] = Raw{};
+#pragma unroll
+            for (int i = 0; i < kN; ++i) vb[jj][b][i] = Raw{};
             if (g < kGroupsM && p < mr.num_parts) {
               mlb[jj][b] = __ldcg(reinterpret_cast<const float2*>(ml + p * kMlStride));
-              if constexpr (kHalf) vb[jj][b] = load_half_partial4(P, wo + p * kOStride);
-              else vb[jj][b] = __ldcg(reinterpret_cast<const float4*>(P.ws_o + wo + p * kOStride));
+              if constexpr (kHalf && kN == 2) {  // 8 columns of f16: one 16-byte load
+                const uint4 u = __ldcg(reinterpret_cast<const uint4*>(reinterpret_cast<const __half*>(P.ws_o) + wo + p * kOStride));
+                vb[jj][b][0] = make_uint2(u.x, u.y);
+                vb[jj][b][1] = make_uint2(u.z, u.w);
+              } else {
+#pragma unroll
+                for (int i = 0; i < kN; ++i) {
+                  if constexpr (kHalf) vb[jj][b][i] = load_half_partial4(P, wo + i * 4 + p * kOStride);
+                  else vb[jj][b][i] = __ldcg(reinterpret_cast<const float4*>(P.ws_o + wo + i * 4 + p * kOStride));
+                }
+              }
             }
           }
         }
@@ -253,20 +291,26 @@ __global__ void __launch_bounds__(kMergeRowThreads, 3) merge_rows_kernel(const _
         for (int jj = 0; jj < kRoundBatch; ++jj) {
 #pragma unroll
           for (int b = 0; b < kGroupBatch; ++b) {
-            if constexpr (kHalf) merge_fold(st[b], mlb[jj][b], half_partial4(vb[jj][b], mlb[jj][b].y * vscale));
-            else merge_fold(st[b], mlb[jj][b], vb[jj][b]);
+            float4 v[kN];
+#pragma unroll
+            for (int i = 0; i < kN; ++i) {
+              if constexpr (kHalf) v[i] = half_partial4(vb[jj][b][i], mlb[jj][b].y * vscale);
+              else v[i] = vb[jj][b][i];
+            }
+            merge_fold_n<kN>(st[b], mlb[jj][b], v);
           }
         }
       }
 #pragma unroll
       for (int b = 0; b < kGroupBatch; ++b)
-        if (g0 + b < kGroupsM) merge_combine(dt, a, Mt, make_float2(st[b].m, st[b].den), st[b].acc);
+        if (g0 + b < kGroupsM) merge_combine_n<kN>(dt, a, Mt, make_float2(st[b].m, st[b].den), st[b].acc);
     }
   };
   if (P.ws_half) fold_all(std::true_type{});
   else fold_all(std::false_type{});
   pdl_launch_dependents();
-  merge_store(P, mr, col, Mt, dt, a);
+#pragma unroll
+  for (int i = 0; i < kN; ++i) merge_store(P, mr, col + 4 * i, Mt, dt, a[i]);
 }
 
 }  // namespace cuda
