@@ -300,7 +300,7 @@ TEST(Cuda, InvariantMergeKernelsAgree) {
     cfg.p_lse = 0.5;
     cfg.p_scores = 0.3;  // the scores kernel reads the merge's row statistics
     const Case c = make_random_case(seed0 + i, cfg);
-    Case by_cta = c, by_thread = c, by_row = c, by_halves = c;
+    Case by_cta = c, by_thread = c, by_row = c, by_halves = c, by_cols4 = c;
     {
       EnvGuard e("PAGEDATTN_MERGE_ROWWISE", "0");
       run_cuda(by_cta, opt);
@@ -322,14 +322,18 @@ TEST(Cuda, InvariantMergeKernelsAgree) {
         ASSERT_TRUE(plan(d.params(), opt).info().merge_rowwise) << "PAGEDATTN_MERGE_ROWWISE=1 did not take effect";
       }
       run_cuda(by_thread, opt);
+      EnvGuard cols("PAGEDATTN_MERGE_COLS", "4");  // 4 columns per thread where the default takes 8
+      run_cuda(by_cols4, opt);
     }
     tally.compare(c, by_cta, by_thread, "the merge kernels");
+    tally.compare(c, by_cols4, by_thread, "the row-wise merge at 4 and 8 columns per thread");
     tally.compare(c, by_row, by_thread, "one merge CTA per row and the row-wise merge");
     tally.compare(c, by_halves, by_thread, "two merge CTAs per row and the row-wise merge");
   }
-  std::printf("[invariant-merge-kernels] %d tokens' rows compared (merge_kernel's 3 layouts against the row-wise "
-              "merge): %d differ; lse %d cases, scores %d cases differ\n", tally.rows, tally.differ, tally.lse_differ,
-              tally.scores_differ);
+  std::printf(
+      "[invariant-merge-kernels] %d tokens' rows compared (merge_kernel's 3 layouts and the row-wise "
+      "merge at 4 columns per thread against it at 8): %d differ; lse %d cases, scores %d cases differ\n",
+      tally.rows, tally.differ, tally.lse_differ, tally.scores_differ);
 }
 
 // Deterministic mode's f16/bf16 chunks on the key-split Hopper kernel (tuning::deterministic_split): on an

@@ -194,21 +194,26 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_const
 
 // Deterministic mode's merge for calls of many rows: the arithmetic of merge_kernel<D, D / 64, *> (its
 // groups of partitions, each folded in partition order, then combined in group order at the row's max),
-// in one thread per 4 columns of a row, so the CTAs are few and every thread's loads are in flight
+// in one thread per kC columns of a row, so the CTAs are few and every thread's loads are in flight
 // together. merge_kernel spends a CTA of 512 threads per row and column block (one per SM at its 82
 // registers), its groups' combine serial in 16 of them: over many waves each CTA waits its latency in
 // turn (the 32 x 8k batch in deterministic mode: 2048 / 8192 / 16384 merge CTAs at T = 1 / 4 / 8 took
 // 42 / 159 / 320 us for 18 / 70 / 141 MB of partials, ncu, bench/results/2026-12-03-ncu-c0cffb9-h200).
-// A CTA holds whole rows (merge_rows_per_cta). A thread's time is its dependent round trips to memory, at
-// 3 CTAs per SM (158-166 registers, the launch bound): the row's max takes one (each of the row's threads
-// reads the m of every kCols4-th partition, and the row's maxima meet in shared memory: max is exact in any
+// A CTA holds whole rows (merge_rows_per_cta). The row's max takes one round trip (each of the row's threads
+// reads the m of every kColsT-th partition, and the row's maxima meet in shared memory: max is exact in any
 // order), then each batch of kGroupBatch groups one per kRoundBatch of their partitions (loads issued
-// together, folded in partition order; f16 partials 2 rounds, f32 1). The batch's T = 8 merge (4096 rows of
-// 64 partials, 141 MB) took 93.5 us this way and 229.7 us when every thread read all of the row's m itself
-// and each group batch's rounds in turn: 5 round trips against 16 (H100, runs
-// 2026-12-07-rt1-36ab8e7-h100 and op1, kt.log).
+// together, folded in partition order; f16 partials 2 rounds, f32 1). With 4 columns per thread (158-166
+// registers, 3 CTAs per SM) the batch's T = 8 merge (4096 rows of 64 partials, 141 MB) took 93.5 us, and
+// 229.7 us with 16 round trips instead of 5 (H100, runs 2026-12-07-rt1-36ab8e7-h100 and op1). It was then
+// bound by its instructions, not its round trips (ncu, run 2026-12-07-sm2-9842ea4-h100: an instruction
+// issued on half the cycles at 3 warps per scheduler; staging a row's partials in shared memory did not
+// change its time): each thread's work per partition is mostly the row's scalars (m, l, the weights), the
+// same in every thread of the row. 8 columns per thread (kC = 8: one 16-byte load of f16 partials, 4
+// groups per batch, 128 registers, 4 CTAs per SM) share them over twice the columns: T = 8 61.3 us against
+// 95.6, T = 4 34.3 against 51.3, u8 T = 8 38.0 against 54.6 (run 2026-12-07-mc8-23b29c3-h100, same call).
 constexpr int kMergeRowThreads = 128;
-// Columns per thread: 8 where the row's threads divide into float4 reads of their maxima, else 4
+// Columns per thread: 8 where the row's threads divide into float4 reads of their maxima (D = 64, 96, 128,
+// 192, 256), else 4 (D = 80, 112)
 constexpr int merge_row_cols(int head_size) { return (head_size / 8) % 4 == 0 ? 8 : 4; }
 constexpr int merge_rows_per_cta(int head_size, int cols) { return kMergeRowThreads / (head_size / cols); }
 template <int D, int kC>
