@@ -24,14 +24,14 @@ TEST(Tuning, OverridesDefaultWhenUnsetOrNotAValueTheyTake) {
                                               {"PAGEDATTN_WIDE_PREFILL", ""},
                                               {"PAGEDATTN_WG_SPLIT", "64"}, {"PAGEDATTN_MERGE_ROWWISE", "2"},
                                               {"PAGEDATTN_DETERMINISTIC_ROWS", "32"}, {"PAGEDATTN_HALF_ROWS", "1"},
-                                              {"PAGEDATTN_HALF_PARTIALS", "1"}, {"PAGEDATTN_MERGE_COLS", "8"},
+                                              {"PAGEDATTN_HALF_PARTIALS", "1"}, {"PAGEDATTN_MERGE_COLS", "16"},
                                               {"PAGEDATTN_DETERMINISTIC_SPLIT", "2"}})}) {
-    EXPECT_TRUE(o.early_reads && o.stale_max && o.prefill_mt2 && o.wgmma_u8 && o.half_rows && o.half_partials &&
-                o.merge_cols8);
+    EXPECT_TRUE(o.early_reads && o.stale_max && o.prefill_mt2 && o.wgmma_u8 && o.half_rows && o.half_partials);
     EXPECT_EQ(o.wgmma, -1);
     EXPECT_EQ(o.wide_prefill, -1);
     EXPECT_EQ(o.merge_split, 0);
     EXPECT_EQ(o.merge_batch, 0);
+    EXPECT_EQ(o.merge_cols, 0);
     EXPECT_EQ(o.wg_split, -1);
     EXPECT_EQ(o.merge_rowwise, -1);
     EXPECT_EQ(o.deterministic_rows, 0);
@@ -143,7 +143,8 @@ TEST(Tuning, OverridesParsed) {
   EXPECT_EQ(parse({{"PAGEDATTN_WG_SPLIT", "3"}}).wg_split, 3);
   EXPECT_EQ(parse({{"PAGEDATTN_MERGE_ROWWISE", "0"}}).merge_rowwise, 0);
   EXPECT_EQ(parse({{"PAGEDATTN_MERGE_ROWWISE", "1"}}).merge_rowwise, 1);
-  EXPECT_FALSE(parse({{"PAGEDATTN_MERGE_COLS", "4"}}).merge_cols8);
+  EXPECT_EQ(parse({{"PAGEDATTN_MERGE_COLS", "4"}}).merge_cols, 4);
+  EXPECT_EQ(parse({{"PAGEDATTN_MERGE_COLS", "8"}}).merge_cols, 8);
 }
 
 TEST(Tuning, HopperSplitSmall) {
@@ -405,6 +406,18 @@ TEST(Tuning, MergeRowwise) {
   EXPECT_TRUE(merge_rowwise(1, 1, 132, o));
   o.merge_rowwise = 0;
   EXPECT_FALSE(merge_rowwise(100000, 4, 132, o));
+}
+
+TEST(Tuning, MergeCols8) {
+  const Overrides none;
+  EXPECT_FALSE(merge_cols8(128, 132, none));  // the 32 x 8k batch at T = 1 (512 rows, 4 per CTA at D = 256)
+  EXPECT_TRUE(merge_cols8(132, 132, none));   // one CTA per SM
+  EXPECT_TRUE(merge_cols8(512, 132, none));   // T = 4
+  Overrides o;
+  o.merge_cols = 8;
+  EXPECT_TRUE(merge_cols8(1, 132, o));
+  o.merge_cols = 4;
+  EXPECT_FALSE(merge_cols8(100000, 132, o));
 }
 
 // Deterministic mode on the key-split Hopper kernel: f16/bf16 at its widths where it is on; the override

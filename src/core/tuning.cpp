@@ -37,7 +37,7 @@ Overrides parse_overrides(const std::function<const char*(const char*)>& getenv)
   o.merge_split = split == 1 || split == 2 || split == 4 ? split : 0;
   o.merge_batch = batch == 1 || batch == 4 || batch == 8 ? batch : 0;
   o.merge_rowwise = is("PAGEDATTN_MERGE_ROWWISE", "0") ? 0 : is("PAGEDATTN_MERGE_ROWWISE", "1") ? 1 : -1;
-  o.merge_cols8 = !is("PAGEDATTN_MERGE_COLS", "4");
+  o.merge_cols = is("PAGEDATTN_MERGE_COLS", "4") ? 4 : is("PAGEDATTN_MERGE_COLS", "8") ? 8 : 0;
   const int min_part = number("PAGEDATTN_MIN_PARTITION");
   o.min_partition = min_part >= 64 && min_part <= 4096 && min_part % 64 == 0 ? min_part : 0;
   if (const char* e = getenv("PAGEDATTN_SHORT_WAVE"); e != nullptr && e[0] >= '0' && e[0] <= '8' && e[1] == '\0')
@@ -252,6 +252,16 @@ bool merge_rowwise(int64_t merge_rows, int split, int num_sms, const Overrides& 
   if (o.merge_rowwise >= 0) return o.merge_rowwise == 1;
   constexpr int kCtasPerSm = 4;
   return merge_rows * split > static_cast<int64_t>(num_sms) * kCtasPerSm;
+}
+
+// 8 columns per thread share a row's scalar work (its m, l and weights) over twice the bytes, at 4 CTAs per
+// SM; they also halve the CTAs. The 32 x 8k batch (H100, ncu): at T = 4 / 8 (512 / 1024 CTAs at 8 columns)
+// 34.3 / 61.3 us against 51.3 / 95.6 at 4 columns (run 2026-12-07-mc8-23b29c3-h100); at T = 1 (128 CTAs,
+// fewer than the SMs) 22.6 against 18.3 us, the batch 1.011 / 1.016x slower for f16 / u8 (run mc8c). So 8
+// columns where their CTAs give every SM one; the crossover between 128 and 512 CTAs is not measured.
+bool merge_cols8(int64_t ctas8, int num_sms, const Overrides& o) {
+  if (o.merge_cols != 0) return o.merge_cols == 8;
+  return ctas8 >= num_sms;
 }
 
 // The least partition: 256-key partitions (fewer CTAs of more bytes each) where 128 cost more. One

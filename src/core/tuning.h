@@ -30,8 +30,8 @@ struct Overrides {
   int merge_batch = 0;        // PAGEDATTN_MERGE_BATCH=1/4/8; 0 unset
   int merge_rowwise = -1;     // PAGEDATTN_MERGE_ROWWISE=0/1: deterministic mode's merge by CTA per row / by
                               // thread per 4 columns (the same bits); -1 unset
-  bool merge_cols8 = true;    // PAGEDATTN_MERGE_COLS=4: merge_rows_kernel's threads take 4 columns of a row at
-                              // every head size, not 8 where merge_row_cols allows (the same bits)
+  int merge_cols = 0;         // PAGEDATTN_MERGE_COLS=4/8: merge_rows_kernel's threads take 4 columns of a row,
+                              // or 8 where the width allows, whatever the call (merge_cols8); 0 unset
   int min_partition = 0;      // PAGEDATTN_MIN_PARTITION=N (a multiple of 64, 64-4096): the least keys per
                               // partition for every cache kind and head size; 0 unset
   int short_wave = -1;        // PAGEDATTN_SHORT_WAVE=0: no short-partition wave (short_wave_ctas_per_sm());
@@ -162,6 +162,9 @@ int merge_batch(int head_size, int split, int max_parts, int64_t merge_rows, int
 /// Deterministic mode: whether the merge runs one thread per 4 columns of a row (merge_rows_kernel)
 /// rather than a CTA per row and column block (merge_kernel, `split` blocks per row). Same bits either way.
 bool merge_rowwise(int64_t merge_rows, int split, int num_sms, const Overrides& o);
+/// Deterministic mode's row-wise merge: whether its threads take 8 columns of a row (where the width allows)
+/// rather than 4. `ctas8`: the merge's CTAs at 8 columns (half as many as at 4). Same bits either way.
+bool merge_cols8(int64_t ctas8, int num_sms, const Overrides& o);
 /// Deterministic mode: whether every chunk of the call runs on the key-split Hopper kernel with a
 /// partial per warpgroup (planner::Inputs::wg_partials): f16/bf16 caches where the Hopper kernel is on
 /// (`key_tile` = hopper_key_tile() != 0) at its widths (64, 128, 256); else fwd_kernel's WKV = 4 layout. A

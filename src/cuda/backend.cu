@@ -427,7 +427,8 @@ class CudaPlan final : public detail::PlanImpl {
                        ? 8
                        : tuning::merge_batch(D_, merge_split_, max_parts, num_merge_rows_, in.num_sms, env);
     merge_rowwise_ = opt.deterministic && tuning::merge_rowwise(num_merge_rows_, merge_group_split_, in.num_sms, env);
-    merge_cols8_ = env.merge_cols8;
+    merge_cols8_ = tuning::merge_cols8((num_merge_rows_ + merge_rows_per_cta(D_, 8) - 1) / merge_rows_per_cta(D_, 8),
+                                       in.num_sms, env);
 
     // --- metadata to the device (read by run) ----------------------------------------------------
     // NOTE: copied into plan-owned vectors first: if the caller's buffers are pinned, cudaMemcpyAsync
@@ -666,7 +667,7 @@ class CudaPlan final : public detail::PlanImpl {
   int merge_group_split_ = 1;  // the column blocks whose partition groups the merge folds (deterministic: D / 64)
   int merge_batch_ = 1;  // partition loads in flight per merge thread
   bool merge_rowwise_ = false;  // deterministic mode, many rows: merge_rows_kernel (tuning::merge_rowwise)
-  bool merge_cols8_ = true;  // merge_rows_kernel at 8 columns per thread where merge_row_cols allows
+  bool merge_cols8_ = true;  // merge_rows_kernel at 8 columns per thread where merge_row_cols allows (tuning::merge_cols8)
   std::vector<std::vector<uint8_t>> host_;  // plan-owned copies of the host metadata (see upload)
   std::vector<MergeRow> merge_rows_;
   int num_score_tiles_ = 0;

@@ -317,12 +317,13 @@ TEST(Cuda, InvariantMergeKernelsAgree) {
     }
     {
       EnvGuard e("PAGEDATTN_MERGE_ROWWISE", "1");
+      EnvGuard cols8("PAGEDATTN_MERGE_COLS", "8");  // (the default takes 8 only where its CTAs fill the SMs)
       if (i == 0) {
         DeviceCase d(by_thread);
         ASSERT_TRUE(plan(d.params(), opt).info().merge_rowwise) << "PAGEDATTN_MERGE_ROWWISE=1 did not take effect";
       }
       run_cuda(by_thread, opt);
-      EnvGuard cols("PAGEDATTN_MERGE_COLS", "4");  // 4 columns per thread where the default takes 8
+      EnvGuard cols4("PAGEDATTN_MERGE_COLS", "4");
       run_cuda(by_cols4, opt);
     }
     tally.compare(c, by_cta, by_thread, "the merge kernels");
