@@ -667,7 +667,7 @@ class CudaPlan final : public detail::PlanImpl {
   int merge_group_split_ = 1;  // the column blocks whose partition groups the merge folds (deterministic: D / 64)
   int merge_batch_ = 1;  // partition loads in flight per merge thread
   bool merge_rowwise_ = false;  // deterministic mode, many rows: merge_rows_kernel (tuning::merge_rowwise)
-  bool merge_cols8_ = true;  // merge_rows_kernel at 8 columns per thread where merge_row_cols allows (tuning::merge_cols8)
+  bool merge_cols8_ = true;  // merge_rows_kernel at 8 columns per thread (tuning::merge_cols8, merge_row_cols)
   std::vector<std::vector<uint8_t>> host_;  // plan-owned copies of the host metadata (see upload)
   std::vector<MergeRow> merge_rows_;
   int num_score_tiles_ = 0;

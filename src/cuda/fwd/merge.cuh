@@ -211,6 +211,7 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_const
 // same in every thread of the row. 8 columns per thread (kC = 8: one 16-byte load of f16 partials, 4
 // groups per batch, 128 registers, 4 CTAs per SM) share them over twice the columns: T = 8 61.3 us against
 // 95.6, T = 4 34.3 against 51.3, u8 T = 8 38.0 against 54.6 (run 2026-12-07-mc8-23b29c3-h100, same call).
+// They also halve the CTAs, so the host takes them where those still give every SM one (tuning::merge_cols8).
 constexpr int kMergeRowThreads = 128;
 // Columns per thread: 8 where the row's threads divide into float4 reads of their maxima (D = 64, 96, 128,
 // 192, 256), else 4 (D = 80, 112)
@@ -279,7 +280,8 @@ __global__ void __launch_bounds__(kMergeRowThreads, kC == 8 ? 4 : 3)
             if (g < kGroupsM && p < mr.num_parts) {
               mlb[jj][b] = __ldcg(reinterpret_cast<const float2*>(ml + p * kMlStride));
               if constexpr (kHalf && kN == 2) {  // 8 columns of f16: one 16-byte load
-                const uint4 u = __ldcg(reinterpret_cast<const uint4*>(reinterpret_cast<const __half*>(P.ws_o) + wo + p * kOStride));
+                const __half* src = reinterpret_cast<const __half*>(P.ws_o) + wo + p * kOStride;
+                const uint4 u = __ldcg(reinterpret_cast<const uint4*>(src));
                 vb[jj][b][0] = make_uint2(u.x, u.y);
                 vb[jj][b][1] = make_uint2(u.z, u.w);
               } else {
