@@ -278,10 +278,11 @@ TEST(Cuda, InvariantModeMatchesTheOracle) {
 }
 
 // Deterministic mode's two merge kernels (tuning::merge_rowwise: a CTA per row and column block for
-// calls of up to a wave of them, a thread per 4 columns past that) give the same bits: each case runs
-// with either forced, out and lse compared byte for byte, and merge_kernel in each of its layouts (the
+// calls of up to a wave of them, a thread per 8 or 4 columns past that) give the same bits: each case runs
+// with either forced, out and lse compared byte for byte, merge_kernel in each of its layouts (the
 // mode's D / 64 column blocks per row, and at D = 128 / 256 one or two blocks whose threads fold the
-// groups of several: PAGEDATTN_MERGE_SPLIT). 64-key partitions put up to ~190 partitions on a row
+// groups of several: PAGEDATTN_MERGE_SPLIT) and merge_rows_kernel at both thread widths
+// (PAGEDATTN_MERGE_COLS). 64-key partitions put up to ~190 partitions on a row
 // (several per merge group, chunks starting mid-group: MergeRow::part0). The batch suites above compare
 // the kernels across calls too (a batch of many rows against its sequences alone).
 TEST(Cuda, InvariantMergeKernelsAgree) {
