@@ -72,7 +72,7 @@ std::string describe(const Inputs& in) {
      << " Hk=" << in.num_kv_heads << " window=" << in.sliding_window << " sms=" << in.num_sms
      << " prefix_only=" << in.prefix_only << " ctas_per_sm=" << in.ctas_per_sm << " wg_ctas_per_sm=" << in.wg_ctas_per_sm[0] << "," << in.wg_ctas_per_sm[1]
      << "," << in.wg_ctas_per_sm[2] << "," << in.wg_ctas_per_sm[3] << " deterministic=" << in.deterministic
-     << " wg_partials=" << in.wg_partials << " forced_partition=" << in.forced_partition << " min_partition=" << in.min_partition
+     << " wg_partials=" << in.wg_partials << " fold_block=" << in.fold_block << " forced_partition=" << in.forced_partition << " min_partition=" << in.min_partition
      << " positions=" << list(in.positions);
   return os.str();
 }
@@ -690,6 +690,102 @@ TEST(Planner, DeterministicWgPartials) {
     check_plan(alone, a);
     EXPECT_EQ(a.span, 1) << "a lone sequence's partitions fit one wave";
     EXPECT_EQ(a.num_slots, 4 * 2 * 32);
+  }
+}
+
+// Units (Inputs::fold_block): where a call's runs reach a block, the chunks of <= kFoldRows rows take runs of
+// whole blocks (each item's first partition the chunk's or a block's first, its last the chunk's or a
+// block's last) and one slot per (block, warpgroup) from the chunk's first block; the merge folds their
+// units as partials (fold 0). Every other chunk keeps two slots per partition and every rule of the plan
+// without units, its merge folding the units itself (fold = the block).
+void check_units(const Inputs& in, const Plan& plan) {
+  const int B = in.fold_block;
+  EXPECT_EQ(plan.folded, plan.span >= B);
+  std::vector<std::pair<int64_t, int64_t>> ranges;  // merges' slots
+  for (const pl::MergeItem& m : plan.merges) {
+    SCOPED_TRACE("merge seq " + std::to_string(m.seq) + " t0 " + std::to_string(m.t0) + " nt " + std::to_string(m.nt));
+    ranges.push_back({m.slot, m.slot + int64_t{m.num_parts} * in.num_kv_heads});
+    std::vector<WorkItem> its;
+    for (const WorkItem& w : plan.items)
+      if (w.seq == m.seq && w.t0 == m.t0) its.push_back(w);
+    ASSERT_FALSE(its.empty());
+    std::sort(its.begin(), its.end(), [](const WorkItem& a, const WorkItem& b) { return a.kv_begin < b.kv_begin; });
+    const bool unit_chunk = plan.folded && m.nt * in.group <= pl::kFoldRows;
+    EXPECT_EQ(m.fold, unit_chunk ? 0 : B);
+    if (!unit_chunk) {
+      EXPECT_EQ(m.num_parts % 2, 0);
+      continue;
+    }
+    const int part = m.part, p0 = its.front().kv_begin / part;
+    const int p1 = static_cast<int>(ceil_div(its.back().kv_end, part));
+    EXPECT_EQ(its.front().kv_begin % part, 0);
+    EXPECT_EQ(m.part0, 2 * (p0 / B));
+    EXPECT_EQ(m.num_parts, 2 * (ceil_div(p1, B) - p0 / B));
+    for (size_t i = 0; i < its.size(); ++i) {
+      const WorkItem& w = its[i];
+      SCOPED_TRACE(describe(w));
+      EXPECT_EQ(w.part, part) << "a unit run names its partition size";
+      EXPECT_EQ(w.num_parts, m.num_parts);
+      EXPECT_EQ(w.slot, m.slot + 2 * (w.kv_begin / part / B - p0 / B)) << "a run's first unit slot";
+      if (i > 0) {
+        EXPECT_EQ(w.kv_begin, its[i - 1].kv_end) << "the runs cover the chunk's keys once";
+        EXPECT_EQ(w.kv_begin % (B * part), 0) << "a run starts inside a block";
+      }
+    }
+  }
+  std::sort(ranges.begin(), ranges.end());
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    EXPECT_LE(ranges[i].second, plan.num_slots);
+    if (i > 0) EXPECT_LE(ranges[i - 1].second, ranges[i].first) << "merges' slots overlap";
+  }
+}
+
+TEST(Planner, RandomUnits) {
+  int folded = 0;
+  for (int i = 0; i < 800; ++i) {
+    const uint64_t seed = base_seed() + 4000000 + static_cast<uint64_t>(i);
+    std::mt19937_64 rng(seed);
+    Inputs in = random_inputs(rng);
+    in.deterministic = true;
+    in.wg_partials = true;
+    in.forced_partition = 0;
+    in.fold_block = 8;
+    in.group = std::min(in.group, pl::kMaxRows);
+    SCOPED_TRACE("case seed " + std::to_string(seed) + ": " + describe(in));
+    const Plan plan = pl::make_plan(in);
+    SCOPED_TRACE(plan.describe());
+    if (!plan.folded) check_plan(in, plan);
+    check_units(in, plan);
+    folded += plan.folded;
+    if (HasFailure()) return;
+  }
+  std::printf("plans with units folded by their CTAs: %d of 800\n", folded);
+  EXPECT_GT(folded, 0);
+}
+
+// The seed's 32 x 8k batch: runs of 32 partitions = 4 blocks, 8 unit slots per chunk and kv head instead of
+// 64 partition slots; a lone sequence's merge folds its units from 64 slots.
+TEST(Planner, DeterministicUnits) {
+  for (const int T : {1, 4, 8, 16}) {
+    Inputs in = deterministic_8k(4, 1, 32, T);
+    for (int& w : in.wg_ctas_per_sm) w = 1;
+    in.wg_partials = true;
+    in.fold_block = 8;
+    const Plan p = pl::make_plan(in);
+    SCOPED_TRACE("T = " + std::to_string(T) + ": " + p.describe());
+    check_units(in, p);
+    EXPECT_TRUE(p.folded);
+    EXPECT_EQ(p.span, 32);
+    EXPECT_EQ(p.ctas, 32 * 4);
+    for (const pl::MergeItem& m : p.merges) EXPECT_EQ(m.num_parts, T <= 8 ? 8 : 64);
+    EXPECT_EQ(p.num_slots, 32 * 4 * (T <= 8 ? 8 : 64));
+    in.past_lens.resize(1);
+    in.tokens.resize(1);
+    const Plan a = pl::make_plan(in);
+    check_units(in, a);
+    check_plan(in, a);
+    EXPECT_FALSE(a.folded);
+    for (const pl::MergeItem& m : a.merges) EXPECT_EQ(m.num_parts, 64);
   }
 }
 

@@ -73,6 +73,8 @@ struct PlanInfo {
   int merge_batch = 0;          // cuda: partition loads in flight per merge thread
   bool merge_rowwise = false;   // cuda, deterministic mode: the merge runs a thread per 4 columns of a row
                                 // (many rows; merge_split and merge_batch then do not apply)
+  bool folded_units = false;   // cuda, deterministic mode: the attention CTAs fold their runs of partitions into
+                                // units of 8 (chunks of <= 32 rows; docs/design.md, "Invariant rows")
   bool separate_kv_write = false;  // cuda: the write-in as its own launch (a sequence in several chunks)
   bool pdl = false;             // cuda: programmatic dependent launch
   bool early_reads = false;     // cuda: cache reads before the PDL wait

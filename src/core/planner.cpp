@@ -136,7 +136,13 @@ Plan make_plan(const Inputs& in) {
     };
     while (span < max_parts && ctas_at(span) > target) ++span;
   }
+  // Inputs::fold_block: runs of at least a block take whole blocks (span rounded up to blocks)
+  const int fb = wg_partials ? in.fold_block : 0;
+  if (fb < 0) throw std::invalid_argument("fold_block must be >= 0");
+  const bool folded = fb > 0 && span >= fb;
+  if (folded) span = (span + fb - 1) / fb * fb;
   plan.span = span;
+  plan.folded = folded;
 
   // --- work items and partial slots ---------------------------------------------------------------
   int slot = 0;
@@ -147,26 +153,31 @@ Plan make_plan(const Inputs& in) {
     const int nparts = p1 - p0;
     const int rows = c.nt * in.group;
     const int rt = 1 << row_tile_class(rows);  // kernel variants: row tiles
-    const int nitems = spans(c) ? (nparts + span - 1) / span : nparts;
-    for (int i = 0, p = p0; i < nitems; ++i) {
-      const int q = p0 + static_cast<int>(int64_t{nparts} * (i + 1) / nitems);  // balanced runs [p, q)
+    // runs of partitions, or (units: Inputs::fold_block) of whole blocks with one slot per (block, warpgroup)
+    const bool units = folded && spans(c) && rows <= kFoldRows;
+    const int k = units ? fb : 1;                          // partitions per step of a run
+    const int q0 = p0 / k, nsteps = (p1 + k - 1) / k - q0;  // the chunk's steps
+    const int per_step = units ? 2 : per_part;             // partial slots per step
+    const int nitems = spans(c) ? (nsteps + span / k - 1) / (span / k) : nsteps;
+    for (int i = 0, q = q0; i < nitems; ++i) {
+      const int e = q0 + static_cast<int>(int64_t{nsteps} * (i + 1) / nitems);  // balanced runs [q, e)
       WorkItem w;
       w.seq = c.seq;
       w.t0 = c.t0;
       w.nt = c.nt;
-      w.kv_begin = std::max(c.lo, p * part);
-      w.kv_end = static_cast<int32_t>(std::min<int64_t>(c.hi, int64_t{q} * part));
-      w.num_parts = per_part * nparts;
-      w.slot = nparts > 1 || in.deterministic ? slot + per_part * (p - p0) : -1;
+      w.kv_begin = static_cast<int32_t>(std::max<int64_t>(c.lo, int64_t{q} * k * part));
+      w.kv_end = static_cast<int32_t>(std::min<int64_t>(c.hi, int64_t{e} * k * part));
+      w.num_parts = per_step * nsteps;
+      w.slot = nparts > 1 || in.deterministic ? slot + per_step * (q - q0) : -1;
       w.row_tiles = rt;
-      w.part = q - p > 1 ? part : 0;
+      w.part = units || e - q > 1 ? part : 0;  // (units: a run of one partition folds it into its unit too)
       w.past = w.tok0 = w.t_seq = w.table = 0;
       plan.items.push_back(w);
-      p = q;
+      q = e;
     }
     if (nparts > 1 || in.deterministic) {
-      plan.merges.push_back(MergeItem{c.seq, c.t0, c.nt, slot, per_part * nparts, per_part * p0, part});
-      slot += per_part * nparts * in.num_kv_heads;
+      plan.merges.push_back(MergeItem{c.seq, c.t0, c.nt, slot, per_step * nsteps, per_step * q0, part, units ? 0 : fb});
+      slot += per_step * nsteps * in.num_kv_heads;
     }
     plan.max_row_tiles = std::max(plan.max_row_tiles, rt);
   }
@@ -186,6 +197,7 @@ std::string Plan::describe() const {
   for (const WorkItem& w : items) counts[w.row_tiles]++;
   os << "partition_tokens=" << partition_tokens << " items=" << items.size() << " ctas=" << ctas;
   if (span > 1) os << " span=" << span;
+  if (folded) os << " folded";
   os
      << " (row tiles 1/2/4/8: " << counts[1] << "/" << counts[2] << "/" << counts[4] << "/" << counts[8] << ")"
      << " merges=" << merges.size() << " partial_slots=" << num_slots;

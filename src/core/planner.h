@@ -59,6 +59,9 @@ constexpr int deterministic_rows(int group, int max_rows) {
 // flush; Inputs::wg_partials: every chunk); a chunk's items take balanced runs. A lone sequence keeps one
 // partition per item.
 constexpr int kMaxSpanRows = 32;
+// Inputs::fold_block: the chunks whose CTAs fold their units (the key-split kernel's 64-row tile with its
+// rows in the first two warps of each warpgroup: the other two keep the fold)
+constexpr int kFoldRows = 32;
 struct WorkItem {
   int32_t seq;        // sequence index
   int32_t t0, nt;     // first new token of the chunk (within its sequence) and token count
@@ -89,9 +92,12 @@ struct EmptyChunk {    // new tokens that see no key (prefix_only: an empty shar
 struct MergeItem {     // one (chunk, query row) whose partitions must be combined, for every kv head
   int32_t seq, t0, nt;
   int32_t slot;        // partial slot of partition 0 for kv head 0
-  int32_t num_parts;   // (Inputs::wg_partials: partial slots, 2 per partition)
-  int32_t part0;       // absolute index of the chunk's first partition (kv_begin / part; wg_partials: 2x)
+  int32_t num_parts;   // (Inputs::wg_partials: partial slots, 2 per partition; a folded chunk: its units)
+  int32_t part0;       // absolute index of the chunk's first partition (kv_begin / part; wg_partials: 2x;
+                       // a folded chunk: its first unit's, 2 x its first block's)
   int32_t part;        // the chunk's partition size
+  int32_t fold;        // Inputs::fold_block, where the merge folds the chunk's slots into units itself;
+                       // 0 where its partials are what the merge folds (units its CTAs left, or no units)
 };
 
 struct Inputs {
@@ -128,6 +134,13 @@ struct Inputs {
   // 2 (p - p0) + 1 of its range, WorkItem::slot / num_parts and MergeItem::num_parts / part0 count slots
   // (2 x partitions), so the merge folds partial 2 p + w as it would a partition of that index.
   bool wg_partials = false;
+  // With wg_partials: the arithmetic's blocks of consecutive absolute partitions (0: none). A row's result
+  // is then the merge's groups over units, a unit being one warpgroup's partials of one block folded in
+  // partition order (cuda merge.cuh, load_unit). Where the call's runs (Plan::span) cover whole blocks, the
+  // chunks of <= kFoldRows rows take runs of whole blocks, their CTAs fold the units themselves and leave
+  // one partial slot per unit (Plan::folded; MergeItem::fold 0); other chunks leave their slots and the
+  // merge folds their units (MergeItem::fold = fold_block). The same bits either way.
+  int fold_block = 0;
   int forced_partition = 0;                // 0: choose
   int min_partition = kMinPartition;       // the least partition the one-wave rule starts from (a multiple
                                            // of kBlockKV; tuning::min_partition)
@@ -148,6 +161,8 @@ struct Plan {
                                            // T > chunk_rows / G; deterministic mode also cuts at size changes)
   int max_row_tiles = 1;
   int span = 1;                            // deterministic: most partitions per item (WorkItem::part)
+  bool folded = false;                     // Inputs::fold_block: chunks of <= kFoldRows rows take runs of
+                                           // whole blocks, each item leaving one slot per unit
   int64_t ctas = 0;                        // attention CTAs (items x kv heads)
   std::vector<WorkItem> items;             // sorted by row_tiles, then longest key range first
   std::vector<MergeItem> merges;

@@ -170,6 +170,11 @@ bool merge_cols8(int64_t ctas8, int num_sms, const Overrides& o);
 /// (`key_tile` = hopper_key_tile() != 0) at its widths (64, 128, 256); else fwd_kernel's WKV = 4 layout. A
 /// function of the model and the device, never of the batch (so a row's kernel is its decode's).
 bool deterministic_split(int head_size, KvKind kv, int key_tile, const Overrides& o);
+/// Deterministic mode on the key-split kernel (deterministic_split): the partitions per unit
+/// (planner::Inputs::fold_block). A batch's CTAs that run whole blocks leave one partial per unit instead of
+/// one per partition: the 32 x 8k batch's 64 partials per row at T = 8 become 8. A lone row's merge folds
+/// each unit's 8 partials in series (loads in flight together).
+constexpr int kFoldBlock = 8;
 
 }  // namespace tuning
 }  // namespace pagedattn

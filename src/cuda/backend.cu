@@ -55,17 +55,27 @@ FwdKernelInfo fwd_kernel_info(int head_size, int kv, int row_tiles, const Kernel
 // per row, `batch` (1, 4 or 8) partitions per thread in flight (see CudaPlan: merge_split_, merge_batch_).
 // kGroupSplit > kSplit (deterministic mode, whose groups are those of D / 64 blocks): each thread folds
 // kGroupSplit / kSplit groups, `batch` partitions of each in flight.
-template <int D, int kSplit, int kGroupSplit = kSplit>
-void launch_merge_d(const FwdParams& P, int num_rows, int batch, cudaStream_t stream, bool pdl) {
+// units (a row with MergeRow::fold): merge_kernel's kUnits variants (D = 64, 128, 256 on deterministic mode's
+// groups: the key-split kernel's widths).
+template <int D, int kSplit, int kGroupSplit, bool kUnits>
+void launch_merge_du(const FwdParams& P, int num_rows, int batch, cudaStream_t stream, bool pdl) {
   const dim3 grid(num_rows, kSplit), block(kMergeThreads);
-  if (kGroupSplit != kSplit)  // (one batch: 8 loads in flight per thread, CudaPlan::merge_batch_)
-    launch_ex(merge_kernel<D, kSplit, 8 * kSplit / kGroupSplit, kGroupSplit>, grid, block, 0, stream, pdl, P);
+  if constexpr (kGroupSplit != kSplit)  // (one batch: 8 loads in flight per thread, CudaPlan::merge_batch_)
+    launch_ex(merge_kernel<D, kSplit, 8 * kSplit / kGroupSplit, kGroupSplit, kUnits>, grid, block, 0, stream, pdl, P);
   else if (batch == 8)
-    launch_ex(merge_kernel<D, kSplit, 8>, grid, block, 0, stream, pdl, P);
+    launch_ex(merge_kernel<D, kSplit, 8, kGroupSplit, kUnits>, grid, block, 0, stream, pdl, P);
   else if (batch == 4)
-    launch_ex(merge_kernel<D, kSplit, 4>, grid, block, 0, stream, pdl, P);
+    launch_ex(merge_kernel<D, kSplit, 4, kGroupSplit, kUnits>, grid, block, 0, stream, pdl, P);
   else
-    launch_ex(merge_kernel<D, kSplit, 1>, grid, block, 0, stream, pdl, P);
+    launch_ex(merge_kernel<D, kSplit, 1, kGroupSplit, kUnits>, grid, block, 0, stream, pdl, P);
+}
+template <int D, int kSplit, int kGroupSplit = kSplit>
+void launch_merge_d(const FwdParams& P, int num_rows, int batch, bool units, cudaStream_t stream, bool pdl) {
+  if constexpr ((D == 64 || D == 128 || D == 256) && kGroupSplit == D / 64) {
+    if (units) return launch_merge_du<D, kSplit, kGroupSplit, true>(P, num_rows, batch, stream, pdl);
+  }
+  if (units) throw RuntimeError("merge: no unit kernel for D=" + std::to_string(D));
+  launch_merge_du<D, kSplit, kGroupSplit, false>(P, num_rows, batch, stream, pdl);
 }
 // Deterministic mode's merge of many rows (tuning::merge_rowwise): one thread per 8 columns of a row
 // (merge_row_cols; 4 at D = 80, 112, or all widths with cols8 off), whole rows per CTA.
@@ -92,24 +102,24 @@ void launch_merge_rows(const FwdParams& P, int head_size, int num_rows, bool col
     default: throw RuntimeError("merge: no row kernel for D=" + std::to_string(head_size));
   }
 }
-void launch_merge(const FwdParams& P, int head_size, int num_rows, int split, int batch, int group_split,
+void launch_merge(const FwdParams& P, int head_size, int num_rows, int split, int batch, int group_split, bool units,
                   cudaStream_t stream, bool pdl) {
   switch ((head_size * 8 + split) * 8 + group_split) {
-    case (64 * 8 + 1) * 8 + 1: launch_merge_d<64, 1>(P, num_rows, batch, stream, pdl); break;
-    case (80 * 8 + 1) * 8 + 1: launch_merge_d<80, 1>(P, num_rows, batch, stream, pdl); break;
-    case (96 * 8 + 1) * 8 + 1: launch_merge_d<96, 1>(P, num_rows, batch, stream, pdl); break;
-    case (112 * 8 + 1) * 8 + 1: launch_merge_d<112, 1>(P, num_rows, batch, stream, pdl); break;
-    case (192 * 8 + 1) * 8 + 1: launch_merge_d<192, 1>(P, num_rows, batch, stream, pdl); break;
-    case (192 * 8 + 2) * 8 + 2: launch_merge_d<192, 2>(P, num_rows, batch, stream, pdl); break;
-    case (192 * 8 + 3) * 8 + 3: launch_merge_d<192, 3>(P, num_rows, batch, stream, pdl); break;
-    case (128 * 8 + 1) * 8 + 1: launch_merge_d<128, 1>(P, num_rows, batch, stream, pdl); break;
-    case (128 * 8 + 2) * 8 + 2: launch_merge_d<128, 2>(P, num_rows, batch, stream, pdl); break;
-    case (128 * 8 + 1) * 8 + 2: launch_merge_d<128, 1, 2>(P, num_rows, batch, stream, pdl); break;
-    case (256 * 8 + 1) * 8 + 1: launch_merge_d<256, 1>(P, num_rows, batch, stream, pdl); break;
-    case (256 * 8 + 2) * 8 + 2: launch_merge_d<256, 2>(P, num_rows, batch, stream, pdl); break;
-    case (256 * 8 + 4) * 8 + 4: launch_merge_d<256, 4>(P, num_rows, batch, stream, pdl); break;
-    case (256 * 8 + 1) * 8 + 4: launch_merge_d<256, 1, 4>(P, num_rows, batch, stream, pdl); break;
-    case (256 * 8 + 2) * 8 + 4: launch_merge_d<256, 2, 4>(P, num_rows, batch, stream, pdl); break;
+    case (64 * 8 + 1) * 8 + 1: launch_merge_d<64, 1>(P, num_rows, batch, units, stream, pdl); break;
+    case (80 * 8 + 1) * 8 + 1: launch_merge_d<80, 1>(P, num_rows, batch, units, stream, pdl); break;
+    case (96 * 8 + 1) * 8 + 1: launch_merge_d<96, 1>(P, num_rows, batch, units, stream, pdl); break;
+    case (112 * 8 + 1) * 8 + 1: launch_merge_d<112, 1>(P, num_rows, batch, units, stream, pdl); break;
+    case (192 * 8 + 1) * 8 + 1: launch_merge_d<192, 1>(P, num_rows, batch, units, stream, pdl); break;
+    case (192 * 8 + 2) * 8 + 2: launch_merge_d<192, 2>(P, num_rows, batch, units, stream, pdl); break;
+    case (192 * 8 + 3) * 8 + 3: launch_merge_d<192, 3>(P, num_rows, batch, units, stream, pdl); break;
+    case (128 * 8 + 1) * 8 + 1: launch_merge_d<128, 1>(P, num_rows, batch, units, stream, pdl); break;
+    case (128 * 8 + 2) * 8 + 2: launch_merge_d<128, 2>(P, num_rows, batch, units, stream, pdl); break;
+    case (128 * 8 + 1) * 8 + 2: launch_merge_d<128, 1, 2>(P, num_rows, batch, units, stream, pdl); break;
+    case (256 * 8 + 1) * 8 + 1: launch_merge_d<256, 1>(P, num_rows, batch, units, stream, pdl); break;
+    case (256 * 8 + 2) * 8 + 2: launch_merge_d<256, 2>(P, num_rows, batch, units, stream, pdl); break;
+    case (256 * 8 + 4) * 8 + 4: launch_merge_d<256, 4>(P, num_rows, batch, units, stream, pdl); break;
+    case (256 * 8 + 1) * 8 + 4: launch_merge_d<256, 1, 4>(P, num_rows, batch, units, stream, pdl); break;
+    case (256 * 8 + 2) * 8 + 4: launch_merge_d<256, 2, 4>(P, num_rows, batch, units, stream, pdl); break;
     default:
       throw RuntimeError("merge: no kernel for D=" + std::to_string(head_size) + " split " + std::to_string(split) +
                          " groups of split " + std::to_string(group_split));
@@ -339,6 +349,9 @@ class CudaPlan final : public detail::PlanImpl {
     }
     in.deterministic = opt.deterministic;
     in.wg_partials = choice_.wg_partials;
+    // units of tuning::kFoldBlock partitions where the partials are f16 (FwdParams::ws_half below: the
+    // kernel's fold passes them through shared memory as the merge reads them); bf16 keeps f32 partials
+    in.fold_block = choice_.wg_partials && half_partials_ && kv_ != kKvBF16 ? tuning::kFoldBlock : 0;
     in.forced_partition = opt.partition_tokens;
     in.min_partition = tuning::min_partition(D_, kind, mid_rows, env);
     int optin = 0;
@@ -410,11 +423,12 @@ class CudaPlan final : public detail::PlanImpl {
       for (int r = 0; r < m.nt * G_; ++r) {
         for (int hk = 0; hk < Hk_; ++hk) {
           rows.push_back(MergeRow{sb[m.seq] + m.t0 + r / G_, hk * G_ + r % G_, m.slot + hk * m.num_parts, r, m.num_parts,
-                                  opt.deterministic ? m.part0 : 0});
+                                  opt.deterministic ? m.part0 : 0, m.fold});
         }
       }
     }
     num_merge_rows_ = static_cast<int>(rows.size());
+    merge_units_ = std::any_of(rows.begin(), rows.end(), [](const MergeRow& r) { return r.fold > 0; });
     int max_parts = 0;
     for (const MergeRow& r : rows) max_parts = std::max(max_parts, r.num_parts);
     // deterministic: the groups of D / 64 column blocks, whatever the batch (a row's groups set which
@@ -554,6 +568,7 @@ class CudaPlan final : public detail::PlanImpl {
     // 65-128 rows 0.957-0.994 and both kinds at 129-256 0.974-1.016, so the 128-row forms keep f32. bf16
     // values may not fit f16: bf16 caches keep f32.
     P.ws_half = half_partials_ && kv_ != kKvBF16 && wl_.slot_rows <= 64 ? 1 : 0;
+    P.fold_block = wl_.folded ? tuning::kFoldBlock : 0;
 
     for (const auto& [t0, nt] : empty_rows_) {  // rows with no key (prefix_only, Plan::empty): out 0, lse -inf
       const std::size_t row_bytes = static_cast<std::size_t>(H_) * Dv_ * dtype_size(p.out.dtype);
@@ -576,7 +591,8 @@ class CudaPlan final : public detail::PlanImpl {
       if (merge_rowwise_)
         launch_merge_rows(P, D_, num_merge_rows_, merge_cols8_, stream_, pdl_);
       else
-        launch_merge(P, D_, num_merge_rows_, merge_split_, merge_batch_, merge_group_split_, stream_, pdl_);
+        launch_merge(P, D_, num_merge_rows_, merge_split_, merge_batch_, merge_group_split_, merge_units_, stream_,
+                     pdl_);
       PA_CUDA_CHECK(cudaGetLastError());
     }
     if (P.scores != nullptr && num_score_tiles_ > 0) {
@@ -627,6 +643,7 @@ class CudaPlan final : public detail::PlanImpl {
     pi.merge_split = merge_split_;
     pi.merge_batch = merge_batch_;
     pi.merge_rowwise = merge_rowwise_;
+    pi.folded_units = wl_.folded;
     pi.separate_kv_write = separate_write_;
     pi.pdl = pdl_;
     pi.early_reads = pdl_ && early_reads_;
@@ -667,6 +684,7 @@ class CudaPlan final : public detail::PlanImpl {
   int merge_group_split_ = 1;  // the column blocks whose partition groups the merge folds (deterministic: D / 64)
   int merge_batch_ = 1;  // partition loads in flight per merge thread
   bool merge_rowwise_ = false;  // deterministic mode, many rows: merge_rows_kernel (tuning::merge_rowwise)
+  bool merge_units_ = false;  // a row with MergeRow::fold: merge_kernel's kUnits variant
   bool merge_cols8_ = true;  // merge_rows_kernel at 8 columns per thread (tuning::merge_cols8, merge_row_cols)
   std::vector<std::vector<uint8_t>> host_;  // plan-owned copies of the host metadata (see upload)
   std::vector<MergeRow> merge_rows_;

@@ -177,6 +177,30 @@ TEST(Cuda, InvariantRunsOfPartitionsEveryLayout) {
   run_cases("invariant-runs-layouts", seed0, n, true, 0.0, true, 0, 0.3, layouts_config);
 }
 
+// Units folded by the attention CTAs (planner::Plan::folded: runs of at least tuning::kFoldBlock
+// partitions, f16 caches on the key-split kernel, chunks of <= 32 rows): 12-16 sequences of 4000-5000 keys
+// over 4 kv heads, no window, are >= 12 x 16 x 4 = 768 partitions of 256 keys, runs of 8 or more on 132 SMs
+// (one CTA per SM); alone, each sequence's merge folds its units from its partitions' partials.
+CaseConfig folds_config(int i) {
+  CaseConfig cfg = spans_config(i);
+  cfg.kv_heads = {4};
+  cfg.kv_precisions = {KVPrecision::f16};
+  cfg.p_window = 0.0;
+  return cfg;
+}
+TEST(Cuda, InvariantUnitsFoldedByTheirCtas) {
+  REQUIRE_GPU();
+  Options opt{Backend::cuda};
+  opt.deterministic = true;
+  const uint64_t seed0 = base_seed() + 4190000;
+  const int n = case_count(6);
+  for (int i = 0; i < n; ++i) {  // each case's batch folds its units (else it tests the merge's units only)
+    const PlanInfo info = plan_info(folds_config(i), seed0 + i, opt);
+    EXPECT_TRUE(info.folded_units) << "case " << i << ": the batch's CTAs fold no units";
+  }
+  run_cases("invariant-units", seed0, n, true, 0.0, true, 0, 0.0, folds_config);
+}
+
 // Chains across a change of partition size. Deterministic mode sizes a token's partitions by the keys it
 // sees (planner::deterministic_partition: the least multiple of 256 keys that fits a kv head's share of
 // one wave), so with 8 kv heads the size steps every (wave / 8) x 256 keys. Each case puts its sequences'

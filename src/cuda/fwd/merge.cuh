@@ -92,6 +92,71 @@ template <int kGroups>
 __device__ __forceinline__ int merge_group_first(int g, int part0) {
   return ((g - part0) % kGroups + kGroups) % kGroups;
 }
+// Units (MergeRow::fold > 0: deterministic mode on the key-split kernel, tuning::kFoldBlock = B). The row's
+// slots are two per partition (part0 = 2 p0, num_parts = 2 x its partitions); unit U = 2 b + w (absolute)
+// is warpgroup w's partials of the partitions of block b (b B .. b B + B - 1, those of the chunk) folded in
+// partition order (merge_fold_n), then rounded as a partial is stored (ws_half: f16 O / l, read back times
+// l). The row's groups fold units as they fold partitions elsewhere. wg_kernel's own form folds the same
+// units where its CTAs run whole blocks (FwdParams::fold_block) and leaves them as the row's partials
+// (fold 0), with these steps, so a row's bits do not depend on who folded its units.
+__device__ __forceinline__ int merge_unit_count(const MergeRow& mr, int& upart0) {
+  constexpr int B = tuning::kFoldBlock;
+  const int p0 = mr.part0 / 2, p1 = p0 + mr.num_parts / 2;
+  upart0 = 2 * (p0 / B);
+  return 2 * ((p1 + B - 1) / B - p0 / B);
+}
+// unit u of the row (relative: absolute unit upart0 + u) as a partial: its (m, l) and N x 4 columns of O
+template <int N, bool kHalf>
+__device__ __forceinline__ void load_unit(const FwdParams& P, const MergeRow& mr, const float* ml, int64_t wo,
+                                          int64_t ml_stride, int64_t o_stride, float vscale, int u, float2& mlu,
+                                          float4 (&v)[N]) {
+  constexpr int B = tuning::kFoldBlock;
+  using Raw = std::conditional_t<kHalf, uint2, float4>;  // (per 4 columns)
+  const int p0 = mr.part0 / 2, np = mr.num_parts / 2;
+  const int U = 2 * (p0 / B) + u, first = (U / 2) * B - p0, w = U % 2;
+  float2 mlb[B];
+  Raw vb[B][N];
+#pragma unroll
+  for (int k = 0; k < B; ++k) {  // the block's loads in flight together
+    const int r = first + k;
+    mlb[k] = make_float2(-INFINITY, 0.0f);
+#pragma unroll
+    for (int i = 0; i < N; ++i) vb[k][i] = Raw{};
+    if (r >= 0 && r < np) {
+      const int64_t sl = 2 * r + w;
+      mlb[k] = __ldcg(reinterpret_cast<const float2*>(ml + sl * ml_stride));
+#pragma unroll
+      for (int i = 0; i < N; ++i) {
+        if constexpr (kHalf) vb[k][i] = load_half_partial4(P, wo + i * 4 + sl * o_stride);
+        else vb[k][i] = __ldcg(reinterpret_cast<const float4*>(P.ws_o + wo + i * 4 + sl * o_stride));
+      }
+    }
+  }
+  MergeStateN<N> st;
+#pragma unroll
+  for (int k = 0; k < B; ++k) {
+    float4 x[N];
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      if constexpr (kHalf) x[i] = half_partial4(vb[k][i], mlb[k].y * vscale);
+      else x[i] = vb[k][i];
+    }
+    merge_fold_n<N>(st, mlb[k], x);
+  }
+  mlu = make_float2(st.m, st.den);
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    if constexpr (kHalf) {  // as wg_kernel stores it (f16 of O / l) and the merge reads a partial back
+      const float inv = partial_inv(st.den), l = st.den * vscale;
+      const float4 a = st.acc[i];
+      const __half2 h0 = __floats2half2_rn(__fmul_rn(a.x, inv), __fmul_rn(a.y, inv));
+      const __half2 h1 = __floats2half2_rn(__fmul_rn(a.z, inv), __fmul_rn(a.w, inv));
+      v[i] = half_partial4(make_uint2(*reinterpret_cast<const uint32_t*>(&h0), *reinterpret_cast<const uint32_t*>(&h1)), l);
+    } else {
+      v[i] = st.acc[i];
+    }
+  }
+}
 __device__ __forceinline__ float merge_sink_log2(const FwdParams& P, const MergeRow& mr) {
   return P.sinks != nullptr ? P.sinks[mr.head] * kLog2e : -INFINITY;
 }
@@ -101,7 +166,9 @@ __device__ __forceinline__ float merge_sink_log2(const FwdParams& P, const Merge
 // kGroupSplit / kSplit of those groups for its columns, with all their loads in flight together, and the
 // CTA combines them in group order as the kGroupSplit layout does: the same bits with a CTA per row
 // instead of kGroupSplit / kSplit of them.
-template <int D, int kSplit, int kBatch, int kGroupSplit = kSplit>
+// kUnits: rows with MergeRow::fold may come (deterministic mode on the key-split kernel; a variant of its
+// own: the unit path's registers, 84 against 40-82, would cost the default mode's merge its occupancy).
+template <int D, int kSplit, int kBatch, int kGroupSplit = kSplit, bool kUnits = false>
 __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_constant__ FwdParams P) {
   constexpr int kCols4 = D / 4 / kSplit;              // float4 chunks of the row per CTA
   constexpr int kThreadGroups = merge_groups(D, kSplit);
@@ -146,7 +213,21 @@ __global__ void __launch_bounds__(kMergeThreads) merge_kernel(const __grid_const
     first[j] = merge_group_first<kGroupsM>(g + j * kThreadGroups, mr.part0);
     first_min = min(first_min, first[j]);
   }
-  for (int p0 = first_min; grouped && p0 < mr.num_parts; p0 += kGroupsM * kBatch) {
+  if (kUnits && mr.fold > 0 && grouped) {  // units folded from the row's slots (load_unit), one per group at a time
+    int upart0;
+    const int nu = merge_unit_count(mr, upart0);
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      for (int u = merge_group_first<kGroupsM>(g + j * kThreadGroups, upart0); u < nu; u += kGroupsM) {
+        float2 mlu;
+        float4 v[1];
+        if (P.ws_half) load_unit<1, true>(P, mr, ml, wo, kMlStride, kOStride, vscale, u, mlu, v);
+        else load_unit<1, false>(P, mr, ml, wo, kMlStride, kOStride, vscale, u, mlu, v);
+        merge_fold(st[j], mlu, v[0]);
+      }
+    }
+  }
+  for (int p0 = first_min; (!kUnits || mr.fold == 0) && grouped && p0 < mr.num_parts; p0 += kGroupsM * kBatch) {
     float2 mlb[kPer][kBatch];
     float4 vb[kPer][kBatch];
 #pragma unroll
@@ -313,8 +394,25 @@ __global__ void __launch_bounds__(kMergeRowThreads, kC == 8 ? 4 : 3)
         if (g0 + b < kGroupsM) merge_combine_n<kN>(dt, a, Mt, make_float2(st[b].m, st[b].den), st[b].acc);
     }
   };
-  if (P.ws_half) fold_all(std::true_type{});
-  else fold_all(std::false_type{});
+  if (mr.fold > 0) {  // units folded from the row's slots (load_unit), a group at a time
+    int upart0;
+    const int nu = merge_unit_count(mr, upart0);
+    for (int g = 0; g < kGroupsM; ++g) {
+      MergeStateN<kN> st;
+      for (int u = merge_group_first<kGroupsM>(g, upart0); u < nu; u += kGroupsM) {
+        float2 mlu;
+        float4 v[kN];
+        if (P.ws_half) load_unit<kN, true>(P, mr, ml, wo, kMlStride, kOStride, vscale, u, mlu, v);
+        else load_unit<kN, false>(P, mr, ml, wo, kMlStride, kOStride, vscale, u, mlu, v);
+        merge_fold_n<kN>(st, mlu, v);
+      }
+      merge_combine_n<kN>(dt, a, Mt, make_float2(st.m, st.den), st.acc);
+    }
+  } else if (P.ws_half) {
+    fold_all(std::true_type{});
+  } else {
+    fold_all(std::false_type{});
+  }
   pdl_launch_dependents();
 #pragma unroll
   for (int i = 0; i < kN; ++i) merge_store(P, mr, col + 4 * i, Mt, dt, a[i]);

@@ -20,6 +20,8 @@ struct MergeRow {       // one query row (token, head) whose partitions the merg
   int32_t part0;        // 0, or in deterministic mode the absolute index of the chunk's first partition:
                         // merge_kernel folds partition p in group (part0 + p) % groups, so a partition's
                         // group (and the fold order) does not depend on where its chunk starts
+  int32_t fold;         // planner::MergeItem::fold: 0, or the block size of the units the merge folds from
+                        // the row's slots (2 per partition) before its groups (merge.cuh, load_unit)
 };
 
 struct ScoreTile {      // 32 key positions of one sequence for the scores kernel
@@ -77,6 +79,8 @@ struct FwdParams {
   int write_all;              // 1: the write kernel writes every sequence's rows and no CTA writes in
                               // (deterministic mode cut a short sequence where its partition size changes)
   int ws_half;                // 1: partials as f16 O / l (f16, u8 and fp8 caches: backend.cu says why they fit)
+  int fold_block;             // planner::Plan::folded: the block size (Inputs::fold_block) the key-split kernel's
+                              // own form folds its runs into, for chunks of <= 32 rows; else 0
   int pdl_early_reads;        // cache rows before past_len may be read before griddepcontrol.wait
   uint32_t u8_exp_byte;       // 0x64, the high byte of the f16 1024 + code (see fwd_kernel's value step)
   // fwd_kernel's softmax reference moves only when a slice's max passes it by more than this (log2

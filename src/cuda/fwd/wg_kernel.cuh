@@ -611,6 +611,105 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
       if (c0 == 0) *reinterpret_cast<float2*>(P.ws_ml + slot * 2) = make_float2(m[hf], l);
     }
   };
+  // Units (FwdParams::fold_block = B; chunks of <= 32 rows, whose rows sit in warps 0-1 of each warpgroup):
+  // warps 2-3, which hold padding rows only, keep the fold of warps 0-1's partitions over a block of B
+  // absolute partitions in their O registers. Their P is 0, so the PV MMAs leave that O as it is (+-0 added;
+  // an infinite value in the keys' range would make it NaN), and they skip the rescale. At a partition's
+  // end the thread of warp 0 / 1 passes its partial, as the merge reads it (f16 O / l, m, l), through the
+  // ring slot just read (free until the next iteration's copies) to the thread of warp 2 / 3 with the same
+  // lane, which folds it in with merge.cuh's steps (merge_fold_n) and, at its block's last partition or the
+  // run's, leaves the unit in the block's slot: the bits of the merge folding the block's partials
+  // (merge.cuh, load_unit), with one partial per unit instead of B.
+  const bool fold = kOwnForm && P.fold_block > 0 && rows <= 32 && w.part > 0;
+  const bool keeper = fold && warp % 4 >= 2;
+  const int n_run = w.part > 0 ? (w.kv_end - w.kv_begin + w.part - 1) / w.part : 1;  // the run's partitions
+  const int fold_p0 = fold ? w.kv_begin / w.part : 0;  // its first, absolute (the planner sets part)
+  float u_m[2] = {-INFINITY, -INFINITY}, u_l[2] = {0.0f, 0.0f};  // a keeper's unit: (m, l); O in o
+  auto stage_at = [&](uint32_t sb, int i) { return smem_ptr(sb + (i * 64 + (warp % 2) * 32 + lane) * 4); };
+  static_assert(!OWN || 64 * (2 * kN3 + 4) * 4 <= Tr::kStageBytes, "a unit's hand-over in one ring slot");
+  // the unit of partition i (of the run), once that is its block's last or the run's
+  auto leave_unit = [&](int i) {
+    const int pa = fold_p0 + i, B = P.fold_block;
+    if (!keeper || ((pa + 1) % B != 0 && i != n_run - 1)) return;
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      const int r = 16 * (warp % 4 - 2) + lane / 4 + 8 * hf;
+      if (r >= rows) continue;
+      const int c0 = 2 * (lane % 4);
+      const int64_t slot =
+          (w.slot + 2 * (pa / B - fold_p0 / B) + wgi + static_cast<int64_t>(hk) * w.num_parts) * P.slot_rows + r;
+      const float inv_l = partial_inv(u_l[hf]);
+#pragma unroll
+      for (int n = 0; n < kN3; ++n)
+        store_partial2(P, slot * D + n * 8 + c0, o[4 * n + 2 * hf], o[4 * n + 2 * hf + 1], inv_l);
+      if (c0 == 0) *reinterpret_cast<float2*>(P.ws_ml + slot * 2) = make_float2(u_m[hf], u_l[hf]);
+    }
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+      u_m[hf] = -INFINITY;
+      u_l[hf] = 0.0f;
+    }
+#pragma unroll
+    for (int i2 = 0; i2 < kN3 * 4; ++i2) o[i2] = 0.0f;
+  };
+  // partition i of the run ((m, l_part) and o: warps 0-1's rows) into its unit, through ring slot sb
+  auto fold_partial = [&](int i, const float (&m)[2], const float (&l_part)[2], uint32_t sb) {
+    if (!keeper) {
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {  // leave_partial's values
+        float l = l_part[hf];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        const float inv_l = partial_inv(l);
+#pragma unroll
+        for (int n = 0; n < kN3; ++n) {
+          const __half2 h = __floats2half2_rn(o[4 * n + 2 * hf] * inv_l, o[4 * n + 2 * hf + 1] * inv_l);
+          *reinterpret_cast<__half2*>(stage_at(sb, hf * kN3 + n)) = h;
+        }
+        *reinterpret_cast<float*>(stage_at(sb, 2 * kN3 + 2 * hf)) = m[hf];
+        *reinterpret_cast<float*>(stage_at(sb, 2 * kN3 + 2 * hf + 1)) = l;
+      }
+    }
+    named_barrier(1 + wgi, 128);
+    if (keeper) {
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {  // merge_fold_n, column by column
+        const float mp = *reinterpret_cast<const float*>(stage_at(sb, 2 * kN3 + 2 * hf));
+        const float lp = *reinterpret_cast<const float*>(stage_at(sb, 2 * kN3 + 2 * hf + 1));
+        if (mp == -INFINITY) continue;
+        if (mp > u_m[hf]) {
+          const float sc = fast_exp2(u_m[hf] - mp);
+          u_l[hf] = __fmul_rn(u_l[hf], sc);
+#pragma unroll
+          for (int n = 0; n < kN3; ++n) {
+            o[4 * n + 2 * hf] = __fmul_rn(o[4 * n + 2 * hf], sc);
+            o[4 * n + 2 * hf + 1] = __fmul_rn(o[4 * n + 2 * hf + 1], sc);
+          }
+          u_m[hf] = mp;
+        }
+        // (the merge's l x vscale: vscale is 1 but for fp8, which this form does not take)
+        const float wgt = fast_exp2(mp - u_m[hf]);
+        u_l[hf] = __fmaf_rn(wgt, lp, u_l[hf]);
+        // 8 words at a time (volatile loads keep the compiler from holding all 2 kN3 in registers)
+#pragma unroll
+        for (int n0 = 0; n0 < kN3; n0 += 8) {
+          uint32_t hw[8];
+#pragma unroll
+          for (int n = 0; n < 8; ++n) {
+            const uint32_t a = sb + ((hf * kN3 + n0 + n) * 64 + (warp % 2) * 32 + lane) * 4;  // (stage_at)
+            asm volatile("ld.shared.b32 %0, [%1];" : "=r"(hw[n]) : "r"(a));
+          }
+#pragma unroll
+          for (int n = 0; n < 8; ++n) {
+            const float2 x = __half22float2(*reinterpret_cast<const __half2*>(&hw[n]));
+            o[4 * (n0 + n) + 2 * hf] = __fmaf_rn(wgt, __fmul_rn(x.x, lp), o[4 * (n0 + n) + 2 * hf]);
+            o[4 * (n0 + n) + 2 * hf + 1] = __fmaf_rn(wgt, __fmul_rn(x.y, lp), o[4 * (n0 + n) + 2 * hf + 1]);
+          }
+        }
+      }
+    }
+    leave_unit(i);
+  };
   // Ring slots counted, not divided (it % kStages): tile it's slot sl and its round's parity ph; the
   // previous tile's slot, and the slot refilled this iteration (tile it + kStages - 2) with the parity its
   // empty barrier completes in for the tile it held (tile it - 2).
@@ -774,13 +873,17 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
     wg::fence_regs(o);
     wg::fence_regs(pa);
     if (kOwnForm && boundary) {  // O holds the finished partition (its last PV MMA has completed)
-      leave_partial(flushed++, m_done, l_done);
+      if (fold) fold_partial(flushed++, m_done, l_done, slot_base(sl_prev));
+      else leave_partial(flushed++, m_done, l_done);
+      if (!keeper) {
 #pragma unroll
-      for (int i = 0; i < kN3 * 4; ++i) o[i] = 0.0f;
+        for (int i = 0; i < kN3 * 4; ++i) o[i] = 0.0f;
+      }
       next_flush += pt;
     }
     // (kFold: E moves on most tiles, so O is rescaled on most: the vote cost 2-3% at D = 64, run wt1)
-    if (kFold || !__all_sync(0xffffffffu, alpha[0] == 1.0f && alpha[1] == 1.0f)) {  // the warp's 16 rows
+    // (a keeper's O is its unit: never rescaled)
+    if (!keeper && (kFold || !__all_sync(0xffffffffu, alpha[0] == 1.0f && alpha[1] == 1.0f))) {  // the warp's 16 rows
 #pragma unroll
       for (int n = 0; n < kN3; ++n) {
         o[4 * n + 0] *= alpha[0];
@@ -808,6 +911,10 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
       }
 #pragma unroll
       for (int hf = 0; hf < 2; ++hf) row_c[hf] = row_c[hf] * alpha[hf] + cz[hf];
+    }
+    if (keeper) {  // P = 0: the PV MMAs leave the unit in O
+#pragma unroll
+      for (int i = 0; i < kN1 * 4; ++i) s[i] = 0.0f;
     }
 #pragma unroll
     for (int n = 0; n < kN1; ++n) {  // accumulator n-tile n -> A fragment of k-step n / 2
@@ -839,12 +946,18 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
   if constexpr (OWN) {
     // the partition of the last tiles, then the run's partitions this warpgroup has no tile of (the
     // short last one: m = -inf, l = 0, O = 0, which the merge skips, as for a warpgroup with no tile)
-    const int n_run = w.part > 0 ? (w.kv_end - w.kv_begin + w.part - 1) / w.part : 1;
-    leave_partial(flushed, row_m, row_l);
-    const float m0[2] = {-INFINITY, -INFINITY}, l0[2] = {0.0f, 0.0f};
+    // (fold: those fold as nothing; their units are left at their blocks' ends. The hand-over takes ring
+    // slot 0: every copy has landed and every MMA has completed.)
+    if (fold) {
+      fold_partial(flushed, row_m, row_l, slot_base(0));
+      for (int i = flushed + 1; i < n_run; ++i) leave_unit(i);
+    } else {
+      leave_partial(flushed, row_m, row_l);
+      const float m0[2] = {-INFINITY, -INFINITY}, l0[2] = {0.0f, 0.0f};
 #pragma unroll
-    for (int i = 0; i < kN3 * 4; ++i) o[i] = 0.0f;
-    for (int i = flushed + 1; i < n_run; ++i) leave_partial(i, m0, l0);
+      for (int i = 0; i < kN3 * 4; ++i) o[i] = 0.0f;
+      for (int i = flushed + 1; i < n_run; ++i) leave_partial(i, m0, l0);
+    }
   } else {  // the warpgroups' combine, then out or the CTA's partial
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
