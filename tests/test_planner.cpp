@@ -72,7 +72,8 @@ std::string describe(const Inputs& in) {
      << " Hk=" << in.num_kv_heads << " window=" << in.sliding_window << " sms=" << in.num_sms
      << " prefix_only=" << in.prefix_only << " ctas_per_sm=" << in.ctas_per_sm << " wg_ctas_per_sm=" << in.wg_ctas_per_sm[0] << "," << in.wg_ctas_per_sm[1]
      << "," << in.wg_ctas_per_sm[2] << "," << in.wg_ctas_per_sm[3] << " deterministic=" << in.deterministic
-     << " wg_partials=" << in.wg_partials << " fold_block=" << in.fold_block << " forced_partition=" << in.forced_partition << " min_partition=" << in.min_partition
+     << " wg_partials=" << in.wg_partials << " fold_block=" << in.fold_block
+     << " forced_partition=" << in.forced_partition << " min_partition=" << in.min_partition
      << " positions=" << list(in.positions);
   return os.str();
 }

@@ -151,7 +151,8 @@ __device__ __forceinline__ void load_unit(const FwdParams& P, const MergeRow& mr
       const float4 a = st.acc[i];
       const __half2 h0 = __floats2half2_rn(__fmul_rn(a.x, inv), __fmul_rn(a.y, inv));
       const __half2 h1 = __floats2half2_rn(__fmul_rn(a.z, inv), __fmul_rn(a.w, inv));
-      v[i] = half_partial4(make_uint2(*reinterpret_cast<const uint32_t*>(&h0), *reinterpret_cast<const uint32_t*>(&h1)), l);
+      const uint2 raw = make_uint2(*reinterpret_cast<const uint32_t*>(&h0), *reinterpret_cast<const uint32_t*>(&h1));
+      v[i] = half_partial4(raw, l);
     } else {
       v[i] = st.acc[i];
     }
