@@ -25,8 +25,9 @@ TEST(Tuning, OverridesDefaultWhenUnsetOrNotAValueTheyTake) {
                                               {"PAGEDATTN_WG_SPLIT", "64"}, {"PAGEDATTN_MERGE_ROWWISE", "2"},
                                               {"PAGEDATTN_DETERMINISTIC_ROWS", "32"}, {"PAGEDATTN_HALF_ROWS", "1"},
                                               {"PAGEDATTN_HALF_PARTIALS", "1"}, {"PAGEDATTN_MERGE_COLS", "16"},
-                                              {"PAGEDATTN_DETERMINISTIC_SPLIT", "2"}})}) {
-    EXPECT_TRUE(o.early_reads && o.stale_max && o.prefill_mt2 && o.wgmma_u8 && o.half_rows && o.half_partials);
+                                              {"PAGEDATTN_DETERMINISTIC_SPLIT", "2"}, {"PAGEDATTN_UNITS", "1"}})}) {
+    EXPECT_TRUE(o.early_reads && o.stale_max && o.prefill_mt2 && o.wgmma_u8 && o.half_rows && o.half_partials &&
+                o.units);
     EXPECT_EQ(o.wgmma, -1);
     EXPECT_EQ(o.wide_prefill, -1);
     EXPECT_EQ(o.merge_split, 0);
@@ -418,6 +419,15 @@ TEST(Tuning, MergeCols8) {
   EXPECT_TRUE(merge_cols8(1, 132, o));
   o.merge_cols = 4;
   EXPECT_FALSE(merge_cols8(100000, 132, o));
+}
+
+// Units of kFoldBlock partitions: on the key-split kernel's partials where they are f16; PAGEDATTN_UNITS=0 none.
+TEST(Tuning, FoldBlock) {
+  const Overrides none;
+  EXPECT_EQ(fold_block(true, true, none), kFoldBlock);
+  EXPECT_EQ(fold_block(true, false, none), 0);   // f32 partials (bf16 caches, PAGEDATTN_HALF_PARTIALS=0)
+  EXPECT_EQ(fold_block(false, true, none), 0);   // fwd_kernel's layouts
+  EXPECT_EQ(fold_block(true, true, parse({{"PAGEDATTN_UNITS", "0"}})), 0);
 }
 
 // Deterministic mode on the key-split Hopper kernel: f16/bf16 at its widths where it is on; the override

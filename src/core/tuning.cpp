@@ -38,6 +38,7 @@ Overrides parse_overrides(const std::function<const char*(const char*)>& getenv)
   o.merge_batch = batch == 1 || batch == 4 || batch == 8 ? batch : 0;
   o.merge_rowwise = is("PAGEDATTN_MERGE_ROWWISE", "0") ? 0 : is("PAGEDATTN_MERGE_ROWWISE", "1") ? 1 : -1;
   o.merge_cols = is("PAGEDATTN_MERGE_COLS", "4") ? 4 : is("PAGEDATTN_MERGE_COLS", "8") ? 8 : 0;
+  o.units = !is("PAGEDATTN_UNITS", "0");
   const int min_part = number("PAGEDATTN_MIN_PARTITION");
   o.min_partition = min_part >= 64 && min_part <= 4096 && min_part % 64 == 0 ? min_part : 0;
   if (const char* e = getenv("PAGEDATTN_SHORT_WAVE"); e != nullptr && e[0] >= '0' && e[0] <= '8' && e[1] == '\0')
@@ -347,6 +348,10 @@ int min_partition(int head_size, KvKind kv, bool mid_rows, const Overrides& o) {
 bool deterministic_split(int head_size, KvKind kv, int key_tile, const Overrides& o) {
   if (o.deterministic_split == 0) return false;
   return kv == KvKind::f16 && key_tile != 0 && (head_size == 64 || head_size == 128 || head_size == 256);
+}
+
+int fold_block(bool wg_partials, bool half_partials, const Overrides& o) {
+  return wg_partials && half_partials && o.units ? kFoldBlock : 0;
 }
 
 }  // namespace tuning

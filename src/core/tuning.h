@@ -32,6 +32,7 @@ struct Overrides {
                               // thread per 4 columns (the same bits); -1 unset
   int merge_cols = 0;         // PAGEDATTN_MERGE_COLS=4/8: merge_rows_kernel's threads take 4 columns of a row,
                               // or 8 where the width allows, whatever the call (merge_cols8); 0 unset
+  bool units = true;          // PAGEDATTN_UNITS=0: deterministic mode without units (kFoldBlock; other bits)
   int min_partition = 0;      // PAGEDATTN_MIN_PARTITION=N (a multiple of 64, 64-4096): the least keys per
                               // partition for every cache kind and head size; 0 unset
   int short_wave = -1;        // PAGEDATTN_SHORT_WAVE=0: no short-partition wave (short_wave_ctas_per_sm());
@@ -175,6 +176,9 @@ bool deterministic_split(int head_size, KvKind kv, int key_tile, const Overrides
 /// one per partition: the 32 x 8k batch's 64 partials per row at T = 8 become 8. A lone row's merge folds
 /// each unit's 8 partials in series (loads in flight together).
 constexpr int kFoldBlock = 8;
+/// planner::Inputs::fold_block: kFoldBlock on the key-split kernel's partials (`wg_partials`) where they are f16
+/// (`half_partials`: the kernel hands them over in shared memory as the merge reads them), else 0.
+int fold_block(bool wg_partials, bool half_partials, const Overrides& o);
 
 }  // namespace tuning
 }  // namespace pagedattn

@@ -351,7 +351,7 @@ class CudaPlan final : public detail::PlanImpl {
     in.wg_partials = choice_.wg_partials;
     // units of tuning::kFoldBlock partitions where the partials are f16 (FwdParams::ws_half below: the
     // kernel's fold passes them through shared memory as the merge reads them); bf16 keeps f32 partials
-    in.fold_block = choice_.wg_partials && half_partials_ && kv_ != kKvBF16 ? tuning::kFoldBlock : 0;
+    in.fold_block = tuning::fold_block(choice_.wg_partials, half_partials_ && kv_ != kKvBF16, env);
     in.forced_partition = opt.partition_tokens;
     in.min_partition = tuning::min_partition(D_, kind, mid_rows, env);
     int optin = 0;
