@@ -629,28 +629,30 @@ __global__ void __launch_bounds__(WgTraits<D, KV, KEYS, SPLIT, SHARED>::kThreads
   static_assert(!OWN || 64 * (2 * kN3 + 4) * 4 <= Tr::kStageBytes, "a unit's hand-over in one ring slot");
   // the unit of partition i (of the run), once that is its block's last or the run's
   auto leave_unit = [&](int i) {
-    const int pa = fold_p0 + i, B = P.fold_block;
-    if (!keeper || ((pa + 1) % B != 0 && i != n_run - 1)) return;
+    if constexpr (OWN) {  // (the other forms have no units)
+      const int pa = fold_p0 + i, B = P.fold_block;
+      if (!keeper || ((pa + 1) % B != 0 && i != n_run - 1)) return;
 #pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-      const int r = 16 * (warp % 4 - 2) + lane / 4 + 8 * hf;
-      if (r >= rows) continue;
-      const int c0 = 2 * (lane % 4);
-      const int64_t slot =
-          (w.slot + 2 * (pa / B - fold_p0 / B) + wgi + static_cast<int64_t>(hk) * w.num_parts) * P.slot_rows + r;
-      const float inv_l = partial_inv(u_l[hf]);
+      for (int hf = 0; hf < 2; ++hf) {
+        const int r = 16 * (warp % 4 - 2) + lane / 4 + 8 * hf;
+        if (r >= rows) continue;
+        const int c0 = 2 * (lane % 4);
+        const int64_t slot =
+            (w.slot + 2 * (pa / B - fold_p0 / B) + wgi + static_cast<int64_t>(hk) * w.num_parts) * P.slot_rows + r;
+        const float inv_l = partial_inv(u_l[hf]);
 #pragma unroll
-      for (int n = 0; n < kN3; ++n)
-        store_partial2(P, slot * D + n * 8 + c0, o[4 * n + 2 * hf], o[4 * n + 2 * hf + 1], inv_l);
-      if (c0 == 0) *reinterpret_cast<float2*>(P.ws_ml + slot * 2) = make_float2(u_m[hf], u_l[hf]);
+        for (int n = 0; n < kN3; ++n)
+          store_partial2(P, slot * D + n * 8 + c0, o[4 * n + 2 * hf], o[4 * n + 2 * hf + 1], inv_l);
+        if (c0 == 0) *reinterpret_cast<float2*>(P.ws_ml + slot * 2) = make_float2(u_m[hf], u_l[hf]);
+      }
+#pragma unroll
+      for (int hf = 0; hf < 2; ++hf) {
+        u_m[hf] = -INFINITY;
+        u_l[hf] = 0.0f;
+      }
+#pragma unroll
+      for (int i2 = 0; i2 < kN3 * 4; ++i2) o[i2] = 0.0f;
     }
-#pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-      u_m[hf] = -INFINITY;
-      u_l[hf] = 0.0f;
-    }
-#pragma unroll
-    for (int i2 = 0; i2 < kN3 * 4; ++i2) o[i2] = 0.0f;
   };
   // partition i of the run ((m, l_part) and o: warps 0-1's rows) into its unit, through ring slot sb
   auto fold_partial = [&](int i, const float (&m)[2], const float (&l_part)[2], uint32_t sb) {
