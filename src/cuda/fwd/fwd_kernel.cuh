@@ -71,13 +71,11 @@ __device__ __forceinline__ void mma_codes(float (&acc)[4], const uint32_t (&qf)[
 __device__ __forceinline__ uint2 f8_key_pairs(uint32_t r) { return f8x4_to_half2x2(__byte_perm(r, 0u, 0x3120u)); }
 
 // --- the key loop's named steps (fwd_kernel, per slice of a key group) ----------------------------------
-// S = Q K^T of the slot's kSub K halves `hbs` (sub-slices, FwdTraits::kSub) into acc (zeroed by the
-// caller): each K fragment feeds MT MMAs, each Q fragment every sub-slice.
+// S = Q K^T of the slice's K half `hb` into acc (zeroed by the caller): each K fragment feeds MT MMAs.
 // u8 and fp8: one ldmatrix.x4 on raw codes covers 8 keys x 4 MMA k-steps (see load_qf for Q's matching
 // order); u8 codes become f16 1024 + code (one PRMT per pair), fp8 codes their f16 values (one cvt).
-template <int D, int MT, int kN1, int KV, typename T, bool HR, int kSub, typename Half, typename QFrag>
-__device__ __forceinline__ void qk_step(float (&acc)[kSub][MT][kN1][4], const Half (&hbs)[kSub], const QFrag& q_frag,
-                                        int lane) {
+template <int D, int MT, int kN1, int KV, typename T, bool HR, typename Half, typename QFrag>
+__device__ __forceinline__ void qk_step(float (&acc)[MT][kN1][4], const Half& hb, const QFrag& q_frag, int lane) {
   if constexpr (KV == kKvU8 || KV == kKvF8) {
     // one ldmatrix.x4 on raw codes: 8 keys x 4 MMA k-steps; each register holds 4 codes of a key
 #pragma unroll
@@ -88,16 +86,14 @@ __device__ __forceinline__ void qk_step(float (&acc)[kSub][MT][kN1][4], const Ha
 #pragma unroll
         for (int e = 0; e < 4; ++e) q_frag(qf[mt][e], mt, ks + e);
 #pragma unroll
-      for (int s = 0; s < kSub; ++s)
+      for (int n = 0; n < kN1; ++n) {
+        uint32_t r4[4];
+        ldmatrix_x4(r4, &hb.kv[n * 8 + (lane % 8)][(ks + lane / 8) * 16]);
 #pragma unroll
-        for (int n = 0; n < kN1; ++n) {
-          uint32_t r4[4];
-          ldmatrix_x4(r4, &hbs[s].kv[n * 8 + (lane % 8)][(ks + lane / 8) * 16]);
+        for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-          for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) mma_codes<KV, T, HR>(acc[s][mt][n], qf[mt][e], r4[e]);
-        }
+          for (int e = 0; e < 4; ++e) mma_codes<KV, T, HR>(acc[mt][n], qf[mt][e], r4[e]);
+      }
     }
     if constexpr (D % 64 != 0) {  // D = 96: the last 32 codes of a key by one ldmatrix.x2 (2 k-steps)
       constexpr int ks = D / 16 - 2;
@@ -105,17 +101,15 @@ __device__ __forceinline__ void qk_step(float (&acc)[kSub][MT][kN1][4], const Ha
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) q_frag(qf[mt][0], mt, ks), q_frag(qf[mt][1], mt, ks + 1);
 #pragma unroll
-      for (int s = 0; s < kSub; ++s)
+      for (int n = 0; n < kN1; ++n) {
+        uint32_t r2[2];
+        ldmatrix_x2(r2, &hb.kv[n * 8 + (lane % 8)][(ks + (lane / 8) % 2) * 16]);
 #pragma unroll
-        for (int n = 0; n < kN1; ++n) {
-          uint32_t r2[2];
-          ldmatrix_x2(r2, &hbs[s].kv[n * 8 + (lane % 8)][(ks + (lane / 8) % 2) * 16]);
-#pragma unroll
-          for (int mt = 0; mt < MT; ++mt) {
-            mma_codes<KV, T, HR>(acc[s][mt][n], qf[mt][0], r2[0]);
-            mma_codes<KV, T, HR>(acc[s][mt][n], qf[mt][1], r2[1]);
-          }
+        for (int mt = 0; mt < MT; ++mt) {
+          mma_codes<KV, T, HR>(acc[mt][n], qf[mt][0], r2[0]);
+          mma_codes<KV, T, HR>(acc[mt][n], qf[mt][1], r2[1]);
         }
+      }
     }
   } else {
 #pragma unroll
@@ -126,17 +120,15 @@ __device__ __forceinline__ void qk_step(float (&acc)[kSub][MT][kN1][4], const Ha
 #pragma unroll
         for (int e = 0; e < 2; ++e) q_frag(qf[mt][e], mt, ks + e);
 #pragma unroll
-      for (int s = 0; s < kSub; ++s)
+      for (int n = 0; n < kN1; ++n) {
+        uint32_t b[4];  // k-steps ks and ks+1 of keys n*8..n*8+7
+        ldmatrix_x4(b, &hb.kv[n * 8 + (lane % 8)][ks * 16 + (lane / 8) * 8]);
 #pragma unroll
-        for (int n = 0; n < kN1; ++n) {
-          uint32_t b[4];  // k-steps ks and ks+1 of keys n*8..n*8+7
-          ldmatrix_x4(b, &hbs[s].kv[n * 8 + (lane % 8)][ks * 16 + (lane / 8) * 8]);
-#pragma unroll
-          for (int mt = 0; mt < MT; ++mt) {
-            mma_rows<T, HR>(acc[s][mt][n], qf[mt][0], b[0], b[1]);
-            mma_rows<T, HR>(acc[s][mt][n], qf[mt][1], b[2], b[3]);
-          }
+        for (int mt = 0; mt < MT; ++mt) {
+          mma_rows<T, HR>(acc[mt][n], qf[mt][0], b[0], b[1]);
+          mma_rows<T, HR>(acc[mt][n], qf[mt][1], b[2], b[3]);
         }
+      }
     }
     if constexpr (D % 32 != 0) {  // D = 80, 112: the last k-step by one ldmatrix.x2
       constexpr int ks = D / 16 - 1;
@@ -144,14 +136,12 @@ __device__ __forceinline__ void qk_step(float (&acc)[kSub][MT][kN1][4], const Ha
 #pragma unroll
       for (int mt = 0; mt < MT; ++mt) q_frag(qf[mt], mt, ks);
 #pragma unroll
-      for (int s = 0; s < kSub; ++s)
+      for (int n = 0; n < kN1; ++n) {
+        uint32_t b[2];
+        ldmatrix_x2(b, &hb.kv[n * 8 + (lane % 8)][ks * 16 + ((lane / 8) % 2) * 8]);
 #pragma unroll
-        for (int n = 0; n < kN1; ++n) {
-          uint32_t b[2];
-          ldmatrix_x2(b, &hbs[s].kv[n * 8 + (lane % 8)][ks * 16 + ((lane / 8) % 2) * 8]);
-#pragma unroll
-          for (int mt = 0; mt < MT; ++mt) mma_rows<T, HR>(acc[s][mt][n], qf[mt], b[0], b[1]);
-        }
+        for (int mt = 0; mt < MT; ++mt) mma_rows<T, HR>(acc[mt][n], qf[mt], b[0], b[1]);
+      }
     }
   }
 }
@@ -375,7 +365,6 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV, HR, KT>::kThread
   constexpr bool kBytes = Tr::kBytes;  // u8 or fp8 codes: their Q order and O columns
   constexpr int kN1 = kKPW / 8;   // S n-tiles (8 keys) per warp
   constexpr int kK3 = kKPW / 16;  // PV k-steps (16 keys) per warp
-  constexpr int kSub = Tr::kSub;  // sub-slices per ring slot
   constexpr int kN3 = KT ? D / 16 : D / 8;  // O n-tiles per warp (KT: O^T m-tiles)
   // Q stays in registers at D <= 128 (one row tile per warp); else it is re-read from shared memory.
   // (HR at D = 256 with Q in registers, 2 per k-step: f16 254 registers against 200, sm_90a)
@@ -431,13 +420,9 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV, HR, KT>::kThread
   // Half h of a group: tile h/2, K (h even) or V (h odd), ring slot h % kStages.
   auto issue = [&](int h) {
     if (h < n_halves) {
-#pragma unroll
-      for (int s = 0; s < Tr::kSub; ++s) {
-        const int js = slice_begin(h / 2) + s * Tr::kSubStride;
-        if (js < w.kv_end)
-          load_half<D, KV, RT, MT, PAD, WKV>(sm.u.s.ring[wkv][h % kStages][s], h % 2, P, table, hk, js, kv_lo, w.kv_end,
-                                             gtid);
-      }
+      const int js = slice_begin(h / 2);
+      if (js < w.kv_end)
+        load_half<D, KV, RT, MT, PAD, WKV>(sm.u.s.ring[wkv][h % kStages], h % 2, P, table, hk, js, kv_lo, w.kv_end, gtid);
     }
     cp_async_commit();
   };
@@ -596,21 +581,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV, HR, KT>::kThread
 #pragma unroll
     for (int n = 0; n < kN3; ++n) o[mt][n][0] = o[mt][n][1] = o[mt][n][2] = o[mt][n][3] = 0.0f;
   }
-  uint32_t pa_sub[kSub][MT][kK3][4];  // P of each sub-slice as A fragments of the PV MMAs
-  // Tr::kSub = 2: the second sub-slice's alpha, applied to O after the first sub-slice's P V (the order
-  // of a 1-sub-slice slot's steps: O alpha_1 + P_1 V_1, then that times alpha_2 + P_2 V_2)
-  float late_alpha[MT][2];
-  auto rescale_o = [&](int mt, const float (&alpha)[2]) {
-#pragma unroll
-    for (int n = 0; n < kN3; ++n) {
-      o[mt][n][0] *= alpha[0];
-      o[mt][n][1] *= alpha[0];
-      if constexpr (!HR) {
-        o[mt][n][2] *= alpha[1];
-        o[mt][n][3] *= alpha[1];
-      }
-    }
-  };
+  uint32_t pa[MT][kK3][4];  // P of the slice as A fragments of the PV MMAs
   uint32_t pb[KT ? kK3 : 1][2];  // KT: P^T as B fragments
 
   // 0x64 (the high byte of the f16 1024 + code) from a kernel parameter, so the compiler cannot fold
@@ -637,7 +608,7 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV, HR, KT>::kThread
   constexpr bool kFlush = WKV == 4;
   constexpr bool kOwn = Tr::kFlushOwn;  // its own staging area (FwdTraits says where it has one)
   constexpr int kFC = Tr::kFlushCols;
-  static_assert(!kFlush || kOwn || kRows * Tr::kFlushLd * 4 <= kSub * static_cast<int>(sizeof(typename Smem::Half)),
+  static_assert(!kFlush || kOwn || kRows * Tr::kFlushLd * 4 <= static_cast<int>(sizeof(typename Smem::Half)),
                 "the partition flush's column block fits a ring slot");
   const int flush_tiles = kFlush && w.part > 0 ? w.part / Tr::kTileKV : 0;
   auto flush_partition = [&](int sf, int slot0) {
@@ -765,9 +736,8 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV, HR, KT>::kThread
     if (it == 0) tl.mark(5);
     issue(2 * it + kStages - 1);
     if (active) {
-      const auto& hbs = sm.u.s.ring[wkv][(2 * it) % kStages];  // (kSub halves)
+      const auto& hb = sm.u.s.ring[wkv][(2 * it) % kStages];
       if constexpr (KT) {
-        const auto& hb = hbs[0];
         // element (mk, e) of S^T: key js + 16 mk + lane / 4 + 8 (e / 2), row 2 (lane % 4) + e % 2
         float acc[kK3][4];
         kt_qk_step<D, KV, kK3>(acc, hb, qt, lane);
@@ -884,192 +854,184 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV, HR, KT>::kThread
             for (int e = 0; e < 4; ++e) o[0][n][e] *= alpha[e % 2];
         }
       } else {
-        // S of every sub-slice of the slot (Tr::kSub), each Q fragment read once; then each sub-slice's
-        // softmax in key order, exactly as a 1-sub-slice slot runs it
-        const int slice0 = js;
-        float acc_sub[kSub][MT][kN1][4];
+        float acc[MT][kN1][4];
 #pragma unroll
-        for (int s = 0; s < kSub; ++s)
+        for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-          for (int mt = 0; mt < MT; ++mt)
+          for (int n = 0; n < kN1; ++n)
 #pragma unroll
-            for (int n = 0; n < kN1; ++n)
+            for (int e = 0; e < 4; ++e) acc[mt][n][e] = 0.0f;
+        qk_step<D, MT, kN1, KV, T, HR>(acc, hb, q_frag, lane);
+        // scores (log2 units) with masks; element (n, e): row hf = e / 2, key js + n*8 + 2*(lane%4) + e%2
+        const bool interior = js + kKPW <= w.kv_end && js + kKPW <= past + w.t0 + 1 &&
+                              (P.sliding_window == 0 || js >= past + w.t0 + w.nt - P.sliding_window) &&
+                              (P.qq_bias == nullptr || js + kKPW <= past);
+        // kPlain: an interior slice without ALiBi, the common case: a score is one multiply (and the
+        // padding-row select); the general pass masks per key and adds the ALiBi term. Two unrolled
+        // copies, chosen per slice (group-uniform), so the plain one has no per-key branches.
+        auto score_pass = [&](auto plain, int mt, float (&mx)[2]) {
+          constexpr bool kPlain = decltype(plain)::value;
 #pragma unroll
-              for (int e = 0; e < 4; ++e) acc_sub[s][mt][n][e] = 0.0f;
-        qk_step<D, MT, kN1, KV, T, HR, kSub>(acc_sub, hbs, q_frag, lane);
+          for (int n = 0; n < kN1; ++n) {
+            const int kc = n * 8 + 2 * (lane % 4);  // key within the slice (and its neighbour kc + 1)
+            // u8: s = kscale * acc + (kmin - 1024 kscale) * sum(q), acc over codes biased by 1024 (two
+            // operations per score, as with the zero point; the bias cancels as it did there)
+            float2 kscale = make_float2(1.0f, 1.0f), kbias = make_float2(0.0f, 0.0f);
+            if constexpr (kU8) {
+              kscale = __half22float2(*reinterpret_cast<const __half2*>(&hb.par[0][kc]));
+              const float2 kmin = __half22float2(*reinterpret_cast<const __half2*>(&hb.par[1][kc]));
+              kbias = make_float2(fmaf(-kU8Bias, kscale.x, kmin.x), fmaf(-kU8Bias, kscale.y, kmin.y));
+            }
 #pragma unroll
-        for (int s = 0; s < kSub; ++s) {
-          const int js = slice0 + s * Tr::kSubStride;  // group-uniform
-          if (s > 0 && js >= w.kv_end) break;
-          const auto& hb = hbs[s];
-          auto& acc = acc_sub[s];
-          auto& pa = pa_sub[s];
-          // scores (log2 units) with masks; element (n, e): row hf = e / 2, key js + n*8 + 2*(lane%4) + e%2
-          const bool interior = js + kKPW <= w.kv_end && js + kKPW <= past + w.t0 + 1 &&
-                                (P.sliding_window == 0 || js >= past + w.t0 + w.nt - P.sliding_window) &&
-                                (P.qq_bias == nullptr || js + kKPW <= past);
-          // kPlain: an interior slice without ALiBi, the common case: a score is one multiply (and the
-          // padding-row select); the general pass masks per key and adds the ALiBi term. Two unrolled
-          // copies, chosen per slice (group-uniform), so the plain one has no per-key branches.
-          auto score_pass = [&](auto plain, int mt, float (&mx)[2]) {
-            constexpr bool kPlain = decltype(plain)::value;
-  #pragma unroll
-            for (int n = 0; n < kN1; ++n) {
-              const int kc = n * 8 + 2 * (lane % 4);  // key within the slice (and its neighbour kc + 1)
-              // u8: s = kscale * acc + (kmin - 1024 kscale) * sum(q), acc over codes biased by 1024 (two
-              // operations per score, as with the zero point; the bias cancels as it did there)
-              float2 kscale = make_float2(1.0f, 1.0f), kbias = make_float2(0.0f, 0.0f);
-              if constexpr (kU8) {
-                kscale = __half22float2(*reinterpret_cast<const __half2*>(&hb.par[0][kc]));
-                const float2 kmin = __half22float2(*reinterpret_cast<const __half2*>(&hb.par[1][kc]));
-                kbias = make_float2(fmaf(-kU8Bias, kscale.x, kmin.x), fmaf(-kU8Bias, kscale.y, kmin.y));
+            for (int e = 0; e < 2 * kHF; ++e) {
+              const int hf = e / 2;
+              const int j = js + kc + (e % 2);
+              float raw = acc[mt][n][e];
+              if constexpr (kU8)
+                raw = fmaf(e % 2 ? kscale.y : kscale.x, raw, (e % 2 ? kbias.y : kbias.x) * row_qsum[mt][hf]);
+              float sv;
+              if constexpr (kPlain) {
+                sv = row_valid[mt][hf] ? raw * s_log2 : -INFINITY;
+              } else {
+                const bool vis = row_valid[mt][hf] && j < w.kv_end && j <= row_qpos[mt][hf] && j >= row_lo[mt][hf] &&
+                                 (row_qq[mt][hf] == nullptr || j < past || row_qq[mt][hf][j - past] != 0);
+                sv = vis ? raw * s_log2 + row_slope2[mt][hf] * static_cast<float>(j - row_qpos[mt][hf])
+                         : -INFINITY;
               }
-  #pragma unroll
-              for (int e = 0; e < 2 * kHF; ++e) {
-                const int hf = e / 2;
-                const int j = js + kc + (e % 2);
-                float raw = acc[mt][n][e];
-                if constexpr (kU8)
-                  raw = fmaf(e % 2 ? kscale.y : kscale.x, raw, (e % 2 ? kbias.y : kbias.x) * row_qsum[mt][hf]);
-                float sv;
-                if constexpr (kPlain) {
-                  sv = row_valid[mt][hf] ? raw * s_log2 : -INFINITY;
-                } else {
-                  const bool vis = row_valid[mt][hf] && j < w.kv_end && j <= row_qpos[mt][hf] && j >= row_lo[mt][hf] &&
-                                   (row_qq[mt][hf] == nullptr || j < past || row_qq[mt][hf][j - past] != 0);
-                  sv = vis ? raw * s_log2 + row_slope2[mt][hf] * static_cast<float>(j - row_qpos[mt][hf])
-                           : -INFINITY;
-                }
-                acc[mt][n][e] = sv;
-                mx[hf] = fmaxf(mx[hf], sv);
+              acc[mt][n][e] = sv;
+              mx[hf] = fmaxf(mx[hf], sv);
+            }
+          }
+        };
+        const bool plain = interior && P.alibi == nullptr;
+        // u8: E (u8_value_exp) from the largest value scale of the keys in flight; it moves only when that
+        // scale leaves [2^0, 2^9) at the current E, and de joins the softmax's alpha.
+        // kRowExp: each row's own E, from the keys it sees in the slice. In an interior slice every row sees
+        // every key: one max over the slice (the quad's lanes hold every key, so after two shuffles it is
+        // warp-uniform); elsewhere each row's max over its visible keys, so a row's E does not depend on
+        // keys only other rows see (a verify row takes its decode's E steps: Options::deterministic).
+        // Else one E per slice from its keys before kv_end (warp-uniform).
+        float vs_slice = 0.0f, de_w = 0.0f;
+        if constexpr (kU8) {
+          if (!kRowExp || interior) {
+            __half2 vs2 = __float2half2_rn(0.0f);
+            if (js + kKPW <= w.kv_end) {
+#pragma unroll
+              for (int n = 0; n < kN1; ++n)  // NaN (unwritten) scales lose to any number in __hmax2
+                vs2 = __hmax2(vs2, *reinterpret_cast<const __half2*>(&hb.par[2][n * 8 + 2 * (lane % 4)]));
+            } else {  // slots past the partition's end may be unwritten (NaN, or stale scales): not counted
+#pragma unroll
+              for (int n = 0; n < kN1; ++n) {
+                const int kc = n * 8 + 2 * (lane % 4);
+                const __half2 v = *reinterpret_cast<const __half2*>(&hb.par[2][kc]);
+                vs2 = __hmax2(vs2, __halves2half2(js + kc < w.kv_end ? __low2half(v) : __float2half(0.0f),
+                                                   js + kc + 1 < w.kv_end ? __high2half(v) : __float2half(0.0f)));
               }
             }
-          };
-          const bool plain = interior && P.alibi == nullptr;
-          // u8: E (u8_value_exp) from the largest value scale of the keys in flight; it moves only when that
-          // scale leaves [2^0, 2^9) at the current E, and de joins the softmax's alpha.
-          // kRowExp: each row's own E, from the keys it sees in the slice. In an interior slice every row sees
-          // every key: one max over the slice (the quad's lanes hold every key, so after two shuffles it is
-          // warp-uniform); elsewhere each row's max over its visible keys, so a row's E does not depend on
-          // keys only other rows see (a verify row takes its decode's E steps: Options::deterministic).
-          // Else one E per slice from its keys before kv_end (warp-uniform).
-          float vs_slice = 0.0f, de_w = 0.0f;
-          if constexpr (kU8) {
-            if (!kRowExp || interior) {
-              __half2 vs2 = __float2half2_rn(0.0f);
-              if (js + kKPW <= w.kv_end) {
-  #pragma unroll
-                for (int n = 0; n < kN1; ++n)  // NaN (unwritten) scales lose to any number in __hmax2
-                  vs2 = __hmax2(vs2, *reinterpret_cast<const __half2*>(&hb.par[2][n * 8 + 2 * (lane % 4)]));
-              } else {  // slots past the partition's end may be unwritten (NaN, or stale scales): not counted
-  #pragma unroll
-                for (int n = 0; n < kN1; ++n) {
-                  const int kc = n * 8 + 2 * (lane % 4);
-                  const __half2 v = *reinterpret_cast<const __half2*>(&hb.par[2][kc]);
-                  vs2 = __hmax2(vs2, __halves2half2(js + kc < w.kv_end ? __low2half(v) : __float2half(0.0f),
-                                                     js + kc + 1 < w.kv_end ? __high2half(v) : __float2half(0.0f)));
-                }
-              }
-              vs_slice = fmaxf(__low2float(vs2), __high2float(vs2));
-              vs_slice = fmaxf(vs_slice, __shfl_xor_sync(0xffffffffu, vs_slice, 1));
-              vs_slice = fmaxf(vs_slice, __shfl_xor_sync(0xffffffffu, vs_slice, 2));
+            vs_slice = fmaxf(__low2float(vs2), __high2float(vs2));
+            vs_slice = fmaxf(vs_slice, __shfl_xor_sync(0xffffffffu, vs_slice, 1));
+            vs_slice = fmaxf(vs_slice, __shfl_xor_sync(0xffffffffu, vs_slice, 2));
+          }
+          if (!kRowExp && vs_slice > 0.0f) {  // else (scales all 0: constant rows, or zero-filled window rows) E stays
+            const float e = u8_value_exp(vs_slice);
+            if (vexp(0, 0) > e || vexp(0, 0) < e - 8.0f) {
+              de_w = e - vexp(0, 0);
+              vexp(0, 0) = e;
             }
-            if (!kRowExp && vs_slice > 0.0f) {  // else (scales all 0: constant rows, or zero-filled window rows) E stays
-              const float e = u8_value_exp(vs_slice);
-              if (vexp(0, 0) > e || vexp(0, 0) < e - 8.0f) {
-                de_w = e - vexp(0, 0);
-                vexp(0, 0) = e;
+          }
+        }
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt) {
+          float mx[2] = {-INFINITY, -INFINITY};
+          if (plain)
+            score_pass(std::true_type{}, mt, mx);
+          else
+            score_pass(std::false_type{}, mt, mx);
+          float de[2] = {de_w, de_w};
+          if constexpr (kRowExp) {
+            float vsmax[2] = {vs_slice, vs_slice};
+            if (!interior) {  // visible keys only (a masked key's score is -inf; its scale may be NaN)
+              vsmax[0] = vsmax[1] = 0.0f;
+#pragma unroll
+              for (int n = 0; n < kN1; ++n) {
+                const float2 vs = __half22float2(*reinterpret_cast<const __half2*>(&hb.par[2][n * 8 + 2 * (lane % 4)]));
+#pragma unroll
+                for (int e = 0; e < 2 * kHF; ++e)
+                  if (acc[mt][n][e] != -INFINITY) vsmax[e / 2] = fmaxf(vsmax[e / 2], e % 2 ? vs.y : vs.x);
+              }
+#pragma unroll
+              for (int hf = 0; hf < kHF; ++hf) {
+                vsmax[hf] = fmaxf(vsmax[hf], __shfl_xor_sync(0xffffffffu, vsmax[hf], 1));
+                vsmax[hf] = fmaxf(vsmax[hf], __shfl_xor_sync(0xffffffffu, vsmax[hf], 2));
+              }
+            }
+#pragma unroll
+            for (int hf = 0; hf < kHF; ++hf) {
+              if (vsmax[hf] > 0.0f) {  // else (no key seen, or scales all 0: constant rows) E stays
+                const float e = u8_value_exp(vsmax[hf]);
+                if (vexp(mt, hf) > e || vexp(mt, hf) < e - 8.0f) {
+                  de[hf] = e - vexp(mt, hf);
+                  vexp(mt, hf) = e;
+                }
               }
             }
           }
-  #pragma unroll
-          for (int mt = 0; mt < MT; ++mt) {
-            float mx[2] = {-INFINITY, -INFINITY};
-            if (plain)
-              score_pass(std::true_type{}, mt, mx);
-            else
-              score_pass(std::false_type{}, mt, mx);
-            float de[2] = {de_w, de_w};
-            if constexpr (kRowExp) {
-              float vsmax[2] = {vs_slice, vs_slice};
-              if (!interior) {  // visible keys only (a masked key's score is -inf; its scale may be NaN)
-                vsmax[0] = vsmax[1] = 0.0f;
-  #pragma unroll
-                for (int n = 0; n < kN1; ++n) {
-                  const float2 vs = __half22float2(*reinterpret_cast<const __half2*>(&hb.par[2][n * 8 + 2 * (lane % 4)]));
-  #pragma unroll
-                  for (int e = 0; e < 2 * kHF; ++e)
-                    if (acc[mt][n][e] != -INFINITY) vsmax[e / 2] = fmaxf(vsmax[e / 2], e % 2 ? vs.y : vs.x);
-                }
-  #pragma unroll
-                for (int hf = 0; hf < kHF; ++hf) {
-                  vsmax[hf] = fmaxf(vsmax[hf], __shfl_xor_sync(0xffffffffu, vsmax[hf], 1));
-                  vsmax[hf] = fmaxf(vsmax[hf], __shfl_xor_sync(0xffffffffu, vsmax[hf], 2));
-                }
-              }
-  #pragma unroll
-              for (int hf = 0; hf < kHF; ++hf) {
-                if (vsmax[hf] > 0.0f) {  // else (no key seen, or scales all 0: constant rows) E stays
-                  const float e = u8_value_exp(vsmax[hf]);
-                  if (vexp(mt, hf) > e || vexp(mt, hf) < e - 8.0f) {
-                    de[hf] = e - vexp(mt, hf);
-                    vexp(mt, hf) = e;
-                  }
-                }
-              }
+          float alpha[2] = {1.0f, 1.0f}, ref[2];
+#pragma unroll
+          for (int hf = 0; hf < kHF; ++hf) {
+            mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 1));
+            mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 2));
+            // the reference moves only when the slice's max passes it by more than stale_log2 (see row_m)
+            // (u8: or when E moves; the reference is m - E)
+            const float m_old = row_m[mt][hf];
+            const float m_new = mx[hf] > m_old + stale ? mx[hf] : m_old;
+            alpha[hf] =
+                (m_new != m_old || de[hf] != 0.0f) && m_old != -INFINITY ? fast_exp2(m_old - m_new + de[hf]) : 1.0f;
+            row_m[mt][hf] = m_new;
+            ref[hf] = m_new - vexp(mt, hf);
+          }
+          float sum[2] = {0.0f, 0.0f}, cz[2] = {0.0f, 0.0f};
+#pragma unroll
+          for (int n = 0; n < kN1; ++n) {
+            const int kc = n * 8 + 2 * (lane % 4);
+            float2 vscale = make_float2(1.0f, 1.0f), vbias = make_float2(0.0f, 0.0f);
+            if constexpr (kU8) {
+              vscale = __half22float2(*reinterpret_cast<const __half2*>(&hb.par[2][kc]));
+              const float2 vmin = __half22float2(*reinterpret_cast<const __half2*>(&hb.par[3][kc]));
+              vbias = make_float2(fmaf(kU8Centre, vscale.x, vmin.x), fmaf(kU8Centre, vscale.y, vmin.y));
             }
-            float alpha[2] = {1.0f, 1.0f}, ref[2];
-  #pragma unroll
-            for (int hf = 0; hf < kHF; ++hf) {
-              mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 1));
-              mx[hf] = fmaxf(mx[hf], __shfl_xor_sync(0xffffffffu, mx[hf], 2));
-              // the reference moves only when the slice's max passes it by more than stale_log2 (see row_m)
-              // (u8: or when E moves; the reference is m - E)
-              const float m_old = row_m[mt][hf];
-              const float m_new = mx[hf] > m_old + stale ? mx[hf] : m_old;
-              alpha[hf] =
-                  (m_new != m_old || de[hf] != 0.0f) && m_old != -INFINITY ? fast_exp2(m_old - m_new + de[hf]) : 1.0f;
-              row_m[mt][hf] = m_new;
-              ref[hf] = m_new - vexp(mt, hf);
-            }
-            float sum[2] = {0.0f, 0.0f}, cz[2] = {0.0f, 0.0f};
-  #pragma unroll
-            for (int n = 0; n < kN1; ++n) {
-              const int kc = n * 8 + 2 * (lane % 4);
-              float2 vscale = make_float2(1.0f, 1.0f), vbias = make_float2(0.0f, 0.0f);
+            float p[4];
+#pragma unroll
+            for (int e = 0; e < 2 * kHF; ++e) {
+              const int hf = e / 2;
+              const float pe = acc[mt][n][e] == -INFINITY ? 0.0f : fast_exp2(acc[mt][n][e] - ref[hf]);
+              sum[hf] += pe;
               if constexpr (kU8) {
-                vscale = __half22float2(*reinterpret_cast<const __half2*>(&hb.par[2][kc]));
-                const float2 vmin = __half22float2(*reinterpret_cast<const __half2*>(&hb.par[3][kc]));
-                vbias = make_float2(fmaf(kU8Centre, vscale.x, vmin.x), fmaf(kU8Centre, vscale.y, vmin.y));
+                // NOTE: masked keys may carry NaN parameters (unwritten slots): never multiply them
+                p[e] = pe != 0.0f ? pe * (e % 2 ? vscale.y : vscale.x) : 0.0f;  // (rounded to f16 by the pack below)
+                cz[hf] += pe != 0.0f ? pe * (e % 2 ? vbias.y : vbias.x) : 0.0f;
+              } else {
+                p[e] = pe;
               }
-              float p[4];
-  #pragma unroll
-              for (int e = 0; e < 2 * kHF; ++e) {
-                const int hf = e / 2;
-                const float pe = acc[mt][n][e] == -INFINITY ? 0.0f : fast_exp2(acc[mt][n][e] - ref[hf]);
-                sum[hf] += pe;
-                if constexpr (kU8) {
-                  // NOTE: masked keys may carry NaN parameters (unwritten slots): never multiply them
-                  p[e] = pe != 0.0f ? pe * (e % 2 ? vscale.y : vscale.x) : 0.0f;  // (rounded to f16 by the pack below)
-                  cz[hf] += pe != 0.0f ? pe * (e % 2 ? vbias.y : vbias.x) : 0.0f;
-                } else {
-                  p[e] = pe;
-                }
+            }
+            // accumulator (n) -> A fragment of k-step n/2: registers {0,1} from even n, {2,3} from odd n
+            pa[mt][n / 2][(n % 2) * 2 + 0] = pack2<T>(p[0], p[1]);
+            if constexpr (!HR) pa[mt][n / 2][(n % 2) * 2 + 1] = pack2<T>(p[2], p[3]);
+          }
+#pragma unroll
+          for (int hf = 0; hf < kHF; ++hf) {
+            row_l[mt][hf] = row_l[mt][hf] * alpha[hf] + sum[hf];
+            row_c[mt][hf] = row_c[mt][hf] * alpha[hf] + cz[hf];
+          }
+          if (!__all_sync(0xffffffffu, alpha[0] == 1.0f && alpha[1] == 1.0f)) {
+#pragma unroll
+            for (int n = 0; n < kN3; ++n) {
+              o[mt][n][0] *= alpha[0];
+              o[mt][n][1] *= alpha[0];
+              if constexpr (!HR) {
+                o[mt][n][2] *= alpha[1];
+                o[mt][n][3] *= alpha[1];
               }
-              // accumulator (n) -> A fragment of k-step n/2: registers {0,1} from even n, {2,3} from odd n
-              pa[mt][n / 2][(n % 2) * 2 + 0] = pack2<T>(p[0], p[1]);
-              if constexpr (!HR) pa[mt][n / 2][(n % 2) * 2 + 1] = pack2<T>(p[2], p[3]);
-            }
-  #pragma unroll
-            for (int hf = 0; hf < kHF; ++hf) {
-              row_l[mt][hf] = row_l[mt][hf] * alpha[hf] + sum[hf];
-              row_c[mt][hf] = row_c[mt][hf] * alpha[hf] + cz[hf];
-            }
-            if (s > 0) {  // (a later sub-slice: O takes alpha after the earlier sub-slices' P V, in the V half)
-              late_alpha[mt][0] = alpha[0];
-              late_alpha[mt][1] = alpha[1];
-            } else if (!__all_sync(0xffffffffu, alpha[0] == 1.0f && alpha[1] == 1.0f)) {
-              rescale_o(mt, alpha);
             }
           }
         }
@@ -1081,21 +1043,11 @@ __global__ void __launch_bounds__(FwdTraits<D, KV, RT, MT, WKV, HR, KT>::kThread
     group_sync();
     issue(2 * it + kStages);
     if (active) {
-      const auto& hbs = sm.u.s.ring[wkv][(2 * it + 1) % kStages];
-      if constexpr (KT) {
-        kt_value_step<D, KV, kK3>(o[0], pb, hbs[0], lane, k64);
-      } else {
-        value_step<D, MT, kK3, KV, T, HR>(o, pa_sub[0], hbs[0], lane, k64);
-#pragma unroll
-        for (int s = 1; s < kSub; ++s) {
-          if (js + s * Tr::kSubStride >= w.kv_end) break;  // (group-uniform, as in the K half)
-#pragma unroll
-          for (int mt = 0; mt < MT; ++mt)
-            if (!__all_sync(0xffffffffu, late_alpha[mt][0] == 1.0f && late_alpha[mt][1] == 1.0f))
-              rescale_o(mt, late_alpha[mt]);
-          value_step<D, MT, kK3, KV, T, HR>(o, pa_sub[s], hbs[s], lane, k64);
-        }
-      }
+      const auto& hb = sm.u.s.ring[wkv][(2 * it + 1) % kStages];
+      if constexpr (KT)
+        kt_value_step<D, KV, kK3>(o[0], pb, hb, lane, k64);
+      else
+        value_step<D, MT, kK3, KV, T, HR>(o, pa, hb, lane, k64);
     }
     if constexpr (kFlush) {
       if (flush_tiles > 0 && (it + 1) % flush_tiles == 0 && it + 1 < n_tiles) {

@@ -82,14 +82,7 @@ struct FwdTraits {
   // D = 192 takes D = 256's slices (at 32 keys its one-warp groups' rings would hold 2 halves, not 3).
   static constexpr int kKPW = MT == 2 ? 32 : RT >= 4 ? (D > 128 ? 32 : 64)
                             : (D > 128 ? (kBytes && RT == 2 && WKV == 0 ? 32 : 16) : 32);
-  // Sub-slices per ring slot: 2 in deterministic mode's 2-row-tile byte-code layout at D > 128 (WKV = 4,
-  // RT = 2), else 1. Its rows keep the 1-row-tile variant's 16-key slices, softmax steps and order (so a
-  // verify row's bits stay its decode's); a group's ring slot holds its slices of two consecutive 64-key
-  // tiles, so each Q fragment read from shared memory feeds both, and the copies, waits and group
-  // barriers run once per 32 keys, as in the default mode's 32-key slices there.
-  static constexpr int kSub = WKV == 4 && RT == 2 && kBytes && D > 128 ? 2 : 1;
-  static constexpr int kSubStride = kWKV * kKPW;          // keys from one sub-slice to the next
-  static constexpr int kTileKV = kSub * kWKV * kKPW;      // keys per iteration of the CTA
+  static constexpr int kTileKV = kWKV * kKPW;             // keys per iteration of the CTA
   static constexpr bool kOneCta = kWarps == 8;           // the 8-warp variants: one CTA per SM
   // D = 64 u8 decodes (1 row tile, the default layout) at 4 CTAs per SM: 128 registers and a quarter of
   // the SM's shared memory (4 ring stages). Against 3 per SM (H100, run x4b): <= 16 rows 0.89-1.03x the
@@ -99,7 +92,6 @@ struct FwdTraits {
   static constexpr int kLdKV = kBytes ? D + 16 : D + 8;   // K/V row (cache elements)
   static constexpr int kParBytes = (kU8 ? 4 : 1) * kKPW * 2;  // u8: key scale, key min, value scale, value min
   static constexpr int kHalfBytes = kKPW * kLdKV * static_cast<int>(sizeof(C)) + kParBytes;
-  static constexpr int kSlotBytes = kSub * kHalfBytes;    // one ring slot (kSub halves)
   static constexpr int kQBytes = kQRows * kLdQ * static_cast<int>(sizeof(T));
   static constexpr int kFixed = kQBytes + kRows * 4 + kWKV * kRows * 8 + (WKV == 4 ? kRows * 4 : 0) + 128;
   // HR variants: 3 CTAs per SM at D = 64 (u8: 4, kFourCtas), as its one-byte 16-row variants reach by their
@@ -112,23 +104,23 @@ struct FwdTraits {
                                  : kFourCtas ? 55 * 1024    // four
                                  : HR        ? 227 * 1024 / kHrCtas - 1024  // HR: 3 (or 2)
                                              : 113 * 1024;  // two
-  static constexpr int kFit = (kBudget - kFixed) / (kWKV * kSlotBytes);
-  static constexpr int kFullStages = kFit > 6 / kSub ? 6 / kSub : kFit;  // (kSub = 2: the bytes of 6 halves)
+  static constexpr int kFit = (kBudget - kFixed) / (kWKV * kHalfBytes);
+  static constexpr int kFullStages = kFit > 6 ? 6 : kFit;
   // Options::deterministic's partition flush (fwd_kernel, WKV = 4) passes the key groups' outputs through
   // shared memory kFlushCols columns at a time, rows kFlushLd floats apart. It stages them in an area of
   // its own (kFlushOwn) where the one-CTA-per-SM budget leaves room beside the full ring for blocks wider
   // than a ring slot holds (the two-CTA variants keep their L1 share); else in the ring slot each group
   // has just read (the other slots hold copies in flight). u8 D = 256 at 32 rows: 2 blocks of 128
   // columns instead of 16 of 16 (a block costs two CTA barriers).
-  static constexpr int kRingFlushCols = D % 64 == 0 && kRows * 68 * 4 <= kSlotBytes   ? 64
-                                        : D % 32 == 0 && kRows * 36 * 4 <= kSlotBytes ? 32
+  static constexpr int kRingFlushCols = D % 64 == 0 && kRows * 68 * 4 <= kHalfBytes   ? 64
+                                        : D % 32 == 0 && kRows * 36 * 4 <= kHalfBytes ? 32
                                                                                       : 16;
   // The own area's rows lie 16 banks apart (byte codes: a quarter-warp's float4 stores cover two rows)
   // or an odd multiple of 8 (a half-warp's float2 stores cover four): no bank conflict.
   static constexpr int own_pad(int c) { return kBytes ? (48 - c % 32) % 32 : (24 - c % 16) % 16; }
   static constexpr bool own_fits(int c, int stages) {
     return D % c == 0 && c % (kBytes ? 16 : 8) == 0 &&
-           kWKV * kRows * (c + own_pad(c)) * 4 <= kBudget - kFixed - kWKV * stages * kSlotBytes;
+           kWKV * kRows * (c + own_pad(c)) * 4 <= kBudget - kFixed - kWKV * stages * kHalfBytes;
   }
   static constexpr int own_cols(int stages) {
     return WKV != 4 || !kOneCta ? 0
@@ -171,7 +163,7 @@ struct SharedStorage {
   using C = typename Tr::C;
   using Half = KvHalf<D, KV, RT, MT, WKV>;
   struct Stream {
-    Half ring[Tr::kWKV][Tr::kStages][Tr::kSub];
+    Half ring[Tr::kWKV][Tr::kStages];
     alignas(16) T q[Tr::kQRows][Tr::kLdQ];
   };
   struct StreamStaged : Stream {  // FwdTraits::kFlushOwn: the partition flush's own area
